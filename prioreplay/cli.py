@@ -1,0 +1,131 @@
+"""The ``prioreplay`` command: one subcommand per role.
+
+Each subcommand is a typed settings model (flags, ``PRIOREPLAY_*`` environment variables and an
+optional ``--config FILE`` section map onto the same model) plus a ``run(config) -> int``
+function. Models live in light modules; the run functions import torch/grpc only when called,
+so ``prioreplay --help`` answers quickly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: where its settings model and its entry point live."""
+
+    config: str  # "module:Class"
+    run: str  # "module:function"
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "server": Command("prioreplay.priority_server.config:ServerConfig", "prioreplay.priority_server.main:run",
+                      "run the priority server (gRPC + /metrics)"),
+    "load": Command("prioreplay.priority_server.config:LoadConfig", "prioreplay.priority_server.main:run_load",
+                    "register a dataset's problems with a running server"),
+    "stats": Command("prioreplay.priority_server.config:StatsConfig", "prioreplay.priority_server.main:run_stats",
+                     "print pool sizes, the priority histogram and counters"),
+    "worker": Command("prioreplay.rollout_worker.config:WorkerConfig", "prioreplay.rollout_worker.main:run",
+                      "lease problems, generate G completions each, verify, report"),
+    "learner": Command("prioreplay.learner.config:LearnerConfig", "prioreplay.learner.main:run",
+                       "pull trajectory groups, run GRPO steps, publish policy versions"),
+    "demo": Command("prioreplay.demo_config:DemoConfig", "prioreplay.demo:run",
+                    "the whole system on one machine: server, workers, learner, report"),
+}
+
+
+def _load(ref: str):
+    mod, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = [
+        "usage: prioreplay COMMAND [--config FILE] [options]",
+        "",
+        "Problem-level prioritized replay for GRPO post-training (Fatemi, arXiv 2601.02648).",
+        "",
+        "commands:",
+        *(f"  {name.ljust(width)}  {cmd.help}" for name, cmd in COMMANDS.items()),
+        "",
+        "Every option can also be set as PRIOREPLAY_<OPTION> or in a config file section named",
+        "after the command. 'prioreplay COMMAND --help' lists a command's options.",
+    ]
+    return "\n".join(lines)
+
+
+def _pop_config(argv: list[str]) -> tuple[list[str], str | None]:
+    out, path, i = [], os.environ.get("PRIOREPLAY_CONFIG") or None, 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--config" and i + 1 < len(argv):
+            path, i = argv[i + 1], i + 2
+            continue
+        if a.startswith("--config="):
+            path = a.split("=", 1)[1]
+        else:
+            out.append(a)
+        i += 1
+    return out, path
+
+
+def parse(name: str, argv: list[str]):
+    """Build the settings model of subcommand ``name`` from ``argv``, env and config file.
+
+    Raises:
+        InvalidArgument: unknown command, unreadable config file, or invalid values (the
+            message names each field, the value given and the allowed range).
+        SystemExit: for ``--help`` (exit 0) or unparsable flags (exit 2), as argparse does.
+    """
+    from pydantic import ValidationError
+
+    from prioreplay.config import read_config_file
+    from prioreplay.errors import InvalidArgument
+
+    if name not in COMMANDS:
+        raise InvalidArgument(f"unknown command {name!r}; choose one of: {', '.join(COMMANDS)}")
+    cls = _load(COMMANDS[name].config)
+    argv, cfg_path = _pop_config(argv)
+    cls._file_values = read_config_file(cfg_path, name) if cfg_path else {}
+    try:
+        return cls(_cli_parse_args=argv, _cli_prog_name=f"prioreplay {name}")
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'value'}={err.get('input')!r}: {err['msg']}" for err in e.errors()
+        )
+        raise InvalidArgument(f"invalid configuration for 'prioreplay {name}': {problems}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``prioreplay`` console script; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from prioreplay import __version__
+
+        print(f"prioreplay {__version__}")
+        return 0
+    from prioreplay.errors import PrioreplayError
+
+    name = argv[0]
+    try:
+        config = parse(name, argv[1:])
+        return int(_load(COMMANDS[name].run)(config) or 0)
+    except PrioreplayError as e:
+        print(f"prioreplay {name}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"prioreplay {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

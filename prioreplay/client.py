@@ -1,0 +1,157 @@
+"""A synchronous client of the priority server, used by workers, the learner and the CLI.
+
+It sets explicit message-size limits, sends the bearer token as call credentials (over TLS) or
+as metadata (plaintext, local use), retries UNAVAILABLE / DEADLINE_EXCEEDED with exponential
+backoff and jitter, and maps status codes back to :mod:`prioreplay.errors`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+
+import grpc
+
+from prioreplay.config import ClientSettings
+from prioreplay.errors import ERRORS_BY_CODE, PrioreplayError, StoreUnavailable
+from prioreplay.v1 import priority_service_pb2 as pb
+from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
+    """gRPC channel/server options with explicit send/receive limits (MiB → bytes)."""
+    n = max_message_mb * 1024 * 1024
+    return [("grpc.max_send_message_length", n), ("grpc.max_receive_message_length", n)]
+
+
+def map_rpc_error(e: grpc.RpcError, method: str) -> PrioreplayError:
+    """Turn a gRPC error into the matching :mod:`prioreplay.errors` class."""
+    code = e.code().name if e.code() else "UNKNOWN"
+    cls = ERRORS_BY_CODE.get(code, PrioreplayError)
+    if code == "DEADLINE_EXCEEDED":
+        cls = StoreUnavailable
+    return cls(f"{method}: {e.details() or code}")
+
+
+class PriorityClient:
+    """Blocking client of ``prioreplay.v1.PriorityService``.
+
+    Args:
+        settings: address, token, TLS CA, message limit and RPC deadline.
+        max_retries: attempts after the first on UNAVAILABLE / DEADLINE_EXCEEDED (0: none).
+        backoff_s: first retry delay, seconds; doubles each retry (with ±50% jitter), capped at 10 s.
+
+    Every method raises the :mod:`prioreplay.errors` class of the status code:
+    InvalidArgument, NotFound, FailedPrecondition, ResourceExhausted, Unauthenticated, and
+    StoreUnavailable once retries are exhausted.
+    """
+
+    def __init__(self, settings: ClientSettings | None = None, *, max_retries: int = 8, backoff_s: float = 0.2,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.settings = settings or ClientSettings()
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self._sleep = sleep
+        opts = channel_options(self.settings.max_message_mb)
+        token = self.settings.token()
+        self._metadata: tuple[tuple[str, str], ...] = ()
+        if self.settings.tls_ca_file is not None:
+            creds = grpc.ssl_channel_credentials(root_certificates=self.settings.tls_ca_file.read_bytes())
+            if token:
+                creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
+            self.channel = grpc.secure_channel(self.settings.server, creds, options=opts)
+        else:
+            if token:  # plaintext: call credentials need TLS, so send the header ourselves
+                self._metadata = (("authorization", f"Bearer {token}"),)
+            self.channel = grpc.insecure_channel(self.settings.server, options=opts)
+        self.stub = pb_grpc.PriorityServiceStub(self.channel)
+
+    # -- plumbing -----------------------------------------------------------------------
+    def _call(self, method: str, fn: Callable[..., T], *args, timeout: float | None = None) -> T:
+        delay = self.backoff_s
+        for attempt in range(self.max_retries + 1):
+            try:
+                return fn(*args, timeout=timeout or self.settings.rpc_timeout_s, metadata=self._metadata)
+            except grpc.RpcError as e:
+                if e.code() in RETRYABLE and attempt < self.max_retries:
+                    wait = min(10.0, delay) * random.uniform(0.5, 1.5)
+                    log.warning("%s: %s (%s); retry %d/%d in %.2fs", method, e.code().name, e.details(),
+                                attempt + 1, self.max_retries, wait)
+                    self._sleep(wait)
+                    delay *= 2
+                    continue
+                raise map_rpc_error(e, method) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> "PriorityClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Block until the channel connects. Raises StoreUnavailable after ``timeout_s`` seconds."""
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout_s)
+        except grpc.FutureTimeoutError:
+            raise StoreUnavailable(f"priority server at {self.settings.server} did not answer within {timeout_s}s") from None
+
+    # -- RPCs ---------------------------------------------------------------------------
+    def register(self, problems: Iterable[pb.Problem], chunk_size: int = 512) -> pb.RegisterProblemsResponse:
+        """Stream problems in chunks of ``chunk_size``. Not retried (a stream is not replayable)."""
+
+        def chunks() -> Iterator[pb.RegisterProblemsRequest]:
+            buf: list[pb.Problem] = []
+            for p in problems:
+                buf.append(p)
+                if len(buf) >= chunk_size:
+                    yield pb.RegisterProblemsRequest(problems=buf)
+                    buf = []
+            if buf:
+                yield pb.RegisterProblemsRequest(problems=buf)
+
+        try:
+            return self.stub.RegisterProblems(chunks(), timeout=None, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise map_rpc_error(e, "RegisterProblems") from None
+
+    def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0) -> pb.SampleProblemsResponse:
+        """Lease up to ``batch_size`` problems (see ``SampleProblems`` in the proto)."""
+        req = pb.SampleProblemsRequest(batch_size=batch_size, worker_id=worker_id, lease_timeout_s=lease_timeout_s)
+        return self._call("SampleProblems", self.stub.SampleProblems, req)
+
+    def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "") -> pb.ReportOutcomesResponse:
+        """Report a lease's groups. Retrying is safe: a repeated report changes nothing."""
+        req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id)
+        return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
+
+    def pull(self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner",
+             include_own_pending: bool = False) -> pb.PullTrajectoriesResponse:
+        """Pull up to ``max_groups`` trajectory groups, waiting up to ``wait_s`` seconds for one."""
+        req = pb.PullTrajectoriesRequest(max_groups=max_groups, wait_s=wait_s, consumer=consumer,
+                                         include_own_pending=include_own_pending)
+        return self._call("PullTrajectories", self.stub.PullTrajectories, req,
+                          timeout=self.settings.rpc_timeout_s + wait_s)
+
+    def ack(self, group_ids: Sequence[str]) -> pb.AckTrajectoriesResponse:
+        """Acknowledge groups after the optimizer step that used them (idempotent)."""
+        return self._call("AckTrajectories", self.stub.AckTrajectories, pb.AckTrajectoriesRequest(group_ids=group_ids))
+
+    def publish(self, version: int, weights_uri: str) -> pb.PublishPolicyResponse:
+        """Publish policy ``version`` with weights at ``weights_uri`` (idempotent for the same pair)."""
+        req = pb.PublishPolicyRequest(version=version, weights_uri=weights_uri)
+        return self._call("PublishPolicy", self.stub.PublishPolicy, req)
+
+    def stats(self, histogram_buckets: int = 10) -> pb.GetStatsResponse:
+        """Pool sizes, the priority histogram and counters."""
+        return self._call("GetStats", self.stub.GetStats, pb.GetStatsRequest(histogram_buckets=histogram_buckets))

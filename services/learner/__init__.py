@@ -1,0 +1,1 @@
+"""The learner: GRPO loss, trajectory pulling, optimizer, checkpoints and policy publishing."""

@@ -1,0 +1,1 @@
+"""The priority server: priority rules, stores (memory, redis), gRPC servicer, metrics."""

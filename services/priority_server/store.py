@@ -1,0 +1,418 @@
+"""The store interface: one semantics, two implementations (``memory`` and ``redis``).
+
+:class:`Store` validates every request (identically for both stores) and delegates to the
+``_impl`` methods. The two implementations must give identical results for the same seed, clock
+readings and operations (the differential test checks it). The exact semantics:
+
+Keys and ordering
+    Every problem has a sorted-set *member* ``rules.tie_member(id, tie_seed)`` (8 hex chars of a
+    seeded hash + the id). The heap orders by (priority desc, member desc), i.e. Redis
+    ``ZREVRANGE`` order; each pool orders by (last tested step asc, member asc), i.e. ``ZRANGE``
+    order. Strings compare bytewise.
+
+register(problems)
+    New id: stats (0, 0, 0), heap with priority ``rules.priority(Stats())`` (0.25 without prior).
+    Existing id: text/verifier/metadata replaced, statistics and place kept. Duplicate ids within
+    one call: the last wins. Returns (created, updated, total).
+
+sample(batch_size, lease_timeout_s)
+    1. Expire due leases (deadline <= now), at most 64, oldest deadline first (as expire_leases).
+    2. step' = step + 1; quota = rules.retest_quota(B, retest_fraction) (0 in ``uniform``).
+       rng = rules.XorShift32(rules.step_seed(seed, step')).
+    3. ``heap``/``weighted``: R = up to ``quota`` pool problems whose score (last tested step)
+       <= step' − retest_interval, least recently tested first: candidates are merged from both
+       pools by (score asc, solved before unsolved, member asc).
+       Then H = up to B − |R| from the heap:
+         ``heap``: the top, in heap order.
+         ``weighted``: for each slot, up to 8 tries: u1 = rng.random(), rank = floor(u1·|heap|)
+         in heap order; u2 = rng.random(); accept if u2 < (priority / 0.25) ** alpha. If all 8
+         tries fail, take the heap's top. (Probability ∝ priority^α by rejection.)
+       Then F = up to B − |R| − |H| from the pools regardless of score, same merge order.
+       ``uniform``: for each slot: u = rng.random(), idx = floor(u·N) over the concatenation
+       [heap in heap order, solved in pool order, unsolved in pool order] of the N problems not
+       leased (N shrinks as problems are taken).
+    4. Nothing taken: no lease, step unchanged, retry_after_s = max(0.05, min(5, earliest lease
+       deadline − now)) or 1.0 when no lease exists. Otherwise step = step'; every taken problem
+       is moved to LEASED, remembering (source pool, score) to return it unchanged; the lease
+       (random 128-bit hex id) gets deadline now + timeout. Batch order: R, H, F.
+       retry_after_s > 0 also when the batch is short (< B), else 0.
+report(lease_id, outcomes)
+    Lease not live → accepted=False, reason "unknown lease" / "already reported" / "expired"
+    (a due but unreaped lease is expired first), ``late_reports`` += 1, nothing else changes.
+    Outcome for a problem not in the lease, or twice → InvalidArgument, nothing changes.
+    Otherwise per outcome (in request order): kind = classify(rewards); stats = update_stats;
+    priority recomputed; destination(kind): heap with score = priority, or the pool with
+    score = the lease's step; counters: groups_<kind>, completions_reported += G, reward_sum +=
+    Σr, forgetting_events / breakthroughs per rules.is_forgetting / is_breakthrough(source);
+    MIXED groups append their payload to the trajectory queue (groups_queued), others count as
+    groups_filtered. Leased problems left out of the report return to (source, score).
+    The lease becomes "already reported".
+expire_leases()
+    Every lease with deadline <= now (at most ``limit``, oldest first) returns its problems to
+    (source, score) with statistics unchanged, lease_expiries += 1, becomes "expired".
+Trajectory queue (Redis stream + consumer group semantics)
+    pull(consumer, max_groups, include_own_pending): first (if asked) this consumer's own pending
+    deliveries, then deliveries idle >= redelivery_timeout_s (reclaimed by this consumer), then
+    new groups in report order. Each delivery increments the group's delivery_count.
+    ack(ids): acknowledged groups are deleted and never delivered again.
+publish(version, uri): version >= 1; lower than current → FailedPrecondition; equal with another
+    uri → FailedPrecondition; equal with the same uri → idempotent.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server import rules
+from prioreplay.priority_server.rules import Pool
+
+SamplerName = Literal["heap", "weighted", "uniform"]
+MAX_ID_BYTES = 256
+EXPIRE_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Sampling and bookkeeping parameters shared by both stores.
+
+    Attributes:
+        sampler: ``heap`` (deterministic top-k, the paper), ``weighted`` (∝ priority^alpha),
+            ``uniform`` (baseline).
+        alpha: exponent of ``weighted`` (> 0).
+        retest_fraction: share f of each batch reserved for pool retests, in [0, 1].
+        retest_interval: batches a pooled problem waits before it is eligible for a retest (>= 0).
+        params: decay and prior of the statistics.
+        seed: seeds the samplers' RNG (per step) and the tie-break keys.
+        lease_timeout_s: default lease length, seconds (> 0).
+        max_lease_timeout_s: largest lease a client may ask for, seconds.
+        redelivery_timeout_s: a delivered, unacknowledged group is re-delivered after this long.
+        max_batch_size: largest batch_size / max_groups accepted.
+    """
+
+    sampler: SamplerName = "heap"
+    alpha: float = 1.0
+    retest_fraction: float = 0.1
+    retest_interval: int = 4
+    params: rules.PriorityParams = field(default_factory=rules.PriorityParams)
+    seed: int = 0
+    lease_timeout_s: float = 600.0
+    max_lease_timeout_s: float = 86400.0
+    redelivery_timeout_s: float = 300.0
+    max_batch_size: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.sampler not in ("heap", "weighted", "uniform"):
+            raise InvalidArgument(f"sampler ({self.sampler!r}) must be one of heap, weighted, uniform")
+        if not (self.alpha > 0 and math.isfinite(self.alpha)):
+            raise InvalidArgument(f"alpha ({self.alpha}) must be a finite number > 0")
+        if not (0.0 <= self.retest_fraction <= 1.0):
+            raise InvalidArgument(f"retest_fraction ({self.retest_fraction}) must be in [0, 1]")
+        if self.retest_interval < 0:
+            raise InvalidArgument(f"retest_interval ({self.retest_interval}) must be >= 0 batches")
+        for name in ("lease_timeout_s", "max_lease_timeout_s", "redelivery_timeout_s"):
+            v = getattr(self, name)
+            if not (v > 0 and math.isfinite(v)):
+                raise InvalidArgument(f"{name} ({v}) must be a finite number of seconds > 0")
+        if self.lease_timeout_s > self.max_lease_timeout_s:
+            raise InvalidArgument(
+                f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
+            )
+        if self.max_batch_size < 1:
+            raise InvalidArgument(f"max_batch_size ({self.max_batch_size}) must be >= 1")
+
+
+@dataclass(frozen=True)
+class ProblemRecord:
+    """A registered problem (the proto's ``Problem``)."""
+
+    id: str
+    prompt: str
+    answer: str
+    verifier: str = "exact"
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SampledProblem:
+    """One problem of a lease: the problem, its priority when sampled, and where it came from."""
+
+    problem: ProblemRecord
+    priority: float
+    source: Pool
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The answer to ``sample``. ``lease_id`` is "" when ``problems`` is empty."""
+
+    lease_id: str
+    deadline: float  # unix seconds
+    problems: list[SampledProblem]
+    policy_version: int
+    weights_uri: str
+    retry_after_s: float
+    step: int
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """One reported group: rewards for the statistics, an opaque payload for the learner.
+
+    Attributes:
+        problem_id: a problem of the lease.
+        rewards: the G rewards in completion order, each in [0, 1].
+        payload: serialized ``TrajectoryGroup`` (without group_id / delivery_count), queued
+            verbatim when the group is mixed.
+    """
+
+    problem_id: str
+    rewards: tuple[float, ...]
+    payload: bytes = b""
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    accepted: bool
+    reason: str = ""
+    groups_queued: int = 0
+    groups_filtered: int = 0
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A trajectory group handed to a learner."""
+
+    group_id: str
+    payload: bytes
+    delivery_count: int
+
+
+@dataclass(frozen=True)
+class ProblemState:
+    """A problem's full state, for tests and debugging."""
+
+    problem: ProblemRecord
+    stats: rules.Stats
+    pool: Pool
+    score: float  # heap: priority; pools: last tested step; leased: the score it returns with
+    priority: float
+
+
+@dataclass
+class StoreStats:
+    """Counts behind ``GetStats`` and the metrics (field meanings as in the proto)."""
+
+    problems: int = 0
+    heap_size: int = 0
+    solved: int = 0
+    unsolved: int = 0
+    leased: int = 0
+    active_leases: int = 0
+    step: int = 0
+    policy_version: int = 0
+    weights_uri: str = ""
+    priority_histogram: list[int] = field(default_factory=list)
+    priority_bucket_edges: list[float] = field(default_factory=list)
+    groups_mixed: int = 0
+    groups_all_correct: int = 0
+    groups_all_wrong: int = 0
+    groups_constant: int = 0
+    forgetting_events: int = 0
+    breakthroughs: int = 0
+    lease_expiries: int = 0
+    queue_depth: int = 0
+    pending_groups: int = 0
+    completions_reported: int = 0
+    reward_sum: float = 0.0
+    late_reports: int = 0
+    groups_acked: int = 0
+
+    @property
+    def groups_total(self) -> int:
+        return self.groups_mixed + self.groups_all_correct + self.groups_all_wrong + self.groups_constant
+
+    @property
+    def effective_group_fraction(self) -> float:
+        """Mixed groups / all groups reported (0.0 before any report)."""
+        total = self.groups_total
+        return self.groups_mixed / total if total else 0.0
+
+
+def validate_problem(p: ProblemRecord, index: int, known_verifiers: Sequence[str]) -> None:
+    """Raises InvalidArgument naming the problem's index and field when it is unusable."""
+    where = f"problem #{index} (id {p.id!r})"
+    if not p.id:
+        raise InvalidArgument(f"problem #{index}: id is empty; give every problem a stable, non-empty id")
+    if len(p.id.encode("utf-8")) > MAX_ID_BYTES:
+        raise InvalidArgument(f"{where}: id is {len(p.id.encode())} bytes; the limit is {MAX_ID_BYTES}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in p.id):
+        raise InvalidArgument(f"{where}: id contains control characters")
+    if not p.prompt.strip():
+        raise InvalidArgument(f"{where}: prompt is empty")
+    if not p.answer.strip():
+        raise InvalidArgument(f"{where}: answer is empty; every problem needs a reference answer")
+    if p.verifier not in known_verifiers:
+        raise InvalidArgument(f"{where}: verifier {p.verifier!r} is unknown; use one of {', '.join(known_verifiers)}")
+
+
+KNOWN_VERIFIERS = ("math", "gsm8k", "exact")
+
+
+class Store(abc.ABC):
+    """Problem statistics, pools, leases, the trajectory queue and the policy pointer.
+
+    Public methods validate and delegate to ``_impl`` methods; both implementations share this
+    validation, so a bad request fails identically and changes nothing. All methods are
+    coroutines. ``clock`` returns unix seconds (injected for deterministic tests).
+    """
+
+    def __init__(self, config: StoreConfig, clock: Callable[[], float] = time.time):
+        self.config = config
+        self.clock = clock
+
+    # -- problems -------------------------------------------------------------------------
+    async def register(self, problems: Sequence[ProblemRecord]) -> tuple[int, int, int]:
+        """Upsert problems by id. Returns (created, updated, total).
+
+        Raises:
+            InvalidArgument: a problem with an empty/oversized id, empty prompt or answer, or an
+                unknown verifier (the message names its index); nothing of this call is stored.
+        """
+        for i, p in enumerate(problems):
+            validate_problem(p, i, KNOWN_VERIFIERS)
+        dedup: dict[str, ProblemRecord] = {}
+        for p in problems:
+            dedup[p.id] = p
+        if not dedup:
+            return 0, 0, await self._count_problems()
+        return await self._register(list(dedup.values()))
+
+    async def sample(self, batch_size: int, lease_timeout_s: float | None = None) -> Lease:
+        """Lease up to ``batch_size`` problems (see the module docstring for the exact rule).
+
+        Raises:
+            InvalidArgument: batch_size outside [1, max_batch_size]; lease_timeout_s not a
+                finite number in (0, max_lease_timeout_s].
+        """
+        if not (isinstance(batch_size, int) and 1 <= batch_size <= self.config.max_batch_size):
+            raise InvalidArgument(f"batch_size ({batch_size}) must be in [1, {self.config.max_batch_size}]")
+        timeout = self.config.lease_timeout_s if lease_timeout_s in (None, 0, 0.0) else lease_timeout_s
+        if not (math.isfinite(timeout) and 0 < timeout <= self.config.max_lease_timeout_s):
+            raise InvalidArgument(
+                f"lease_timeout_s ({lease_timeout_s}) must be in (0, {self.config.max_lease_timeout_s}] seconds; 0 uses the server default"
+            )
+        return await self._sample(batch_size, float(timeout))
+
+    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome]) -> ReportResult:
+        """Apply a lease's outcomes (see the module docstring).
+
+        Raises:
+            InvalidArgument: empty lease id, an empty group, a reward NaN/inf/outside [0, 1],
+                or a problem id twice in the report (the lease membership check is the
+                implementation's, with the same error). Nothing changes.
+        """
+        if not lease_id:
+            raise InvalidArgument("lease_id is empty; quote the lease_id returned by SampleProblems")
+        seen: set[str] = set()
+        for i, o in enumerate(outcomes):
+            if o.problem_id in seen:
+                raise InvalidArgument(f"outcomes[{i}]: problem {o.problem_id!r} is reported twice in one report")
+            seen.add(o.problem_id)
+            rules.validate_rewards(o.rewards, where=f"outcomes[{i}] (problem {o.problem_id!r}) rewards")
+        return await self._report(lease_id, list(outcomes))
+
+    async def expire_leases(self, limit: int = EXPIRE_LIMIT) -> int:
+        """Expire up to ``limit`` due leases (oldest deadline first). Returns how many expired."""
+        return await self._expire_leases(limit)
+
+    # -- trajectory queue -----------------------------------------------------------------
+    async def pull(self, consumer: str, max_groups: int, include_own_pending: bool = False) -> list[Delivery]:
+        """Deliver up to ``max_groups`` groups to ``consumer`` (non-blocking).
+
+        Raises:
+            InvalidArgument: max_groups outside [1, max_batch_size] or consumer over 128 bytes.
+        """
+        if not (isinstance(max_groups, int) and 1 <= max_groups <= self.config.max_batch_size):
+            raise InvalidArgument(f"max_groups ({max_groups}) must be in [1, {self.config.max_batch_size}]")
+        consumer = consumer or "learner"
+        if len(consumer.encode()) > 128:
+            raise InvalidArgument(f"consumer name is {len(consumer.encode())} bytes; the limit is 128")
+        return await self._pull(consumer, max_groups, include_own_pending)
+
+    async def ack(self, group_ids: Sequence[str]) -> tuple[int, int]:
+        """Acknowledge delivered groups. Returns (acked, unknown)."""
+        ids = list(dict.fromkeys(group_ids))
+        if not ids:
+            return 0, 0
+        acked = await self._ack(ids)
+        return acked, len(group_ids) - acked
+
+    # -- policy ---------------------------------------------------------------------------
+    async def publish(self, version: int, weights_uri: str) -> tuple[int, str]:
+        """Set the current policy version and weights URI. Returns the (version, uri) now current.
+
+        Raises:
+            InvalidArgument: version < 1 or empty uri.
+            FailedPrecondition: version lower than the current one, or equal with another uri.
+        """
+        if not isinstance(version, int) or version < 1:
+            raise InvalidArgument(f"version ({version}) must be an integer >= 1")
+        if not weights_uri:
+            raise InvalidArgument("weights_uri is empty; give the directory holding the safetensors weights")
+        return await self._publish(version, weights_uri)
+
+    async def stats(self, histogram_buckets: int = 10) -> StoreStats:
+        """Counts and the heap's priority histogram over ``histogram_buckets`` equal buckets."""
+        if not (isinstance(histogram_buckets, int) and 1 <= histogram_buckets <= 1000):
+            raise InvalidArgument(f"histogram_buckets ({histogram_buckets}) must be in [1, 1000]")
+        return await self._stats(histogram_buckets)
+
+    # -- implementation hooks -------------------------------------------------------------
+    @abc.abstractmethod
+    async def _count_problems(self) -> int: ...
+
+    @abc.abstractmethod
+    async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]: ...
+
+    @abc.abstractmethod
+    async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease: ...
+
+    @abc.abstractmethod
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult: ...
+
+    @abc.abstractmethod
+    async def _expire_leases(self, limit: int) -> int: ...
+
+    @abc.abstractmethod
+    async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]: ...
+
+    @abc.abstractmethod
+    async def _ack(self, group_ids: list[str]) -> int: ...
+
+    @abc.abstractmethod
+    async def _publish(self, version: int, weights_uri: str) -> tuple[int, str]: ...
+
+    @abc.abstractmethod
+    async def _stats(self, histogram_buckets: int) -> StoreStats: ...
+
+    @abc.abstractmethod
+    async def policy(self) -> tuple[int, str]:
+        """The current (policy_version, weights_uri); (0, "") before the first publish."""
+
+    @abc.abstractmethod
+    async def problem_state(self, problem_id: str) -> ProblemState:
+        """A problem's state. Raises NotFound naming the id."""
+
+    @abc.abstractmethod
+    async def dump(self) -> dict:
+        """Canonical state for the differential test: {"problems": {id: (pool, n, s1, s2, score)},
+        "counters": {...}, "step": int, "policy": (version, uri), "leases": sorted lease problem
+        id lists, "queue": [payload, ...] undelivered in order}."""
+
+    async def close(self) -> None:
+        """Release connections; the memory store also writes its snapshot."""

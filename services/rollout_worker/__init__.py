@@ -1,0 +1,1 @@
+"""The rollout worker: generation backends, verifiers, datasets, the lease→generate→report loop."""

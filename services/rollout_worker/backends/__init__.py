@@ -1,0 +1,1 @@
+"""Generation backends behind one interface (transformers; vLLM as the optional ``gpu`` extra)."""
