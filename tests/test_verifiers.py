@@ -1,0 +1,176 @@
+"""Verifiers: gsm8k final-number, math (math-verify), exact; errors and threads."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+
+import pytest
+
+from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server.store import KNOWN_VERIFIERS
+from prioreplay.rollout_worker import verifiers
+from prioreplay.rollout_worker.verifiers import VerifyResult, final_number, get_verifier, verify
+
+
+def gsm8k_references(gsm8k_dir) -> list[str]:
+    lines = (gsm8k_dir / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["answer"] for line in lines]
+
+
+def test_registry_matches_store_names():
+    assert set(verifiers.known_verifiers()) == set(KNOWN_VERIFIERS)
+    for name in KNOWN_VERIFIERS:
+        assert callable(get_verifier(name))
+
+
+def test_unknown_verifier_lists_known_ones():
+    with pytest.raises(InvalidArgument, match="'regex'.*math, gsm8k, exact"):
+        verify("regex", "1", "1")
+    with pytest.raises(InvalidArgument, match="math, gsm8k, exact"):
+        get_verifier("")
+    with pytest.raises(InvalidArgument, match="timeout_s"):
+        verify("math", "1", "1", timeout_s=0)
+
+
+# --------------------------------------------------------------------------- gsm8k
+
+def test_every_gsm8k_reference_verifies_and_a_perturbed_one_does_not(gsm8k_dir):
+    references = gsm8k_references(gsm8k_dir)
+    assert len(references) == 1319
+    for ref in references:
+        number = Decimal(ref.split("####")[-1].strip().replace(",", ""))
+        right = f"Let me think step by step. 3 + 4 = 7, so the answer is {number}."
+        wrong = f"Let me think step by step. 3 + 4 = 7, so the answer is {number + 1}."
+        assert verify("gsm8k", right, ref) == VerifyResult(1.0, None), (ref, right)
+        assert verify("gsm8k", wrong, ref) == VerifyResult(0.0, None), (ref, wrong)
+    # references as stored by the loader (the bare number) behave the same
+    number = references[0].split("####")[-1].strip()
+    assert verify("gsm8k", f"#### {number}", number).reward == 1.0
+
+
+@pytest.mark.parametrize("completion, reference, reward", [
+    ("The answer is 1,234.", "1234", 1.0),
+    ("She pays $1,234.", "#### 1,234", 1.0),
+    ("So 1234.0", "1234", 1.0),
+    ("#### 42\nCheck: 40 + 3 = 43", "42", 1.0),     # '####' wins over later numbers
+    ("I get \\boxed{17} (from 16 + 1)", "17", 1.0),  # \boxed wins over later numbers
+    ("The total is -7", "-7", 1.0),
+    ("I computed 5-3", "-3", 0.0),                    # a hyphen after a digit is not a sign
+    ("I computed 5-3", "3", 1.0),
+    ("21 + 39 - 96 =-36", "-36", 1.0),
+    ("Answer: 12.50 dollars", "12.5", 1.0),
+    ("The answer is 1,234.", "1235", 0.0),
+    ("it is 7 or 8", "7", 0.0),                       # the final number counts
+])
+def test_gsm8k_final_number_rules(completion, reference, reward):
+    assert verify("gsm8k", completion, reference) == VerifyResult(reward, None)
+
+
+def test_final_number_extraction():
+    assert final_number("The answer is $1,234.") == Decimal(1234)
+    assert final_number("no digits") is None
+    assert final_number("1" * 10_000) is None  # too long to be an answer
+
+
+# --------------------------------------------------------------------------- math
+
+@pytest.mark.parametrize("completion, reference, reward", [
+    ("So the answer is \\boxed{\\frac{1}{2}}.", "0.5", 1.0),
+    ("So the answer is \\boxed{\\frac{1}{2}}.", "1/2", 1.0),
+    ("The answer is 0.5", "\\frac{1}{2}", 1.0),
+    ("The answer is 1/2", "\\frac{1}{2}", 1.0),
+    ("$\\dfrac{6}{8}$", "\\frac{3}{4}", 1.0),
+    ("\\boxed{\\frac{2}{3}}", "\\frac{1}{2}", 0.0),
+    ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1.0),
+    ("\\boxed{x^2 + 2x + 1}", "(x+1)^2", 1.0),
+])
+def test_math_symbolic_equivalence(completion, reference, reward):
+    assert verify("math", completion, reference) == VerifyResult(reward, None)
+
+
+# --------------------------------------------------------------------------- exact
+
+@pytest.mark.parametrize("completion, reference, reward", [
+    ("  Paris. ", "paris", 1.0),
+    ("New   York\n", "new york", 1.0),
+    ("PARIS", "Paris.", 1.0),
+    ("Lyon", "Paris", 0.0),
+    ("Paris is the capital", "Paris", 0.0),
+])
+def test_exact_normalised_match(completion, reference, reward):
+    assert verify("exact", completion, reference).reward == reward
+
+
+# --------------------------------------------------------------------------- malformed input
+
+MALFORMED_COMPLETIONS = ["", "no number at all", "}}{{\\boxed{ \\frac{ $$ #### ", "9" * 10_000, "\x00\udcff"]
+
+
+@pytest.mark.parametrize("name", KNOWN_VERIFIERS)
+@pytest.mark.parametrize("completion", MALFORMED_COMPLETIONS, ids=["empty", "no_number", "garbage", "10kb_digits",
+                                                                   "control"])
+def test_malformed_completions_give_zero_not_exceptions(name, completion):
+    result = verify(name, completion, "12")
+    assert result.reward == 0.0
+    assert result.error is None or isinstance(result.error, str)
+    assert get_verifier(name)(completion, "12") == 0.0
+
+
+def test_verifier_failure_becomes_error_string():
+    result = verify("gsm8k", "The answer is 3.", "no number here")
+    assert result.reward == 0.0 and "no number" in result.error
+    result = verify("gsm8k", None, "3")  # type: ignore[arg-type]
+    assert result.reward == 0.0 and "must be strings" in result.error
+
+
+# --------------------------------------------------------------------------- threads and time-outs
+
+CASES = [("\\boxed{\\frac{1}{2}}", "0.5"), ("1/3", "\\frac{1}{2}"), ("The answer is 42", "42"), ("", "1")]
+
+
+def test_math_verify_works_from_worker_threads():
+    in_main = [verify("math", c, r) for c, r in CASES]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        in_threads = list(pool.map(lambda cr: verify("math", *cr), CASES))
+    assert in_threads == in_main
+    assert [r.reward for r in in_threads] == [1.0, 0.0, 1.0, 0.0]
+    assert all(r.error is None for r in in_threads)
+
+
+def test_math_timeout_in_worker_thread_gives_error(monkeypatch):
+    release = threading.Event()
+
+    def stuck(completion, reference, timeout):
+        assert timeout is None  # no signal-based time-out off the main thread
+        release.wait(5)
+        return 1.0
+
+    monkeypatch.setattr(verifiers, "_score_math_with", stuck)
+    out: list[VerifyResult] = []
+    worker = threading.Thread(target=lambda: out.append(verify("math", "1", "1", timeout_s=0.2)))
+    start = time.monotonic()
+    worker.start()
+    worker.join(5)
+    assert out == [VerifyResult(0.0, "math: TimeoutError: timed out after 0.2s")]
+    assert time.monotonic() - start < 2
+    assert verifiers._abandoned == 1
+    release.set()
+    for _ in range(100):  # the abandoned helper finishes and is no longer counted
+        if verifiers._abandoned == 0:
+            break
+        time.sleep(0.01)
+    assert verifiers._abandoned == 0
+
+
+def test_too_many_abandoned_helpers_fail_fast(monkeypatch):
+    monkeypatch.setattr(verifiers, "_abandoned", verifiers.MAX_ABANDONED)
+    out: list[VerifyResult] = []
+    worker = threading.Thread(target=lambda: out.append(verify("math", "1/2", "0.5")))
+    worker.start()
+    worker.join(5)
+    assert out[0].reward == 0.0 and "still running" in out[0].error
+    assert verify("math", "1/2", "0.5") == VerifyResult(1.0, None)  # the main thread uses signals
