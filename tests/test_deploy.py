@@ -1,0 +1,526 @@
+"""Checks of the deployment files: docker-compose.yml, deploy/ and docs/DEPLOY.md.
+
+No Docker engine is needed: the compose file is checked statically, but against the real code.
+Every ``prioreplay`` command in it is parsed by :func:`prioreplay.cli.parse` (unknown flags and bad
+values fail), with the service's environment applied and ``${VAR:-default}`` replaced by its
+default; ports must agree between compose, Prometheus, the config defaults and docs/INTERFACES.md;
+and every ``prioreplay_*`` metric the dashboard or Prometheus config names must be exported: by a
+real ``prioreplay server --store memory`` process (scraped over HTTP) and by the worker's and
+learner's metrics registries (rendered with ``generate_latest``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = REPO / "docker-compose.yml"
+PROMETHEUS_FILE = REPO / "deploy" / "prometheus" / "prometheus.yml"
+DATASOURCES_FILE = REPO / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+DASHBOARD_PROVIDERS_FILE = REPO / "deploy" / "grafana" / "provisioning" / "dashboards" / "dashboards.yml"
+DASHBOARD_FILE = REPO / "deploy" / "grafana" / "dashboards" / "prioreplay.json"
+INTERFACES_FILE = REPO / "docs" / "INTERFACES.md"
+DEPLOY_DOC = REPO / "docs" / "DEPLOY.md"
+
+SERVICES = {"redis", "priority-server", "loader", "rollout-worker", "learner", "prometheus", "grafana"}
+#: Service -> prioreplay subcommand it runs.
+PRIOREPLAY_SERVICES = {"priority-server": "server", "loader": "load", "rollout-worker": "worker", "learner": "learner"}
+#: docs/INTERFACES.md "Ports".
+GRPC_PORT = 50051
+METRICS_PORTS = {"priority-server": 9100, "rollout-worker": 9101, "learner": 9102}
+GPU_SERVICES = ("rollout-worker", "learner")
+METRIC_SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
+
+_VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_METRIC_RE = re.compile(r"\bprioreplay_[a-z0-9_]*[a-z0-9]")
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+def interpolate(value: str) -> str:
+    """Compose interpolation with every variable unset: ``${VAR:-d}`` / ``${VAR-d}`` -> ``d``."""
+
+    def sub(m: re.Match) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name, op, default = m.group(1) or m.group(4), m.group(2), m.group(3)
+        if op in ("-", ":-"):
+            return default
+        if op in ("?", ":?"):
+            raise AssertionError(f"${{{name}}} is required; give it a default so `docker compose config` works as is")
+        return ""
+
+    return _VAR_RE.sub(sub, value)
+
+
+def _interpolate_tree(node):
+    if isinstance(node, str):
+        return interpolate(node)
+    if isinstance(node, list):
+        return [_interpolate_tree(v) for v in node]
+    if isinstance(node, dict):
+        return {k: _interpolate_tree(v) for k, v in node.items()}
+    return node
+
+
+def _env_dict(service: dict) -> dict[str, str | None]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        out = {}
+        for item in env:
+            k, sep, v = item.partition("=")
+            out[k] = v if sep else None
+        return out
+    return {k: (None if v is None else str(v)) for k, v in env.items()}
+
+
+def _container_port(mapping) -> int:
+    if isinstance(mapping, dict):
+        return int(mapping["target"])
+    return int(str(mapping).split("/")[0].rsplit(":", 1)[-1])
+
+
+def _mounts(service: dict) -> list[tuple[str, str]]:
+    """(source, target) of each volume entry, short or long syntax."""
+    out = []
+    for v in service.get("volumes") or []:
+        if isinstance(v, dict):
+            out.append((v.get("source", ""), v["target"]))
+        else:
+            parts = v.split(":")
+            out.append((parts[0], parts[1]))
+    return out
+
+
+def _module_available(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _base_metric(name: str) -> str:
+    for suffix in METRIC_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def referenced_metrics() -> set[str]:
+    """Every ``prioreplay_*`` name the dashboard and the Prometheus config mention."""
+    return set(_METRIC_RE.findall(DASHBOARD_FILE.read_text(encoding="utf-8"))) | set(
+        _METRIC_RE.findall(PROMETHEUS_FILE.read_text(encoding="utf-8")))
+
+
+_TYPE_SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
+                  "summary": ("_sum", "_count", "_created"), "gaugehistogram": ("_bucket", "_gsum", "_gcount")}
+
+
+def exported_names(text: str) -> set[str]:
+    """Every name a query may use for the families of a text exposition: the family name, its
+    samples, and the suffixes of its type (``_bucket``/``_sum``/``_count`` of a histogram,
+    ``_total`` of a counter), so a labelled family that has no children yet still counts."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names = set()
+    for fam in text_string_to_metric_families(text):
+        names.add(fam.name)
+        names.update(fam.name + suffix for suffix in _TYPE_SUFFIXES.get(fam.type, ()))
+        names.update(s.name for s in fam.samples)
+    return names
+
+
+def is_exported(name: str, exported: set[str]) -> bool:
+    return name in exported
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    raw = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    assert isinstance(raw, dict) and "services" in raw
+    return _interpolate_tree(raw)
+
+
+@pytest.fixture(scope="module")
+def prometheus() -> dict:
+    return yaml.safe_load(PROMETHEUS_FILE.read_text(encoding="utf-8"))
+
+
+def parse_command(service: dict, monkeypatch):
+    """The typed config a compose service's ``prioreplay`` command builds (flags + its environment)."""
+    from prioreplay import cli
+
+    cmd = service["command"]
+    assert isinstance(cmd, list) and cmd, "write prioreplay commands in exec (list) form"
+    name, args = cmd[0], [str(a) for a in cmd[1:]]
+    assert name in cli.COMMANDS, f"{name!r} is not a prioreplay subcommand ({', '.join(cli.COMMANDS)})"
+    config_module = cli.COMMANDS[name].config.partition(":")[0]
+    if not _module_available(config_module):
+        pytest.skip(f"{config_module} does not exist yet")
+    for key in list(os.environ):
+        if key.startswith("PRIOREPLAY_"):
+            monkeypatch.delenv(key)
+    env = _env_dict(service)
+    for key, value in env.items():
+        if value is not None:  # a key without value is passed through from the shell (unset here)
+            monkeypatch.setenv(key, value)
+    try:
+        config = cli.parse(name, args)
+    except SystemExit as e:  # argparse: unknown flag or unparsable value (usage went to stderr)
+        pytest.fail(f"'prioreplay {name} {' '.join(args)}' was refused by the CLI (exit {e.code})")
+    fields = type(config).model_fields
+    for key in env:
+        if key.startswith("PRIOREPLAY_") and key != "PRIOREPLAY_CONFIG":
+            assert key[len("PRIOREPLAY_"):].lower() in fields, (
+                f"{key} is set on the service but 'prioreplay {name}' has no field "
+                f"{key[len('PRIOREPLAY_'):].lower()!r}: it would be ignored")
+    return config
+
+
+# -- compose: services and their shape --------------------------------------------------------------
+
+def test_compose_has_every_service(compose):
+    assert SERVICES <= set(compose["services"]), f"missing: {SERVICES - set(compose['services'])}"
+    for name in ("redis-data", "checkpoints", "models"):
+        assert name in (compose.get("volumes") or {}), f"named volume {name!r} missing"
+
+
+def test_every_service_has_a_restart_policy(compose):
+    for name in SERVICES:
+        assert "restart" in compose["services"][name], f"{name} has no restart policy"
+    assert compose["services"]["priority-server"]["restart"] == "unless-stopped"
+    assert compose["services"]["loader"]["restart"] == "no"
+
+
+def test_redis_is_persistent_and_health_checked(compose):
+    redis = compose["services"]["redis"]
+    assert redis["image"].startswith("redis:7")
+    cmd = redis["command"]
+    cmd = cmd if isinstance(cmd, list) else cmd.split()
+    assert cmd[cmd.index("--appendonly") + 1] == "yes"
+    data = [src for src, dst in _mounts(redis) if dst == "/data"]
+    assert data and data[0] in compose["volumes"], "redis /data must be a named volume"
+    assert "redis-cli" in redis["healthcheck"]["test"] and "ping" in redis["healthcheck"]["test"]
+
+
+def test_priority_server_shape(compose, monkeypatch):
+    server = compose["services"]["priority-server"]
+    assert server["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert any("grpc_health" in part for part in server["healthcheck"]["test"])
+    assert {_container_port(p) for p in server["ports"]} >= {GRPC_PORT, METRICS_PORTS["priority-server"]}
+    config = parse_command(server, monkeypatch)
+    assert config.store.startswith("redis://redis:6379"), "the server must use the compose Redis"
+    assert config.host == "0.0.0.0", "inside a container the server must listen on every interface"
+    assert config.port == GRPC_PORT
+    assert config.metrics_port == METRICS_PORTS["priority-server"]
+
+
+def test_server_healthcheck_is_valid_python(compose):
+    test = compose["services"]["priority-server"]["healthcheck"]["test"]
+    code = test[test.index("-c") + 1]
+    compile(code, "healthcheck", "exec")
+    assert f":{GRPC_PORT}" in code
+
+
+def test_loader_registers_a_dataset_from_the_data_volume(compose, monkeypatch):
+    loader = compose["services"]["loader"]
+    deps = loader["depends_on"]
+    assert "priority-server" in deps
+    data_targets = [dst for _src, dst in _mounts(loader)]
+    config = parse_command(loader, monkeypatch)
+    assert any(config.source.startswith(t.rstrip("/") + "/") for t in data_targets), (
+        f"the default dataset {config.source!r} must lie on a mounted volume ({data_targets})")
+    assert config.server == f"priority-server:{GRPC_PORT}"
+
+
+@pytest.mark.parametrize("name", GPU_SERVICES)
+def test_gpu_reservation(compose, name):
+    devices = compose["services"][name]["deploy"]["resources"]["reservations"]["devices"]
+    assert any(d.get("driver") == "nvidia" and d.get("count") == 1 and "gpu" in d.get("capabilities", [])
+               for d in devices), f"{name} needs one NVIDIA GPU reserved"
+
+
+def test_rollout_worker_is_scalable(compose, monkeypatch):
+    worker = compose["services"]["rollout-worker"]
+    assert "container_name" not in worker, "a fixed container_name breaks --scale"
+    assert not worker.get("ports"), "a fixed host port breaks --scale (Prometheus reaches workers by DNS)"
+    config = parse_command(worker, monkeypatch)
+    assert config.backend == "vllm"
+    assert config.server == f"priority-server:{GRPC_PORT}"
+    assert config.metrics_port == METRICS_PORTS["rollout-worker"]
+    assert str(METRICS_PORTS["rollout-worker"]) in [str(p) for p in worker.get("expose", [])]
+
+
+def test_learner_shape(compose, monkeypatch):
+    learner = compose["services"]["learner"]
+    config = parse_command(learner, monkeypatch)
+    assert config.server == f"priority-server:{GRPC_PORT}"
+    assert config.metrics_port == METRICS_PORTS["learner"]
+    assert METRICS_PORTS["learner"] in {_container_port(p) for p in learner.get("ports", [])}
+    # The checkpoint volume is mounted at the learner's checkpoint_dir, at the same path in workers.
+    ckpt = str(config.checkpoint_dir)
+    learner_src = [src for src, dst in _mounts(learner) if dst == ckpt]
+    worker_src = [src for src, dst in _mounts(compose["services"]["rollout-worker"]) if dst == ckpt]
+    assert learner_src and learner_src == worker_src, f"learner and workers must share one volume at {ckpt}"
+    assert learner_src[0] in compose["volumes"]
+
+
+def test_prioreplay_services_use_the_project_images(compose):
+    for name in PRIOREPLAY_SERVICES:
+        svc = compose["services"][name]
+        dockerfile = svc["build"]["dockerfile"]
+        assert (REPO / svc["build"].get("context", ".") / dockerfile).is_file(), f"{name}: {dockerfile} missing"
+        expected = "deploy/Dockerfile.gpu" if name in GPU_SERVICES else "deploy/Dockerfile"
+        assert dockerfile == expected
+        assert svc["command"][0] == PRIOREPLAY_SERVICES[name]
+
+
+def test_auth_token_is_passed_through_never_defaulted(compose):
+    for name in PRIOREPLAY_SERVICES:
+        env = _env_dict(compose["services"][name])
+        assert "PRIOREPLAY_AUTH_TOKEN" in env, f"{name} does not pass PRIOREPLAY_AUTH_TOKEN through"
+        assert env["PRIOREPLAY_AUTH_TOKEN"] is None, "an empty token default would fail validation"
+
+
+def test_bind_mount_sources_exist(compose):
+    for name, svc in compose["services"].items():
+        for src, _dst in _mounts(svc):
+            if src.startswith("./deploy"):
+                assert (REPO / src).exists(), f"{name} mounts {src}, which does not exist"
+
+
+# -- ports agree everywhere ------------------------------------------------------------------------------
+
+def test_config_defaults_match_the_documented_ports():
+    from prioreplay.priority_server.config import ServerConfig
+
+    assert ServerConfig.model_fields["port"].default == GRPC_PORT
+    assert ServerConfig.model_fields["metrics_port"].default == METRICS_PORTS["priority-server"]
+    from prioreplay.learner.config import LearnerConfig
+
+    assert LearnerConfig.model_fields["metrics_port"].default == METRICS_PORTS["learner"]
+    if not _module_available("prioreplay.rollout_worker.config"):
+        pytest.skip("prioreplay.rollout_worker.config does not exist yet")
+    from prioreplay.rollout_worker.config import WorkerConfig
+
+    assert WorkerConfig.model_fields["metrics_port"].default == METRICS_PORTS["rollout-worker"]
+
+
+def test_interfaces_doc_lists_the_same_ports():
+    text = INTERFACES_FILE.read_text(encoding="utf-8")
+    assert re.search(rf"priority server \| {GRPC_PORT} \| {METRICS_PORTS['priority-server']}", text)
+    assert re.search(rf"rollout worker \| . \| {METRICS_PORTS['rollout-worker']}", text)
+    assert re.search(rf"learner \| . \| {METRICS_PORTS['learner']}", text)
+
+
+def test_prometheus_scrapes_every_service(prometheus, compose):
+    assert prometheus["global"]["scrape_interval"] == "5s"
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    static = {t for job in jobs.values() for sc in job.get("static_configs", []) for t in sc["targets"]}
+    assert f"priority-server:{METRICS_PORTS['priority-server']}" in static
+    assert f"learner:{METRICS_PORTS['learner']}" in static
+    dns = [sd for job in jobs.values() for sd in job.get("dns_sd_configs", [])]
+    assert any(sd["names"] == ["rollout-worker"] and sd.get("type", "SRV") == "A"
+               and sd["port"] == METRICS_PORTS["rollout-worker"] for sd in dns), "workers must be found by DNS (type A)"
+    for target in static:
+        host = target.split(":")[0]
+        assert host == "localhost" or host in compose["services"], f"scrape target {target} is not a service"
+    prom = compose["services"]["prometheus"]
+    assert prom["image"].startswith("prom/prometheus")
+    assert any(src.endswith("deploy/prometheus/prometheus.yml") for src, _ in _mounts(prom))
+    assert 9090 in {_container_port(p) for p in prom["ports"]}
+
+
+# -- Grafana ----------------------------------------------------------------------------------------------
+
+def test_grafana_provisioning(compose):
+    grafana = compose["services"]["grafana"]
+    assert grafana["image"].startswith("grafana/grafana")
+    assert 3000 in {_container_port(p) for p in grafana["ports"]}
+    env = _env_dict(grafana)
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    mounts = dict((dst, src) for src, dst in _mounts(grafana))
+    assert mounts["/etc/grafana/provisioning"].endswith("deploy/grafana/provisioning")
+
+    sources = yaml.safe_load(DATASOURCES_FILE.read_text(encoding="utf-8"))["datasources"]
+    prom = [d for d in sources if d["type"] == "prometheus"]
+    assert len(prom) == 1 and prom[0]["url"] == "http://prometheus:9090"
+
+    providers = yaml.safe_load(DASHBOARD_PROVIDERS_FILE.read_text(encoding="utf-8"))["providers"]
+    path = providers[0]["options"]["path"]
+    assert mounts[path].endswith("deploy/grafana/dashboards"), "the provider path must be the mounted dashboards folder"
+
+    dashboard = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+    uids = {t["datasource"]["uid"] for p in dashboard["panels"] for t in p.get("targets", [])}
+    uids |= {p["datasource"]["uid"] for p in dashboard["panels"] if "datasource" in p}
+    assert uids == {prom[0]["uid"]}, "every panel must use the provisioned data source"
+
+
+def _dashboard_exprs() -> dict[str, list[dict]]:
+    dashboard = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+    return {p["title"]: p.get("targets", []) for p in dashboard["panels"] if p["type"] != "row"}
+
+
+def test_dashboard_has_the_required_panels():
+    panels = _dashboard_exprs()
+    dashboard = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+    heatmaps = [p for p in dashboard["panels"] if p["type"] == "heatmap"]
+    assert any(t["format"] == "heatmap" and t["legendFormat"] == "{{le}}" and "prioreplay_priority_bucket" in t["expr"]
+               for p in heatmaps for t in p["targets"]), "priority heat map from prioreplay_priority_bucket"
+    exprs = " ".join(t["expr"] for targets in panels.values() for t in targets)
+    for needle in ("prioreplay_pool_size", "prioreplay_effective_group_fraction",
+                   "rate(prioreplay_forgetting_events_total", "rate(prioreplay_breakthroughs_total",
+                   "rate(prioreplay_worker_completions_total", "rate(prioreplay_worker_tokens_generated_total",
+                   "prioreplay_learner_tokens_per_second", "prioreplay_learner_staleness_bucket",
+                   "prioreplay_lease_expiries_total", "prioreplay_rpc_latency_seconds_bucket",
+                   "prioreplay_learner_loss", "prioreplay_learner_kl", "prioreplay_learner_clip_fraction",
+                   "prioreplay_worker_weight_reload_seconds", "prioreplay_trajectory_queue_depth"):
+        assert needle in exprs, f"no panel uses {needle}"
+    assert "histogram_quantile" in exprs and "by (le, method)" in exprs
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+
+
+def test_dashboard_metrics_are_documented():
+    documented = set(_METRIC_RE.findall(INTERFACES_FILE.read_text(encoding="utf-8").split("## Metrics", 1)[1]))
+    unknown = sorted(n for n in referenced_metrics() if n not in documented and _base_metric(n) not in documented)
+    assert not unknown, f"not in docs/INTERFACES.md: {unknown}"
+
+
+# -- images --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])
+def test_dockerfiles(dockerfile):
+    text = (REPO / "deploy" / dockerfile).read_text(encoding="utf-8")
+    instructions = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    users = [ln.split(None, 1)[1] for ln in instructions if ln.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0"), "the image must run as a non-root user"
+    assert 'ENTRYPOINT ["prioreplay"]' in instructions
+    if dockerfile == "Dockerfile":
+        assert any(ln.startswith("FROM python:3.11-slim") for ln in instructions)
+        assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    else:
+        assert re.search(r"(nvidia/cuda:12\.\S*runtime|vllm/vllm-openai)", text), "a CUDA base image"
+        assert "[gpu]" in text, "the GPU image installs the project's gpu extra"
+
+
+def test_dockerignore():
+    lines = {ln.strip().rstrip("/") for ln in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()}
+    for needed in (".venv", "runs", ".cache", ".git", "**/__pycache__"):
+        assert needed in lines, f".dockerignore must exclude {needed}"
+
+
+def test_deploy_doc_names_every_variable(compose):
+    raw = COMPOSE_FILE.read_text(encoding="utf-8")
+    names = set(re.findall(r"\$\{(PRIOREPLAY_[A-Z0-9_]+)", raw)) | {"PRIOREPLAY_AUTH_TOKEN"}
+    doc = DEPLOY_DOC.read_text(encoding="utf-8")
+    missing = sorted(n for n in names if n not in doc)
+    assert not missing, f"docs/DEPLOY.md does not describe {missing}"
+    for needle in ("--scale rollout-worker", ":3000", ":9090"):
+        assert needle in doc
+
+
+# -- every referenced metric is exported ---------------------------------------------------------------
+
+def _scrape_server(timeout_s: float = 60.0) -> tuple[str, int]:
+    """Start ``prioreplay server --store memory`` on free ports, scrape /metrics once stats are in."""
+    port, mport = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prioreplay.cli", "server", "--store", "memory", "--host", "127.0.0.1",
+         "--port", str(port), "--metrics-port", str(mport), "--stats-interval-s", "0.2", "--log-level", "WARNING"],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline, text = time.monotonic() + timeout_s, ""
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"prioreplay server exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=2) as resp:
+                    text = resp.read().decode()
+                if "prioreplay_pool_size" in text:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"no store metrics on /metrics within {timeout_s} s:\n{text[-2000:]}")
+        _run_compose_healthcheck(port)
+        return text, port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        proc.stderr.close()
+
+
+def _run_compose_healthcheck(port: int) -> None:
+    """The compose health check of the server, pointed at the test server, must pass."""
+    compose = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    test = compose["services"]["priority-server"]["healthcheck"]["test"]
+    code = test[test.index("-c") + 1].replace(f":{GRPC_PORT}", f":{port}")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30)
+    assert done.returncode == 0, f"the server health check failed: {done.stderr.decode()[-1000:]}"
+
+
+def _worker_exposition() -> str:
+    from prometheus_client import generate_latest
+
+    from prioreplay.rollout_worker.metrics import WorkerMetrics
+
+    return generate_latest(WorkerMetrics().registry).decode()
+
+
+def _learner_exposition() -> str:
+    from prometheus_client import generate_latest
+
+    from prioreplay.learner.metrics import LearnerMetrics
+
+    return generate_latest(LearnerMetrics().registry).decode()
+
+
+def test_every_referenced_metric_is_exported():
+    """Scrape a real server and render the worker's and learner's registries."""
+    for module in ("prioreplay.priority_server.main", "prioreplay.rollout_worker.metrics", "prioreplay.learner.metrics"):
+        if not _module_available(module):
+            pytest.skip(f"{module} does not exist yet")
+    server_text, _port = _scrape_server()
+    exported = exported_names(server_text) | exported_names(_worker_exposition()) | exported_names(_learner_exposition())
+    referenced = referenced_metrics()
+    assert referenced, "the dashboard references no metric"
+    missing = sorted(n for n in referenced if not is_exported(n, exported))
+    assert not missing, f"referenced but not exported: {missing}"
+
+
+def test_exported_name_matching():
+    exported = exported_names(
+        "# TYPE a_seconds histogram\na_seconds_bucket{le=\"1.0\"} 1\na_seconds_bucket{le=\"+Inf\"} 1\n"
+        "a_seconds_sum 0.5\na_seconds_count 1\n# TYPE b counter\nb_total 3\n# TYPE c gauge\nc 1\n")
+    for name in ("a_seconds_bucket", "a_seconds_sum", "a_seconds_count", "a_seconds", "b_total", "c"):
+        assert is_exported(name, exported), name
+    for name in ("c_total", "d", "b_bucket_x"):
+        assert not is_exported(name, exported), name
+    assert interpolate("${A:-x}-${B-y}-${C}-$$D") == "x-y--$D"
