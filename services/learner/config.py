@@ -1,0 +1,94 @@
+"""Typed configuration of ``prioreplay learner`` (pydantic and the standard library only).
+
+Every field maps onto a ``--kebab-case`` flag, a ``PRIOREPLAY_<FIELD>`` environment variable and
+the ``learner`` section of a ``--config`` file (see :mod:`prioreplay.config`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from prioreplay.config import ClientSettings
+
+
+class LearnerConfig(ClientSettings):
+    """Configuration of the GRPO learner: model, optimizer, loss, staleness, checkpoints, metrics.
+
+    One learner step uses ``batch_groups`` trajectory groups (each a prompt and its G completions),
+    so its batch holds Σ G sequences; they are run ``micro_batch_size`` sequences per forward pass
+    with gradient accumulation.
+    """
+
+    # -- model -------------------------------------------------------------------------------
+    model: str = Field("smollm2-135m", description="model alias, local directory or cached Hugging Face id "
+                       "(the same the workers start from)")
+    cache_dir: Path | None = Field(None, description="where converted/downloaded models are cached (default: the models module's)")
+    lora: bool = Field(False, description="train LoRA adapters instead of all weights (needs the 'lora' extra: pip install 'prioreplay[lora]'); "
+                       "published checkpoints hold the merged weights")
+    lora_rank: int = Field(16, ge=1, le=1024, description="LoRA rank r (alpha = 2r)")
+    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'")
+    temperature: float = Field(1.0, gt=0, le=10, description="the workers' sampling temperature: logits are divided by it "
+                               "before the log-softmax so new log-probs match the behaviour log-probs' distribution")
+    max_sequence_tokens: int = Field(4096, ge=2, le=1_000_000, description="prompt + completion tokens per sequence at most; "
+                                     "longer groups are dropped (counted as invalid)")
+
+    # -- batch and optimizer -----------------------------------------------------------------
+    batch_groups: int = Field(8, ge=1, le=4096, description="trajectory groups per learner step")
+    micro_batch_size: int = Field(8, ge=1, le=4096, description="sequences per forward/backward pass (gradient accumulation)")
+    lr: float = Field(1e-6, gt=0, le=1, description="peak learning rate of AdamW")
+    warmup_steps: int = Field(0, ge=0, le=10_000_000, description="steps of linear learning-rate warm-up from 0 (then constant)")
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW decoupled weight decay")
+    max_grad_norm: float = Field(1.0, gt=0, le=1e6, description="clip the global gradient L2 norm to this")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds torch and python RNGs (their states are checkpointed)")
+
+    # -- loss ----------------------------------------------------------------------------------
+    advantage: Literal["grpo", "drgrpo"] = Field("grpo", description="grpo: (r − mean)/(std + eps); drgrpo: r − mean (= r − p)")
+    advantage_eps: float = Field(1e-6, gt=0, le=1, description="eps added to the group std (grpo mode)")
+    aggregation: Literal["token-mean", "seq-mean"] = Field("token-mean", description="token-mean over the batch's valid tokens, "
+                                                           "or mean per sequence then over sequences")
+    eps_low: float = Field(0.2, ge=0, lt=1, description="lower clip: ratio >= 1 − eps_low")
+    eps_high: float = Field(0.28, ge=0, le=10, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
+    kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model (0: no reference model is loaded)")
+
+    # -- trajectories and versions -------------------------------------------------------------
+    max_staleness: int = Field(4, ge=0, le=1_000_000, description="drop groups generated more than this many policy versions "
+                               "before the learner's current one (counted, acknowledged)")
+    pull_wait_s: float = Field(5.0, ge=0, le=60, description="seconds one PullTrajectories call waits for a group")
+    batch_timeout_s: float = Field(60.0, ge=0, le=86400, description="seconds a step keeps pulling to fill batch_groups; "
+                                   "then it trains on what came (>= 1 group)")
+    consumer: str = Field("learner", min_length=1, max_length=128, description="consumer name at the server; keep it stable "
+                          "across restarts so unacknowledged groups come back")
+
+    # -- checkpoints and publishing ------------------------------------------------------------
+    checkpoint_dir: Path = Field(Path("checkpoints"), description="where step-N/ checkpoints go; the learner resumes from "
+                                 "the newest complete one")
+    publish_every: int = Field(1, ge=1, le=1_000_000, description="learner steps between checkpoint + PublishPolicy")
+    keep_checkpoints: int = Field(3, ge=1, le=1_000_000, description="newest complete checkpoints kept (older ones deleted)")
+    max_steps: int = Field(0, ge=0, le=1_000_000_000, description="stop after this many optimizer steps in total (0: until stopped)")
+
+    # -- observability -------------------------------------------------------------------------
+    metrics_port: int = Field(9102, ge=0, le=65535, description="port of /metrics (0 disables)")
+    log_file: Path | None = Field(None, description="append one JSON line of metrics per step to this file")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LearnerConfig":
+        from prioreplay.errors import InvalidArgument
+
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise InvalidArgument(f"log_level ({self.log_level!r}) must be DEBUG, INFO, WARNING or ERROR")
+        dev = self.device
+        if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+            raise InvalidArgument(f"device ({dev!r}) must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        if not self.model.strip():
+            raise InvalidArgument("model is empty; give an alias (smollm2-135m), a local directory or a Hugging Face id")
+        return self
+
+    @property
+    def log_level_number(self) -> int:
+        """The ``logging`` level number of ``log_level``."""
+        return getattr(logging, self.log_level.upper())

@@ -1,0 +1,468 @@
+"""The GRPO learner: pull trajectory groups, one clipped policy-gradient step, ack, checkpoint, publish.
+
+One :meth:`Learner.step` reads top to bottom:
+
+1. **pull** up to ``batch_groups`` groups (the first pull after start re-delivers this consumer's
+   own unacknowledged groups, so a learner killed between pull and ack gets them back);
+2. **filter**: drop groups more than ``max_staleness`` policy versions old, groups with zero reward
+   variance (no GRPO gradient) and malformed groups; each is counted by fate and acknowledged;
+3. **collate** the completions into padded (B, T) prompt + completion tensors with a completion mask;
+4. **advantages** per group (GRPO or Dr. GRPO);
+5. **forward/backward** in micro-batches with gradient accumulation (each micro-batch's loss
+   divided by the whole batch's token or sequence count, so the accumulated gradient is the
+   full-batch gradient), clip the gradient norm, AdamW step with linear LR warm-up;
+6. **ack** the groups (only after the optimizer step: at-least-once training);
+7. every ``publish_every`` steps: **checkpoint** ``step-N`` and ``PublishPolicy(version=N)``.
+
+Policy versions are learner steps: the weights after optimizer step N are version N, so the
+staleness of a group is ``current version − its policy_version`` in steps. New log-probs are
+computed by teacher forcing with the logits divided by ``config.temperature``, which must be the
+workers' sampling temperature (the behaviour log-probs are under that distribution).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from prioreplay.errors import InvalidArgument
+from prioreplay.learner import checkpoint as ckpt
+from prioreplay.learner.config import LearnerConfig
+from prioreplay.learner.loss import default_normalizer, grpo_loss, group_advantages
+from prioreplay.learner.metrics import LearnerMetrics
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------
+# Batches
+# ------------------------------------------------------------------------------------------
+@dataclass
+class Batch:
+    """The padded tensors of one step. Position j of the shifted tensors scores token j + 1.
+
+    Attributes:
+        input_ids: (B, T) prompt + completion token ids, right-padded with ``pad_id``.
+        attention_mask: (B, T) 1 on real tokens.
+        completion_mask: (B, T − 1) 1 where token j + 1 is a completion token.
+        behaviour_logprobs: (B, T − 1) the worker's log-prob of token j + 1 (0 elsewhere).
+        advantages: (B,) the sequence's group-relative advantage.
+        rewards: (B,) the sequence's reward.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    behaviour_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    rewards: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def slice(self, start: int, stop: int) -> "Batch":
+        """Sequences [start, stop), trimmed to their longest real length."""
+        t = max(2, int(self.attention_mask[start:stop].sum(dim=1).max()))
+        return Batch(self.input_ids[start:stop, :t], self.attention_mask[start:stop, :t],
+                     self.completion_mask[start:stop, : t - 1], self.behaviour_logprobs[start:stop, : t - 1],
+                     self.advantages[start:stop], self.rewards[start:stop])
+
+
+def group_problem(group, max_tokens: int) -> str | None:
+    """Why a ``TrajectoryGroup`` cannot be trained on, or None when it is usable."""
+    if not group.prompt_token_ids:
+        return "empty prompt_token_ids"
+    if not group.completions:
+        return "no completions"
+    for i, c in enumerate(group.completions):
+        if len(c.token_ids) != len(c.logprobs):
+            return f"completion {i}: {len(c.token_ids)} token ids but {len(c.logprobs)} logprobs"
+        if len(group.prompt_token_ids) + len(c.token_ids) > max_tokens:
+            return f"completion {i}: {len(group.prompt_token_ids) + len(c.token_ids)} tokens > max_sequence_tokens ({max_tokens})"
+    return None
+
+
+def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int) -> Batch:
+    """Padded prompt + completion tensors of every completion of ``groups``.
+
+    Args:
+        groups: ``TrajectoryGroup`` messages (validated with :func:`group_problem`).
+        advantages: per group a (G,) tensor of its completions' advantages.
+        pad_id: the tokenizer's pad token id (padding is masked out everywhere).
+    """
+    seqs, behaviour, starts, adv, rewards = [], [], [], [], []
+    for g, a in zip(groups, advantages):
+        for c, a_i in zip(g.completions, a.tolist()):
+            seqs.append(list(g.prompt_token_ids) + list(c.token_ids))
+            behaviour.append(list(c.logprobs))
+            starts.append(len(g.prompt_token_ids))
+            adv.append(a_i)
+            rewards.append(c.reward)
+    B, T = len(seqs), max(2, max(len(s) for s in seqs))
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros(B, T, dtype=torch.long)  # (B, T)
+    completion_mask = torch.zeros(B, T - 1, dtype=torch.bool)  # (B, T-1)
+    behaviour_lp = torch.zeros(B, T - 1, dtype=torch.float32)  # (B, T-1)
+    for b, (s, lp, p) in enumerate(zip(seqs, behaviour, starts)):
+        input_ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
+        attention_mask[b, : len(s)] = 1
+        completion_mask[b, p - 1 : len(s) - 1] = True  # token j+1 is a completion token
+        behaviour_lp[b, p - 1 : len(s) - 1] = torch.tensor(lp, dtype=torch.float32)
+    return Batch(input_ids, attention_mask, completion_mask, behaviour_lp,
+                 torch.tensor(adv, dtype=torch.float32), torch.tensor(rewards, dtype=torch.float32))
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Teacher-forced log-probs of each next token, log softmax(logits / temperature).
+
+    Args:
+        input_ids, attention_mask: (B, T).
+        temperature: the sampling temperature of the behaviour policy (> 0).
+        with_entropy: also return the per-position entropy of that distribution (no grad).
+
+    Returns:
+        ((B, T − 1) log-prob of token j + 1 at position j, in nats; (B, T − 1) entropies or None).
+    """
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]  # (B, T-1, V)
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, T-1, V)
+    logprobs = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            lp = logp_all.detach()  # (B, T-1, V)
+            entropy = -(lp.exp() * lp).sum(-1)  # (B, T-1)
+    return logprobs, entropy
+
+
+# ------------------------------------------------------------------------------------------
+# The learner
+# ------------------------------------------------------------------------------------------
+@dataclass
+class StepResult:
+    """What one :meth:`Learner.step` did (also the JSON line of the step log)."""
+
+    trained: bool
+    record: dict[str, Any] = field(default_factory=dict)
+    group_ids: list[str] = field(default_factory=list)
+
+
+class Learner:
+    """A GRPO learner bound to a priority server.
+
+    Args:
+        config: the learner configuration.
+        client: a :class:`prioreplay.client.PriorityClient` (default: built from ``config``).
+        model_dir: the base model directory (default: ``resolve_model(config.model)``).
+
+    Raises:
+        InvalidArgument: the model cannot be resolved or loaded; ``lora`` without peft installed.
+        CheckpointError: never at start (incomplete checkpoints are skipped), but from
+            :meth:`load_checkpoint` when an explicitly given one is incomplete.
+    """
+
+    def __init__(self, config: LearnerConfig, client=None, model_dir: str | Path | None = None):
+        from prioreplay import models
+
+        self.config = config
+        if client is None:
+            from prioreplay.client import PriorityClient
+
+            client = PriorityClient(config)
+        self.client = client
+        self.device = torch.device(_pick_device(config.device))
+        self.model_dir = Path(model_dir) if model_dir else models.resolve_model(config.model, config.cache_dir)
+        torch.manual_seed(config.seed)
+        random.seed(config.seed)
+        self.tokenizer = models.load_tokenizer(self.model_dir)
+        self.model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=str(self.device))
+        self.ref_model = None
+        self._resume_path = ckpt.latest_complete(config.checkpoint_dir)
+        if config.lora and self._resume_path is not None:  # merged weights go in before the adapters wrap the model
+            models.load_weights(self.model, self._resume_path)
+        if config.lora:
+            self.model = _wrap_lora(self.model, config.lora_rank)
+        elif config.kl_coef > 0:  # frozen copy of the initial policy (LoRA uses the adapter-free base)
+            self.ref_model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=str(self.device))
+            self.ref_model.requires_grad_(False)
+        self.model.train()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        warmup = config.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0)
+        self.metrics = LearnerMetrics(config.log_file)
+        self.step_count = 0  # optimizer steps done
+        self.version = 0  # newest policy version this learner published (or resumed)
+        self.last_checkpoint_step = -1
+        self.stop_requested = False
+        self._first_pull = True
+        self._pad_id = self.tokenizer.pad_token_id
+        self._rpc_s = 0.0  # seconds in RPCs during the current step
+
+    # -- versions --------------------------------------------------------------------------
+    @property
+    def current_version(self) -> int:
+        """The version number of the current weights (= steps done; never below a published one)."""
+        return max(self.step_count, self.version)
+
+    # -- RPCs (timed) ------------------------------------------------------------------------
+    def _rpc(self, method: str, fn: Callable, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            dt = time.perf_counter() - t0
+            self.metrics.rpc_seconds.labels(method).observe(dt)
+            self._rpc_s += dt
+
+    # -- start-up ----------------------------------------------------------------------------
+    def resume(self) -> Path | None:
+        """Load the newest complete checkpoint of ``checkpoint_dir`` (if any), then make sure the
+        version never goes below the server's. Returns the checkpoint loaded, or None."""
+        path = self._resume_path  # found (and verified) at construction
+        if path is not None:
+            self.load_checkpoint(path)
+        server_version = self._rpc("GetStats", self.client.stats).policy_version
+        if server_version > self.current_version:
+            log.warning("the server's policy version (%d) is ahead of this learner's (%d, checkpoint %s): "
+                        "numbering new versions after it", server_version, self.current_version, path)
+            self.version = server_version
+        self.metrics.step.set(self.step_count)
+        self.metrics.policy_version.set(self.version)
+        return path
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore weights, optimizer, scheduler, step, version and RNG states from ``path``.
+
+        Raises:
+            CheckpointError: the checkpoint is partial or altered (nothing is changed).
+            InvalidArgument: its weights do not fit the model.
+        """
+        from prioreplay import models
+
+        state = ckpt.load_trainer_state(path)  # verifies every file first
+        if self.config.lora:  # the merged weights were loaded before wrapping (see __init__)
+            log.warning("LoRA: %s holds merged weights; adapters and optimizer state restart from zero", path)
+        else:
+            models.load_weights(self.model, path)
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step_count, self.version = int(state["step"]), int(state["policy_version"])
+        self.last_checkpoint_step = self.step_count
+        ckpt.set_rng_state(state["rng"])
+        log.info("resumed from %s: step %d, policy version %d", path, self.step_count, self.version)
+
+    # -- one step ----------------------------------------------------------------------------
+    def step(self) -> StepResult:
+        """Pull, filter, train on, acknowledge and (every publish_every steps) publish one batch.
+
+        Returns a result with ``trained=False`` when no usable group arrived within
+        ``batch_timeout_s`` (dropped groups are still counted and acknowledged).
+        """
+        cfg = self.config
+        self._rpc_s = 0.0
+
+        # --- pull ---------------------------------------------------------------------------
+        t_wait = time.perf_counter()
+        groups = self._pull()
+        wait_s = time.perf_counter() - t_wait
+
+        # --- drop stale, zero-variance and malformed groups ----------------------------------
+        t_compute = time.perf_counter()
+        used, advantages, fates, staleness = self._filter(groups)
+        record: dict[str, Any] = {"groups_pulled": len(groups), **{f"groups_{k}": v for k, v in fates.items()}}
+        if not used:
+            if groups:
+                self._rpc("AckTrajectories", self.client.ack, [g.group_id for g in groups])
+            return StepResult(False, record)
+
+        # --- collate, forward/backward in micro-batches, optimizer step ----------------------
+        batch = collate(used, advantages, self._pad_id)
+        metrics = self._train(batch)
+        compute_s = time.perf_counter() - t_compute
+
+        # --- ack after the optimizer step ----------------------------------------------------
+        group_ids = [g.group_id for g in groups]
+        self._rpc("AckTrajectories", self.client.ack, group_ids)
+
+        # --- checkpoint + publish -----------------------------------------------------------
+        t_publish = time.perf_counter()
+        published = self.step_count % cfg.publish_every == 0
+        if published:
+            self.publish()
+        publish_s = time.perf_counter() - t_publish
+
+        # --- metrics ------------------------------------------------------------------------
+        tokens = int(batch.attention_mask.sum())
+        record.update(step=self.step_count, policy_version=self.version, published=published, **metrics,
+                      sequences=len(batch), tokens=tokens, completion_tokens=int(batch.completion_mask.sum()),
+                      reward_mean=float(batch.rewards.mean()), staleness_mean=sum(staleness) / len(staleness),
+                      staleness_max=max(staleness), wait_s=wait_s, compute_s=compute_s, publish_s=publish_s,
+                      rpc_s=self._rpc_s, tokens_per_s=tokens / max(compute_s, 1e-9))
+        self.metrics.record(record)
+        return StepResult(True, record, group_ids)
+
+    def _pull(self) -> list:
+        """Up to batch_groups groups, waiting at most batch_timeout_s in total (deduplicated)."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.batch_timeout_s
+        groups: dict[str, Any] = {}
+        while len(groups) < cfg.batch_groups and not self.stop_requested:
+            remaining = deadline - time.monotonic()
+            wait = max(0.0, min(cfg.pull_wait_s, remaining))
+            resp = self._rpc("PullTrajectories", self.client.pull, cfg.batch_groups - len(groups), wait,
+                             cfg.consumer, self._first_pull)
+            self._first_pull = False
+            for g in resp.groups:
+                groups.setdefault(g.group_id, g)
+            if remaining <= 0:
+                break
+            if not resp.groups and wait == 0:  # pull_wait_s = 0: poll gently instead of spinning
+                time.sleep(min(0.05, remaining))
+        return list(groups.values())
+
+    def _filter(self, groups: Sequence) -> tuple[list, list[torch.Tensor], dict[str, int], list[int]]:
+        """Split pulled groups by fate; compute the advantages of the used ones."""
+        cfg = self.config
+        fates = {"used": 0, "stale": 0, "zero_variance": 0, "invalid": 0}
+        used, advantages, staleness = [], [], []
+        for g in groups:
+            age = self.current_version - g.policy_version
+            problem = group_problem(g, cfg.max_sequence_tokens)
+            rewards = torch.tensor([[c.reward for c in g.completions]], dtype=torch.float32)  # (1, G)
+            if problem is not None:
+                log.warning("dropping group %s of problem %r: %s", g.group_id, g.problem_id, problem)
+                fate = "invalid"
+            elif age > cfg.max_staleness:
+                fate = "stale"
+            elif rewards.numel() < 2 or bool((rewards == rewards[0, 0]).all()):
+                fate = "zero_variance"
+            else:
+                fate = "used"
+                advantages.append(group_advantages(rewards, cfg.advantage, cfg.advantage_eps)[0])  # (G,)
+                used.append(g)
+                staleness.append(age)
+                self.metrics.staleness.observe(max(0, age))
+            fates[fate] += 1
+            self.metrics.groups.labels(fate).inc()
+        return used, advantages, fates, staleness
+
+    def _train(self, batch: Batch) -> dict[str, float]:
+        """Gradient accumulation over micro-batches, grad-norm clipping, AdamW step, LR schedule."""
+        cfg = self.config
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        norm = default_normalizer(batch.completion_mask, cfg.aggregation)
+        totals: dict[str, float] = {}
+        for start in range(0, len(batch), cfg.micro_batch_size):
+            mb = batch.slice(start, start + cfg.micro_batch_size)
+            loss, m = self._micro_batch_loss(mb, norm)
+            loss.backward()
+            for k, v in {"loss": loss.detach(), **m}.items():
+                totals[k] = totals.get(k, 0.0) + float(v)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step_count += 1
+        return {**totals, "grad_norm": float(grad_norm), "lr": lr}
+
+    def _micro_batch_loss(self, mb: Batch, normalizer: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The GRPO loss of one micro-batch, divided by the whole batch's ``normalizer``."""
+        cfg = self.config
+        dev = self.device
+        ids, attn = mb.input_ids.to(dev), mb.attention_mask.to(dev)  # (b, t)
+        with self._autocast():
+            logprobs, entropy = token_logprobs(self.model, ids, attn, cfg.temperature, with_entropy=True)  # (b, t-1)
+            ref_logprobs = None
+            if cfg.kl_coef > 0:
+                with torch.no_grad(), self._reference() as ref:
+                    ref_logprobs, _ = token_logprobs(ref, ids, attn, cfg.temperature)  # (b, t-1)
+        return grpo_loss(logprobs, mb.behaviour_logprobs.to(dev), mb.advantages.to(dev),
+                         mb.completion_mask.to(dev), cfg.eps_low, cfg.eps_high, cfg.aggregation,
+                         ref_logprobs=ref_logprobs, kl_coef=cfg.kl_coef, entropies=entropy, normalizer=normalizer)
+
+    def _autocast(self):
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _reference(self):
+        if self.ref_model is not None:
+            yield self.ref_model
+        else:  # LoRA: the base model with the adapters switched off
+            with self.model.disable_adapter():
+                yield self.model
+
+    # -- checkpoint + publish --------------------------------------------------------------
+    def trainer_state(self, version: int) -> dict[str, Any]:
+        """Optimizer, scheduler, step, ``version`` and RNG states (weights_only-loadable)."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "step": self.step_count, "policy_version": version, "rng": ckpt.rng_state()}
+
+    def publish(self) -> Path:
+        """Write checkpoint ``step-N`` and publish it as policy version N (or the next one above the
+        server's, if it was ahead). Returns the checkpoint directory."""
+        version = self.step_count if self.step_count > self.version else self.version + 1
+        state = self.trainer_state(version)
+        model = self._mergeable()
+        path = ckpt.save_checkpoint(self.config.checkpoint_dir, self.step_count, model, self.tokenizer, state,
+                                    config=self.config.model_dump(mode="json", exclude={"auth_token"}),
+                                    keep=self.config.keep_checkpoints)
+        self._rpc("PublishPolicy", self.client.publish, version, str(path.resolve()))
+        self.version = version
+        self.last_checkpoint_step = self.step_count
+        self.metrics.policy_version.set(version)
+        log.info("step %d: published policy version %d (%s)", self.step_count, version, path)
+        return path
+
+    def _mergeable(self):
+        if not self.config.lora:
+            return self.model
+        import copy
+
+        return copy.deepcopy(self.model).merge_and_unload()
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> int:
+        """Resume, then step until ``max_steps`` (total) or :attr:`stop_requested`; a final
+        checkpoint is published if the last step was not. Returns 0."""
+        self.resume()
+        cfg = self.config
+        while not self.stop_requested and (cfg.max_steps == 0 or self.step_count < cfg.max_steps):
+            result = self.step()
+            if result.trained:
+                r = result.record
+                log.info("step %d: loss %.4f, groups %d (stale %d, zero-variance %d), %.1f tok/s, %.2fs",
+                         r["step"], r["loss"], r["groups_used"], r["groups_stale"], r["groups_zero_variance"],
+                         r["tokens_per_s"], r["wait_s"] + r["compute_s"] + r["publish_s"])
+        if self.step_count > self.last_checkpoint_step and self.step_count > 0:
+            self.publish()
+        return 0
+
+
+def _pick_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidArgument(f"device ({device!r}) needs CUDA, which this machine lacks; use --device cpu")
+    return device
+
+
+def _wrap_lora(model, rank: int):
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise InvalidArgument("lora=True needs peft: install the extra with `pip install 'prioreplay[lora]'`, "
+                              "or train all weights (--no-lora)") from None
+    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    return get_peft_model(model, cfg)

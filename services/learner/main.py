@@ -1,0 +1,47 @@
+"""``prioreplay learner``: resume, train until ``max_steps`` or SIGTERM/SIGINT, publish the last step."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+from prioreplay.learner.config import LearnerConfig
+
+log = logging.getLogger("prioreplay.learner")
+
+
+def run(config: LearnerConfig) -> int:
+    """Run the learner process; returns the exit code (0 after a clean stop).
+
+    SIGTERM and SIGINT ask the learner to stop: it finishes the step in progress (optimizer step,
+    ack, checkpoint), publishes the last step if it was not yet, and exits 0. A second signal
+    exits at once (the groups of an unfinished step come back on the next start).
+
+    Raises:
+        InvalidArgument: the model cannot be loaded, or LoRA is asked for without peft.
+        StoreUnavailable: the priority server cannot be reached (after the client's retries).
+    """
+    logging.basicConfig(level=config.log_level_number, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from prioreplay.learner.learner import Learner
+
+    learner = Learner(config)
+    server = learner.metrics.serve(config.metrics_port)
+    if server is not None:
+        log.info("metrics on :%d/metrics", config.metrics_port)
+
+    def _stop(signum, _frame):
+        if learner.stop_requested:
+            raise KeyboardInterrupt
+        log.info("signal %d: finishing the current step, then stopping", signum)
+        learner.stop_requested = True
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    try:
+        return learner.run()
+    finally:
+        learner.client.close()
+        if server is not None:
+            server.shutdown()

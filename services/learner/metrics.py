@@ -1,0 +1,89 @@
+"""The learner's metrics: its own Prometheus registry (``/metrics`` on ``metrics_port``) and one JSON
+line per step in ``log_file``. Metric names are listed in docs/INTERFACES.md (``prioreplay_learner_*``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128)
+SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class LearnerMetrics:
+    """Prometheus metrics of one learner process plus the JSON-lines step log.
+
+    Args:
+        log_file: append one JSON object per step here (None: no file). Parent directories are created.
+    """
+
+    def __init__(self, log_file: str | os.PathLike | None = None):
+        self.registry = r = CollectorRegistry()
+        p = "prioreplay_learner_"
+        self.loss = Gauge(p + "loss", "total loss of the last step (pg + kl_coef * kl)", registry=r)
+        self.pg_loss = Gauge(p + "pg_loss", "clipped policy-gradient loss of the last step", registry=r)
+        self.kl = Gauge(p + "kl", "k3 KL to the reference policy, last step (0 without one)", registry=r)
+        self.clip_fraction = Gauge(p + "clip_fraction", "share of completion tokens whose ratio was clipped, last step",
+                                   ["side"], registry=r)
+        self.entropy = Gauge(p + "entropy", "mean token entropy of the policy on completion tokens, nats", registry=r)
+        self.grad_norm = Gauge(p + "grad_norm", "global gradient L2 norm before clipping, last step", registry=r)
+        self.learning_rate = Gauge(p + "learning_rate", "learning rate of the last optimizer step", registry=r)
+        self.groups = Counter(p + "groups", "trajectory groups pulled, by fate", ["fate"], registry=r)
+        for fate in ("used", "stale", "zero_variance", "invalid"):
+            self.groups.labels(fate)
+        self.staleness = Histogram(p + "staleness", "policy versions between a group's generation and its use",
+                                   buckets=STALENESS_BUCKETS, registry=r)
+        self.step_seconds = Histogram(p + "step_seconds", "seconds per step phase", ["phase"], buckets=SECONDS_BUCKETS,
+                                      registry=r)
+        self.tokens_per_second = Gauge(p + "tokens_per_second", "tokens (prompt + completion) processed per compute second",
+                                       registry=r)
+        self.step = Gauge(p + "step", "optimizer steps done", registry=r)
+        self.policy_version = Gauge(p + "policy_version", "newest policy version published by this learner", registry=r)
+        self.rpc_seconds = Histogram(p + "rpc_seconds", "seconds spent in priority-server RPCs", ["method"],
+                                     buckets=SECONDS_BUCKETS, registry=r)
+        self.log_path = Path(log_file) if log_file else None
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def serve(self, port: int, addr: str = "0.0.0.0"):
+        """Start ``/metrics`` on ``port`` (a daemon thread). Returns the server, or None when port is 0."""
+        if port == 0:
+            return None
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server
+
+    def record(self, rec: dict[str, Any]) -> None:
+        """Set the gauges from one step record (keys as written by the learner) and log the line."""
+        for name in ("loss", "pg_loss", "kl", "entropy", "grad_norm"):
+            v = rec.get(name)
+            if v is not None and math.isfinite(v):
+                getattr(self, name).set(v)
+        if rec.get("lr") is not None:
+            self.learning_rate.set(rec["lr"])
+        for side in ("low", "high"):
+            if rec.get(f"clip_frac_{side}") is not None:
+                self.clip_fraction.labels(side).set(rec[f"clip_frac_{side}"])
+        if rec.get("tokens_per_s") is not None:
+            self.tokens_per_second.set(rec["tokens_per_s"])
+        self.step.set(rec.get("step", 0))
+        self.policy_version.set(rec.get("policy_version", 0))
+        for phase in ("wait", "compute", "publish"):
+            if rec.get(f"{phase}_s") is not None:
+                self.step_seconds.labels(phase).observe(rec[f"{phase}_s"])
+        self.write_line(rec)
+
+    def write_line(self, rec: dict[str, Any]) -> None:
+        """Append ``rec`` (with ``time_unix_s``; NaN/inf written as null) as one JSON line to the log file, if any."""
+        if self.log_path is None:
+            return
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()}
+        line = json.dumps({"time_unix_s": round(time.time(), 3), **clean}, allow_nan=False, default=str)
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")

@@ -1,0 +1,271 @@
+"""The learner against a real in-process priority server (memory store) and the tiny model.
+
+Groups are synthetic: prompts from the tiny tokenizer's chat template, random completion tokens,
+and behaviour log-probs computed by the same tiny model (so the first step's ratio is exactly 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+
+import pytest
+import torch
+
+from prioreplay.learner import checkpoint as ckpt
+from prioreplay.learner.config import LearnerConfig
+from prioreplay.v1 import priority_service_pb2 as pb
+
+G = 4  # completions per group
+COMPLETION_TOKENS = 6  # tokens per completion (reduced: fast steps)
+
+
+# --- an in-process server on its own event loop thread -------------------------------------------
+class ServerThread:
+    """A priority server (memory store) on 127.0.0.1:<ephemeral> served from a background loop."""
+
+    def __init__(self):
+        from prioreplay.priority_server.config import ServerConfig
+        from prioreplay.priority_server.server import create_server
+        from prioreplay.priority_server.store import StoreConfig
+        from prioreplay.priority_server.stores import create_store
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.store = create_store("memory", StoreConfig(retest_fraction=0.0))
+        cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0)
+        self.server, port = self._run(create_server("127.0.0.1:0", self.store, cfg))
+        self.address = f"127.0.0.1:{port}"
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def close(self):
+        from prioreplay.priority_server.server import stop_server
+
+        self._run(stop_server(self.server))
+        self._run(self.store.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def server():
+    s = ServerThread()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from prioreplay.testing import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=1)
+
+
+@pytest.fixture
+def client(server):
+    from prioreplay.client import PriorityClient
+    from prioreplay.config import ClientSettings
+
+    c = PriorityClient(ClientSettings(server=server.address), max_retries=0)
+    yield c
+    c.close()
+
+
+def make_config(server, tiny_dir, tmp_path, **overrides) -> LearnerConfig:
+    kw = dict(server=server.address, model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt", batch_groups=2,
+              micro_batch_size=3,  # 8 sequences → micro-batches of 3, 3, 2: accumulation is exercised
+              lr=1e-2, max_staleness=2, publish_every=1, keep_checkpoints=2, metrics_port=0, pull_wait_s=0.2,
+              batch_timeout_s=1.0, consumer="test-learner", log_file=tmp_path / "learner.jsonl", device="cpu", seed=0)
+    kw.update(overrides)
+    return LearnerConfig(**kw)
+
+
+# --- synthetic groups ------------------------------------------------------------------------------
+_fed = 0
+
+
+def feed(client, tiny_dir, n_groups: int, versions: list[int] | None = None, seed: int = 0) -> list[dict]:
+    """Register n problems, lease them, report one mixed group each. Returns what was reported."""
+    global _fed
+    from prioreplay.models import apply_chat_template, load_causal_lm, load_tokenizer
+    from prioreplay.learner.learner import token_logprobs
+
+    tok, model = load_tokenizer(tiny_dir), load_causal_lm(tiny_dir)
+    client.register([pb.Problem(id=f"q{_fed + i}", prompt=f"what is {_fed + i} + 1?", answer=str(_fed + i + 1))
+                     for i in range(n_groups)])
+    _fed += n_groups
+    lease = client.sample(n_groups)
+    assert len(lease.problems) == n_groups
+    gen = torch.Generator().manual_seed(seed)
+    outcomes, reported = [], []
+    for k, lp in enumerate(lease.problems):
+        prompt = apply_chat_template(tok, lp.problem.prompt)
+        completions, rewards = [], [float((i + k) % 3 == 0) for i in range(G)]  # mixed: 1 or 2 of 4 correct
+        for i in range(G):
+            ids = torch.randint(5, len(tok), (COMPLETION_TOKENS,), generator=gen).tolist()
+            full = torch.tensor([prompt + ids])
+            with torch.no_grad():
+                lps, _ = token_logprobs(model, full, torch.ones_like(full))
+            beh = lps[0, len(prompt) - 1:].tolist()  # (L,) log-probs of the completion tokens
+            completions.append(pb.Completion(reward=rewards[i], token_ids=ids, logprobs=beh))
+        version = versions[k] if versions else 0
+        outcomes.append(pb.ProblemOutcome(problem_id=lp.problem.id, policy_version=version,
+                                          prompt_token_ids=prompt, completions=completions))
+        reported.append({"prompt": prompt, "rewards": rewards, "version": version})
+    resp = client.report(lease.lease_id, outcomes)
+    assert resp.accepted and resp.groups_queued == n_groups
+    return reported
+
+
+def _params(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# --- tests -----------------------------------------------------------------------------------------
+def test_step_trains_checkpoints_and_publishes_weights_a_worker_loads(server, client, tiny_dir, tmp_path):
+    from prioreplay.learner.learner import Learner
+    from prioreplay.learner.loss import group_advantages
+    from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
+
+    reported = feed(client, tiny_dir, 2)
+    learner = Learner(make_config(server, tiny_dir, tmp_path, advantage="drgrpo"))
+    assert learner.resume() is None
+    before = _params(learner.model)
+    result = learner.step()
+    assert result.trained and learner.step_count == 1
+    r = result.record
+    # behaviour log-probs came from the same weights: ratio 1 everywhere, so nothing is clipped and
+    # the token-mean pg loss is −Σ A_b·L_b / Σ L_b (every completion has COMPLETION_TOKENS tokens)
+    assert r["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert r["clip_frac_low"] == 0.0 and r["clip_frac_high"] == 0.0
+    adv = torch.cat([group_advantages(torch.tensor([g["rewards"]]), "drgrpo")[0] for g in reported])
+    assert r["pg_loss"] == pytest.approx(float(-adv.mean()), abs=1e-6)
+    assert r["groups_used"] == 2 and r["sequences"] == 2 * G and r["completion_tokens"] == 2 * G * COMPLETION_TOKENS
+    changed = [k for k, v in learner.model.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed, "the optimizer step changed no weight"
+
+    # checkpoint step-1 is complete and published as version 1; the groups are acknowledged
+    path = tmp_path / "ckpt" / "step-1"
+    assert ckpt.latest_complete(tmp_path / "ckpt") == path
+    assert ckpt.load_trainer_state(path)["step"] == 1
+    stats = client.stats()
+    assert (stats.policy_version, stats.weights_uri) == (1, str(path.resolve()))
+    assert stats.groups_acked == 2 and stats.pending_groups == 0
+    line = json.loads((tmp_path / "learner.jsonl").read_text().splitlines()[-1])
+    assert line["step"] == 1 and line["policy_version"] == 1 and line["published"] is True
+
+    # a worker's transformers backend loads the published version: identical logits
+    backend = TransformersBackend(tiny_dir)
+    ids = torch.tensor([reported[0]["prompt"]])
+    assert not torch.equal(backend.model(ids).logits, learner.model(ids).logits)
+    backend.load_weights(stats.weights_uri, stats.policy_version)
+    assert backend.policy_version == 1
+    with torch.no_grad():
+        torch.testing.assert_close(backend.model(ids).logits, learner.model(ids).logits, rtol=0, atol=0)
+
+
+def test_stale_groups_are_dropped_counted_and_acked(server, client, tiny_dir, tmp_path):
+    from prioreplay.learner.learner import Learner
+
+    client.publish(3, str(tiny_dir))  # the server is at version 3 before this learner starts
+    feed(client, tiny_dir, 3, versions=[0, 2, 3])  # staleness 3 (> max_staleness 2), 1 and 0
+    learner = Learner(make_config(server, tiny_dir, tmp_path, batch_groups=3))
+    learner.resume()
+    assert learner.current_version == 3  # never below the server's version
+    result = learner.step()
+    r = result.record
+    assert (r["groups_stale"], r["groups_used"]) == (1, 2)
+    assert r["staleness_max"] == 1 and r["sequences"] == 2 * G
+    assert learner.metrics.groups.labels("stale")._value.get() == 1
+    assert learner.metrics.groups.labels("used")._value.get() == 2
+    stats = client.stats()
+    assert stats.groups_acked == 3 and stats.pending_groups == 0  # the stale one too: never re-delivered
+    assert stats.policy_version == 4  # the next version after the server's, not step 1
+
+
+def test_killed_between_pull_and_ack_gets_the_same_groups_and_loss_on_resume(server, client, tiny_dir, tmp_path):
+    from prioreplay.learner.learner import Learner
+
+    cfg = make_config(server, tiny_dir, tmp_path)
+    feed(client, tiny_dir, 2, seed=1)
+    first = Learner(cfg)
+    first.resume()
+    assert first.step().trained  # step 1, checkpoint step-1
+    feed(client, tiny_dir, 2, seed=2)
+
+    # step 2 trains, then the process "dies" before acknowledging
+    seen: dict = {}
+    train = first._train
+    first._train = lambda batch: seen.setdefault("metrics", train(batch))
+    pull = first.client.pull
+    first.client.pull = lambda *a, **k: seen.setdefault("resp", pull(*a, **k))
+
+    def die(ids):
+        raise SystemExit("killed before ack")
+
+    first.client.ack = die
+    with pytest.raises(SystemExit):
+        first.step()
+    first.client.close()
+    pulled = sorted(g.group_id for g in seen["resp"].groups)
+    assert len(pulled) == 2 and client.stats().pending_groups == 2
+
+    # a new process with the same consumer resumes from step-1 and gets the same groups at once
+    second = Learner(cfg)
+    assert second.resume() == tmp_path / "ckpt" / "step-1"
+    assert second.step_count == 1
+    result = second.step()
+    assert sorted(result.group_ids) == pulled
+    assert result.record["loss"] == pytest.approx(seen["metrics"]["loss"], rel=1e-5, abs=1e-7)
+    assert result.record["grad_norm"] == pytest.approx(seen["metrics"]["grad_norm"], rel=1e-4)
+    assert second.step_count == 2 and client.stats().policy_version == 2
+    # the optimizer (Adam moments) and scheduler were restored too: the same update as the dead one made
+    for (name, a), b in zip(second.model.state_dict().items(), first.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=name)
+    assert client.stats().pending_groups == 0
+    second.client.close()
+
+
+def test_run_stops_at_max_steps_and_writes_json_lines(server, client, tiny_dir, tmp_path):
+    from prioreplay.learner.main import run
+
+    feed(client, tiny_dir, 4, seed=3)
+    cfg = make_config(server, tiny_dir, tmp_path, max_steps=2, publish_every=5, keep_checkpoints=1)
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        assert run(cfg) == 0
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+    lines = [json.loads(x) for x in (tmp_path / "learner.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]
+    assert all(x["wait_s"] >= 0 and x["compute_s"] > 0 and x["tokens_per_s"] > 0 for x in lines)
+    # publish_every=5 was not reached: the final step is still checkpointed and published
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["step-2"]
+    assert client.stats().policy_version == 2
+
+
+def test_zero_variance_and_malformed_groups_are_not_trained_on(tiny_dir, tmp_path):
+    from prioreplay.learner.learner import Learner
+
+    cfg = LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt", metrics_port=0,
+                        max_sequence_tokens=12, device="cpu")
+    learner = Learner(cfg)
+
+    def group(gid, rewards, lengths=None, n_tokens=3):
+        comps = [pb.Completion(reward=r, token_ids=[7] * n_tokens, logprobs=[-1.0] * (lengths or n_tokens)) for r in rewards]
+        return pb.TrajectoryGroup(group_id=gid, problem_id=gid, prompt_token_ids=[4, 5, 6], completions=comps)
+
+    groups = [group("mixed", [1.0, 0.0, 0.0]), group("all-correct", [1.0, 1.0]), group("single", [1.0]),
+              group("mismatch", [1.0, 0.0], lengths=2), group("too-long", [1.0, 0.0], n_tokens=10)]
+    used, advantages, fates, staleness = learner._filter(groups)
+    assert [g.group_id for g in used] == ["mixed"] and staleness == [0]
+    assert fates == {"used": 1, "stale": 0, "zero_variance": 2, "invalid": 2}
+    assert advantages[0].shape == (3,) and float(advantages[0].sum()) == pytest.approx(0.0, abs=1e-6)
+    learner.client.close()
