@@ -1,0 +1,151 @@
+"""The priority server's Prometheus metrics, in the server's own registry.
+
+Two kinds (names as in ``docs/INTERFACES.md``):
+
+* Process-local instruments, updated as RPCs run: ``prioreplay_rpc_latency_seconds{method}``,
+  ``prioreplay_rpc_errors_total{method,code}`` and ``prioreplay_sampled_priority`` (the
+  priorities served by SampleProblems).
+* Store-derived metrics, exported by a custom collector from the latest ``store.stats()``
+  (refreshed by the server every ``stats_interval_s``): pool sizes, the priority distribution,
+  the step, the policy version, the trajectory queue and the counters that live in the store
+  (groups by kind, forgetting events, breakthroughs, lease expiries, late reports). Because
+  they come from the store they survive restarts and agree across server replicas.
+
+Labels are method names, status codes, pools, group kinds and bucket edges only: no problem id,
+prompt text, token, URL or worker id ever reaches ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prioreplay.priority_server.store import StoreStats
+
+log = logging.getLogger(__name__)
+
+#: Buckets of the RPC latency histogram, seconds (100 µs .. 30 s).
+LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                     2.5, 5.0, 10.0, 30.0)
+#: Buckets of the sampled-priority histogram: tenths of the maximum priority 0.25.
+PRIORITY_BUCKETS = tuple(round(0.025 * i, 3) for i in range(1, 11))
+
+
+class StoreStatsCollector(Collector):
+    """Exports the latest :class:`StoreStats` (None until the first refresh: nothing exported)."""
+
+    def __init__(self) -> None:
+        self.latest: StoreStats | None = None
+        self.healthy: bool | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.latest
+        if self.healthy is not None:
+            yield GaugeMetricFamily("prioreplay_store_healthy", "1 when the store answered its health check",
+                                    value=1.0 if self.healthy else 0.0)
+        if s is None:
+            return
+        pools = GaugeMetricFamily("prioreplay_pool_size", "problems per place (heap/solved/unsolved/leased)",
+                                  labels=["pool"])
+        for pool, n in (("heap", s.heap_size), ("solved", s.solved), ("unsolved", s.unsolved), ("leased", s.leased)):
+            pools.add_metric([pool], n)
+        yield pools
+        yield GaugeMetricFamily("prioreplay_problems", "problems registered", value=s.problems)
+        buckets = GaugeMetricFamily(
+            "prioreplay_priority_bucket",
+            "heap problems with priority below le (the last edge, 0.25, inclusive): the current distribution",
+            labels=["le"])
+        cumulative = 0
+        for count, edge in zip(s.priority_histogram, s.priority_bucket_edges[1:]):
+            cumulative += count
+            buckets.add_metric([f"{edge:.6g}"], cumulative)
+        yield buckets
+        groups = CounterMetricFamily("prioreplay_groups", "reported groups by kind since the run began",
+                                     labels=["kind"])
+        for kind, n in (("mixed", s.groups_mixed), ("all_correct", s.groups_all_correct),
+                        ("all_wrong", s.groups_all_wrong), ("constant", s.groups_constant)):
+            groups.add_metric([kind], n)
+        yield groups
+        yield GaugeMetricFamily("prioreplay_effective_group_fraction",
+                                "mixed groups / all reported groups (groups with a GRPO gradient)",
+                                value=s.effective_group_fraction)
+        for name, doc, value in (
+            ("prioreplay_forgetting_events", "solved problems that failed a retest", s.forgetting_events),
+            ("prioreplay_breakthroughs", "unsolved problems that passed a retest", s.breakthroughs),
+            ("prioreplay_lease_expiries", "leases that expired before their report", s.lease_expiries),
+            ("prioreplay_late_reports", "reports refused: lease unknown, expired or already reported",
+             s.late_reports),
+            ("prioreplay_completions_reported", "completions reported", s.completions_reported),
+            ("prioreplay_groups_acked", "trajectory groups acknowledged by learners", s.groups_acked),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
+        for name, doc, value in (
+            ("prioreplay_trajectory_queue_depth", "groups queued, never delivered", s.queue_depth),
+            ("prioreplay_trajectory_pending", "groups delivered, not yet acknowledged", s.pending_groups),
+            ("prioreplay_policy_version", "newest published policy version", s.policy_version),
+            ("prioreplay_sampler_step", "batches served (the retest schedule's clock)", s.step),
+            ("prioreplay_active_leases", "leases out", s.active_leases),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
+
+
+class ServerMetrics:
+    """The server's registry and instruments.
+
+    Args:
+        registry: where to register (a fresh :class:`CollectorRegistry` by default, so tests and
+            several servers in one process do not collide).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.rpc_latency = Histogram("prioreplay_rpc_latency_seconds", "RPC handling time, seconds", ["method"],
+                                     buckets=LATENCY_BUCKETS_S, registry=self.registry)
+        self.rpc_errors = Counter("prioreplay_rpc_errors_total", "RPCs that ended with a status other than OK",
+                                  ["method", "code"], registry=self.registry)
+        self.sampled_priority = Histogram("prioreplay_sampled_priority", "priority of each problem served",
+                                          buckets=PRIORITY_BUCKETS, registry=self.registry)
+        self.store_stats = StoreStatsCollector()
+        self.registry.register(self.store_stats)
+
+    def observe_rpc(self, method: str, seconds: float, code: str) -> None:
+        """Record one RPC: its latency (seconds) and, when ``code`` is not "OK", an error."""
+        self.rpc_latency.labels(method).observe(seconds)
+        if code != "OK":
+            self.rpc_errors.labels(method, code).inc()
+
+    def observe_sampled(self, priorities: list[float]) -> None:
+        """Record the priorities of the problems of one served batch."""
+        for p in priorities:
+            self.sampled_priority.observe(p)
+
+    def update(self, stats: "StoreStats | None", healthy: bool) -> None:
+        """Replace the exported store statistics (None keeps the previous ones) and health."""
+        if stats is not None:
+            self.store_stats.latest = stats
+        self.store_stats.healthy = healthy
+
+    def render(self) -> bytes:
+        """The text exposition of the registry (what ``/metrics`` serves)."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+    def serve(self, port: int, addr: str = "0.0.0.0"):
+        """Serve ``/metrics`` on ``addr:port`` in a daemon thread.
+
+        Returns:
+            The (server, thread) pair of :func:`prometheus_client.start_http_server`; call
+            ``server.shutdown()`` to stop it.
+
+        Raises:
+            OSError: the port is taken.
+        """
+        from prometheus_client import start_http_server
+
+        return start_http_server(port, addr=addr, registry=self.registry)

@@ -1,0 +1,259 @@
+"""The ``prioreplay`` command line: help, light imports, clear errors, and the real
+``server`` / ``load`` / ``stats`` processes against the memory store; plus the committed gRPC stubs
+matching the proto.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from prioreplay import cli
+from prioreplay.priority_server.config import ServerConfig, StatsConfig
+from prioreplay.priority_server.main import run_stats
+from prioreplay.priority_server.stores import create_store
+from tests.conftest import REPO, free_port
+
+PY = sys.executable
+
+
+def _env() -> dict[str, str]:
+    """The environment without PRIOREPLAY_* settings (so the test's flags are the only input)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
+
+
+def _prioreplay(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "prioreplay.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          env=_env(), cwd=REPO)
+
+
+# -- help and parsing (in process) ---------------------------------------------------------
+def test_top_level_help(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in cli.COMMANDS:
+        assert name in out
+
+
+@pytest.mark.parametrize("name", list(cli.COMMANDS))
+def test_each_command_help_exits_0(name, capsys, monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("PRIOREPLAY_"):
+            monkeypatch.delenv(k)
+    with pytest.raises(SystemExit) as e:
+        cli.main([name, "--help"])
+    assert e.value.code == 0
+    assert f"prioreplay {name}" in capsys.readouterr().out
+
+
+def test_help_does_not_import_heavy_modules():
+    code = (
+        "import sys\n"
+        "from prioreplay import cli\n"
+        "for name in ('server', 'load', 'stats'):\n"
+        "    try:\n"
+        "        cli.parse(name, ['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'grpc') if m in sys.modules)\n"
+        "print('HEAVY=' + ','.join(heavy))\n"
+    )
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, env=_env(), cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert "usage: prioreplay server" in r.stdout
+    assert r.stdout.strip().splitlines()[-1] == "HEAVY="  # no heavy module was imported
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["server", "--port", "70000"], "port"),
+    (["server", "--sampler", "greedy"], "sampler"),
+    (["server", "--retest-fraction", "1.5"], "retest_fraction"),
+    (["server", "--alpha", "0"], "alpha"),
+    (["server", "--store", "mongodb://x"], "store"),
+    (["server", "--tls-cert-file", "cert.pem"], "tls_key_file"),
+    (["server", "--lease-timeout-s", "100", "--max-lease-timeout-s", "10"], "lease_timeout_s"),
+    (["load", "data.jsonl", "--chunk-size", "0"], "chunk_size"),
+    (["stats", "--buckets", "5000"], "buckets"),
+])
+def test_invalid_values_name_the_field(argv, field, capsys, monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("PRIOREPLAY_"):
+            monkeypatch.delenv(k)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"prioreplay {argv[0]}: error:" in err and field in err
+
+
+def test_unknown_flag_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["stats", "--no-such-flag", "1"])
+    assert e.value.code == 2
+
+
+# -- the real processes ---------------------------------------------------------------------
+class ServerProcess:
+    """``prioreplay server`` as a subprocess; its stderr is read by a thread (no pipe stalls)."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([PY, "-m", "prioreplay.cli", "server", "--port", "0", *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.port = self._wait_for(r"listening on 127\.0\.0\.1:(\d+)")
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.put(line)
+
+    def _wait_for(self, pattern: str, timeout_s: float = 60) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            self.log.append(line)
+            m = re.search(pattern, line)
+            if m:
+                return int(m.group(1))
+        self.kill()
+        raise AssertionError(f"server never logged {pattern!r}:\n{''.join(self.log)}")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def terminate(self, timeout_s: float = 30) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _write_jsonl(path: Path, rows: list) -> None:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+
+
+def _stats_json(address: str) -> dict:
+    r = _prioreplay("stats", "--server", address, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_server_load_stats_processes(tmp_path):
+    secret_prompt = "Zorblax has 3 apples and eats none; how many apples?"
+    good = tmp_path / "problems.jsonl"
+    _write_jsonl(good, [{"id": f"q{i}", "prompt": f"{secret_prompt} #{i}", "answer": "3"} for i in range(5)])
+    bad = tmp_path / "bad.jsonl"
+    _write_jsonl(bad, [{"id": "b1", "prompt": "1+1", "answer": "2"}, {"id": "b2", "prompt": "2+2", "answer": "4"},
+                       {"id": "b3", "prompt": "3+3", "answer": "6"}, '{"id": "b4", "prompt": ',
+                       {"id": "b5", "prompt": "5+5", "answer": "10"}])
+    snapshot = tmp_path / "state" / "snapshot.json"
+    metrics_port = free_port()
+    srv = ServerProcess("--metrics-port", str(metrics_port), "--snapshot-path", str(snapshot),
+                        "--stats-interval-s", "0.2", "--grace-s", "2")
+    try:
+        r = _prioreplay("load", str(good), "--server", srv.address, "--chunk-size", "2")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip().splitlines()[-1] == "created=5 updated=0 total=5"
+        # a malformed line 4: the chunk (lines 3-4) is never sent, the one before is registered
+        r = _prioreplay("load", str(bad), "--server", srv.address, "--chunk-size", "2")
+        assert r.returncode == 2
+        assert f"{bad}:4:" in r.stderr and "registered 2 problem(s) before the error" in r.stderr
+        st = _stats_json(srv.address)
+        assert st["problems"] == 7 and st["heap_size"] == 7 and st["step"] == 0
+        assert sum(st["priority_histogram"]) == 7 and len(st["priority_bucket_edges"]) == 11
+
+        out = io.StringIO()  # the text report, in process (one process start less)
+        assert run_stats(StatsConfig(server=srv.address, buckets=4), out=out) == 0
+        assert re.search(r"^problems\s+7$", out.getvalue(), re.M)
+        assert re.search(r"\[0\.1875, 0\.2500\] #+ +7$", out.getvalue(), re.M)  # every unseen problem at 0.25
+
+        deadline = time.monotonic() + 20
+        while True:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+            if "prioreplay_problems 7.0" in text or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert "prioreplay_problems 7.0" in text
+        assert "Zorblax" not in text
+        assert srv.terminate() == 0
+    finally:
+        srv.kill()
+    assert any("shutting down" in line for line in srv.log + list(srv.lines.queue))
+
+    # the memory store wrote its snapshot at shutdown; a new store starts from it
+    assert snapshot.is_file()
+    store = create_store("memory", ServerConfig().to_store_config(), snapshot_path=snapshot)
+    assert asyncio.run(store.stats()).problems == 7
+
+
+def test_stats_without_a_server_fails_clearly(capsys):
+    assert cli.main(["stats", "--server", f"127.0.0.1:{free_port()}", "--rpc-timeout-s", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "prioreplay stats: error:" in err and "GetStats" in err
+
+
+# -- generated code -------------------------------------------------------------------------
+def test_committed_stubs_match_the_proto(tmp_path):
+    r = subprocess.run([PY, "-m", "grpc_tools.protoc", "-Iproto", f"--python_out={tmp_path}",
+                        f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}",
+                        "proto/prioreplay/v1/priority_service.proto"],
+                       capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    names = ["priority_service_pb2.py", "priority_service_pb2.pyi", "priority_service_pb2_grpc.py"]
+    for name in names:
+        fresh = (tmp_path / "prioreplay" / "v1" / name).read_text()
+        committed = (REPO / "prioreplay" / "v1" / name).read_text()
+        assert fresh == committed, f"prioreplay/v1/{name} is stale: run `make proto`"
+
+
+# -- configuration sources ------------------------------------------------------------------
+def test_server_config_sources_and_store_config(tmp_path, monkeypatch):
+    """Config file < environment < flags; every sampling knob reaches the StoreConfig."""
+    for k in list(os.environ):
+        if k.startswith("PRIOREPLAY_"):
+            monkeypatch.delenv(k)
+    cfg_file = tmp_path / "prioreplay.toml"
+    cfg_file.write_text("[server]\nport = 6000\nsampler = 'weighted'\nalpha = 2.5\ndecay = 0.5\n"
+                        "[worker]\nbatch_size = 3\n", encoding="utf-8")
+    monkeypatch.setenv("PRIOREPLAY_PORT", "7000")
+    monkeypatch.setenv("PRIOREPLAY_SEED", "11")
+    cfg = cli.parse("server", ["--config", str(cfg_file), "--retest-fraction", "0.25", "--prior-beta", "1"])
+    assert (cfg.port, cfg.sampler, cfg.alpha, cfg.seed, cfg.retest_fraction) == (7000, "weighted", 2.5, 11, 0.25)
+    sc = cfg.to_store_config()
+    assert (sc.sampler, sc.alpha, sc.seed, sc.retest_fraction, sc.retest_interval) == ("weighted", 2.5, 11, 0.25, 4)
+    assert (sc.params.decay, sc.params.prior_alpha, sc.params.prior_beta) == (0.5, 0.0, 1.0)
+    assert (sc.lease_timeout_s, sc.max_batch_size) == (cfg.lease_timeout_s, cfg.max_batch_size)
+    assert cli.parse("server", ["--config", str(cfg_file), "--port", "8000"]).port == 8000
+
+
+def test_server_token_from_file_and_secret_hidden(tmp_path, monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("PRIOREPLAY_"):
+            monkeypatch.delenv(k)
+    tok = tmp_path / "token"
+    tok.write_text("  file-token-123\n", encoding="utf-8")
+    assert cli.parse("server", ["--auth-token-file", str(tok)]).token() == "file-token-123"
+    cfg = cli.parse("server", ["--auth-token", "flag-token-456"])
+    assert cfg.token() == "flag-token-456" and "flag-token-456" not in repr(cfg)
+    assert cli.main(["server", "--auth-token", "a", "--auth-token-file", str(tok)]) == 2
