@@ -1,0 +1,237 @@
+"""``python -m benchmarks.run`` (``make bench``): run the benchmarks, write results.json and plots.
+
+Parts (docs/BENCHMARKS.md explains each figure):
+  service   1. throughput and latency of the gRPC service vs the in-process ceiling, both stores;
+               Redis memory per problem and time to register 10^6 problems
+  simulate  2. learning efficiency of the samplers in a simulated GRPO learner (many seeds)
+  overhead  4. priority-RPC share of the worker's and learner's step time, from a demo run dir
+  --real    3. real GRPO on CPU, heap vs uniform (``prioreplay demo``; long; off by default)
+
+``--quick`` runs tiny versions of each part in seconds and writes nothing unless ``--out`` or
+``--plot-dir`` is given. Every figure written to ``results.json`` carries its name, value, unit,
+the command that produced it, the date and the machine's core count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results.json"
+DOCS = REPO / "docs"
+SHARED_NOTE = "2-core machine shared with other engineers' builds and tests during the measurement: timings are noisy"
+
+
+class Results:
+    """Figures of one invocation, merged into results.json by name (other figures are kept)."""
+
+    def __init__(self, command: str, note: str = ""):
+        self.command = command
+        self.note = note
+        self.date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.cores = os.cpu_count() or 0
+        self.items: list[dict[str, Any]] = []
+
+    def add(self, name: str, value: float | int | None, unit: str, **extra: Any) -> None:
+        item = {"name": name, "value": value, "unit": unit, "command": self.command, "date": self.date,
+                "machine_cores": self.cores}
+        if self.note:
+            item["note"] = self.note
+        item.update(extra)
+        self.items.append(item)
+
+    def write(self, path: Path) -> None:
+        old = json.loads(path.read_text()) if path.is_file() else []
+        names = {i["name"] for i in self.items}
+        merged = [i for i in old if i.get("name") not in names] + self.items
+        path.write_text(json.dumps(sorted(merged, key=lambda i: i["name"]), indent=1, allow_nan=True) + "\n")
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- part 1 -----------------------------------------------------------------------------------
+def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    from benchmarks import service
+
+    params = service.QUICK if args.quick else service.ServiceParams()
+    params = replace(params, stores=tuple(args.stores.split(",")))
+    if args.duration_s:
+        params = replace(params, duration_s=args.duration_s)
+    if args.server:
+        params = replace(params, server=args.server)
+    if args.no_big_register:
+        params = replace(params, big_register=0)
+    out = asyncio.run(service.run_throughput(params, args.redis_url, progress=_log))
+    for kind, secs in out["register_s"].items():
+        res.add(f"service.{kind}.register_{params.problems}_s", secs, "s", problems=params.problems)
+    for row in out["rows"]:
+        pre = f"service.{row['store']}.{row['path']}.c{row['clients']}"
+        res.add(f"{pre}.sampled_per_s", row["sampled_per_s"], "problems/s")
+        res.add(f"{pre}.reported_per_s", row["reported_per_s"], "outcomes/s")
+        for k in ("sample_p50_ms", "sample_p99_ms", "report_p50_ms", "report_p99_ms"):
+            res.add(f"{pre}.{k}", row[k], "ms", rpcs=row["rpcs"])
+    for r in out["ratios"]:
+        res.add(f"service.{r['store']}.c{r['clients']}.e2e_over_ceiling_sampled", r["sampled_ratio"], "ratio")
+        res.add(f"service.{r['store']}.c{r['clients']}.e2e_over_ceiling_reported", r["reported_ratio"], "ratio")
+    if "redis" in params.stores and params.big_register:
+        mem = asyncio.run(service.run_redis_memory(params, args.redis_url, progress=_log))
+        n = mem["problems"]
+        res.add(f"redis.register_{n}_s", mem["register_s"], "s", problems=n)
+        res.add(f"redis.state_bytes_per_problem_{n}", mem["state_bytes_per_problem"], "bytes",
+                keys=mem["key_bytes"], how="MEMORY USAGE SAMPLES 0 of the run's keys except 'problems'")
+        res.add(f"redis.prompt_bytes_per_problem_{n}", mem["prompt_bytes_per_problem"], "bytes",
+                how="MEMORY USAGE SAMPLES 0 of the 'problems' hash")
+        res.add(f"redis.info_bytes_per_problem_{n}", mem["info_bytes_per_problem"], "bytes",
+                how="INFO memory used_memory after - before registration, all keys")
+        res.add(f"redis.info_state_bytes_per_problem_{n}", mem["info_state_bytes_per_problem"], "bytes",
+                how="INFO delta minus the 'problems' hash")
+        out["redis_memory"] = mem
+    if args.plot_dir:
+        service.plot_service(out, str(Path(args.plot_dir) / "bench_service.png"))
+    return out
+
+
+# -- part 2 -----------------------------------------------------------------------------------
+SIM_VARIANTS = {
+    "default": {},
+    # sensitivity: a harder dataset for the model (mean logit −2: about half the problems start below 10%)
+    "hard": {"logit_mean": -2.0, "target_success": 0.45},
+}
+
+
+def part_simulate(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    from benchmarks import simulate
+
+    out = {}
+    variants = ["default"] if args.quick else args.sim_variants.split(",")
+    for v in variants:
+        params = simulate.quick_params() if args.quick else simulate.SimParams()
+        if not args.quick:
+            params = replace(params, **SIM_VARIANTS[v])
+        seeds = range(args.seeds if args.seeds else (2 if args.quick else 20))
+        plot = str(Path(args.plot_dir) / f"bench_simulation{'' if v == 'default' else '_' + v}.png") if args.plot_dir else None
+        r = simulate.run_simulation(params, seeds, plot_path=plot, progress=_log)
+        out[v] = r
+        pre = "sim" if v == "default" else f"sim_{v}"
+        for name, m in r["methods"].items():
+            for key, unit in (("rollouts_to_target", "rollouts"), ("effective_group_fraction", "fraction"),
+                              ("final_success", "pass@1"), ("forgetting_events", "events"), ("breakthroughs", "events"),
+                              ("forgotten_at_end", "problems"), ("rollouts_ratio_vs_uniform", "ratio"),
+                              ("efg_ratio_vs_uniform", "ratio")):
+                if key in m:
+                    s = m[key]
+                    res.add(f"{pre}.{name}.{key}", s["mean"], unit, ci95=[s["lo"], s["hi"]], n=s["n"],
+                            seeds=len(r["seeds"]), reached=m["reached"])
+        res.add(f"{pre}.wall_s", r["wall_s"], "s", params=r["params"])
+    return out
+
+
+# -- part 4 -----------------------------------------------------------------------------------
+def part_overhead(args: argparse.Namespace, res: Results) -> dict[str, Any] | None:
+    from benchmarks import overhead
+
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    if run_dir is None:
+        cands = sorted((REPO / "runs").glob("*/report.json"), key=lambda p: p.stat().st_mtime)
+        run_dir = cands[-1].parent if cands else None
+    if run_dir is None:
+        _log("overhead: no demo run directory (pass --run-dir or run `prioreplay demo` first); skipped")
+        return None
+    out = overhead.rpc_share(run_dir)
+    for role in ("worker", "learner"):
+        if out[role]:
+            res.add(f"overhead.{role}_rpc_share", out[role]["share"], "fraction", run_dir=run_dir.name, **out[role])
+    _log(f"overhead: {json.dumps(out)}")
+    return out
+
+
+# -- part 3 (run by the lead; not part of `make bench` without --real) --------------------------------
+def real_grpo(run_root: Path, extra_args: list[str] | None = None, samplers: tuple[str, ...] = ("heap", "uniform"),
+              res: Results | None = None) -> dict[str, Any]:
+    """PART 3 — REAL GRPO ON CPU (placeholder wired for the lead; not run by ``make bench``).
+
+    Runs ``prioreplay demo --sampler S --run-dir RUN_ROOT/S`` for each sampler (same seed and
+    settings otherwise), then reads each ``report.json``: held-out accuracy before/after, the
+    final effective-group fraction, forgetting events, and the RPC share of the step (part 4).
+
+    Args:
+        run_root: folder that receives one run directory per sampler.
+        extra_args: more ``prioreplay demo`` flags (e.g. ``["--steps", "40"]``), the same for both.
+    """
+    out: dict[str, Any] = {}
+    for s in samplers:
+        run_dir = run_root / s
+        cmd = [sys.executable, "-m", "prioreplay.cli", "demo", "--sampler", s, "--run-dir", str(run_dir), *(extra_args or [])]
+        _log(f"real: {' '.join(cmd[1:])}")
+        subprocess.run(cmd, check=True)
+        rep = json.loads((run_dir / "report.json").read_text())
+        from benchmarks import overhead
+
+        out[s] = {"accuracy_before": rep.get("accuracy_before"), "accuracy_after": rep.get("accuracy_after"),
+                  "effective_group_fraction": rep.get("final", {}).get("effective_group_fraction"),
+                  "forgetting_events": rep.get("forgetting_events"), "duration_s": rep.get("duration_s"),
+                  "overhead": overhead.rpc_share(run_dir)}
+        if res is not None:
+            for k in ("accuracy_before", "accuracy_after", "effective_group_fraction"):
+                res.add(f"real.{s}.{k}", out[s][k], "fraction", run_dir=str(run_dir.name))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny versions of every part (seconds)")
+    ap.add_argument("--parts", default="service,simulate,overhead", help="comma-separated: service, simulate, overhead")
+    ap.add_argument("--real", action="store_true", help="also part 3: two `prioreplay demo` runs (long)")
+    ap.add_argument("--real-args", default="", help="extra `prioreplay demo` flags for --real, one string")
+    ap.add_argument("--stores", default="memory,redis", help="stores of part 1")
+    ap.add_argument("--redis-url", default=None, help="Redis of part 1 (default PRIOREPLAY_BENCH_REDIS_URL or local)")
+    ap.add_argument("--server", choices=("subprocess", "inprocess"), default=None, help="how part 1 runs the server")
+    ap.add_argument("--duration-s", type=float, default=None, help="measured seconds per part-1 configuration")
+    ap.add_argument("--no-big-register", action="store_true", help="skip the 10^6-problem Redis test")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per method in part 2 (default 20; quick 2)")
+    ap.add_argument("--sim-variants", default="default,hard", help="part-2 populations: default, hard")
+    ap.add_argument("--run-dir", default=None, help="demo run directory for part 4 (default: newest runs/*)")
+    ap.add_argument("--out", default=None, help="results file (default benchmarks/results.json; quick: none)")
+    ap.add_argument("--plot-dir", default=None, help="where PNGs go (default docs/; quick: none)")
+    args = ap.parse_args(argv)
+    from benchmarks.service import DEFAULT_REDIS_URL
+
+    args.redis_url = args.redis_url or DEFAULT_REDIS_URL
+    if not args.quick:
+        args.out = args.out or str(RESULTS)
+        args.plot_dir = args.plot_dir or str(DOCS)
+    res = Results("python -m benchmarks.run" + (" " + " ".join(argv) if argv else ""), note=SHARED_NOTE)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    summary: dict[str, Any] = {}
+    if "simulate" in parts:
+        summary["simulate"] = part_simulate(args, res)
+    if "service" in parts:
+        summary["service"] = part_service(args, res)
+    if "overhead" in parts:
+        summary["overhead"] = part_overhead(args, res)
+    if args.real:
+        summary["real"] = real_grpo(REPO / "runs" / "bench-real", args.real_args.split() or None, res=res)
+    for item in res.items:
+        v = item["value"]
+        print(f"{item['name']:<60} {v if not isinstance(v, float) else round(v, 4)!s:>14} {item['unit']}")
+    if args.out:
+        res.write(Path(args.out))
+        _log(f"wrote {len(res.items)} figures to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

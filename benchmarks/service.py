@@ -1,0 +1,466 @@
+"""Part 1: throughput and latency of the priority service, and its ceiling.
+
+Workload (the issue's): register P problems; C concurrent asyncio clients each loop
+SampleProblems(B) → ReportOutcomes with synthetic outcomes of G completions each (random binary
+rewards, ``tokens`` token ids and log-probabilities per completion). Measured per (store, C):
+problems sampled per second, outcomes reported per second, p50/p99 latency of each RPC.
+
+The ceiling is the same loop issued to the store in-process (no gRPC, no servicer): the
+``MemoryStore`` called directly, and the ``RedisStore`` called directly (its Lua scripts over
+redis-py's asyncio connection pool). ``our / ceiling`` is the end-to-end rate divided by the
+ceiling rate, both measured in the same run, side by side.
+
+Also measured on Redis: memory per problem (``INFO memory`` before/after registering 10^6
+problems, and the exact ``MEMORY USAGE`` of this run's keys, prompts separated) and the time to
+register 10^6 problems through ``RegisterProblems``.
+
+Every Redis key this module creates carries a fresh ``bench-<hex>`` namespace and is deleted at
+the end (also on errors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import numpy as np
+
+from prioreplay.priority_server.store import GroupOutcome, ProblemRecord, Store, StoreConfig
+from prioreplay.v1 import priority_service_pb2 as pb
+from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
+
+DEFAULT_REDIS_URL = os.environ.get("PRIOREPLAY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+#: gRPC message limit of the benchmark's channels, bytes.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServiceParams:
+    """Sizes of the service benchmark.
+
+    Attributes:
+        problems: P, problems registered before the load loop.
+        batch_size: B, problems per SampleProblems.
+        group_size: G, completions per reported problem.
+        tokens: generated tokens per completion (token ids + float32 log-probs each).
+        prompt_tokens: prompt token ids per reported group.
+        concurrency: the values of C (concurrent clients).
+        duration_s: measured seconds per (store, C, path), after ``warmup_s``.
+        warmup_s: seconds of load before measuring starts.
+        stores: "memory" and/or "redis".
+        server: "subprocess" (``prioreplay server`` in its own process) or "inprocess"
+            (``create_server`` in this process's event loop).
+        big_register: problems of the Redis memory/registration test (0 skips it).
+    """
+
+    problems: int = 100_000
+    batch_size: int = 256
+    group_size: int = 8
+    tokens: int = 16
+    prompt_tokens: int = 48
+    concurrency: tuple[int, ...] = (1, 8, 64)
+    duration_s: float = 10.0
+    warmup_s: float = 2.0
+    stores: tuple[str, ...] = ("memory", "redis")
+    server: str = "subprocess"
+    big_register: int = 1_000_000
+
+
+QUICK = ServiceParams(problems=2_000, batch_size=32, concurrency=(1, 4), duration_s=0.6, warmup_s=0.2,
+                      server="inprocess", big_register=5_000)
+
+
+def make_problem(i: int) -> ProblemRecord:
+    """Synthetic problem ``i``: a GSM8K-sized prompt (~130 bytes) and a short answer."""
+    return ProblemRecord(id=f"bench-{i:07d}",
+                         prompt=f"A shop sells {i % 97 + 3} pencils for {i % 13 + 2} dollars each and gives a "
+                                f"discount of {i % 9 + 1} dollars on the total. What does a customer pay?",
+                         answer=str((i % 97 + 3) * (i % 13 + 2) - (i % 9 + 1)), verifier="exact")
+
+
+def to_proto(r: ProblemRecord) -> pb.Problem:
+    return pb.Problem(id=r.id, prompt=r.prompt, answer=r.answer, verifier=r.verifier)
+
+
+# -- synthetic reports ------------------------------------------------------------------------
+class Outcomes:
+    """Builds synthetic groups: random binary rewards, fixed-size token ids and log-probs.
+
+    Rewards: each problem gets a success rate p ~ U(0, 1) per report, then G Bernoulli(p) draws,
+    so all-correct, all-wrong and mixed groups all occur (about 2/3 mixed at G = 8).
+    """
+
+    def __init__(self, params: ServiceParams, seed: int):
+        self.p = params
+        self.rng = np.random.default_rng(seed)
+        toks = list(range(1000, 1000 + params.tokens))
+        lps = [-0.5] * params.tokens
+        self.completion = {r: pb.Completion(reward=r, token_ids=toks, logprobs=lps) for r in (0.0, 1.0)}
+        self.prompt_ids = list(range(200, 200 + params.prompt_tokens))
+        # in-process payload: a mixed TrajectoryGroup of the same shape, serialized once
+        mixed = [self.completion[float(k % 2)] for k in range(params.group_size)]
+        self.payload = pb.TrajectoryGroup(problem_id="bench-0000000", prompt_token_ids=self.prompt_ids,
+                                          completions=mixed, reported_unix_s=time.time()).SerializeToString()
+
+    def rewards(self, n: int) -> np.ndarray:
+        """(n, G) float rewards in {0, 1}."""
+        p = self.rng.random(n)[:, None]
+        return (self.rng.random((n, self.p.group_size)) < p).astype(float)
+
+    def proto(self, ids: list[str]) -> list[pb.ProblemOutcome]:
+        rw = self.rewards(len(ids))
+        return [pb.ProblemOutcome(problem_id=pid, policy_version=0, prompt_token_ids=self.prompt_ids,
+                                  completions=[self.completion[r] for r in row])
+                for pid, row in zip(ids, rw.tolist())]
+
+    def store(self, ids: list[str]) -> list[GroupOutcome]:
+        rw = self.rewards(len(ids))
+        out = []
+        for pid, row in zip(ids, rw.tolist()):
+            mixed = 0.0 < sum(row) < len(row)
+            out.append(GroupOutcome(pid, tuple(row), self.payload if mixed else b""))
+        return out
+
+
+# -- the load loop ----------------------------------------------------------------------------
+@dataclass
+class LoadResult:
+    """Counts and latencies (seconds) of the measured window of one load run."""
+
+    sampled: int = 0
+    reported: int = 0
+    window_s: float = 0.0
+    sample_lat: list[float] = field(default_factory=list)
+    report_lat: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        s = np.asarray(self.sample_lat) * 1e3
+        r = np.asarray(self.report_lat) * 1e3
+        pct = lambda a, q: float(np.percentile(a, q)) if a.size else float("nan")  # noqa: E731
+        return {
+            "sampled_per_s": self.sampled / self.window_s if self.window_s else 0.0,
+            "reported_per_s": self.reported / self.window_s if self.window_s else 0.0,
+            "sample_p50_ms": pct(s, 50), "sample_p99_ms": pct(s, 99),
+            "report_p50_ms": pct(r, 50), "report_p99_ms": pct(r, 99),
+            "rpcs": int(s.size + r.size),
+        }
+
+
+SampleFn = Callable[[], Awaitable[tuple[str, list[str]]]]
+ReportFn = Callable[[str, list[str]], Awaitable[None]]
+
+
+async def load(clients: int, sample: SampleFn, report: ReportFn, duration_s: float, warmup_s: float) -> LoadResult:
+    """Run ``clients`` concurrent sample→report loops; measure the window after ``warmup_s``.
+
+    A call counts (rate and latency) when it started inside the window; the window ends at
+    ``warmup_s + duration_s`` and every loop finishes its current pair before stopping.
+    """
+    res = LoadResult()
+    t0 = time.perf_counter()
+    start, stop = t0 + warmup_s, t0 + warmup_s + duration_s
+
+    async def one() -> None:
+        while True:
+            a = time.perf_counter()
+            if a >= stop:
+                return
+            lease_id, ids = await sample()
+            b = time.perf_counter()
+            if not ids:
+                await asyncio.sleep(0.01)
+                continue
+            c = time.perf_counter()
+            await report(lease_id, ids)
+            d = time.perf_counter()
+            if a >= start:
+                res.sample_lat.append(b - a)
+                res.sampled += len(ids)
+            if c >= start:
+                res.report_lat.append(d - c)
+                res.reported += len(ids)
+
+    await asyncio.gather(*(one() for _ in range(clients)))
+    res.window_s = max(1e-9, min(time.perf_counter(), stop + 0.0) - start)
+    return res
+
+
+def grpc_fns(stub: Any, params: ServiceParams, seed: int) -> tuple[SampleFn, ReportFn]:
+    """Sample/report callables over gRPC (one ``Outcomes`` per client loop is not needed:
+    the generator is shared and single-threaded)."""
+    gen = Outcomes(params, seed)
+
+    async def sample() -> tuple[str, list[str]]:
+        r = await stub.SampleProblems(pb.SampleProblemsRequest(batch_size=params.batch_size, worker_id="bench"))
+        return r.lease_id, [lp.problem.id for lp in r.problems]
+
+    async def report(lease_id: str, ids: list[str]) -> None:
+        r = await stub.ReportOutcomes(pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=gen.proto(ids), worker_id="bench"))
+        if not r.accepted:
+            raise RuntimeError(f"report refused: {r.reason}")
+
+    return sample, report
+
+
+def store_fns(store: Store, params: ServiceParams, seed: int) -> tuple[SampleFn, ReportFn]:
+    """Sample/report callables on a store in-process (the ceiling)."""
+    gen = Outcomes(params, seed)
+
+    async def sample() -> tuple[str, list[str]]:
+        lease = await store.sample(params.batch_size)
+        return lease.lease_id, [sp.problem.id for sp in lease.problems]
+
+    async def report(lease_id: str, ids: list[str]) -> None:
+        r = await store.report(lease_id, gen.store(ids))
+        if not r.accepted:
+            raise RuntimeError(f"report refused: {r.reason}")
+
+    return sample, report
+
+
+# -- servers, stores, cleanup -----------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def store_spec(kind: str, redis_url: str) -> str:
+    return "memory" if kind == "memory" else redis_url
+
+
+def make_store(kind: str, redis_url: str, namespace: str, seed: int = 0) -> Store:
+    from prioreplay.priority_server.stores import create_store
+
+    return create_store(store_spec(kind, redis_url), StoreConfig(seed=seed), namespace=namespace)
+
+
+async def delete_namespace(redis_url: str, namespace: str) -> int:
+    """Delete every key of ``namespace`` (keys carry the hash tag ``{namespace}``). Returns the count."""
+    import redis.asyncio as aioredis
+
+    r = aioredis.Redis.from_url(redis_url)
+    n = 0
+    try:
+        batch = [k async for k in r.scan_iter(match=f"*{{{namespace}}}*", count=1000)]
+        for i in range(0, len(batch), 1000):
+            n += await r.delete(*batch[i:i + 1000])
+    finally:
+        await r.aclose()
+    return n
+
+
+@contextlib.asynccontextmanager
+async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str) -> AsyncIterator[str]:
+    """A priority server on a free port for the duration of the block; yields its address."""
+    if params.server == "inprocess":
+        from prioreplay.priority_server.server import create_server, stop_server
+
+        store = make_store(kind, redis_url, namespace)
+        server, port = await create_server("127.0.0.1:0", store)  # started
+        try:
+            yield f"127.0.0.1:{port}"
+        finally:
+            await stop_server(server, grace_s=1.0)
+            await store.close()
+        return
+    import tempfile
+
+    port = free_port()
+    args = [sys.executable, "-m", "prioreplay.cli", "server", "--store", store_spec(kind, redis_url),
+            "--namespace", namespace, "--port", str(port), "--metrics-port", "0", "--log-level", "WARNING",
+            "--max-message-mb", str(MAX_MESSAGE_BYTES // (1024 * 1024))]
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            address = f"127.0.0.1:{port}"
+            deadline = time.monotonic() + 60.0
+            while True:  # wait until it answers, or report why it died
+                if proc.poll() is not None:
+                    err.seek(0)
+                    raise RuntimeError(f"prioreplay server exited with {proc.returncode}: {err.read().decode()[-2000:]}")
+                try:
+                    ch = await channel(address, timeout_s=1.0)
+                    await ch.close()
+                    break
+                except (asyncio.TimeoutError, TimeoutError):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"prioreplay server on {address} did not answer within 60 s") from None
+            yield address
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+async def channel(address: str, timeout_s: float = 60.0):
+    import grpc
+
+    opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    ch = grpc.aio.insecure_channel(address, options=opts)
+    try:
+        await asyncio.wait_for(ch.channel_ready(), timeout_s)
+    except BaseException:
+        await ch.close()
+        raise
+    return ch
+
+
+async def register_grpc(stub: Any, n: int, chunk: int = 512) -> tuple[pb.RegisterProblemsResponse, float]:
+    """Stream ``n`` synthetic problems in chunks. Returns (response, seconds)."""
+
+    async def chunks():
+        for start in range(0, n, chunk):
+            yield pb.RegisterProblemsRequest(problems=[to_proto(make_problem(i)) for i in range(start, min(n, start + chunk))])
+
+    t = time.perf_counter()
+    resp = await stub.RegisterProblems(chunks())
+    return resp, time.perf_counter() - t
+
+
+# -- the benchmark ----------------------------------------------------------------------------
+async def run_throughput(params: ServiceParams, redis_url: str = DEFAULT_REDIS_URL,
+                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """End-to-end (gRPC) and ceiling (in-process) loops for each store and C, side by side.
+
+    Returns:
+        {"params", "register_s": {store: s}, "rows": [{store, path, clients, sampled_per_s, ...}],
+         "ratios": [{store, clients, sampled_ratio, reported_ratio}]}.
+    """
+    out: dict[str, Any] = {"register_s": {}, "rows": [], "ratios": []}
+    say = progress or (lambda s: None)
+    for kind in params.stores:
+        # -- end to end: gRPC clients against a server -----------------------------------------
+        ns = f"bench-{uuid.uuid4().hex[:12]}"
+        try:
+            async with serve(kind, params, redis_url, ns) as address:
+                ch = await channel(address)
+                try:
+                    stub = pb_grpc.PriorityServiceStub(ch)
+                    resp, secs = await register_grpc(stub, params.problems)
+                    assert resp.total == params.problems, resp
+                    out["register_s"][kind] = secs
+                    say(f"service: {kind}: registered {params.problems} problems over gRPC in {secs:.1f}s")
+                    for c in params.concurrency:
+                        s, r = grpc_fns(stub, params, seed=c)
+                        res = await load(c, s, r, params.duration_s, params.warmup_s)
+                        out["rows"].append({"store": kind, "path": "grpc", "clients": c, **res.summary()})
+                        say(f"service: {kind} grpc C={c}: {out['rows'][-1]}")
+                finally:
+                    await ch.close()
+        finally:
+            if kind == "redis":
+                await delete_namespace(redis_url, ns)
+        # -- ceiling: the same operations on the store in-process --------------------------------
+        ns = f"bench-{uuid.uuid4().hex[:12]}"
+        store = make_store(kind, redis_url, ns)
+        try:
+            await store.register([make_problem(i) for i in range(params.problems)])
+            for c in params.concurrency:
+                s, r = store_fns(store, params, seed=c)
+                res = await load(c, s, r, params.duration_s, params.warmup_s)
+                out["rows"].append({"store": kind, "path": "inprocess", "clients": c, **res.summary()})
+                say(f"service: {kind} in-process C={c}: {out['rows'][-1]}")
+        finally:
+            await store.close()
+            if kind == "redis":
+                await delete_namespace(redis_url, ns)
+        for c in params.concurrency:
+            e2e = next(x for x in out["rows"] if x["store"] == kind and x["path"] == "grpc" and x["clients"] == c)
+            ceil = next(x for x in out["rows"] if x["store"] == kind and x["path"] == "inprocess" and x["clients"] == c)
+            out["ratios"].append({
+                "store": kind, "clients": c,
+                "sampled_ratio": e2e["sampled_per_s"] / ceil["sampled_per_s"] if ceil["sampled_per_s"] else float("nan"),
+                "reported_ratio": e2e["reported_per_s"] / ceil["reported_per_s"] if ceil["reported_per_s"] else float("nan"),
+            })
+    return out
+
+
+async def run_redis_memory(params: ServiceParams, redis_url: str = DEFAULT_REDIS_URL,
+                           progress: Callable[[str], None] | None = None, namespace: str | None = None) -> dict[str, Any]:
+    """Register ``params.big_register`` problems through gRPC into a Redis-backed server.
+
+    Memory: ``INFO memory`` ``used_memory`` before and after (other clients of the same Redis
+    add noise to this difference), and the exact ``MEMORY USAGE … SAMPLES 0`` of this run's
+    keys: ``problems`` (the prompts, answers, verifiers: counted separately) and the rest
+    (statistics hash, heap sorted set, counters: the per-problem state).
+
+    Returns:
+        {"problems", "register_s", "info_delta_bytes", "key_bytes": {name: bytes},
+         "state_bytes_per_problem", "prompt_bytes_per_problem", "info_bytes_per_problem"}.
+    """
+    import redis.asyncio as aioredis
+
+    n = params.big_register
+    ns = namespace or f"bench-{uuid.uuid4().hex[:12]}"
+    r = aioredis.Redis.from_url(redis_url)
+    say = progress or (lambda s: None)
+    try:
+        async with serve("redis", params, redis_url, ns) as address:
+            ch = await channel(address)
+            try:
+                stub = pb_grpc.PriorityServiceStub(ch)
+                await stub.GetStats(pb.GetStatsRequest())  # the server has connected to Redis
+                before = int((await r.info("memory"))["used_memory"])
+                resp, secs = await register_grpc(stub, n, chunk=2000)
+                after = int((await r.info("memory"))["used_memory"])
+                assert resp.total == n, resp
+            finally:
+                await ch.close()
+        say(f"service: registered {n} problems into Redis in {secs:.1f}s")
+        key_bytes: dict[str, int] = {}
+        async for k in r.scan_iter(match=f"*{{{ns}}}*", count=1000):
+            name = k.decode().rsplit(":", 1)[-1]
+            key_bytes[name] = int(await r.memory_usage(k, samples=0) or 0)
+        prompts = key_bytes.get("problems", 0)
+        state = sum(v for k, v in key_bytes.items() if k != "problems")
+        return {"problems": n, "register_s": secs, "info_delta_bytes": after - before, "key_bytes": key_bytes,
+                "state_bytes_per_problem": state / n, "prompt_bytes_per_problem": prompts / n,
+                "info_bytes_per_problem": (after - before) / n,
+                "info_state_bytes_per_problem": (after - before - prompts) / n}
+    finally:
+        await delete_namespace(redis_url, ns)
+        await r.aclose()
+
+
+def plot_service(result: dict[str, Any], path: str) -> None:
+    """Sampled problems/s and p99 SampleProblems latency vs C, per store and path (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    rows = result["rows"]
+    for kind in dict.fromkeys(x["store"] for x in rows):
+        for path_, style in (("grpc", "-o"), ("inprocess", "--s")):
+            sel = sorted((x for x in rows if x["store"] == kind and x["path"] == path_), key=lambda x: x["clients"])
+            if not sel:
+                continue
+            label = f"{kind}, {'gRPC end to end' if path_ == 'grpc' else 'in-process ceiling'}"
+            cs = [x["clients"] for x in sel]
+            ax.plot(cs, [x["sampled_per_s"] for x in sel], style, label=label)
+            bx.plot(cs, [x["sample_p99_ms"] for x in sel], style, label=label)
+    for a in (ax, bx):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("concurrent clients C")
+        a.legend(fontsize=8)
+    ax.set_ylabel("problems sampled per second")
+    ax.set_title("Throughput of the SampleProblems → ReportOutcomes loop")
+    bx.set_yscale("log")
+    bx.axhline(20, color="k", ls=":", lw=1)
+    bx.set_ylabel("p99 latency of SampleProblems, ms")
+    bx.set_title("Tail latency (dotted: the 20 ms target)")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,340 @@
+"""Part 2: learning efficiency of the samplers in a simulated GRPO learner.
+
+The simulator replaces the language model by a population of problems with latent success
+logits, and drives the REAL store (``MemoryStore`` with its ``heap`` / ``weighted`` / ``uniform``
+samplers, retest pools and statistics) through ``store.sample`` / ``store.report`` with simulated
+binary rewards. What is measured is therefore our sampler code, not a re-implementation of it.
+
+Model (every assumption is listed in docs/BENCHMARKS.md, "Simulator assumptions"):
+
+* Problem j belongs to one of K skills c(j) (equal-sized groups, assigned at random). Its logit
+  is ℓ_j = b_j + z_c(j): a problem-specific part b_j ~ N(μ, σ_b²) and a shared skill part
+  z_c ~ N(0, σ_z²). Its success probability (pass@1) is p_j = σ(ℓ_j).
+* A group of G completions has rewards r_i ~ Bernoulli(p_j), independent.
+* Training on a group (one GRPO update) changes the logits by the exact policy gradient of a
+  Bernoulli-logit policy with the group-mean baseline (Dr. GRPO advantages A_i = r_i − p̂, no
+  std normalisation): Σ_i A_i · ∂log π(r_i)/∂ℓ / G = Σ_i (r_i − p̂)(r_i − p_j) / G = p̂(1 − p̂) = ω̂,
+  the group's empirical priority (Fatemi, arXiv 2601.02648, eq. for ω). So b_j += η_b·ω̂ and
+  z_c(j) += η_z·ω̂ (the shared skill moves every problem of the skill). All-correct and
+  all-wrong groups have ω̂ = 0 and change nothing.
+* Forgetting: after every optimizer step, each problem not trained in that step has
+  b_j −= δ (interference from updates on other problems).
+* Per-group updates do not depend on the batch's composition (no dilution of the gradient by
+  zero-variance groups; this favours the uniform baseline).
+* Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476): generation batches of B problems
+  are drawn until B mixed groups have accumulated; the optimizer step uses the first B; the
+  rest (and every zero-variance group) are discarded. Discarded rollouts count in the budget.
+
+All methods see the same populations (the population depends only on the seed: paired design)
+and the same rollout budget (completions generated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from prioreplay.priority_server.store import GroupOutcome, ProblemRecord, Store, StoreConfig
+
+#: The clock the simulated store reads starts here (unix seconds) and moves 1 s per batch.
+SIM_EPOCH_S = 1_700_000_000.0
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Parameters of the simulated population, learner and budget.
+
+    Attributes:
+        n_problems: N, problems in the dataset.
+        n_skills: K, shared skills (N/K problems each).
+        logit_mean: μ, mean of the problem-specific logit b_j (logits, nats).
+        problem_sd: σ_b, spread of b_j (logits).
+        skill_sd: σ_z, spread of the skill logits z_c (logits).
+        group_size: G, completions per problem.
+        batch_size: B, problems per optimizer step (and per generation batch).
+        budget_rollouts: completions each method may generate.
+        lr_problem: η_b, logit change of a problem per unit of its group's ω̂ (logits).
+        lr_skill: η_z, logit change of the problem's skill per unit of ω̂ (logits).
+        forget_drift: δ, logit decrease of every untrained problem per optimizer step (logits).
+        target_success: mean pass@1 over the population that counts as "reached".
+        retest_interval: StoreConfig.retest_interval of the methods with retests (batches).
+    """
+
+    n_problems: int = 2000
+    n_skills: int = 40
+    logit_mean: float = -0.5
+    problem_sd: float = 2.0
+    skill_sd: float = 1.0
+    group_size: int = 8
+    batch_size: int = 64
+    budget_rollouts: int = 64 * 8 * 500
+    lr_problem: float = 1.0
+    lr_skill: float = 0.02
+    forget_drift: float = 0.002
+    target_success: float = 0.65
+    retest_interval: int = 4
+
+    def __post_init__(self) -> None:
+        if self.n_problems < self.batch_size:
+            raise ValueError(f"n_problems ({self.n_problems}) must be >= batch_size ({self.batch_size})")
+        if self.n_skills < 1 or self.n_problems % self.n_skills:
+            raise ValueError(f"n_problems ({self.n_problems}) must be a multiple of n_skills ({self.n_skills}) >= 1")
+        if self.budget_rollouts < self.batch_size * self.group_size:
+            raise ValueError("budget_rollouts must cover at least one batch (batch_size * group_size)")
+
+
+#: Tiny parameters for ``--quick`` and the test suite (seconds in total).
+QUICK = SimParams(n_problems=200, n_skills=10, batch_size=16, budget_rollouts=16 * 8 * 60, target_success=0.55)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A sampling method: the store's sampler and retest share, plus the learner-side filter."""
+
+    name: str
+    label: str
+    sampler: str
+    retest_fraction: float
+    dynamic_sampling: bool = False
+    alpha: float = 1.0
+
+
+METHODS: tuple[Method, ...] = (
+    Method("uniform", "uniform", "uniform", 0.0),
+    Method("uniform_dapo", "uniform + dynamic sampling (DAPO)", "uniform", 0.0, dynamic_sampling=True),
+    Method("heap_no_retest", "heap, no retest (retest_fraction=0)", "heap", 0.0),
+    Method("heap", "heap + retest (the paper, retest_fraction=0.1)", "heap", 0.1),
+    Method("weighted", "weighted (alpha=1) + retest 0.1", "weighted", 0.1),
+)
+
+
+class Population:
+    """Latent logits of N problems (see the module docstring for the model)."""
+
+    def __init__(self, params: SimParams, seed: int):
+        rng = np.random.default_rng([seed, 0])
+        self.params = params
+        per = params.n_problems // params.n_skills
+        self.skill_of = rng.permutation(np.repeat(np.arange(params.n_skills), per))  # (N,)
+        self.base = rng.normal(params.logit_mean, params.problem_sd, params.n_problems)  # (N,)
+        self.skill = rng.normal(0.0, params.skill_sd, params.n_skills)  # (K,)
+
+    def success(self, idx: np.ndarray | None = None) -> np.ndarray:
+        """pass@1 σ(b_j + z_c(j)) of the problems ``idx`` (all when None)."""
+        logit = self.base + self.skill[self.skill_of]
+        if idx is not None:
+            logit = logit[idx]
+        return 1.0 / (1.0 + np.exp(-logit))
+
+    def train(self, idx: np.ndarray, omega: np.ndarray) -> None:
+        """One optimizer step on the groups of problems ``idx`` with empirical priorities ``omega``."""
+        p = self.params
+        np.add.at(self.base, idx, p.lr_problem * omega)
+        np.add.at(self.skill, self.skill_of[idx], p.lr_skill * omega)
+        untrained = np.ones(p.n_problems, dtype=bool)
+        untrained[idx] = False
+        self.base[untrained] -= p.forget_drift
+
+
+class _Clock:
+    """A deterministic clock for the store (unix seconds)."""
+
+    def __init__(self) -> None:
+        self.t = SIM_EPOCH_S
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def memory_store_factory(config: StoreConfig, clock: Callable[[], float]) -> Store:
+    """The in-process store, no snapshot file."""
+    from prioreplay.priority_server.memory_store import MemoryStore
+
+    return MemoryStore(config, snapshot_path=None, clock=clock)
+
+
+@dataclass
+class RunResult:
+    """One (method, seed) run. Curves are sampled after every generation batch."""
+
+    method: str
+    seed: int
+    rollouts_to_target: float  # NaN when the target was not reached within the budget
+    final_success: float
+    effective_group_fraction: float  # store's mixed groups / all groups generated
+    forgetting_events: int  # store: solved problems that failed a retest
+    breakthroughs: int  # store: unsolved problems that passed a retest
+    forgotten_at_end: int  # ground truth: final pass@1 at least 0.1 below the problem's peak
+    optimizer_steps: int
+    curve_rollouts: list[int] = field(default_factory=list)
+    curve_success: list[float] = field(default_factory=list)
+
+
+async def run_one(params: SimParams, method: Method, seed: int,
+                  store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory) -> RunResult:
+    """Train one simulated population with one method until the rollout budget is spent."""
+    pop = Population(params, seed)
+    rng = np.random.default_rng([seed, 1])
+    clock = _Clock()
+    config = StoreConfig(sampler=method.sampler, alpha=method.alpha, retest_fraction=method.retest_fraction,
+                         retest_interval=params.retest_interval, seed=seed)
+    store = store_factory(config, clock)
+    await store.register([ProblemRecord(id=f"p{j:07d}", prompt=f"problem {j}", answer="0") for j in range(params.n_problems)])
+
+    B, G = params.batch_size, params.group_size
+    rollouts, steps, reached = 0, 0, math.nan
+    peak = pop.success()
+    buf_idx: list[np.ndarray] = []  # dynamic sampling: mixed groups waiting for a full batch
+    buf_omega: list[np.ndarray] = []
+    curve_r, curve_s = [0], [float(peak.mean())]
+    while rollouts + B * G <= params.budget_rollouts:
+        # -- generate: lease a batch, draw G rewards per problem, report them ----------------
+        lease = await store.sample(B)
+        idx = np.fromiter((int(sp.problem.id[1:]) for sp in lease.problems), dtype=np.int64)  # (b,)
+        rewards = rng.random((idx.size, G)) < pop.success(idx)[:, None]  # (b, G) bool
+        await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, tuple(map(float, row)))
+                                            for sp, row in zip(lease.problems, rewards)])
+        rollouts += idx.size * G
+        clock.t += 1.0
+        phat = rewards.mean(axis=1)  # (b,)
+        omega = phat * (1.0 - phat)  # (b,) empirical priority ω̂
+        mixed = omega > 0
+
+        # -- learn: one optimizer step per batch (dynamic sampling: per B mixed groups) -------
+        if method.dynamic_sampling:
+            buf_idx.append(idx[mixed])
+            buf_omega.append(omega[mixed])
+            if sum(a.size for a in buf_idx) >= B:
+                pop.train(np.concatenate(buf_idx)[:B], np.concatenate(buf_omega)[:B])
+                steps += 1
+                buf_idx, buf_omega = [], []
+        elif mixed.any():
+            pop.train(idx[mixed], omega[mixed])
+            steps += 1
+
+        success = pop.success()
+        np.maximum(peak, success, out=peak)
+        mean = float(success.mean())
+        curve_r.append(rollouts)
+        curve_s.append(mean)
+        if math.isnan(reached) and mean >= params.target_success:
+            reached = float(rollouts)
+
+    st = await store.stats()
+    await store.close()
+    final = pop.success()
+    return RunResult(method=method.name, seed=seed, rollouts_to_target=reached, final_success=float(final.mean()),
+                     effective_group_fraction=st.effective_group_fraction, forgetting_events=st.forgetting_events,
+                     breakthroughs=st.breakthroughs, forgotten_at_end=int(np.sum(final < peak - 0.1)),
+                     optimizer_steps=steps, curve_rollouts=curve_r, curve_success=curve_s)
+
+
+def summarize(values: Sequence[float], seed: int = 0, resamples: int = 10_000) -> dict[str, float]:
+    """Mean and 95% percentile-bootstrap interval of the mean (NaNs dropped; ``n`` counts the rest).
+
+    Returns:
+        {"mean", "lo", "hi", "n"}; mean/lo/hi are NaN when no value is finite.
+    """
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return {"mean": math.nan, "lo": math.nan, "hi": math.nan, "n": 0}
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"mean": float(x.mean()), "lo": float(lo), "hi": float(hi), "n": int(x.size)}
+
+
+def run_simulation(params: SimParams = SimParams(), seeds: Sequence[int] = range(10),
+                   methods: Sequence[Method] = METHODS, plot_path: str | None = None,
+                   store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory,
+                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run every method on every seed; summarize with means and 95% bootstrap intervals.
+
+    Ratios against ``uniform`` are paired per seed (same population), then summarized.
+    A run that never reaches the target counts as NaN in ``rollouts_to_target`` (``reached``
+    says how many seeds did); a ratio is only formed where both runs reached it.
+
+    Returns:
+        {"params", "seeds", "methods": {name: {...summaries..., "runs": [...]}}, "wall_s"}.
+    """
+    t0 = time.perf_counter()
+    runs: dict[str, list[RunResult]] = {m.name: [] for m in methods}
+    for m in methods:
+        for s in seeds:
+            runs[m.name].append(asyncio.run(run_one(params, m, s, store_factory)))
+        if progress:
+            progress(f"simulate: {m.name} done ({time.perf_counter() - t0:.1f}s)")
+    base = {r.seed: r for r in runs.get("uniform", [])}
+    out: dict[str, Any] = {"params": asdict(params), "seeds": list(seeds), "methods": {}}
+    for m in methods:
+        rs = runs[m.name]
+        entry: dict[str, Any] = {
+            "label": m.label,
+            "reached": int(sum(np.isfinite(r.rollouts_to_target) for r in rs)),
+            "rollouts_to_target": summarize([r.rollouts_to_target for r in rs]),
+            "final_success": summarize([r.final_success for r in rs]),
+            "effective_group_fraction": summarize([r.effective_group_fraction for r in rs]),
+            "forgetting_events": summarize([r.forgetting_events for r in rs]),
+            "breakthroughs": summarize([r.breakthroughs for r in rs]),
+            "forgotten_at_end": summarize([r.forgotten_at_end for r in rs]),
+            "optimizer_steps": summarize([r.optimizer_steps for r in rs]),
+        }
+        if base:
+            entry["rollouts_ratio_vs_uniform"] = summarize(
+                [r.rollouts_to_target / base[r.seed].rollouts_to_target for r in rs if r.seed in base])
+            entry["efg_ratio_vs_uniform"] = summarize(
+                [r.effective_group_fraction / base[r.seed].effective_group_fraction for r in rs
+                 if r.seed in base and base[r.seed].effective_group_fraction > 0])
+        entry["runs"] = [{k: v for k, v in asdict(r).items() if not k.startswith("curve")} for r in rs]
+        out["methods"][m.name] = entry
+    out["wall_s"] = time.perf_counter() - t0
+    if plot_path:
+        plot_curves(runs, methods, params, plot_path)
+    return out
+
+
+def plot_curves(runs: dict[str, list[RunResult]], methods: Sequence[Method], params: SimParams, path: str) -> None:
+    """Mean pass@1 vs rollouts (mean over seeds, band = 2.5–97.5 percentile of seeds) and the
+    effective-group fraction per method (mean, 95% bootstrap interval), as one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.8), constrained_layout=True)
+    for m in methods:
+        rs = runs[m.name]
+        n = min(len(r.curve_success) for r in rs)
+        x = np.asarray(rs[0].curve_rollouts[:n])
+        y = np.array([r.curve_success[:n] for r in rs])  # (seeds, points)
+        line, = ax.plot(x, y.mean(axis=0), label=m.label)
+        lo, hi = np.percentile(y, [2.5, 97.5], axis=0)
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
+    ax.axhline(params.target_success, color="k", ls=":", lw=1, label=f"target {params.target_success:.2f}")
+    ax.set_xlabel("rollouts (completions generated)")
+    ax.set_ylabel("mean pass@1 over the population")
+    ax.set_title(f"Simulated GRPO: N={params.n_problems}, B={params.batch_size}, G={params.group_size}, {len(rs)} seeds")
+    ax.legend(fontsize=8)
+    names = [m.name for m in methods]
+    stats = [summarize([r.effective_group_fraction for r in runs[n]]) for n in names]
+    means = np.array([s["mean"] for s in stats])
+    err = np.array([[s["mean"] - s["lo"] for s in stats], [s["hi"] - s["mean"] for s in stats]])
+    bx.bar(range(len(names)), means, yerr=err, capsize=4, color="#2a7ab9")
+    bx.set_xticks(range(len(names)))
+    bx.set_xticklabels(names, rotation=20, fontsize=8)
+    bx.set_ylabel("effective-group fraction (mixed groups / groups generated)")
+    bx.set_ylim(0, 1)
+    bx.set_title("Share of generated groups that carry a GRPO gradient")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def quick_params() -> SimParams:
+    """The tiny configuration of ``--quick`` and the tests."""
+    return replace(QUICK)

@@ -1,0 +1,141 @@
+"""Tiny versions of every benchmark (a few seconds), so that ``benchmarks/`` cannot rot.
+
+The figures themselves come from ``python -m benchmarks.run`` (docs/BENCHMARKS.md); here each
+part runs with every size turned down and the tests check the mechanics: the real store is
+driven, zero-variance groups teach nothing, results are deterministic, rates and latencies are
+sane, Redis keys are cleaned up, and results.json entries carry their provenance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from benchmarks import overhead, run, service, simulate
+
+# N=100 problems in 5 skills, B=10, G=8, 30 batches: ~0.1 s per run
+TINY_SIM = simulate.SimParams(n_problems=100, n_skills=5, batch_size=10, budget_rollouts=10 * 8 * 30, target_success=0.5)
+
+
+# -- part 2: the simulator ---------------------------------------------------------------------
+def test_training_moves_only_mixed_groups_and_drifts_the_rest():
+    p = replace(TINY_SIM, forget_drift=0.01)
+    pop = simulate.Population(p, seed=3)
+    base, skill = pop.base.copy(), pop.skill.copy()
+    pop.train(np.array([4, 7]), np.array([0.25, 0.0]))  # problem 7's group was all-correct/all-wrong
+    assert pop.base[4] == pytest.approx(base[4] + p.lr_problem * 0.25)
+    assert pop.base[7] == pytest.approx(base[7])  # ω̂ = 0: trained on, but no gradient, no drift
+    others = np.setdiff1d(np.arange(p.n_problems), [4, 7])
+    np.testing.assert_allclose(pop.base[others], base[others] - 0.01)
+    k4, k7 = pop.skill_of[4], pop.skill_of[7]
+    assert pop.skill[k4] == pytest.approx(skill[k4] + p.lr_skill * 0.25 + (0.0 if k4 != k7 else 0.0))
+    untouched = np.setdiff1d(np.arange(p.n_skills), [k4])
+    np.testing.assert_allclose(pop.skill[untouched], skill[untouched])
+
+
+async def test_simulation_drives_the_real_store_deterministically():
+    by = {m.name: m for m in simulate.METHODS}
+    a = await simulate.run_one(TINY_SIM, by["heap"], seed=1)
+    b = await simulate.run_one(TINY_SIM, by["heap"], seed=1)
+    assert a.curve_success == b.curve_success and a.effective_group_fraction == b.effective_group_fraction
+    assert a.curve_rollouts[-1] == TINY_SIM.budget_rollouts
+    assert 0 < a.effective_group_fraction <= 1
+    u = await simulate.run_one(TINY_SIM, by["uniform"], seed=1)
+    d = await simulate.run_one(TINY_SIM, by["uniform_dapo"], seed=1)
+    assert u.curve_success[0] == a.curve_success[0]  # paired: the same population
+    assert d.optimizer_steps < u.optimizer_steps  # dynamic sampling waits for B mixed groups
+    h0 = await simulate.run_one(TINY_SIM, by["heap_no_retest"], seed=1)
+    assert h0.curve_success != a.curve_success  # retest_fraction reaches the store
+
+
+def test_run_simulation_summaries_and_paired_ratios():
+    out = simulate.run_simulation(TINY_SIM, seeds=range(2))  # (plots: left to `make bench`, matplotlib is slow to import)
+    assert set(out["methods"]) == {m.name for m in simulate.METHODS}
+    u = out["methods"]["uniform"]
+    if u["reached"]:
+        assert u["rollouts_ratio_vs_uniform"]["mean"] == 1.0  # paired with itself
+    for m in out["methods"].values():
+        s = m["effective_group_fraction"]
+        assert s["lo"] <= s["mean"] <= s["hi"] and s["n"] == 2
+
+
+def test_summarize_drops_nan_and_brackets_the_mean():
+    s = simulate.summarize([1.0, 2.0, 3.0, math.nan])
+    assert s["n"] == 3 and s["mean"] == 2.0 and 1.0 <= s["lo"] < 2.0 < s["hi"] <= 3.0
+    assert math.isnan(simulate.summarize([math.nan])["mean"])
+
+
+# -- part 1: the service -----------------------------------------------------------------------
+TINY_SERVICE = replace(service.QUICK, problems=500, batch_size=16, concurrency=(1, 3), duration_s=0.15,
+                       warmup_s=0.03, server="inprocess", big_register=1_000)
+
+
+@pytest.mark.redis
+async def test_service_loop_both_stores_and_ceiling(redis_url):
+    out = await service.run_throughput(TINY_SERVICE, redis_url)
+    assert len(out["rows"]) == 2 * 2 * 2  # stores × (grpc, inprocess) × C
+    for row in out["rows"]:
+        assert row["sampled_per_s"] > 0 and row["reported_per_s"] > 0
+        assert row["sample_p50_ms"] <= row["sample_p99_ms"]
+    assert {(r["store"], r["clients"]) for r in out["ratios"]} == {(s, c) for s in ("memory", "redis") for c in (1, 3)}
+    assert all(r["sampled_ratio"] > 0 for r in out["ratios"])
+    assert set(out["register_s"]) == {"memory", "redis"}
+
+
+@pytest.mark.redis
+async def test_redis_memory_counts_keys_and_cleans_up(redis_url, namespace):
+    import redis
+
+    mem = await service.run_redis_memory(TINY_SERVICE, redis_url, namespace=namespace)
+    assert mem["problems"] == 1_000
+    assert set(mem["key_bytes"]) >= {"problems", "stats", "heap"}
+    assert 50 < mem["state_bytes_per_problem"] < 2_000
+    assert mem["prompt_bytes_per_problem"] > 100  # the ~130-byte synthetic prompts
+    r = redis.Redis.from_url(redis_url)
+    assert list(r.scan_iter(match=f"*{{{namespace}}}*")) == []
+    r.close()
+
+
+def test_synthetic_outcomes_are_valid_and_mixed():
+    gen = service.Outcomes(TINY_SERVICE, seed=0)
+    outs = gen.proto([f"bench-{i:07d}" for i in range(200)])
+    assert all(len(o.completions) == TINY_SERVICE.group_size for o in outs)
+    c = outs[0].completions[0]
+    assert len(c.token_ids) == len(c.logprobs) == TINY_SERVICE.tokens
+    kinds = [len({x.reward for x in o.completions}) for o in outs]
+    assert 0.3 < kinds.count(2) / len(kinds) < 0.95  # mixed and zero-variance groups both occur
+
+
+# -- part 4: overhead --------------------------------------------------------------------------
+def test_rpc_share_from_a_run_directory(tmp_path):
+    (tmp_path / "report.json").write_text(json.dumps({"worker_metrics": {
+        "worker-0": {"prioreplay_worker_rpc_seconds_sum": 1.0, "prioreplay_worker_generation_seconds_sum": 97.0,
+                     "prioreplay_worker_verification_seconds_sum": 2.0},
+        "worker-1": {"prioreplay_worker_rpc_seconds_sum": 1.0, "prioreplay_worker_generation_seconds_sum": 99.0}}}))
+    lines = [{"step": 1, "rpc_s": 0.2, "wait_s": 1.0, "compute_s": 8.0, "publish_s": 1.0},
+             {"step": 2, "rpc_s": 0.3, "wait_s": 0.5, "compute_s": 9.0, "publish_s": 0.5}, {"event": "start"}]
+    (tmp_path / "learner.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
+    out = overhead.rpc_share(tmp_path)
+    assert out["worker"]["share"] == pytest.approx(2.0 / 200.0) and out["worker"]["workers"] == 2
+    assert out["learner"]["share"] == pytest.approx(0.5 / 20.0) and out["learner"]["steps"] == 2
+    assert out["learner"]["share_of_compute"] == pytest.approx(0.5 / 17.0)
+    with pytest.raises(FileNotFoundError):
+        overhead.rpc_share(tmp_path / "missing")
+
+
+def test_cli_writes_figures_with_provenance(tmp_path):
+    out = tmp_path / "results.json"
+    (tmp_path / "results.json").write_text(json.dumps([{"name": "kept.figure", "value": 1, "unit": "s"}]))
+    assert run.main(["--quick", "--parts", "simulate", "--seeds", "1", "--out", str(out)]) == 0
+    items = json.loads(out.read_text())
+    names = {i["name"] for i in items}
+    assert "kept.figure" in names and "sim.heap.effective_group_fraction" in names
+    for i in items:
+        if i["name"] != "kept.figure":
+            assert {"name", "value", "unit", "command", "date", "machine_cores"} <= set(i)
+            assert i["command"].startswith("python -m benchmarks.run --quick")
