@@ -1,0 +1,167 @@
+"""The generation backend interface: prompts in, groups of G sampled completions out.
+
+A backend samples ``n`` completions per prompt and returns, for every completion, the sampled
+token ids and their *behaviour* log-probabilities: the log-probability of each sampled token under
+the distribution it was actually drawn from (logits / temperature, then top-p), which is what the
+learner's importance ratio needs. Backends: ``transformers`` (CPU/GPU, this package) and ``vllm``
+(GPU, optional extra ``prioreplay[gpu]``). Use :func:`create_backend` to build one by name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from prioreplay.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How completions are sampled.
+
+    Attributes:
+        temperature: logits are divided by it before softmax (> 0; 1 = the model's distribution).
+        top_p: nucleus sampling mass in (0, 1]; 1 disables it.
+        max_new_tokens: completion length limit, tokens (>= 1).
+        stop: strings that end a completion (the completing token is kept; text after the stop
+            string is dropped). EOS always ends a completion.
+        seed: seeds the sampler; the same seed, prompts, params and weights reproduce the same
+            completions. None: not reseeded.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = field(default_factory=tuple)
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise InvalidArgument(f"temperature ({self.temperature}) must be a finite number > 0 (1.0 samples the model as is)")
+        if not (0.0 < self.top_p <= 1.0):
+            raise InvalidArgument(f"top_p ({self.top_p}) must be in (0, 1]; 1.0 disables nucleus sampling")
+        if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
+            raise InvalidArgument(f"max_new_tokens ({self.max_new_tokens}) must be an integer >= 1")
+        stop = tuple(self.stop)
+        if any(not isinstance(s, str) or not s for s in stop):
+            raise InvalidArgument(f"stop ({stop!r}) must be a list of non-empty strings")
+        object.__setattr__(self, "stop", stop)
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):
+            raise InvalidArgument(f"seed ({self.seed}) must be an integer in [0, 2**63) or None")
+
+
+@dataclass(frozen=True)
+class GeneratedCompletion:
+    """One sampled completion.
+
+    Attributes:
+        token_ids: the generated token ids (L,), ending with EOS or with the token that completed a
+            stop string when generation stopped there.
+        logprobs: behaviour log-probability of each token in ``token_ids`` (L,), nats, <= 0.
+        text: decoded completion without special tokens, cut after the first stop string.
+        truncated: True when generation hit ``max_new_tokens`` before EOS or a stop string.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    truncated: bool
+
+    def __post_init__(self) -> None:
+        if len(self.token_ids) != len(self.logprobs):
+            raise InvalidArgument(
+                f"completion has {len(self.token_ids)} token ids but {len(self.logprobs)} log-probs; they must match"
+            )
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """What the worker needs from an inference engine."""
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer of the loaded model (from :func:`prioreplay.models.load_tokenizer`)."""
+
+    @property
+    def policy_version(self) -> int:
+        """The policy version whose weights are loaded (0: the initial model)."""
+
+    def generate(
+        self, prompt_token_ids: list[list[int]], n: int, params: SamplingParams
+    ) -> list[list[GeneratedCompletion]]:
+        """Sample ``n`` completions for each prompt.
+
+        Args:
+            prompt_token_ids: P prompts, each a non-empty list of token ids (after the chat template).
+            n: completions per prompt (the group size G, >= 1).
+            params: sampling parameters.
+
+        Returns:
+            P groups, in prompt order, each a list of ``n`` completions.
+
+        Raises:
+            InvalidArgument: empty prompt list or prompt, token id outside the vocabulary, n < 1.
+        """
+
+    def load_weights(self, uri: str, version: int) -> float:
+        """Replace the weights in place with the safetensors checkpoint at ``uri``.
+
+        All or nothing: a missing or mismatched checkpoint raises InvalidArgument and leaves the
+        loaded weights and ``policy_version`` unchanged.
+
+        Returns:
+            Seconds taken.
+        """
+
+
+def validate_prompts(prompt_token_ids: list[list[int]], n: int, vocab_size: int) -> None:
+    """Check a generate() request.
+
+    Raises:
+        InvalidArgument: no prompts, an empty prompt, an id outside [0, vocab_size), or n < 1.
+    """
+    if not (isinstance(n, int) and n >= 1):
+        raise InvalidArgument(f"n ({n}) must be an integer >= 1 (the group size G)")
+    if not prompt_token_ids:
+        raise InvalidArgument("prompt_token_ids is empty; pass at least one prompt")
+    for i, ids in enumerate(prompt_token_ids):
+        if len(ids) == 0:
+            raise InvalidArgument(f"prompt #{i} has no tokens; apply the chat template to a non-empty prompt")
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            raise InvalidArgument(f"prompt #{i} has token id {bad} outside the vocabulary [0, {vocab_size})")
+
+
+def weights_path(uri: str) -> Path:
+    """The local directory of a weights URI (a path or ``file://`` URL).
+
+    Raises:
+        InvalidArgument: empty URI or an unsupported scheme.
+    """
+    if not uri:
+        raise InvalidArgument("weights uri is empty; give the directory holding model.safetensors")
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    elif "://" in uri:
+        raise InvalidArgument(f"weights uri {uri!r}: only local paths and file:// are supported (use a shared volume)")
+    return Path(uri)
+
+
+def create_backend(name: str, model_dir: Path, device: str = "cpu", **kwargs: Any) -> GenerationBackend:
+    """Build the backend ``name`` ("transformers" or "vllm") for the model directory.
+
+    Raises:
+        InvalidArgument: unknown backend name; vllm not installed (for "vllm").
+    """
+    if name == "transformers":
+        from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
+
+        return TransformersBackend(model_dir, device=device, **kwargs)
+    if name == "vllm":
+        from prioreplay.rollout_worker.backends.vllm_backend import VLLMBackend
+
+        return VLLMBackend(model_dir, **kwargs)
+    raise InvalidArgument(f"backend ({name!r}) must be 'transformers' or 'vllm'")

@@ -1,0 +1,199 @@
+"""Generation with vLLM (GPU), the ``gpu`` extra: ``pip install 'prioreplay[gpu]'``.
+
+Written against vLLM's documented offline API: ``LLM(model=dir, logprobs_mode="processed_logprobs",
+worker_extension_cls=...)``, ``SamplingParams(n=G, temperature, top_p, max_tokens, stop, seed,
+logprobs=0)`` (``logprobs=0`` returns the sampled token's log-prob; ``processed_logprobs`` makes it
+the log-prob after temperature and top-p, i.e. the behaviour distribution), and
+``llm.generate([TokensPrompt(prompt_token_ids=...)])``.
+
+Weights are reloaded in place, without restarting the engine, through a worker extension (the
+pattern of vLLM's RLHF examples): ``llm.collective_rpc("prioreplay_reload_weights", args=(dir,))``
+runs :meth:`WeightReloadExtension.prioreplay_reload_weights` in every engine worker, which streams
+the safetensors tensors into ``model_runner.model.load_weights``. vLLM is imported only here, and
+only when a :class:`VLLMBackend` is built.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from prioreplay import models
+from prioreplay.errors import InvalidArgument
+from prioreplay.rollout_worker.backends.base import (
+    GeneratedCompletion,
+    SamplingParams,
+    validate_prompts,
+    weights_path,
+)
+
+log = logging.getLogger(__name__)
+
+EXTENSION_CLS = "prioreplay.rollout_worker.backends.vllm_backend.WeightReloadExtension"
+
+
+def _import_vllm():
+    try:
+        import vllm
+        from vllm.inputs import TokensPrompt
+    except ImportError as e:
+        raise InvalidArgument(
+            f"the vllm backend needs vLLM, which is not installed ({e}); install it with "
+            "pip install 'prioreplay[gpu]', or use --backend transformers"
+        ) from None
+    return vllm, TokensPrompt
+
+
+def checkpoint_signature(directory: Path) -> dict[str, tuple[list[int], str]]:
+    """{tensor name: (shape, dtype)} of a safetensors checkpoint, read from the file headers only.
+
+    Raises:
+        InvalidArgument: no weights file, or a file that is not safetensors.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    directory = Path(directory)
+    single = directory / models.WEIGHTS_FILE
+    index = directory / models.WEIGHTS_INDEX_FILE
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        files = [directory / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    else:
+        raise InvalidArgument(f"no {models.WEIGHTS_FILE} in {str(directory)!r}; publish a directory written by save_weights")
+    sig: dict[str, tuple[list[int], str]] = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as fh:
+                for name in fh.keys():
+                    sl = fh.get_slice(name)
+                    sig[name] = (list(sl.get_shape()), str(sl.get_dtype()))
+        except (SafetensorError, OSError) as e:
+            raise InvalidArgument(f"weights file {str(f)!r} is not a readable safetensors file: {e}") from e
+    return sig
+
+
+class WeightReloadExtension:
+    """Mixed into vLLM's GPU worker (``worker_extension_cls``); ``self`` is the engine worker."""
+
+    def prioreplay_reload_weights(self, directory: str) -> int:
+        """Stream the safetensors tensors of ``directory`` into the worker's model; returns the count."""
+        import torch
+        from safetensors import safe_open
+
+        d = Path(directory)
+        files = [d / models.WEIGHTS_FILE] if (d / models.WEIGHTS_FILE).is_file() else sorted(d.glob("*.safetensors"))
+
+        def tensors():
+            for f in files:
+                with safe_open(str(f), framework="pt", device="cpu") as fh:
+                    for name in fh.keys():
+                        yield name, fh.get_tensor(name)
+
+        count = 0
+
+        def counted():
+            nonlocal count
+            for item in tensors():
+                count += 1
+                yield item
+
+        with torch.no_grad():
+            self.model_runner.model.load_weights(weights=counted())  # type: ignore[attr-defined]
+        return count
+
+
+class VLLMBackend:
+    """A :class:`~prioreplay.rollout_worker.backends.base.GenerationBackend` on vLLM.
+
+    Args:
+        model_dir: a model directory (see :func:`prioreplay.models.resolve_model`).
+        policy_version: version of the weights in ``model_dir``.
+        gpu_memory_utilization: share of GPU memory vLLM may take (0, 1].
+        max_model_len: prompt + completion tokens at most (None: the model's limit).
+        dtype: "auto", "bfloat16", "float16" or "float32".
+        engine_kwargs: more ``vllm.LLM`` keyword arguments.
+
+    Raises:
+        InvalidArgument: vllm is not installed (``pip install 'prioreplay[gpu]'``).
+    """
+
+    def __init__(self, model_dir: Path, policy_version: int = 0, gpu_memory_utilization: float = 0.85,
+                 max_model_len: int | None = None, dtype: str = "auto", **engine_kwargs: Any):
+        vllm, self._TokensPrompt = _import_vllm()
+        self._vllm = vllm
+        self.model_dir = Path(model_dir)
+        self._tokenizer = models.load_tokenizer(self.model_dir)
+        self._signature = checkpoint_signature(self.model_dir)
+        self.llm = vllm.LLM(
+            model=str(self.model_dir), tokenizer=str(self.model_dir), dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+            logprobs_mode="processed_logprobs", worker_extension_cls=EXTENSION_CLS, **engine_kwargs,
+        )
+        self._policy_version = int(policy_version)
+        self.vocab_size = len(self._tokenizer)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (the same files vLLM loaded)."""
+        return self._tokenizer
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the loaded weights."""
+        return self._policy_version
+
+    def load_weights(self, uri: str, version: int) -> float:
+        """Reload the engine's weights from ``uri`` in place; returns seconds taken.
+
+        The checkpoint's tensor names, shapes and dtypes are compared with the initial
+        checkpoint's (file headers only) before anything is sent to the engine, so a partial or
+        mismatched checkpoint is refused whole.
+
+        Raises:
+            InvalidArgument: negative version; missing or mismatched checkpoint.
+        """
+        if not isinstance(version, int) or version < 0:
+            raise InvalidArgument(f"policy version ({version}) must be an integer >= 0")
+        path = weights_path(uri)
+        t0 = time.perf_counter()
+        sig = checkpoint_signature(path)
+        missing = sorted(set(self._signature) - set(sig))
+        extra = sorted(set(sig) - set(self._signature))
+        if missing or extra:
+            raise InvalidArgument(f"{path}: checkpoint does not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
+        for name, (shape, _dtype) in sig.items():
+            if shape != self._signature[name][0]:
+                raise InvalidArgument(f"{path}: tensor {name!r} has shape {shape}, the model expects {self._signature[name][0]}")
+        self.llm.collective_rpc("prioreplay_reload_weights", args=(str(path.resolve()),))
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self._policy_version = version
+        return time.perf_counter() - t0
+
+    def generate(self, prompt_token_ids: list[list[int]], n: int, params: SamplingParams) -> list[list[GeneratedCompletion]]:
+        """Sample ``n`` completions per prompt with one ``llm.generate`` call (see the protocol).
+
+        Raises:
+            InvalidArgument: see :func:`~prioreplay.rollout_worker.backends.base.validate_prompts`.
+        """
+        validate_prompts(prompt_token_ids, n, self.vocab_size)
+        sp = self._vllm.SamplingParams(
+            n=n, temperature=params.temperature, top_p=params.top_p,
+            max_tokens=params.max_new_tokens, stop=list(params.stop) or None, seed=params.seed, logprobs=0,
+            include_stop_str_in_output=True,
+        )
+        prompts = [self._TokensPrompt(prompt_token_ids=list(p)) for p in prompt_token_ids]
+        outputs = self.llm.generate(prompts, sp, use_tqdm=False)
+        groups = []
+        for out in outputs:
+            group = []
+            for c in out.outputs:
+                ids = list(c.token_ids)
+                lps = [float(step[tok].logprob) for tok, step in zip(ids, c.logprobs or [])]
+                group.append(GeneratedCompletion(token_ids=ids, logprobs=lps, text=c.text,
+                                                 truncated=c.finish_reason == "length"))
+            groups.append(group)
+        return groups

@@ -1,0 +1,107 @@
+"""Typed configuration of ``prioreplay worker`` (pydantic and the standard library only).
+
+Every field maps onto a ``--kebab-case`` flag, a ``PRIOREPLAY_<FIELD>`` environment variable and
+the ``worker`` section of a ``--config`` file (see :mod:`prioreplay.config`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from prioreplay.config import ClientSettings
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class WorkerConfig(ClientSettings):
+    """Configuration of a rollout worker: model, backend, group size G, batch size B, sampling.
+
+    Each loop iteration leases ``batch_size`` problems, generates ``group_size`` completions per
+    problem (B × G sequences), verifies them and reports the lease.
+    """
+
+    # -- model and backend ---------------------------------------------------------------------
+    model: str = Field("smollm2-135m", description="model alias, local model directory or cached Hugging Face id "
+                       "(the learner's starting model)")
+    cache_dir: Path | None = Field(None, description="where converted models are cached (default: $PRIOREPLAY_CACHE_DIR "
+                                   "or ~/.cache/prioreplay/models)")
+    backend: Literal["transformers", "vllm"] = Field("transformers", description="transformers (CPU or GPU) or vllm "
+                                                     "(GPU; pip install 'prioreplay[gpu]')")
+    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N' "
+                        "(transformers backend)")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="share of GPU memory vLLM may use")
+    max_batch_sequences: int = Field(256, ge=1, le=65536, description="sequences decoded together by the transformers "
+                                     "backend (B × G is split into chunks of this size)")
+
+    # -- batch and sampling --------------------------------------------------------------------
+    group_size: int = Field(8, ge=1, le=1024, description="completions per problem G (the GRPO group)")
+    batch_size: int = Field(8, ge=1, le=4096, description="problems per lease B")
+    temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature (> 0; the learner must use the same)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 disables)")
+    max_new_tokens: int = Field(512, ge=1, le=1_000_000, description="completion length limit, tokens")
+    stop: list[str] = Field(default_factory=list, description="strings that end a completion (EOS always does); "
+                            "the escapes \\n, \\t and \\\\ are decoded, so --stop '\\n\\n' stops at a blank line")
+    seed: int = Field(0, ge=0, le=2**62, description="seeds generation; batch k uses seed + k, so runs reproduce")
+    verify_timeout_s: float = Field(5.0, gt=0, le=600, description="bound on one verification, seconds")
+
+    # -- loop ----------------------------------------------------------------------------------
+    max_batches: int = Field(0, ge=0, le=10**12, description="stop after this many reported batches (0: until stopped)")
+    worker_id: str = Field(default_factory=_default_worker_id, min_length=1, max_length=128,
+                           description="name sent with leases and reports (default HOST-PID)")
+    lease_timeout_s: float = Field(0.0, ge=0, le=86400, description="lease length asked for, seconds (0: the server's "
+                                   "default); make it longer than one batch's generation")
+    grace_s: float = Field(30.0, ge=0, le=86400, description="on SIGTERM, seconds the current batch may still take; "
+                           "past that the worker exits and the lease expires")
+    max_retry_sleep_s: float = Field(5.0, gt=0, le=3600, description="longest sleep when the server has nothing to lease")
+
+    # -- observability -------------------------------------------------------------------------
+    metrics_port: int = Field(9101, ge=0, le=65535, description="port of /metrics (0 disables)")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+
+    @field_validator("stop")
+    @classmethod
+    def _unescape(cls, v: list[str]) -> list[str]:
+        table = {"n": "\n", "t": "\t", "\\": "\\"}
+        out = []
+        for s in v:
+            chars, i = [], 0
+            while i < len(s):
+                if s[i] == "\\" and i + 1 < len(s) and s[i + 1] in table:
+                    chars.append(table[s[i + 1]])
+                    i += 2
+                else:
+                    chars.append(s[i])
+                    i += 1
+            out.append("".join(chars))
+        return out
+
+    @model_validator(mode="after")
+    def _check(self) -> "WorkerConfig":
+        from prioreplay.errors import InvalidArgument
+
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise InvalidArgument(f"log_level ({self.log_level!r}) must be DEBUG, INFO, WARNING or ERROR")
+        dev = self.device
+        if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+            raise InvalidArgument(f"device ({dev!r}) must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        if not self.model.strip():
+            raise InvalidArgument("model is empty; give an alias (smollm2-135m), a local directory or a Hugging Face id")
+        if not math.isfinite(self.temperature):
+            raise InvalidArgument(f"temperature ({self.temperature}) must be a finite number > 0")
+        if any(not s for s in self.stop):
+            raise InvalidArgument(f"stop ({self.stop!r}) must hold non-empty strings")
+        return self
+
+    @property
+    def log_level_number(self) -> int:
+        """The ``logging`` level number of ``log_level``."""
+        return getattr(logging, self.log_level.upper())

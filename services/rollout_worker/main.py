@@ -1,0 +1,95 @@
+"""``prioreplay worker``: load the model, serve /metrics, lease → generate → verify → report until stopped."""
+
+from __future__ import annotations
+
+import _thread
+import logging
+import signal
+import threading
+
+from prioreplay.rollout_worker.config import WorkerConfig
+
+log = logging.getLogger("prioreplay.worker")
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; other values pass through."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_backend(config: WorkerConfig):
+    """Resolve the model and build the configured backend (transformers or vllm).
+
+    Raises:
+        InvalidArgument: the model cannot be resolved or loaded; vllm is not installed.
+    """
+    from prioreplay.models import resolve_model
+    from prioreplay.rollout_worker.backends.base import create_backend
+
+    model_dir = resolve_model(config.model, config.cache_dir)
+    if config.backend == "vllm":
+        return create_backend("vllm", model_dir, gpu_memory_utilization=config.gpu_memory_utilization)
+    return create_backend("transformers", model_dir, device=resolve_device(config.device),
+                          max_batch_sequences=config.max_batch_sequences)
+
+
+def run(config: WorkerConfig) -> int:
+    """Run a rollout worker process; returns the exit code (0 after a clean stop).
+
+    SIGTERM/SIGINT: the batch in progress is finished and reported, then the worker exits 0. If
+    it is not done within ``grace_s`` seconds (or on a second signal) the worker stops at once
+    without reporting: the lease expires on the server and its problems return unchanged.
+
+    Raises:
+        InvalidArgument: bad model, backend or server settings.
+        StoreUnavailable: never at start-up; an unreachable server is retried.
+    """
+    logging.basicConfig(level=config.log_level_number, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from prioreplay.client import PriorityClient
+    from prioreplay.rollout_worker.metrics import WorkerMetrics
+    from prioreplay.rollout_worker.worker import RolloutWorker
+
+    backend = build_backend(config)
+    log.info("worker %s: %s backend, policy version %d, G=%d, B=%d", config.worker_id, config.backend,
+             backend.policy_version, config.group_size, config.batch_size)
+    metrics = WorkerMetrics()
+    server = metrics.serve(config.metrics_port)
+    if server is not None:
+        log.info("metrics on :%d/metrics", config.metrics_port)
+    client = PriorityClient(config)
+    worker = RolloutWorker(config, backend, client, metrics)
+    timer: list[threading.Timer] = []
+
+    def _give_up() -> None:
+        log.warning("the batch did not finish within grace_s=%.1f s; stopping without reporting (the lease expires)",
+                    config.grace_s)
+        _thread.interrupt_main()
+
+    def _stop(signum, _frame) -> None:
+        if worker.stop_event.is_set():
+            raise KeyboardInterrupt
+        log.info("signal %d: finishing the current batch (at most %.1f s), then stopping", signum, config.grace_s)
+        worker.stop_event.set()
+        t = threading.Timer(config.grace_s, _give_up)
+        t.daemon = True
+        t.start()
+        timer.append(t)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    try:
+        return worker.run()
+    except KeyboardInterrupt:
+        log.warning("stopped during a batch; its lease expires on the server")
+        return 0 if worker.stop_event.is_set() else 130
+    finally:
+        for t in timer:
+            t.cancel()
+        client.close()
+        if server is not None:
+            server.shutdown()

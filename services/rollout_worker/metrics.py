@@ -1,0 +1,49 @@
+"""The rollout worker's Prometheus metrics, in its own registry (``/metrics`` on ``metrics_port``).
+
+Names are listed in docs/INTERFACES.md (``prioreplay_worker_*``).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+GROUP_KINDS = ("mixed", "all_correct", "all_wrong", "constant")
+RPC_METHODS = ("SampleProblems", "ReportOutcomes")
+
+
+class WorkerMetrics:
+    """Prometheus metrics of one rollout worker process (a fresh registry per instance)."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        p = "prioreplay_worker_"
+        self.completions = Counter(p + "completions", "completions generated and reported", registry=r)
+        self.tokens_generated = Counter(p + "tokens_generated", "completion tokens generated", registry=r)
+        self.reward_mean = Gauge(p + "reward_mean", "mean reward of the last reported batch", registry=r)
+        self.groups = Counter(p + "groups", "groups generated, by kind of reward pattern", ["kind"], registry=r)
+        for kind in GROUP_KINDS:
+            self.groups.labels(kind)
+        self.generation_seconds = Histogram(p + "generation_seconds", "seconds to generate one batch (B × G completions)",
+                                            buckets=SECONDS_BUCKETS, registry=r)
+        self.verification_seconds = Histogram(p + "verification_seconds", "seconds to verify one batch",
+                                              buckets=SECONDS_BUCKETS, registry=r)
+        self.weight_reload_seconds = Histogram(p + "weight_reload_seconds", "seconds to load a newly published policy",
+                                               buckets=SECONDS_BUCKETS, registry=r)
+        self.policy_version = Gauge(p + "policy_version", "policy version of the loaded weights", registry=r)
+        self.verifier_errors = Counter(p + "verifier_errors", "verifications that raised or timed out (reward 0)",
+                                       registry=r)
+        self.batches = Counter(p + "batches", "leases reported", registry=r)
+        self.rpc_seconds = Histogram(p + "rpc_seconds", "seconds spent in priority-server RPCs (retries included)",
+                                     ["method"], buckets=SECONDS_BUCKETS, registry=r)
+        for m in RPC_METHODS:
+            self.rpc_seconds.labels(m)
+        self.tokens_per_second = Gauge(p + "tokens_per_second", "completion tokens per generation second, last batch",
+                                       registry=r)
+
+    def serve(self, port: int, addr: str = "0.0.0.0"):
+        """Start ``/metrics`` on ``port`` (a daemon thread). Returns the server, or None when port is 0."""
+        if port == 0:
+            return None
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server

@@ -1,0 +1,246 @@
+"""The rollout worker loop: lease → (reload weights) → generate G per problem → verify → report.
+
+One :meth:`RolloutWorker.run_once` is one lease:
+
+1. ``SampleProblems(batch_size)``. An empty answer (nothing leasable) is returned as such; the
+   loop sleeps ``retry_after_s`` (capped) before asking again.
+2. If the lease names a policy version newer than the loaded one and a ``weights_uri``, the
+   backend loads those weights first (seconds measured). A checkpoint that cannot be loaded is
+   logged and the batch is generated with the weights already loaded, reported under their
+   (older) version, which the learner's staleness rule handles.
+3. Each problem's prompt goes through the chat template; the backend samples G completions per
+   problem with seed ``config.seed + batch index``.
+4. Every completion is scored by its problem's verifier (errors count as reward 0 and in
+   ``prioreplay_worker_verifier_errors_total``).
+5. ``ReportOutcomes`` with rewards, the prompt's token ids, each completion's token ids and
+   behaviour log-probs, and the policy version that generated the group.
+
+Only leases returned by ``SampleProblems`` are reported, each at most once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from prioreplay import models
+from prioreplay.errors import InvalidArgument, PrioreplayError
+from prioreplay.priority_server import rules
+from prioreplay.rollout_worker.backends.base import GenerationBackend, SamplingParams
+from prioreplay.rollout_worker.config import WorkerConfig
+from prioreplay.rollout_worker.metrics import WorkerMetrics
+from prioreplay.rollout_worker.verifiers import verify
+
+log = logging.getLogger("prioreplay.worker")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one :meth:`RolloutWorker.run_once` did.
+
+    Attributes:
+        lease_id: the lease ("" when nothing was leased).
+        problems: problems in the lease (B or fewer).
+        retry_after_s: the server's hint when the lease was empty or short, seconds.
+        reported: True when a report was sent (the server may still refuse it: see accepted).
+        accepted: the server's answer (False: lease expired/unknown; None: not reported).
+        reason: why a report was not accepted.
+        groups_queued / groups_filtered: the server's counts for the report.
+        completions: completions generated (B × G).
+        tokens: completion tokens generated.
+        reward_mean: mean reward over the completions (0.0 when none).
+        policy_version: the version that generated the batch.
+        reload_s: seconds spent loading new weights before generating (0.0: none).
+        generation_s / verification_s: seconds spent generating / verifying.
+    """
+
+    lease_id: str = ""
+    problems: int = 0
+    retry_after_s: float = 0.0
+    reported: bool = False
+    accepted: bool | None = None
+    reason: str = ""
+    groups_queued: int = 0
+    groups_filtered: int = 0
+    completions: int = 0
+    tokens: int = 0
+    reward_mean: float = 0.0
+    policy_version: int = 0
+    reload_s: float = 0.0
+    generation_s: float = 0.0
+    verification_s: float = 0.0
+
+
+class RolloutWorker:
+    """Leases problems from the priority server and reports scored groups of completions.
+
+    Args:
+        config: the worker configuration (group size, batch size, sampling, loop limits).
+        backend: a loaded generation backend.
+        client: a :class:`prioreplay.client.PriorityClient` (it retries UNAVAILABLE with backoff).
+        metrics: where to count (default: a fresh registry).
+        sleep: ``sleep(seconds)`` used between empty leases (tests pass a fake).
+
+    Attributes:
+        stop_event: set it to end :meth:`run` after the current batch (the SIGTERM handler does).
+        batches_done: leases generated and reported so far (also the seed offset).
+    """
+
+    def __init__(self, config: WorkerConfig, backend: GenerationBackend, client: Any,
+                 metrics: WorkerMetrics | None = None, sleep: Callable[[float], None] | None = None):
+        self.config = config
+        self.backend = backend
+        self.client = client
+        self.metrics = metrics or WorkerMetrics()
+        self.stop_event = threading.Event()
+        self._sleep = sleep or (lambda s: self.stop_event.wait(s))
+        self.batches_done = 0
+        self.metrics.policy_version.set(backend.policy_version)
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _rpc(self, method: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.metrics.rpc_seconds.labels(method).observe(time.perf_counter() - t0)
+
+    def sampling_params(self) -> SamplingParams:
+        """Sampling parameters of the next batch (seed = config.seed + batches done)."""
+        c = self.config
+        return SamplingParams(temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens,
+                              stop=tuple(c.stop), seed=c.seed + self.batches_done)
+
+    def maybe_reload(self, version: int, weights_uri: str) -> float:
+        """Load ``weights_uri`` if ``version`` is newer than the loaded one; returns seconds (0.0: none).
+
+        A checkpoint that cannot be loaded (InvalidArgument: missing, partial, mismatched) is
+        logged; the loaded weights stay and 0.0 is returned.
+        """
+        if version <= self.backend.policy_version or not weights_uri:
+            return 0.0
+        try:
+            seconds = self.backend.load_weights(weights_uri, version)
+        except InvalidArgument as e:
+            log.error("cannot load policy version %d from %s (%s); generating with version %d",
+                      version, weights_uri, e, self.backend.policy_version)
+            return 0.0
+        self.metrics.weight_reload_seconds.observe(seconds)
+        self.metrics.policy_version.set(version)
+        log.info("loaded policy version %d from %s in %.2f s", version, weights_uri, seconds)
+        return seconds
+
+    # -- one lease ------------------------------------------------------------------------------
+    def run_once(self) -> BatchResult:
+        """Lease one batch, generate, verify and report it. See the module docstring.
+
+        Raises:
+            StoreUnavailable: the server could not be reached for the lease (after the client's
+                retries); nothing is held. A report that cannot be delivered is logged and its
+                lease left to expire (the result has ``reported=False``).
+        """
+        c = self.config
+        lease = self._rpc("SampleProblems", self.client.sample, c.batch_size, worker_id=c.worker_id,
+                          lease_timeout_s=c.lease_timeout_s)
+        if not lease.problems:
+            return BatchResult(retry_after_s=lease.retry_after_s or 1.0)
+        reload_s = self.maybe_reload(lease.policy_version, lease.weights_uri)
+        version = self.backend.policy_version
+        problems = [lp.problem for lp in lease.problems]
+        prompts = [models.apply_chat_template(self.backend.tokenizer, p.prompt) for p in problems]
+
+        t0 = time.perf_counter()
+        groups = self.backend.generate(prompts, c.group_size, self.sampling_params())
+        generation_s = time.perf_counter() - t0
+        self.batches_done += 1
+
+        t0 = time.perf_counter()
+        rewards = [[self._score(p, comp.text) for comp in group] for p, group in zip(problems, groups)]
+        verification_s = time.perf_counter() - t0
+
+        outcomes = [self._outcome(p, version, ids, group, r) for p, ids, group, r in zip(problems, prompts, groups, rewards)]
+        flat = [x for r in rewards for x in r]
+        tokens = sum(len(comp.token_ids) for group in groups for comp in group)
+        self._observe(rewards, tokens, generation_s, verification_s)
+        result = dict(lease_id=lease.lease_id, problems=len(problems), retry_after_s=lease.retry_after_s,
+                      completions=len(flat), tokens=tokens, reward_mean=sum(flat) / len(flat) if flat else 0.0,
+                      policy_version=version, reload_s=reload_s, generation_s=generation_s,
+                      verification_s=verification_s)
+        try:
+            resp = self._rpc("ReportOutcomes", self.client.report, lease.lease_id, outcomes, worker_id=c.worker_id)
+        except PrioreplayError as e:
+            log.error("report of lease %s failed (%s); its problems return when the lease expires", lease.lease_id, e)
+            return BatchResult(**result)
+        self.metrics.batches.inc()
+        if not resp.accepted:
+            log.warning("lease %s not accepted (%s): generation took %.1f s; consider a longer --lease-timeout-s",
+                        lease.lease_id, resp.reason, generation_s)
+        log.info("lease %s: %d problems × G=%d, %d tokens in %.2f s (%.0f tok/s), mean reward %.3f, queued %d, v%d",
+                 lease.lease_id[:8], len(problems), c.group_size, tokens, generation_s, tokens / max(generation_s, 1e-9),
+                 result["reward_mean"], resp.groups_queued, version)
+        return BatchResult(reported=True, accepted=resp.accepted, reason=resp.reason, groups_queued=resp.groups_queued,
+                           groups_filtered=resp.groups_filtered, **result)
+
+    def _score(self, problem: Any, text: str) -> float:
+        try:
+            res = verify(problem.verifier or "exact", text, problem.answer, timeout_s=self.config.verify_timeout_s)
+        except InvalidArgument as e:  # an unknown verifier name: the problem cannot be scored
+            log.error("problem %s: %s", problem.id, e)
+            self.metrics.verifier_errors.inc()
+            return 0.0
+        if res.error:
+            log.debug("problem %s: verifier error %s", problem.id, res.error)
+            self.metrics.verifier_errors.inc()
+        return float(res.reward)
+
+    @staticmethod
+    def _outcome(problem: Any, version: int, prompt_ids: list[int], group: list, rewards: list[float]):
+        from prioreplay.v1 import priority_service_pb2 as pb
+
+        completions = [
+            pb.Completion(reward=r, token_ids=comp.token_ids, logprobs=[min(lp, 0.0) for lp in comp.logprobs],
+                          text=comp.text, truncated=comp.truncated)
+            for comp, r in zip(group, rewards)
+        ]
+        return pb.ProblemOutcome(problem_id=problem.id, policy_version=version, prompt_token_ids=prompt_ids,
+                                 completions=completions)
+
+    def _observe(self, rewards: list[list[float]], tokens: int, generation_s: float, verification_s: float) -> None:
+        m = self.metrics
+        flat = [x for r in rewards for x in r]
+        m.completions.inc(len(flat))
+        m.tokens_generated.inc(tokens)
+        m.reward_mean.set(sum(flat) / len(flat) if flat else 0.0)
+        for r in rewards:
+            m.groups.labels(rules.classify(r).value).inc()
+        m.generation_seconds.observe(generation_s)
+        m.verification_seconds.observe(verification_s)
+        m.tokens_per_second.set(tokens / generation_s if generation_s > 0 else 0.0)
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Lease and report until ``max_batches`` reports or :attr:`stop_event`; returns exit code 0.
+
+        An unreachable server (after the client's retries) is logged and retried after
+        ``max_retry_sleep_s``; empty leases sleep the server's ``retry_after_s`` (capped).
+        """
+        c = self.config
+        while not self.stop_event.is_set():
+            if c.max_batches and self.batches_done >= c.max_batches:
+                break
+            try:
+                res = self.run_once()
+            except PrioreplayError as e:
+                if isinstance(e, InvalidArgument):
+                    raise
+                log.warning("priority server: %s; retrying in %.1f s", e, c.max_retry_sleep_s)
+                self._sleep(c.max_retry_sleep_s)
+                continue
+            if not res.lease_id:
+                self._sleep(min(res.retry_after_s, c.max_retry_sleep_s))
+        log.info("stopping after %d batches", self.batches_done)
+        return 0

@@ -1,0 +1,225 @@
+"""The rollout worker against a real in-process priority server (memory and Redis stores).
+
+The tiny random model never answers a problem right, so most tests swap the verifier for a
+deterministic rule on the completion text (reward 1 when its length is even): groups are then
+mixed and reach the trajectory queue, which is what the plumbing under test needs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from prioreplay import models
+from prioreplay.client import PriorityClient, problem_to_proto
+from prioreplay.config import ClientSettings
+from prioreplay.priority_server.store import ProblemRecord, StoreConfig
+from prioreplay.rollout_worker import worker as worker_mod
+from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
+from prioreplay.rollout_worker.config import WorkerConfig
+from prioreplay.rollout_worker.verifiers import VerifyResult
+from prioreplay.rollout_worker.worker import RolloutWorker
+from prioreplay.testing import make_tiny_model
+
+B, G = 3, 4
+PROBLEMS = [ProblemRecord(id=f"p{i}", prompt=f"Compute {i} + {i}.", answer=str(2 * i), verifier="gsm8k") for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("worker-models")
+    return make_tiny_model(base / "v0", seed=0), make_tiny_model(base / "step-1", seed=1)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def server(request, redis_url, namespace):
+    from prioreplay.priority_server.server import BackgroundServer
+    from prioreplay.priority_server.stores import create_store
+
+    spec = "memory" if request.param == "memory" else redis_url
+    srv = BackgroundServer(lambda: create_store(spec, StoreConfig(seed=1), namespace=namespace)).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server):
+    c = PriorityClient(ClientSettings(server=server.address), max_retries=2, backoff_s=0.05)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def parity_verifier(monkeypatch):
+    calls = []
+
+    def fake(name, completion, reference, timeout_s=5.0):
+        calls.append(name)
+        return VerifyResult(1.0 if len(completion) % 2 == 0 else 0.0)
+
+    monkeypatch.setattr(worker_mod, "verify", fake)
+    return calls
+
+
+def make_worker(client, model_dir, **kw) -> RolloutWorker:
+    cfg = WorkerConfig(group_size=G, batch_size=B, max_new_tokens=12, seed=7, worker_id="test-worker",
+                       metrics_port=0, **kw)
+    return RolloutWorker(cfg, TransformersBackend(model_dir), client, sleep=lambda s: None)
+
+
+def metric(w: RolloutWorker, name: str, labels: dict | None = None) -> float:
+    v = w.metrics.registry.get_sample_value(name, labels or {})
+    return 0.0 if v is None else v
+
+
+def teacher_forced(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1:-1]  # (L, V)
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None]).squeeze(1)  # (L,)
+
+
+def test_one_batch_is_leased_generated_verified_and_reported(client, dirs, parity_verifier):
+    client.register(problem_to_proto(p) for p in PROBLEMS)
+    w = make_worker(client, dirs[0])
+    res = w.run_once()
+    assert res.reported and res.accepted, res
+    assert res.problems == B and res.completions == B * G and res.policy_version == 0
+    assert len(parity_verifier) == B * G and set(parity_verifier) == {"gsm8k"}
+
+    stats = client.stats()
+    assert stats.completions_reported == B * G and stats.leased == 0 and stats.active_leases == 0
+    assert stats.groups_mixed + stats.groups_all_correct + stats.groups_all_wrong == B
+    assert stats.groups_mixed == res.groups_queued >= 1
+
+    pulled = client.pull(max_groups=10).groups
+    assert len(pulled) == res.groups_queued
+    by_id = {p.id: p for p in PROBLEMS}
+    for g in pulled:
+        assert g.policy_version == 0 and len(g.completions) == G
+        assert list(g.prompt_token_ids) == models.apply_chat_template(w.backend.tokenizer, by_id[g.problem_id].prompt)
+        rewards = {c.reward for c in g.completions}
+        assert rewards == {0.0, 1.0}
+        for c in g.completions:
+            assert len(c.token_ids) == len(c.logprobs) >= 1
+            assert c.reward == (1.0 if len(c.text) % 2 == 0 else 0.0)
+            want = teacher_forced(w.backend.model, list(g.prompt_token_ids), list(c.token_ids))
+            assert torch.allclose(torch.tensor(list(c.logprobs)), want, atol=1e-4)
+
+    assert metric(w, "prioreplay_worker_completions_total") == B * G
+    assert metric(w, "prioreplay_worker_batches_total") == 1
+    assert metric(w, "prioreplay_worker_tokens_generated_total") == res.tokens > 0
+    assert metric(w, "prioreplay_worker_rpc_seconds_count", {"method": "SampleProblems"}) == 1
+    assert metric(w, "prioreplay_worker_rpc_seconds_count", {"method": "ReportOutcomes"}) == 1
+    assert metric(w, "prioreplay_worker_groups_total", {"kind": "mixed"}) == stats.groups_mixed
+
+
+def test_a_newer_published_version_is_loaded_before_generating(client, dirs, parity_verifier, tmp_path):
+    client.register(problem_to_proto(p) for p in PROBLEMS)
+    w = make_worker(client, dirs[0])
+    assert w.run_once().policy_version == 0
+    client.pull(max_groups=10)  # drain version-0 groups
+    client.publish(1, str(dirs[1]))
+    res = w.run_once()
+    assert res.accepted and res.policy_version == 1 and res.reload_s > 0
+    assert w.backend.policy_version == 1
+    assert metric(w, "prioreplay_worker_weight_reload_seconds_count") == 1
+    assert metric(w, "prioreplay_worker_policy_version") == 1
+    groups = client.pull(max_groups=10).groups
+    assert groups and all(g.policy_version == 1 for g in groups)
+    # The completions were sampled from the new weights: their log-probs match version 1's model.
+    v1 = models.load_causal_lm(dirs[1])
+    g = groups[0]
+    for c in g.completions:
+        want = teacher_forced(v1, list(g.prompt_token_ids), list(c.token_ids))
+        assert torch.allclose(torch.tensor(list(c.logprobs)), want, atol=1e-4)
+
+
+def test_an_unloadable_checkpoint_keeps_the_old_weights_and_version(client, dirs, parity_verifier, tmp_path):
+    client.register(problem_to_proto(p) for p in PROBLEMS)
+    broken = tmp_path / "step-2"
+    shutil.copytree(dirs[1], broken)
+    (broken / "model.safetensors").unlink()
+    client.publish(2, str(broken))
+    w = make_worker(client, dirs[0])
+    res = w.run_once()
+    assert res.accepted and res.policy_version == 0 and w.backend.policy_version == 0
+    assert metric(w, "prioreplay_worker_weight_reload_seconds_count") == 0
+
+
+def test_an_empty_server_gives_no_lease_and_no_report(client, dirs):
+    w = make_worker(client, dirs[0])
+    res = w.run_once()
+    assert res.lease_id == "" and not res.reported and res.retry_after_s > 0
+    assert client.stats().late_reports == 0
+    assert metric(w, "prioreplay_worker_rpc_seconds_count", {"method": "ReportOutcomes"}) == 0
+
+
+def test_an_expired_lease_is_reported_once_and_refused(client, dirs, parity_verifier, server):
+    client.register(problem_to_proto(p) for p in PROBLEMS)
+    w = make_worker(client, dirs[0], lease_timeout_s=0.01)
+    res = w.run_once()
+    assert res.reported and res.accepted is False and res.reason in ("expired", "unknown lease")
+    stats = client.stats()
+    assert stats.late_reports == 1 and stats.completions_reported == 0
+
+
+def test_run_stops_after_max_batches_and_when_asked(client, dirs, parity_verifier):
+    client.register(problem_to_proto(p) for p in PROBLEMS)
+    w = make_worker(client, dirs[0], max_batches=2)
+    assert w.run() == 0 and w.batches_done == 2
+    assert client.stats().completions_reported == 2 * B * G
+
+    # A stop request during generation: the batch in progress is still reported.
+    w2 = make_worker(client, dirs[0])
+    inner = w2.backend.generate
+
+    def generate_then_stop(*a, **kw):
+        w2.stop_event.set()
+        return inner(*a, **kw)
+
+    w2.backend.generate = generate_then_stop
+    assert w2.run() == 0 and w2.batches_done == 1
+    stats = client.stats()
+    assert stats.completions_reported == 3 * B * G and stats.active_leases == 0
+
+
+def test_batch_seeds_advance_so_batches_differ(dirs):
+    cfg = WorkerConfig(seed=100, metrics_port=0)
+    w = RolloutWorker(cfg, TransformersBackend(dirs[0]), client=None, sleep=lambda s: None)
+    assert w.sampling_params().seed == 100
+    w.batches_done = 3
+    assert w.sampling_params().seed == 103
+
+
+@pytest.mark.parametrize("server", ["memory"], indirect=True)
+def test_cli_worker_reports_then_stops_cleanly_on_sigterm(server, client, dirs):
+    """`prioreplay worker` as a process: it reports batches, and SIGTERM ends it with exit code 0."""
+    client.register(problem_to_proto(p) for p in PROBLEMS)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PRIOREPLAY_CACHE_DIR=str(dirs[0].parent))
+    cmd = [sys.executable, "-m", "prioreplay.cli", "worker", "--server", server.address, "--model", str(dirs[0]),
+           "--group-size", "2", "--batch-size", "2", "--max-new-tokens", "4", "--metrics-port", "0",
+           "--device", "cpu", "--worker-id", "cli-worker", "--max-retry-sleep-s", "0.1", "--log-level", "WARNING"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while client.stats().completions_reported < 4:
+            assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+            assert time.time() < deadline, "the worker reported nothing within 120 s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    stats = client.stats()
+    assert stats.active_leases == 0, "the batch in progress at SIGTERM must be reported"
+    assert stats.completions_reported % 4 == 0 and stats.late_reports == 0
