@@ -31,6 +31,12 @@ def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
     return [("grpc.max_send_message_length", n), ("grpc.max_receive_message_length", n)]
 
 
+def problem_to_proto(problem) -> pb.Problem:
+    """Convert a ``ProblemRecord`` (store/datasets dataclass) into the proto ``Problem``."""
+    return pb.Problem(id=problem.id, prompt=problem.prompt, answer=problem.answer, verifier=problem.verifier,
+                      metadata=dict(problem.metadata))
+
+
 def map_rpc_error(e: grpc.RpcError, method: str) -> PrioreplayError:
     """Turn a gRPC error into the matching :mod:`prioreplay.errors` class."""
     code = e.code().name if e.code() else "UNKNOWN"

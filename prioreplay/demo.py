@@ -1,0 +1,341 @@
+"""``prioreplay demo``: the whole system on one machine, then a run report.
+
+Starts the priority server, W rollout workers and the learner as separate processes (the same
+commands a deployment runs), registers the dataset, scores a held-out slice before training,
+follows the learner's steps with one progress bar, scores the slice again with the final policy,
+and writes ``report.json`` and ``report.png`` into the run directory. Child logs go to
+``RUN_DIR/logs/``. Ctrl-C or a crashed child stops every child; the demo then exits non-zero and
+prints the failing child's log tail.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from prioreplay.demo_config import DemoConfig
+from prioreplay.errors import PrioreplayError
+
+log = logging.getLogger("prioreplay.demo")
+HIST_BUCKETS = 20
+
+
+class ChildFailed(PrioreplayError):
+    """A child process exited unexpectedly (the message holds its log tail)."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Child:
+    """A child process of the demo and its log file."""
+
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+    metrics_port: int
+    expected_exit: bool = False
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+@dataclass
+class Demo:
+    """Process orchestration and bookkeeping of one demo run."""
+
+    cfg: DemoConfig
+    run_dir: Path
+    children: list[Child] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    namespace: str = ""
+    t0: float = 0.0
+
+    # -- processes ------------------------------------------------------------------------
+    def spawn(self, name: str, args: list[str], metrics_port: int, threads: int) -> Child:
+        log_path = self.run_dir / "logs" / f"{name}.log"
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                   PRIOREPLAY_TORCH_THREADS=str(threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                   PYTHONUNBUFFERED="1")
+        env.pop("PRIOREPLAY_CONFIG", None)
+        fh = open(log_path, "ab")
+        cmd = [sys.executable, "-m", "prioreplay.cli", *args]
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        fh.close()
+        child = Child(name, proc, log_path, metrics_port)
+        self.children.append(child)
+        log.debug("started %s (pid %d): %s", name, proc.pid, " ".join(cmd))
+        return child
+
+    def check_children(self) -> None:
+        """Raise ChildFailed if a child exited that was not expected to."""
+        for c in self.children:
+            rc = c.proc.poll()
+            if rc is not None and not (c.expected_exit and rc == 0):
+                raise ChildFailed(f"{c.name} exited with code {rc}; last lines of {c.log_path}:\n{c.tail()}")
+
+    def stop(self, child: Child, grace_s: float = 30.0) -> None:
+        if child.proc.poll() is None:
+            child.expected_exit = True
+            child.proc.send_signal(signal.SIGTERM)
+            try:
+                child.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait(10)
+
+    def stop_all(self) -> None:
+        for c in reversed(self.children):
+            self.stop(c, grace_s=20.0)
+
+    def scrape(self, child: Child) -> dict[str, float]:
+        """Sum of each metric family's samples on a child's /metrics (unlabelled view)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{child.metrics_port}/metrics", timeout=5).read().decode()
+        except OSError:
+            return {}
+        out: dict[str, float] = {}
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name.endswith("_bucket") or s.name.endswith("_created"):
+                    continue
+                out[s.name] = out.get(s.name, 0.0) + s.value
+        return out
+
+
+def _threads(cfg: DemoConfig) -> int:
+    if cfg.threads:
+        return cfg.threads
+    return max(1, (os.cpu_count() or 2) // (cfg.workers + 1))
+
+
+def _record_step(demo: Demo, step: int, stats, prev, learner_line: dict[str, Any]) -> dict[str, Any]:
+    groups = stats.groups_mixed + stats.groups_all_correct + stats.groups_all_wrong + stats.groups_constant
+    pgroups = prev["groups"] if prev else 0
+    pmixed = prev["groups_mixed"] if prev else 0
+    pcomp = prev["completions"] if prev else 0
+    preward = prev["reward_sum"] if prev else 0.0
+    dg, dc = groups - pgroups, stats.completions_reported - pcomp
+    rec = {
+        "step": step,
+        "time_s": round(time.time() - demo.t0, 2),
+        "heap": stats.heap_size, "solved": stats.solved, "unsolved": stats.unsolved, "leased": stats.leased,
+        "policy_version": stats.policy_version,
+        "priority_histogram": list(stats.priority_histogram),
+        "priority_bucket_edges": list(stats.priority_bucket_edges),
+        "groups": groups, "groups_mixed": stats.groups_mixed, "completions": stats.completions_reported,
+        "reward_sum": stats.reward_sum,
+        "effective_group_fraction_window": (stats.groups_mixed - pmixed) / dg if dg else None,
+        "mean_reward_window": (stats.reward_sum - preward) / dc if dc else None,
+        "forgetting_events": stats.forgetting_events, "breakthroughs": stats.breakthroughs,
+        "learner": learner_line,
+    }
+    demo.steps.append(rec)
+    return rec
+
+
+def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, problems) -> float | None:
+    if not problems:
+        return None
+    from prioreplay.evaluate import evaluate
+
+    return evaluate(model_dir, problems, weights_dir=weights_dir, max_new_tokens=cfg.max_new_tokens)
+
+
+def run(cfg: DemoConfig) -> int:
+    """Run the demo; returns the exit code (0 when every child finished cleanly)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    name = f"{cfg.sampler}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / name
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    demo = Demo(cfg, run_dir)
+    demo.t0 = time.time()
+    try:
+        return _run(demo, run_dir.name)
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping every child", file=sys.stderr)
+        demo.stop_all()
+        return 130
+    except ChildFailed as e:
+        demo.stop_all()
+        print(f"prioreplay demo: {e}", file=sys.stderr)
+        return 1
+    finally:
+        demo.stop_all()
+
+
+def _run(demo: Demo, name: str) -> int:
+    from tqdm import tqdm
+
+    from prioreplay.client import PriorityClient
+    from prioreplay.config import ClientSettings
+    from prioreplay.datasets import evaluation_slice, iter_problems
+    from prioreplay.models import resolve_model
+
+    cfg, run_dir = demo.cfg, demo.run_dir
+    threads = _threads(cfg)
+
+    # -- the model, converted once before any child needs it -------------------------------
+    log.info("resolving model %s", cfg.model)
+    model_dir = resolve_model(cfg.model)
+
+    # -- priority server -----------------------------------------------------------------
+    port, mport = free_port(), free_port()
+    demo.namespace = f"demo-{name}-{os.urandom(4).hex()}"  # a fresh Redis namespace per run
+    server_args = ["server", "--port", str(port), "--host", "127.0.0.1", "--metrics-port", str(mport),
+                   "--sampler", cfg.sampler, "--retest-fraction", str(cfg.retest_fraction),
+                   "--retest-interval", str(cfg.retest_interval), "--seed", str(cfg.seed),
+                   "--namespace", demo.namespace, "--log-level", cfg.log_level]
+    if cfg.redis_url:
+        server_args += ["--store", cfg.redis_url]
+    else:
+        server_args += ["--store", "memory", "--snapshot-path", str(run_dir / "server-snapshot.json")]
+    server = demo.spawn("server", server_args, mport, threads=1)
+    address = f"127.0.0.1:{port}"
+    client = PriorityClient(ClientSettings(server=address))
+    deadline = time.time() + 60
+    while True:
+        demo.check_children()
+        try:
+            client.wait_ready(timeout_s=1.0)
+            break
+        except PrioreplayError:
+            if time.time() > deadline:
+                raise ChildFailed(f"server did not answer on {address} within 60 s:\n{server.tail()}")
+
+    # -- dataset and held-out slice -----------------------------------------------------
+    from prioreplay.client import problem_to_proto
+
+    resp = client.register(problem_to_proto(p) for p in iter_problems(cfg.dataset))
+    log.info("registered %d problems from %s", resp.total, cfg.dataset)
+    eval_problems = evaluation_slice(cfg.eval_dataset or cfg.dataset, cfg.eval_size, seed=cfg.seed + 1) if cfg.eval_size else []
+    log.info("scoring %d held-out problems before training", len(eval_problems))
+    acc_before = _evaluate(cfg, model_dir, None, eval_problems)
+
+    # -- learner and workers ---------------------------------------------------------------
+    ckpt_dir = run_dir / "checkpoints"
+    learner_log = run_dir / "learner.jsonl"
+    lport = free_port()
+    learner = demo.spawn("learner", [
+        "learner", "--server", address, "--model", str(model_dir), "--checkpoint-dir", str(ckpt_dir),
+        "--batch-groups", str(cfg.batch_groups), "--lr", str(cfg.lr), "--max-staleness", str(cfg.max_staleness),
+        "--publish-every", str(cfg.publish_every), "--max-steps", str(cfg.steps), "--log-file", str(learner_log),
+        "--metrics-port", str(lport), "--seed", str(cfg.seed), "--log-level", cfg.log_level], lport, threads)
+    learner.expected_exit = True
+    workers = []
+    for w in range(cfg.workers):
+        wport = free_port()
+        workers.append(demo.spawn(f"worker-{w}", [
+            "worker", "--server", address, "--model", str(model_dir), "--group-size", str(cfg.group_size),
+            "--batch-size", str(cfg.batch_size), "--max-new-tokens", str(cfg.max_new_tokens),
+            "--temperature", str(cfg.temperature), "--seed", str(cfg.seed * 1000 + w), "--worker-id", f"worker-{w}",
+            "--metrics-port", str(wport), "--log-level", cfg.log_level], wport, threads))
+
+    # -- follow the learner ------------------------------------------------------------------
+    prev = None
+    seen_lines = 0
+    bar = tqdm(total=cfg.steps, desc="learner steps", unit="step", dynamic_ncols=True)
+    last_metrics: dict[str, dict[str, float]] = {}
+    while True:
+        demo.check_children()
+        lines = learner_log.read_text().splitlines() if learner_log.exists() else []
+        for line in lines[seen_lines:]:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "step" not in rec:
+                continue
+            stats = client.stats(histogram_buckets=HIST_BUCKETS)
+            r = _record_step(demo, int(rec["step"]), stats, prev, rec)
+            prev = r
+            bar.update(max(0, r["step"] - bar.n))
+            eff, rew = r["effective_group_fraction_window"], r["mean_reward_window"]
+            bar.set_postfix_str(
+                f"eff={'-' if eff is None else f'{eff:.2f}'} reward={'-' if rew is None else f'{rew:.2f}'} "
+                f"heap={r['heap']} solved={r['solved']} unsolved={r['unsolved']} v={r['policy_version']}")
+        seen_lines = len(lines)
+        if learner.proc.poll() is not None:
+            break
+        if time.time() - demo.t0 > cfg.timeout_s:
+            raise ChildFailed(f"the run passed its time limit ({cfg.timeout_s:.0f} s); learner log tail:\n{learner.tail()}")
+        for c in workers:
+            last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
+        time.sleep(1.0)
+    bar.close()
+    if learner.proc.returncode != 0:
+        raise ChildFailed(f"learner exited with code {learner.proc.returncode}:\n{learner.tail()}")
+
+    # -- stop workers, read the final state -------------------------------------------------------
+    for c in workers:
+        last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
+    for c in workers:
+        demo.stop(c)
+    final = client.stats(histogram_buckets=HIST_BUCKETS)
+    server_metrics = demo.scrape(server)
+    demo.stop(server)
+    client.close()
+
+    from prioreplay.learner.checkpoint import latest_complete
+
+    final_ckpt = latest_complete(ckpt_dir)
+    log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
+    acc_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
+
+    report = {
+        "name": name,
+        "namespace": demo.namespace,
+        "config": json.loads(cfg.model_dump_json()),
+        "duration_s": round(time.time() - demo.t0, 1),
+        "steps": demo.steps,
+        "final": {
+            "problems": final.problems, "heap": final.heap_size, "solved": final.solved, "unsolved": final.unsolved,
+            "leased": final.leased, "step": final.step, "policy_version": final.policy_version,
+            "groups_mixed": final.groups_mixed, "groups_all_correct": final.groups_all_correct,
+            "groups_all_wrong": final.groups_all_wrong, "effective_group_fraction": final.effective_group_fraction,
+            "completions_reported": final.completions_reported, "lease_expiries": final.lease_expiries,
+        },
+        "forgetting_events": final.forgetting_events,
+        "breakthroughs": final.breakthroughs,
+        "eval_size": len(eval_problems),
+        "accuracy_before": acc_before,
+        "accuracy_after": acc_after,
+        "final_checkpoint": str(final_ckpt) if final_ckpt else None,
+        "worker_metrics": last_metrics,
+        "server_metrics": {k: v for k, v in server_metrics.items() if k.startswith("prioreplay_")},
+        "children_exit_codes": {c.name: c.proc.returncode for c in demo.children},
+    }
+    (run_dir / "report.json").write_text(json.dumps(report, indent=1))
+    from prioreplay.report import render
+
+    render(report, run_dir / "report.png")
+    print(f"\nrun report: {run_dir / 'report.json'}\npicture:    {run_dir / 'report.png'}")
+    print(f"held-out accuracy: before {_pct(acc_before)}, after {_pct(acc_after)}; "
+          f"effective-group fraction {final.effective_group_fraction:.2f}; pools heap={final.heap_size} "
+          f"solved={final.solved} unsolved={final.unsolved}; forgetting events {final.forgetting_events}")
+    return 0
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1%}"

@@ -1,0 +1,53 @@
+"""Settings of ``prioreplay demo`` (pydantic only: ``--help`` stays fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from prioreplay.config import PrioreplaySettings
+
+
+class DemoConfig(PrioreplaySettings):
+    """Run the whole system on this machine: a priority server, W rollout workers and a learner as
+    separate processes, training a real model with prioritized sampling, then write a run report.
+
+    The defaults train SmolLM2-135M-Instruct on 512 generated arithmetic problems for about ten
+    minutes on 2 CPU cores.
+    """
+
+    model: str = Field("smollm2-135m", description="model alias, local directory or cached Hugging Face id")
+    dataset: str = Field("arithmetic:512", description="any `prioreplay load` source, e.g. a GSM8K .jsonl file")
+    eval_dataset: str | None = Field(
+        None, description="held-out evaluation source (default: the same kind of data with another seed, or the GSM8K test split)"
+    )
+    eval_size: int = Field(32, ge=0, le=10_000, description="held-out problems scored before and after training (0 skips)")
+    steps: int = Field(12, ge=1, le=1_000_000, description="learner steps (optimizer updates) to run")
+    workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
+    sampler: Literal["heap", "weighted", "uniform"] = Field("heap", description="heap (the paper), weighted, or uniform (baseline)")
+    group_size: int = Field(4, ge=1, le=64, description="completions per problem G")
+    batch_size: int = Field(8, ge=1, le=4096, description="problems per worker lease B")
+    batch_groups: int = Field(8, ge=1, le=4096, description="groups per learner step")
+    max_new_tokens: int = Field(24, ge=1, le=4096, description="tokens generated per completion at most")
+    temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature")
+    lr: float = Field(2e-6, gt=0, le=1, description="learning rate (AdamW)")
+    max_staleness: int = Field(4, ge=0, le=1000, description="drop groups more than this many policy versions old")
+    publish_every: int = Field(1, ge=1, le=1_000_000, description="learner steps between published policy versions")
+    retest_fraction: float = Field(0.1, ge=0, le=1, description="share of each batch retesting the solved/unsolved pools")
+    retest_interval: int = Field(4, ge=0, le=1_000_000, description="batches a pooled problem waits before a retest")
+    seed: int = Field(0, description="seeds the sampler, the workers and the learner")
+    redis_url: str | None = Field(None, description="use this Redis (redis://HOST:PORT/DB) instead of the embedded memory store")
+    run_dir: Path | None = Field(None, description="where the run goes (default runs/<sampler>-<date>)")
+    threads: int = Field(0, ge=0, le=256, description="torch threads per child process (0: cores shared out)")
+    timeout_s: float = Field(3600.0, gt=0, description="give up (and stop everything) after this many seconds")
+    log_level: str = Field("INFO", description="log level of the child processes")
+
+    @model_validator(mode="after")
+    def _check(self) -> "DemoConfig":
+        from prioreplay.errors import InvalidArgument
+
+        if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://")):
+            raise InvalidArgument(f"redis_url ({self.redis_url!r}) must look like redis://HOST:PORT/DB")
+        return self

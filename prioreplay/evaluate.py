@@ -1,0 +1,60 @@
+"""Held-out accuracy: greedy decoding of a fixed slice of problems, scored by their verifiers.
+
+Used by ``prioreplay demo`` before and after training. Greedy (temperature 0) so that the same
+weights always give the same score.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+
+def evaluate(model_dir: Path, problems: Sequence, *, weights_dir: Path | None = None, max_new_tokens: int = 32,
+             batch_size: int = 16, device: str = "cpu") -> float:
+    """Fraction of ``problems`` a model answers correctly with greedy decoding.
+
+    Args:
+        model_dir: the base model directory (config, tokenizer, weights) from ``resolve_model``.
+        problems: ``ProblemRecord``s with prompt, answer and verifier name.
+        weights_dir: a published checkpoint (``step-N``) whose safetensors replace the base weights.
+        max_new_tokens: tokens generated per problem at most.
+        batch_size: prompts per forward batch (left-padded).
+
+    Returns:
+        Accuracy in [0, 1].
+
+    Raises:
+        InvalidArgument: an empty problem list, or a tampered/partial ``weights_dir``.
+    """
+    import torch
+
+    from prioreplay.errors import InvalidArgument
+    from prioreplay.models import apply_chat_template, load_causal_lm, load_tokenizer, load_weights
+    from prioreplay.rollout_worker.verifiers import verify
+
+    if not problems:
+        raise InvalidArgument("evaluate() needs at least one problem")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    tokenizer = load_tokenizer(model_dir)
+    model = load_causal_lm(model_dir, device=device)
+    if weights_dir is not None:
+        load_weights(model, weights_dir)
+    model.eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    correct = 0
+    for start in range(0, len(problems), batch_size):
+        chunk = problems[start:start + batch_size]
+        ids = [apply_chat_template(tokenizer, p.prompt) for p in chunk]
+        width = max(len(x) for x in ids)
+        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)  # (B, T) left-padded
+        attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)  # (B, T)
+        with torch.no_grad():
+            out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=False,
+                                 max_new_tokens=max_new_tokens, pad_token_id=pad)  # (B, T + new)
+        for p, row in zip(chunk, out[:, width:]):
+            text = tokenizer.decode(row, skip_special_tokens=True)
+            correct += verify(p.verifier, text, p.answer).reward == 1.0
+    return correct / len(problems)
