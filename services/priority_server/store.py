@@ -57,12 +57,48 @@ Trajectory queue (Redis stream + consumer group semantics)
     ack(ids): acknowledged groups are deleted and never delivered again.
 publish(version, uri): version >= 1; lower than current → FailedPrecondition; equal with another
     uri → FailedPrecondition; equal with the same uri → idempotent.
+
+Clarifications (where the rules above left a choice; both stores follow them)
+    Clock: ``sample``, ``report``, ``expire_leases`` and ``pull`` read the clock once, at their
+        start, and use that one reading throughout.
+    Leases: due leases expire in (deadline asc, lease id asc) order. A leased problem keeps the
+        (source, score) it returns with; ``problem_state``/``dump`` show pool LEASED with that score.
+        The lease's step is the step' of the ``sample`` that created it.
+    SampledProblem.priority: a heap problem's heap score; a pool problem's
+        ``rules.priority(stats, params)``.
+    ``weighted``: a problem taken for a slot leaves the heap at once, so ``|heap|`` and the ranks
+        of the next slot count the remaining heap only; H stops when the heap is empty. The
+        acceptance test is ``u2 < (priority / 0.25) ** alpha`` in IEEE doubles (C ``pow``).
+    Draws: ``weighted`` rank = min(floor(u1·|heap|), |heap| − 1) and ``uniform`` idx =
+        min(floor(u·N), N − 1) (the min only guards rounding); ``uniform`` stops when N reaches 0.
+    retry_after_s of a short non-empty batch: the same formula, evaluated after the new lease is
+        recorded (the earliest deadline over all live leases, the new one included).
+    report: ``reward_sum += Σr`` with Σr the group's rewards summed left to right from 0.0 (the
+        same sum as in ``rules.update_stats``), added once per group, groups in request order.
+        A report for a due but unreaped lease expires that one lease only (problems returned,
+        ``lease_expiries`` += 1), then answers "expired" (``late_reports`` += 1).
+        "already reported" / "expired" are remembered for 24 h (86,400 s) after the lease ended;
+        later the lease is an "unknown lease".
+    pull: own pending deliveries and idle ones are taken in group id order (``XREADGROUP 0`` /
+        ``XAUTOCLAIM 0-0``); idle = now − time of the last delivery. Every delivery sets the
+        delivery time to now and increments delivery_count. ``max_groups`` caps the total.
+    ack: only delivered, unacknowledged (pending) groups are acknowledged (deleted,
+        ``groups_acked`` += 1); ids of undelivered, unknown or already acknowledged groups are
+        counted as unknown and change nothing.
+    stats: histogram bucket i counts heap priorities in [edges[i], edges[i+1]), the last bucket
+        [edges[b−1], edges[b]], with ``rules.histogram_edges(b)``.
+    dump: "problems" maps id → (int(pool), n, s1, s2, score) with floats; "counters" has exactly
+        groups_mixed, groups_all_correct, groups_all_wrong, groups_constant, forgetting_events,
+        breakthroughs, lease_expiries, completions_reported, reward_sum, late_reports,
+        groups_acked; "leases" is the sorted list of each live lease's sorted problem ids;
+        "queue" lists the payloads (bytes) of groups never delivered, in report order.
 """
 
 from __future__ import annotations
 
 import abc
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Sequence
@@ -250,7 +286,7 @@ def validate_problem(p: ProblemRecord, index: int, known_verifiers: Sequence[str
         raise InvalidArgument(f"problem #{index}: id is empty; give every problem a stable, non-empty id")
     if len(p.id.encode("utf-8")) > MAX_ID_BYTES:
         raise InvalidArgument(f"{where}: id is {len(p.id.encode())} bytes; the limit is {MAX_ID_BYTES}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in p.id):
+    if _CONTROL_CHARS.search(p.id):
         raise InvalidArgument(f"{where}: id contains control characters")
     if not p.prompt.strip():
         raise InvalidArgument(f"{where}: prompt is empty")
@@ -261,6 +297,7 @@ def validate_problem(p: ProblemRecord, index: int, known_verifiers: Sequence[str
 
 
 KNOWN_VERIFIERS = ("math", "gsm8k", "exact")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Store(abc.ABC):

@@ -1,0 +1,76 @@
+"""The store factory: ``memory`` or a Redis URL → a :class:`~prioreplay.priority_server.store.Store`.
+
+The Redis store (and so redis-py) is imported only when a Redis URL is given, so the in-process
+store and ``prioreplay --help`` stay light.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server.store import Store, StoreConfig
+
+REDIS_SCHEMES = ("redis", "rediss")
+_REDACTED = "***"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for logs and error messages.
+
+    Hides the password of the user-info part (``redis://user:secret@host`` →
+    ``redis://user:***@host``, ``redis://:secret@host`` → ``redis://:***@host``) and the value of a
+    ``password`` query parameter. A string that does not parse as a URL is replaced whole by
+    ``<unparsable URL>`` (it might hold a secret).
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<unparsable URL>"
+    netloc = parts.netloc
+    if password is not None:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:{_REDACTED}@{hostport}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(k.lower() == "password" for k, _ in pairs):
+            query = urlencode([(k, _REDACTED if k.lower() == "password" else v) for k, v in pairs], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def create_store(spec: str, config: StoreConfig, *, namespace: str = "default", snapshot_path: Path | None = None,
+                 clock: Callable[[], float] = time.time) -> Store:
+    """Build the store named by ``spec``.
+
+    Args:
+        spec: ``"memory"`` (the in-process store) or a Redis URL ``redis://[[user]:password@]host[:port][/db]``
+            (``rediss://`` for TLS).
+        config: sampling and bookkeeping parameters shared by both stores.
+        namespace: the run's key prefix / hash tag in Redis (ignored by ``memory``).
+        snapshot_path: JSON file the ``memory`` store restores from and snapshots to (ignored by
+            ``redis``, which persists by itself); None: no snapshot.
+        clock: returns unix seconds (injected for deterministic tests).
+
+    Raises:
+        InvalidArgument: ``spec`` is neither form (the message names it, password hidden), or the
+            memory snapshot is corrupt.
+    """
+    if spec == "memory":
+        from prioreplay.priority_server.memory_store import MemoryStore
+
+        return MemoryStore(config, snapshot_path, clock=clock)
+    scheme = spec.partition("://")[0].lower() if "://" in spec else ""
+    if scheme in REDIS_SCHEMES:
+        from prioreplay.priority_server.redis_store import RedisStore
+
+        return RedisStore(config, spec, namespace, clock=clock)
+    raise InvalidArgument(
+        f"store ({redact_url(spec)!r}) must be 'memory' (in-process, snapshots to a file) or a Redis URL "
+        "'redis://HOST:PORT/DB' ('rediss://...' for TLS)"
+    )

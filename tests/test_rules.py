@@ -1,0 +1,241 @@
+"""Unit tests of the pure priority rules (services/priority_server/rules.py).
+
+Expected values are computed by hand (fractions in the comments) or by an independent
+implementation in the test (numpy uint32 arithmetic for xorshift32, ``statistics.pvariance``).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server import rules
+from prioreplay.priority_server.rules import GroupKind, Pool, PriorityParams, Stats
+
+NO_PRIOR = PriorityParams()
+
+
+def stats_of(groups, params=NO_PRIOR) -> Stats:
+    s = Stats()
+    for g in groups:
+        s = rules.update_stats(s, g, params)
+    return s
+
+
+# -- priority = p(1 − p) -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "rewards, expected",
+    [
+        ([1, 0, 0, 0], 3 / 16),  # p = 1/4: 1/4 · 3/4
+        ([1, 1, 0], 2 / 9),  # p = 2/3: 2/3 · 1/3
+        ([1, 0], 1 / 4),  # p = 1/2: the maximum
+        ([1, 1, 1, 1, 1, 1, 1, 0], 7 / 64),  # p = 7/8
+        ([1, 1, 1], 0.0),  # all correct: no gradient
+        ([0, 0, 0, 0], 0.0),  # all wrong: no gradient
+    ],
+)
+def test_priority_of_binary_group_is_p_times_one_minus_p(rewards, expected):
+    assert rules.priority(stats_of([rewards]), NO_PRIOR) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+def test_unseen_problem_gets_the_maximum_priority():
+    assert rules.priority(Stats(), NO_PRIOR) == rules.MAX_PRIORITY == 0.25
+
+
+@given(st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=16), min_size=1, max_size=6))
+@settings(max_examples=60, deadline=None, derandomize=True)
+def test_binary_priority_matches_cumulative_success_rate(groups):
+    flat = [r for g in groups for r in g]
+    p = sum(flat) / len(flat)
+    assert rules.priority(stats_of(groups), NO_PRIOR) == pytest.approx(p * (1 - p), abs=1e-12)
+
+
+def test_decay_one_is_cumulative_and_decay_zero_keeps_the_latest_group():
+    groups = [[1, 1, 1, 1], [0, 0, 0, 0]]
+    cumulative = PriorityParams(decay=1.0)
+    latest = PriorityParams(decay=0.0)
+    half = PriorityParams(decay=0.5)
+    # λ = 1: 4 successes of 8, p = 1/2
+    assert stats_of(groups, cumulative) == Stats(8.0, 4.0, 4.0)
+    assert rules.priority(stats_of(groups, cumulative), cumulative) == 0.25
+    # λ = 0: only the all-wrong group counts, p = 0
+    assert stats_of(groups, latest) == Stats(4.0, 0.0, 0.0)
+    assert rules.priority(stats_of(groups, latest), latest) == 0.0
+    # λ = 1/2: n = 4/2 + 4 = 6, s1 = 4/2 = 2, p = 1/3, p(1 − p) = 2/9
+    assert stats_of(groups, half) == Stats(6.0, 2.0, 2.0)
+    assert rules.priority(stats_of(groups, half), half) == pytest.approx(2 / 9, rel=1e-12)
+
+
+def test_beta_prior_acts_as_pseudo_observations():
+    uniform_prior = PriorityParams(prior_alpha=1.0, prior_beta=1.0)
+    # no data: m1 = 1/2 → 1/4
+    assert rules.priority(Stats(), uniform_prior) == 0.25
+    # 4 successes: m1 = (4 + 1)/(4 + 2) = 5/6 → 5/6 · 1/6 = 5/36 (without the prior: 0)
+    s = stats_of([[1, 1, 1, 1]], uniform_prior)
+    assert rules.priority(s, uniform_prior) == pytest.approx(5 / 36, rel=1e-12)
+    assert rules.priority(s, NO_PRIOR) == 0.0
+    # α₀ = 3, β₀ = 1, no data: m1 = 3/4 → 3/16
+    assert rules.priority(Stats(), PriorityParams(prior_alpha=3.0, prior_beta=1.0)) == pytest.approx(3 / 16, rel=1e-12)
+
+
+@pytest.mark.parametrize("rewards", [[0.2, 0.8], [0.1, 0.5, 0.9, 0.9], [0.3, 0.3, 0.3], [0.0, 0.25, 1.0]])
+def test_non_binary_rewards_give_the_population_variance(rewards):
+    expected = statistics.pvariance(rewards)
+    assert rules.priority(stats_of([rewards]), NO_PRIOR) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "rewards",
+    [[], [float("nan")], [1.0, float("inf")], [-0.1], [1.0000001], [0.5, "1"], [None]],
+    ids=["empty", "nan", "inf", "negative", "above-one", "string", "none"],
+)
+def test_invalid_rewards_are_rejected_with_the_index(rewards):
+    with pytest.raises(InvalidArgument) as err:
+        rules.validate_rewards(rewards, where="outcomes[3] rewards")
+    assert "outcomes[3] rewards" in str(err.value)
+    if rewards:
+        assert f"[{len(rewards) - 1}]" in str(err.value)
+
+
+def test_valid_rewards_pass():
+    rules.validate_rewards([0.0, 1.0, 0.5, 1])
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"decay": 1.5}, {"decay": -0.1}, {"prior_alpha": -1.0}, {"prior_beta": float("nan")}, {"prior_alpha": float("inf")}]
+)
+def test_priority_params_reject_out_of_range_values(kwargs):
+    name = next(iter(kwargs))
+    with pytest.raises(InvalidArgument, match=name):
+        PriorityParams(**kwargs)
+
+
+# -- classification and movement ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "rewards, kind, pool",
+    [
+        ([1, 0, 1], GroupKind.MIXED, Pool.HEAP),
+        ([0.5, 0.4], GroupKind.MIXED, Pool.HEAP),
+        ([1, 1, 1], GroupKind.ALL_CORRECT, Pool.SOLVED),
+        ([0, 0], GroupKind.ALL_WRONG, Pool.UNSOLVED),
+        ([0.5, 0.5], GroupKind.CONSTANT, Pool.HEAP),
+        ([1.0], GroupKind.ALL_CORRECT, Pool.SOLVED),
+    ],
+)
+def test_classify_and_destination(rewards, kind, pool):
+    assert rules.classify(rewards) is kind
+    assert rules.destination(kind) is pool
+
+
+@pytest.mark.parametrize(
+    "source, rewards, forgetting, breakthrough",
+    [
+        (Pool.SOLVED, [1, 1, 0], True, False),
+        (Pool.SOLVED, [1, 1, 1], False, False),
+        (Pool.SOLVED, [0.9, 1], True, False),
+        (Pool.UNSOLVED, [0, 0, 1], False, True),
+        (Pool.UNSOLVED, [0, 0, 0], False, False),
+        (Pool.UNSOLVED, [0.1, 0], False, True),
+        (Pool.HEAP, [1, 0], False, False),
+        (Pool.HEAP, [0, 0], False, False),
+    ],
+)
+def test_forgetting_and_breakthrough_need_a_pool_source(source, rewards, forgetting, breakthrough):
+    assert rules.is_forgetting(source, rewards) is forgetting
+    assert rules.is_breakthrough(source, rewards) is breakthrough
+
+
+# -- tie-break keys ------------------------------------------------------------------------------
+IDS = [f"p{i:04d}" for i in range(1000)]
+
+
+def _rank_correlation(order: list[str]) -> float:
+    ranks = np.array([IDS.index(i) for i in order], dtype=float)
+    return float(np.corrcoef(ranks, np.arange(len(order), dtype=float))[0, 1])
+
+
+def test_tie_member_is_a_seeded_prefix_plus_the_id():
+    m = rules.tie_member("p0042", 7)
+    assert len(m) == rules.TIE_HEX_CHARS + len("p0042")
+    assert all(c in "0123456789abcdef" for c in m[: rules.TIE_HEX_CHARS])
+    assert rules.member_id(m) == "p0042"
+    assert rules.tie_member("p0042", 7) == m  # deterministic
+    assert rules.tie_member("p0042", 8) != m
+
+
+def test_tie_order_does_not_follow_dataset_order_and_depends_on_the_seed():
+    heap_order = {}
+    for seed in (0, 1):
+        heap_order[seed] = sorted(IDS, key=lambda i: rules.tie_member(i, seed), reverse=True)
+        assert heap_order[seed][:32] != IDS[:32]
+        # a random permutation of 1000: |rank correlation| has standard deviation ≈ 0.03
+        assert abs(_rank_correlation(heap_order[seed])) < 0.15
+    assert heap_order[0] != heap_order[1]
+    assert len(set(heap_order[0][:100]) & set(heap_order[1][:100])) < 50
+
+
+# -- batch arithmetic ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "batch, fraction, quota",
+    [(10, 0.0, 0), (10, 0.1, 1), (5, 0.1, 1), (256, 0.1, 25), (4, 1.0, 4), (100, 0.25, 25), (7, 0.5, 3)],
+)
+def test_retest_quota_is_floor_but_at_least_one(batch, fraction, quota):
+    assert rules.retest_quota(batch, fraction) == quota
+
+
+def test_histogram_edges_are_equal_buckets_over_zero_to_quarter():
+    assert rules.histogram_edges(4) == [0.0, 0.0625, 0.125, 0.1875, 0.25]
+    edges = rules.histogram_edges(10)
+    assert len(edges) == 11 and edges[0] == 0.0 and edges[-1] == 0.25
+    assert np.allclose(np.diff(edges), 0.025)
+
+
+def test_step_seed_is_32_bit_nonzero_and_changes_with_seed_and_step():
+    seeds = {rules.step_seed(s, t) for s in range(3) for t in range(1, 50)}
+    assert len(seeds) == 3 * 49
+    assert all(0 < x < 2**32 for x in seeds)
+    assert rules.step_seed(5, 9) == rules.step_seed(5, 9)
+
+
+# -- xorshift32 ------------------------------------------------------------------------------------
+def _xorshift32_numpy(seed: int, n: int) -> list[int]:
+    """Marsaglia (2003), "Xorshift RNGs", J. Stat. Softw. 8(14): y ^= y<<13; y ^= y>>17; y ^= y<<5
+    on 32-bit unsigned integers (numpy uint32 wraps modulo 2³²)."""
+    y = np.uint32(seed)
+    out = []
+    with np.errstate(over="ignore"):
+        for _ in range(n):
+            y ^= np.uint32(y << np.uint32(13))
+            y ^= np.uint32(y >> np.uint32(17))
+            y ^= np.uint32(y << np.uint32(5))
+            out.append(int(y))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2463534242, 0xDEADBEEF, 123456789, rules.step_seed(0, 1)])
+def test_xorshift32_matches_an_independent_implementation(seed):
+    rng = rules.XorShift32(seed)
+    assert [rng.next_u32() for _ in range(20)] == _xorshift32_numpy(seed, 20)
+
+
+def test_xorshift32_known_first_outputs():
+    # seed 1 by hand: 1 ^ (1<<13) = 8193; 8193 >> 17 = 0; 8193 ^ (8193<<5) = 8193 ^ 262176 = 270369
+    assert rules.XorShift32(1).next_u32() == 270369
+    # Marsaglia's paper seeds y = 2463534242; its first output is 723471715
+    assert rules.XorShift32(2463534242).next_u32() == 723471715
+
+
+def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
+    rng = rules.XorShift32(0)  # 0 is a fixed point of xorshift; the RNG maps it to 1
+    assert rng.next_u32() == 270369
+    rng = rules.XorShift32(99)
+    expected = _xorshift32_numpy(99, 1000)
+    draws = [rng.random() for _ in range(1000)]
+    assert draws == [x / 2**32 for x in expected]
+    assert all(0.0 <= d < 1.0 for d in draws)
+    assert 0.4 < sum(draws) / len(draws) < 0.6
