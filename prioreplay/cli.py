@@ -97,9 +97,32 @@ def parse(name: str, argv: list[str]):
         return cls(_cli_parse_args=argv, _cli_prog_name=f"prioreplay {name}")
     except ValidationError as e:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'value'}={err.get('input')!r}: {err['msg']}" for err in e.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or 'value'}={_shown(err['loc'], err.get('input'))!r}: "
+            f"{_hide_passwords(err['msg'])}" for err in e.errors()
         )
         raise InvalidArgument(f"invalid configuration for 'prioreplay {name}': {problems}") from None
+
+
+#: Fields whose values are secrets: an error message shows ``***`` instead.
+_SECRET_FIELDS = ("auth_token",)
+
+
+def _hide_passwords(text: str) -> str:
+    """``text`` with URL passwords (``scheme://user:PASSWORD@host``, ``?password=...``) replaced by ``***``."""
+    import re
+
+    text = re.sub(r"(?<=:)[^:@/\s]*(?=@)", "***", text)
+    return re.sub(r"(?i)(password=)[^&\s'\"]*", r"\1***", text)
+
+
+def _shown(loc: tuple, value):
+    """A configuration input as an error message may show it: secrets hidden, also inside the
+    dict of every input that a cross-field check reports."""
+    if isinstance(value, dict):
+        return {k: _shown((k,), v) for k, v in value.items()}
+    if loc and str(loc[-1]) in _SECRET_FIELDS and value is not None:
+        return "***"
+    return _hide_passwords(value) if isinstance(value, str) else value
 
 
 def main(argv: list[str] | None = None) -> int:

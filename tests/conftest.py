@@ -94,3 +94,110 @@ def gsm8k_dir() -> Path:
     if not (GSM8K_DIR / "test.jsonl").is_file():
         pytest.fail(f"GSM8K data not found at {GSM8K_DIR}; the tests read it from ../shared/data/gsm8k")
     return GSM8K_DIR
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store_factory(request, redis_url, namespace):
+    """``make(config=None, clock=None, **kw) -> Store`` for each store kind (``make.kind``).
+
+    ``memory``: ``create_store("memory", ...)`` (kw e.g. ``snapshot_path``); ``redis``:
+    ``create_store(redis_url, ..., namespace=namespace)``, so stores made in one test share the
+    test's fresh namespace (a "restart" sees the same state). Every store made is closed after
+    the test.
+    """
+    from prioreplay.priority_server.store import StoreConfig
+    from prioreplay.priority_server.stores import create_store
+
+    made = []
+
+    def make(config=None, clock=None, **kw):
+        spec = "memory" if request.param == "memory" else redis_url
+        if request.param == "redis":
+            kw.setdefault("namespace", namespace)
+        store = create_store(spec, config or StoreConfig(), clock=clock or time.time, **kw)
+        made.append(store)
+        return store
+
+    make.kind = request.param
+    yield make
+    for store in made:
+        await store.close()
+
+
+# -- reliability tests: real server processes and the --soak-seconds option ----------------------
+def pytest_addoption(parser):
+    parser.addoption("--soak-seconds", type=float, default=15.0,
+                     help="duration of each soak test in tests/test_soak.py, seconds (default 15)")
+
+
+@pytest.fixture
+def soak_seconds(request) -> float:
+    """The ``--soak-seconds`` option (default 15 s)."""
+    return float(request.config.getoption("--soak-seconds"))
+
+
+class ServerProcess:
+    """A ``prioreplay server`` subprocess for fault tests; stderr is collected in :attr:`log`.
+
+    ``args`` are extra CLI flags; ``port`` 0 picks a free port once, so :meth:`restart` binds the
+    same one. Always :meth:`kill` it in a ``finally`` block.
+    """
+
+    def __init__(self, *args: str, port: int = 0, metrics_port: int = 0, env: dict | None = None):
+        self.args = list(args)
+        self.port = port or free_port()
+        self.metrics_port = metrics_port
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def start(self, timeout_s: float = 60.0) -> "ServerProcess":
+        import sys
+        import threading
+
+        cmd = [sys.executable, "-m", "prioreplay.cli", "server", "--host", "127.0.0.1", "--port", str(self.port),
+               "--metrics-port", str(self.metrics_port), *self.args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=self.env, cwd=REPO)
+        ready = threading.Event()
+
+        def pump(proc=self.proc):
+            for line in proc.stdout:
+                self.lines.append(line)
+                if "listening on" in line:
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(timeout_s) or self.proc.poll() is not None:
+            self.kill()
+            raise RuntimeError(f"prioreplay server did not start:\n{self.log}")
+        return self
+
+    def restart(self, timeout_s: float = 60.0) -> "ServerProcess":
+        self.kill()
+        return self.start(timeout_s)
+
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self, sig: int = 9) -> int | None:
+        """Send ``sig`` (default SIGKILL) and wait; returns the exit status (None if not started)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
+from google.protobuf.message import DecodeError
 import numpy as np
 
 from prioreplay.errors import InvalidArgument, PrioreplayError, StoreUnavailable
@@ -201,6 +202,8 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             if isinstance(e, StoreUnavailable):
                 log.warning("%s: store unavailable: %s", method, e)
             await context.abort(code, str(e))
+        if isinstance(e, DecodeError):  # undecodable bytes of a streamed chunk: the client's fault
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: a request message is not valid protobuf ({e})")
         log.exception("%s: unexpected error", method, exc_info=e)
         await context.abort(grpc.StatusCode.INTERNAL, f"{method}: internal error ({type(e).__name__}); see the server log")
 
