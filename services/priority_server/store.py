@@ -82,6 +82,9 @@ Clarifications (where the rules above left a choice; both stores follow them)
     pull: own pending deliveries and idle ones are taken in group id order (``XREADGROUP 0`` /
         ``XAUTOCLAIM 0-0``); idle = now − time of the last delivery. Every delivery sets the
         delivery time to now and increments delivery_count. ``max_groups`` caps the total.
+        The Redis store measures idle time with Redis's own clock (XAUTOCLAIM), not the
+        injected one, and its group ids are Redis stream ids; the memory store uses the clock.
+        Tombstones older than 24 h are dropped by ``sample`` (both stores).
     ack: only delivered, unacknowledged (pending) groups are acknowledged (deleted,
         ``groups_acked`` += 1); ids of undelivered, unknown or already acknowledged groups are
         counted as unknown and change nothing.

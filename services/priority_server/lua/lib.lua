@@ -1,0 +1,103 @@
+-- lib.lua: helpers prepended to every other script of this folder at load time.
+-- KEYS: none of its own.  ARGV: none of its own.
+--
+-- Numbers are IEEE doubles (as in Python); every float written to Redis goes through fmt()
+-- ('%.17g', which round-trips exactly), never through Lua's default '%.14g' conversion.
+-- Statistics value (hash `stats`, field = problem id): "n s1 s2 pool score"
+--   pool: 1 heap, 2 solved, 3 unsolved, 4 leased (rules.Pool); score: heap priority, pool
+--   last tested step, or for a leased problem the score it returns with.
+-- Lease record (hash `leases`, field = lease id): "step\tdeadline" then one
+--   "\tmember\tsource\tscore" per problem (ids hold no control characters).
+
+local TWO32 = 4294967296
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+-- rules.XorShift32 (Marsaglia 13, 17, 5) on LuaBitOp's signed 32-bit integers.
+local function xs_new(seed)
+  local x = seed % TWO32
+  if x == 0 then x = 1 end
+  return { x = bit.tobit(x) }
+end
+
+local function xs_next(st)
+  local x = st.x
+  x = bit.bxor(x, bit.lshift(x, 13))
+  x = bit.bxor(x, bit.rshift(x, 17))
+  x = bit.bxor(x, bit.lshift(x, 5))
+  st.x = x
+  if x < 0 then return x + TWO32 end
+  return x
+end
+
+-- rules.XorShift32.random: next_u32() / 2^32, in [0, 1).
+local function xs_random(st)
+  return xs_next(st) / 4294967296.0
+end
+
+-- rules.priority, operation for operation (Fatemi 2026, arXiv 2601.02648: omega = p(1 - p)).
+local function priority(n, s1, s2, pa, pb)
+  local denom = n + pa + pb
+  if denom <= 0.0 then return 0.25 end
+  local m1 = (s1 + pa) / denom
+  local m2 = (s2 + pa) / denom
+  local v = m2 - m1 * m1
+  if v < 0.0 then return 0.0 end
+  if v > 0.25 then return 0.25 end
+  return v
+end
+
+-- "n s1 s2 pool score" -> the five raw strings.
+local function split_stats(s)
+  return string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+end
+
+local function split_tabs(s)
+  local out = {}
+  for tok in string.gmatch(s, '[^\t]+') do out[#out + 1] = tok end
+  return out
+end
+
+-- The id inside a sorted-set member (rules.member_id: 8 hex chars of tie-break, then the id).
+local function member_id(member)
+  return string.sub(member, 9)
+end
+
+-- Put a problem back into `pool` (1..3) with `score` (a string), statistics unchanged.
+local function place(stats_key, sets, member, pool, score)
+  local id = member_id(member)
+  local n, s1, s2 = split_stats(redis.call('HGET', stats_key, id))
+  redis.call('HSET', stats_key, id, n .. ' ' .. s1 .. ' ' .. s2 .. ' ' .. pool .. ' ' .. score)
+  redis.call('ZADD', sets[tonumber(pool)], score, member)
+end
+
+-- Expire one lease: its problems return to (source, score), lease_expiries += 1, tombstone.
+local function expire_one(k, sets, lease_id, record, now_s)
+  local f = split_tabs(record)
+  for i = 3, #f, 3 do
+    place(k.stats, sets, f[i], f[i + 1], f[i + 2])
+  end
+  redis.call('HDEL', k.leases, lease_id)
+  redis.call('ZREM', k.deadlines, lease_id)
+  redis.call('ZADD', k.tomb_expired, now_s, lease_id)
+  redis.call('HINCRBY', k.counters, 'lease_expiries', 1)
+end
+
+-- Expire up to `limit` leases with deadline <= now, oldest deadline first (ties: lease id).
+local function expire_due(k, sets, now_s, limit)
+  local due = redis.call('ZRANGEBYSCORE', k.deadlines, '-inf', now_s, 'LIMIT', 0, limit)
+  for _, lease_id in ipairs(due) do
+    expire_one(k, sets, lease_id, redis.call('HGET', k.leases, lease_id), now_s)
+  end
+  return #due
+end
+
+-- Drop tombstones older than ttl seconds (by the injected clock).
+local function trim_tombstones(k, now, ttl)
+  local cutoff = fmt(now - ttl)
+  redis.call('ZREMRANGEBYSCORE', k.tomb_reported, '-inf', '(' .. cutoff)
+  redis.call('ZREMRANGEBYSCORE', k.tomb_expired, '-inf', '(' .. cutoff)
+end
+

@@ -1,0 +1,121 @@
+-- report.lua: apply a lease's outcomes (store.py docstring, "report").
+-- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
+-- KEYS[2]  heap         zset   score = priority, member = rules.tie_member
+-- KEYS[3]  solved       zset   score = last tested step
+-- KEYS[4]  unsolved     zset   score = last tested step
+-- KEYS[5]  leases       hash   lease id -> lease record
+-- KEYS[6]  deadlines    zset   lease id by deadline
+-- KEYS[7]  counters     hash   StoreStats counters
+-- KEYS[8]  tomb_reported zset  lease id -> time reported (unix s, injected clock)
+-- KEYS[9]  tomb_expired zset   lease id -> time expired
+-- KEYS[10] stream       stream trajectory groups (field "p" = payload)
+-- ARGV[1]  now          unix seconds from the store's clock
+-- ARGV[2]  lease_id
+-- ARGV[3]  unused       (tombstones are trimmed by sample.lua only, as in the memory store)
+-- ARGV[4]  group        consumer group name of the stream
+-- ARGV[5]  decay        lambda
+-- ARGV[6]  prior_alpha
+-- ARGV[7]  prior_beta
+-- ARGV[8]  n_outcomes
+-- then 2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
+--   ARGV[9 + 2j]   "member\tkind\tG\tsum r\tsum r^2\tany r < 1\tany r > 0" with kind one of
+--                  mixed|all_correct|all_wrong|constant, sums left to right from 0.0 (as %.17g /
+--                  repr strings), the two flags 0/1
+--   ARGV[10 + 2j]  payload (bytes), queued when the group is mixed
+-- Returns {0, reason} when the lease is not live (late_reports += 1; a due lease is expired);
+-- {-1, index} when outcome #index (0-based) names a problem not in the lease (nothing changed);
+-- {1, queued, filtered} when applied.
+local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
+            deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
+            stream = KEYS[10] }
+local sets = { k.heap, k.solved, k.unsolved }
+local now_s, lease_id = ARGV[1], ARGV[2]
+local now = tonumber(now_s)
+
+local record = redis.call('HGET', k.leases, lease_id)
+if not record then
+  redis.call('HINCRBY', k.counters, 'late_reports', 1)
+  if redis.call('ZSCORE', k.tomb_reported, lease_id) then return { 0, 'already reported' } end
+  if redis.call('ZSCORE', k.tomb_expired, lease_id) then return { 0, 'expired' } end
+  return { 0, 'unknown lease' }
+end
+local f = split_tabs(record)
+if tonumber(f[2]) <= now then
+  expire_one(k, sets, lease_id, record, now_s)
+  redis.call('HINCRBY', k.counters, 'late_reports', 1)
+  return { 0, 'expired' }
+end
+
+-- membership: member -> {source, score}
+local leased = {}
+for i = 3, #f, 3 do leased[f[i]] = { f[i + 1], f[i + 2] } end
+local n_out = tonumber(ARGV[8])
+local outs = {}
+for j = 0, n_out - 1 do
+  local o = split_tabs(ARGV[9 + 2 * j])
+  if not leased[o[1]] then return { -1, j } end
+  outs[j] = o
+end
+
+local lam, pa, pb = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local step_s = f[1]
+local queued, filtered = 0, 0
+local completions = 0
+local kinds = { mixed = 0, all_correct = 0, all_wrong = 0, constant = 0 }
+local forgetting, breakthroughs = 0, 0
+local stream_ready = false
+for j = 0, n_out - 1 do
+  local o = outs[j]
+  local member, kind, G = o[1], o[2], tonumber(o[3])
+  local sr, sq = tonumber(o[4]), tonumber(o[5])
+  local source = leased[member][1]
+  leased[member] = nil
+  local id = member_id(member)
+  local n, s1, s2 = split_stats(redis.call('HGET', k.stats, id))
+  -- rules.update_stats: n <- lam*n + G, s1 <- lam*s1 + sum r, s2 <- lam*s2 + sum r^2
+  n = lam * tonumber(n) + G
+  s1 = lam * tonumber(s1) + sr
+  s2 = lam * tonumber(s2) + sq
+  local prio = priority(n, s1, s2, pa, pb)
+  local dest, score
+  if kind == 'all_correct' then dest, score = 2, step_s
+  elseif kind == 'all_wrong' then dest, score = 3, step_s
+  else dest, score = 1, fmt(prio) end
+  redis.call('HSET', k.stats, id, fmt(n) .. ' ' .. fmt(s1) .. ' ' .. fmt(s2) .. ' ' .. dest .. ' ' .. score)
+  redis.call('ZADD', sets[dest], score, member)
+  kinds[kind] = kinds[kind] + 1
+  completions = completions + G
+  if source == '2' and o[6] == '1' then forgetting = forgetting + 1 end
+  if source == '3' and o[7] == '1' then breakthroughs = breakthroughs + 1 end
+  if kind == 'mixed' then
+    if not stream_ready then
+      if redis.call('EXISTS', k.stream) == 0 then
+        redis.call('XGROUP', 'CREATE', k.stream, ARGV[4], '0', 'MKSTREAM')
+      end
+      stream_ready = true
+    end
+    redis.call('XADD', k.stream, '*', 'p', ARGV[10 + 2 * j])
+    queued = queued + 1
+  else
+    filtered = filtered + 1
+  end
+end
+-- problems of the lease left out of the report return unchanged
+for member, t in pairs(leased) do place(k.stats, sets, member, t[1], t[2]) end
+
+for kind, c in pairs(kinds) do
+  if c > 0 then redis.call('HINCRBY', k.counters, 'groups_' .. kind, c) end
+end
+if completions > 0 then
+  redis.call('HINCRBY', k.counters, 'completions_reported', completions)
+  -- rules order: the counter adds each group's sum in request order, in doubles
+  local total = tonumber(redis.call('HGET', k.counters, 'reward_sum') or '0')
+  for j = 0, n_out - 1 do total = total + tonumber(outs[j][4]) end
+  redis.call('HSET', k.counters, 'reward_sum', fmt(total))
+end
+if forgetting > 0 then redis.call('HINCRBY', k.counters, 'forgetting_events', forgetting) end
+if breakthroughs > 0 then redis.call('HINCRBY', k.counters, 'breakthroughs', breakthroughs) end
+redis.call('HDEL', k.leases, lease_id)
+redis.call('ZREM', k.deadlines, lease_id)
+redis.call('ZADD', k.tomb_reported, now_s, lease_id)
+return { 1, queued, filtered }

@@ -1,0 +1,154 @@
+-- sample.lua: lease a batch (store.py docstring, "sample"): expire due leases, take R (retests),
+-- H (heap / weighted draw) and F (pool fill), or a uniform draw; record the lease.
+-- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
+-- KEYS[2]  heap         zset   score = priority, member = rules.tie_member
+-- KEYS[3]  solved       zset   score = last tested step
+-- KEYS[4]  unsolved     zset   score = last tested step
+-- KEYS[5]  leases       hash   lease id -> lease record
+-- KEYS[6]  deadlines    zset   score = lease deadline (unix s), member = lease id
+-- KEYS[7]  counters     hash   step and the StoreStats counters
+-- KEYS[8]  tomb_reported zset  lease id -> time reported (unix s, injected clock)
+-- KEYS[9]  tomb_expired zset   lease id -> time expired
+-- KEYS[10] problems     hash   id -> JSON [prompt, answer, verifier, metadata]
+-- KEYS[11] policy       hash   version, uri
+-- ARGV[1]  now          unix seconds from the store's clock (a %.17g / repr string)
+-- ARGV[2]  batch_size   B >= 1
+-- ARGV[3]  deadline     now + lease timeout, unix seconds
+-- ARGV[4]  lease_id     random 128-bit hex id
+-- ARGV[5]  sampler      heap | weighted | uniform
+-- ARGV[6]  quota        rules.retest_quota(B, f) (0 for uniform)
+-- ARGV[7]  interval     retest_interval, batches
+-- ARGV[8]  alpha        exponent of the weighted sampler
+-- ARGV[9]  expected_step  the step the caller computed ARGV[10] for; -1: no RNG needed
+-- ARGV[10] seed32       rules.step_seed(seed, expected_step + 1)
+-- ARGV[11] expire_limit leases expired at most (64)
+-- ARGV[12] tomb_ttl     seconds tombstones are kept
+-- Returns {'STEP', step} when expected_step is stale (nothing changed); otherwise
+-- {'OK', step, version, uri, earliest_other_deadline or '', n_taken, then per problem:
+--  member, source, stats, problem JSON}.
+local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
+            deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
+            problems = KEYS[10], policy = KEYS[11] }
+local sets = { k.heap, k.solved, k.unsolved }
+local now_s = ARGV[1]
+local now = tonumber(now_s)
+local B = tonumber(ARGV[2])
+local sampler = ARGV[5]
+local quota = tonumber(ARGV[6])
+local interval = tonumber(ARGV[7])
+local alpha = tonumber(ARGV[8])
+local expected = tonumber(ARGV[9])
+
+local step = tonumber(redis.call('HGET', k.counters, 'step') or '0')
+if expected >= 0 and expected ~= step then
+  return { 'STEP', step }
+end
+
+-- 1. expire due leases
+expire_due(k, sets, now_s, tonumber(ARGV[11]))
+trim_tombstones(k, now, tonumber(ARGV[12]))
+
+-- 2. step' and the RNG
+local step2 = step + 1
+local rng = xs_new(tonumber(ARGV[10]))
+local taken = {}  -- {member, source, score}
+
+local function take(member, source, score)
+  redis.call('ZREM', sets[source], member)
+  taken[#taken + 1] = { member, source, score }
+end
+
+-- merge up to `want` entries of two WITHSCORES lists: (score asc, solved first, member asc)
+local function take_merged(s, u, want)
+  local i, j = 1, 1
+  while want > 0 and (i <= #s or j <= #u) do
+    if j > #u or (i <= #s and tonumber(s[i + 1]) <= tonumber(u[j + 1])) then
+      take(s[i], 2, s[i + 1]); i = i + 2
+    else
+      take(u[j], 3, u[j + 1]); j = j + 2
+    end
+    want = want - 1
+  end
+end
+
+if sampler == 'uniform' then
+  for _ = 1, B do
+    local nh = redis.call('ZCARD', k.heap)
+    local ns = redis.call('ZCARD', k.solved)
+    local nu = redis.call('ZCARD', k.unsolved)
+    local N = nh + ns + nu
+    if N == 0 then break end
+    local idx = math.min(math.floor(xs_random(rng) * N), N - 1)
+    local e
+    if idx < nh then
+      e = redis.call('ZREVRANGE', k.heap, idx, idx, 'WITHSCORES'); take(e[1], 1, e[2])
+    elseif idx < nh + ns then
+      e = redis.call('ZRANGE', k.solved, idx - nh, idx - nh, 'WITHSCORES'); take(e[1], 2, e[2])
+    else
+      e = redis.call('ZRANGE', k.unsolved, idx - nh - ns, idx - nh - ns, 'WITHSCORES'); take(e[1], 3, e[2])
+    end
+  end
+else
+  -- R: retests whose last tested step <= step' - interval
+  if quota > 0 then
+    local thr = step2 - interval
+    local s = redis.call('ZRANGEBYSCORE', k.solved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, quota)
+    local u = redis.call('ZRANGEBYSCORE', k.unsolved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, quota)
+    take_merged(s, u, quota)
+  end
+  -- H: from the heap
+  local want = B - #taken
+  if want > 0 then
+    if sampler == 'heap' then
+      local top = redis.call('ZREVRANGE', k.heap, 0, want - 1, 'WITHSCORES')
+      for i = 1, #top, 2 do take(top[i], 1, top[i + 1]) end
+    else
+      for _ = 1, want do
+        local size = redis.call('ZCARD', k.heap)
+        if size == 0 then break end
+        local chosen = nil
+        for _ = 1, 8 do
+          local rank = math.min(math.floor(xs_random(rng) * size), size - 1)
+          local e = redis.call('ZREVRANGE', k.heap, rank, rank, 'WITHSCORES')
+          local u2 = xs_random(rng)
+          if u2 < (tonumber(e[2]) / 0.25) ^ alpha then chosen = e; break end
+        end
+        if chosen == nil then chosen = redis.call('ZREVRANGE', k.heap, 0, 0, 'WITHSCORES') end
+        take(chosen[1], 1, chosen[2])
+      end
+    end
+  end
+  -- F: fill from the pools regardless of score
+  want = B - #taken
+  if want > 0 then
+    local s = redis.call('ZRANGE', k.solved, 0, want - 1, 'WITHSCORES')
+    local u = redis.call('ZRANGE', k.unsolved, 0, want - 1, 'WITHSCORES')
+    take_merged(s, u, want)
+  end
+end
+
+local earliest = redis.call('ZRANGE', k.deadlines, 0, 0, 'WITHSCORES')
+local earliest_s = earliest[2] or ''
+local pol = redis.call('HMGET', k.policy, 'version', 'uri')
+local version, uri = pol[1] or '0', pol[2] or ''
+if #taken == 0 then
+  return { 'OK', step, version, uri, earliest_s, 0 }
+end
+
+-- 4. record the lease
+redis.call('HSET', k.counters, 'step', step2)
+local out = { 'OK', step2, version, uri, earliest_s, #taken }
+local rec = { tostring(step2), ARGV[3] }
+for _, t in ipairs(taken) do
+  local member, source, score = t[1], t[2], t[3]
+  local id = member_id(member)
+  local st = redis.call('HGET', k.stats, id)
+  local n, s1, s2 = split_stats(st)
+  redis.call('HSET', k.stats, id, n .. ' ' .. s1 .. ' ' .. s2 .. ' 4 ' .. score)
+  rec[#rec + 1] = member; rec[#rec + 1] = tostring(source); rec[#rec + 1] = score
+  out[#out + 1] = member; out[#out + 1] = source; out[#out + 1] = st
+  out[#out + 1] = redis.call('HGET', k.problems, id)
+end
+redis.call('HSET', k.leases, ARGV[4], table.concat(rec, '\t'))
+redis.call('ZADD', k.deadlines, ARGV[3], ARGV[4])
+return out

@@ -1,0 +1,453 @@
+"""The production store: Redis (redis-py asyncio, hiredis parser) with one Lua script per change.
+
+Semantics are those of :mod:`prioreplay.priority_server.store` (module docstring), bit for bit
+equal to the in-process ``MemoryStore`` for the same seed, clock readings and operations.
+
+Data model (every key is ``prioreplay:{<namespace>}:<name>``, made by :meth:`RedisStore.key`;
+the hash tag ``{<namespace>}`` puts a whole run in one Redis Cluster slot):
+
+============== ======= ========================================================================
+name           type    content
+============== ======= ========================================================================
+problems       hash    id → JSON ``[prompt, answer, verifier, metadata]``
+stats          hash    id → ``"n s1 s2 pool score"`` (floats as ``%.17g``: exact round trip;
+                       pool = rules.Pool value; score = heap priority, pool: last tested step,
+                       leased: the score it returns with)
+heap           zset    score = priority, member = ``rules.tie_member(id, seed)``
+solved         zset    score = last tested step, member as above
+unsolved       zset    score = last tested step, member as above
+leases         hash    lease id → ``"step\\tdeadline"`` + ``"\\tmember\\tsource\\tscore"`` per problem
+deadlines      zset    score = lease deadline (unix s), member = lease id
+tomb:reported  zset    lease id → time it was reported (kept ``TOMBSTONE_TTL_S``)
+tomb:expired   zset    lease id → time it expired (kept ``TOMBSTONE_TTL_S``)
+counters       hash    ``step`` and the StoreStats counters (``reward_sum`` as ``%.17g``)
+policy         hash    ``version``, ``uri``
+stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
+============== ======= ========================================================================
+
+Every multi-key change is one Lua script call (``lua/<name>.lua``, with ``lua/lib.lua``
+prepended), registered once with redis-py ``register_script`` (EVALSHA, falling back to
+SCRIPT LOAD after a restart or SCRIPT FLUSH). Register sends chunks of
+``REGISTER_CHUNK`` problems, pipelined.
+
+Time: every deadline and tombstone uses the injected ``clock`` (passed to Lua as ARGV), never
+Redis TIME. The one exception is redelivery of unacknowledged trajectory groups: XAUTOCLAIM
+measures idle time with Redis's own clock, so ``redelivery_timeout_s`` elapses in real time
+whatever the injected clock says. Stream entry ids (the group ids) also come from Redis's clock.
+
+The samplers' RNG seed depends on the step (``rules.step_seed`` is a BLAKE2 hash, computed in
+Python). The store passes the step it expects; when another server instance moved the step in
+between, the script changes nothing and returns the current step, and the call is retried
+(the ``heap`` sampler uses no RNG and never retries).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
+
+from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound, StoreUnavailable
+from prioreplay.priority_server import rules
+from prioreplay.priority_server.rules import Pool
+from prioreplay.priority_server.store import (
+    EXPIRE_LIMIT,
+    Delivery,
+    GroupOutcome,
+    Lease,
+    ProblemRecord,
+    ProblemState,
+    ReportResult,
+    SampledProblem,
+    Store,
+    StoreConfig,
+    StoreStats,
+)
+from prioreplay.priority_server.stores import redact_url  # noqa: F401 - one redaction rule, re-exported
+
+#: Seconds a reported / expired lease id is remembered (then a late report reads "unknown lease").
+TOMBSTONE_TTL_S = 86400.0
+#: Problems per register script call.
+REGISTER_CHUNK = 2000
+#: Consumer group of the trajectory stream.
+CONSUMER_GROUP = "learners"
+#: Attempts of a weighted/uniform sample when other servers keep moving the step.
+STEP_RETRIES = 32
+
+KEY_NAMES = (
+    "problems", "stats", "heap", "solved", "unsolved", "leases", "deadlines",
+    "tomb:reported", "tomb:expired", "counters", "policy", "stream",
+)
+_STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters",
+               "tomb:reported", "tomb:expired")
+_INT_COUNTERS = (
+    "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "forgetting_events",
+    "breakthroughs", "lease_expiries", "completions_reported", "late_reports", "groups_acked",
+)
+_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+_LUA_DIR = Path(__file__).with_name("lua")
+SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack", "rng")
+
+
+def _load_scripts() -> dict[str, str]:
+    lib = (_LUA_DIR / "lib.lua").read_text(encoding="utf-8")
+    return {n: lib + "\n" + (_LUA_DIR / f"{n}.lua").read_text(encoding="utf-8") for n in SCRIPT_NAMES}
+
+
+_SCRIPTS = _load_scripts()
+
+
+def _f(x: float) -> str:
+    """A float as a string that Lua's ``tonumber`` and Redis parse back to the same double."""
+    return repr(float(x))
+
+
+def _s(b: bytes | str | None) -> str:
+    if b is None:
+        return ""
+    return b.decode("utf-8") if isinstance(b, bytes) else str(b)
+
+
+def _parse_stats(value: bytes | str) -> tuple[rules.Stats, Pool, float]:
+    n, s1, s2, pool, score = _s(value).split(" ")
+    return rules.Stats(float(n), float(s1), float(s2)), Pool(int(pool)), float(score)
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # compact: no raw control characters
+
+
+def _encode_problem(p: ProblemRecord) -> str:
+    return _JSON.encode([p.prompt, p.answer, p.verifier, dict(p.metadata)])
+
+
+def _decode_problem(pid: str, value: bytes | str) -> ProblemRecord:
+    prompt, answer, verifier, metadata = json.loads(_s(value))
+    return ProblemRecord(id=pid, prompt=prompt, answer=answer, verifier=verifier, metadata=metadata)
+
+
+class RedisStore(Store):
+    """The store on Redis: durable, shared by several server processes, one round trip per change.
+
+    Args:
+        config: sampling and bookkeeping parameters (must match across servers of one run).
+        url: ``redis://[:password@]host:port/db`` (or ``rediss://``, ``unix://``).
+        namespace: the run's name; 1–128 characters of ``[A-Za-z0-9_.:-]`` (no braces: it is
+            the hash tag).
+        clock: unix seconds; injected for deterministic tests.
+
+    Raises:
+        InvalidArgument: a malformed URL or namespace.
+        StoreUnavailable: (from every method) Redis cannot be reached; the message carries the
+            URL with its password redacted.
+    """
+
+    def __init__(self, config: StoreConfig, url: str, namespace: str = "default",
+                 clock: Callable[[], float] = time.time):
+        super().__init__(config, clock)
+        if not _NAMESPACE_RE.match(namespace or ""):
+            raise InvalidArgument(
+                f"namespace ({namespace!r}) must be 1-128 characters of letters, digits, '_', '.', ':' or '-'"
+            )
+        self.namespace = namespace
+        self.redacted_url = redact_url(url)
+        try:
+            self._r = aioredis.Redis.from_url(url, decode_responses=False, socket_connect_timeout=5.0)
+        except ValueError as e:
+            raise InvalidArgument(
+                f"redis url {self.redacted_url!r} is invalid ({e}); use redis://[:password@]host:port/db"
+            ) from None
+        self._scripts = {name: self._r.register_script(src) for name, src in _SCRIPTS.items()}
+        self._keys = {name: self.key(name) for name in KEY_NAMES}
+        self._state_keys = [self._keys[n] for n in _STATE_KEYS]
+        self._step_hint: int | None = None
+        p = config.params
+        self._params_args = [_f(p.decay), _f(p.prior_alpha), _f(p.prior_beta)]
+        self._initial_priority = rules.priority(rules.Stats(), p)
+
+    def key(self, name: str) -> str:
+        """The Redis key of ``name`` in this run: ``prioreplay:{<namespace>}:<name>``."""
+        return f"prioreplay:{{{self.namespace}}}:{name}"
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _unavailable(self, e: Exception) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"Redis at {self.redacted_url} is unreachable ({type(e).__name__}: {e}); "
+            "check that Redis runs and the URL is right, then retry"
+        )
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self._scripts[name](keys=list(keys), args=list(args))
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as e:
+            raise self._unavailable(e) from None
+
+    async def _do(self, coro) -> Any:
+        try:
+            return await coro
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as e:
+            raise self._unavailable(e) from None
+
+    async def _pipe(self, fill: Callable[[Any], Any], transaction: bool = True) -> list:
+        """Run the commands ``fill(pipe)`` queues (it may be a coroutine function) in one round trip."""
+
+        async def go():
+            async with self._r.pipeline(transaction=transaction) as pipe:
+                queued = fill(pipe)
+                if hasattr(queued, "__await__"):
+                    await queued
+                return await pipe.execute()
+
+        return await self._do(go())
+
+    # -- problems -------------------------------------------------------------------------
+    async def _count_problems(self) -> int:
+        return int(await self._do(self._r.hlen(self._keys["problems"])))
+
+    async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]:
+        seed = self.config.seed
+        keys = [self._keys["stats"], self._keys["heap"], self._keys["problems"]]
+        prio = _f(self._initial_priority)
+        head = [f"0 0 0 {int(Pool.HEAP)} {prio}", prio]
+        script = self._scripts["register"]
+
+        async def fill(pipe):
+            for start in range(0, len(problems), REGISTER_CHUNK):
+                chunk = "\n".join(f"{p.id}\t{rules.tie_member(p.id, seed)}\t{_encode_problem(p)}"
+                                  for p in problems[start:start + REGISTER_CHUNK])
+                await script(keys=keys, args=[*head, chunk], client=pipe)
+            pipe.hlen(self._keys["problems"])
+
+        res = await self._pipe(fill, transaction=False)
+        created = sum(int(r[0]) for r in res[:-1])
+        updated = sum(int(r[1]) for r in res[:-1])
+        return created, updated, int(res[-1])
+
+    # -- leases ---------------------------------------------------------------------------
+    async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease:
+        cfg = self.config
+        now = float(self.clock())
+        deadline = now + lease_timeout_s
+        lease_id = secrets.token_hex(16)
+        quota = 0 if cfg.sampler == "uniform" else rules.retest_quota(batch_size, cfg.retest_fraction)
+        keys = self._state_keys + [self._keys["problems"], self._keys["policy"]]
+        for _ in range(STEP_RETRIES):
+            expected, seed32 = -1, 1
+            if cfg.sampler != "heap":
+                if self._step_hint is None:
+                    self._step_hint = int(await self._do(self._r.hget(self._keys["counters"], "step")) or 0)
+                expected = self._step_hint
+                seed32 = rules.step_seed(cfg.seed, expected + 1)
+            res = await self._run("sample", keys, [
+                _f(now), batch_size, _f(deadline), lease_id, cfg.sampler, quota, cfg.retest_interval,
+                _f(cfg.alpha), expected, seed32, EXPIRE_LIMIT, _f(TOMBSTONE_TTL_S),
+            ])
+            if res[0] == b"STEP":
+                self._step_hint = int(res[1])
+                continue
+            break
+        else:
+            raise StoreUnavailable(f"sample: the step kept moving under {STEP_RETRIES} attempts; retry")
+        step, version, uri = int(res[1]), int(res[2]), _s(res[3])
+        self._step_hint = step
+        earliest = [float(res[4])] if res[4] else []
+        n = int(res[5])
+        problems: list[SampledProblem] = []
+        for i in range(6, 6 + 4 * n, 4):
+            member, source, stats_value, record = _s(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
+            pid = rules.member_id(member)
+            stats, _, score = _parse_stats(stats_value)
+            problems.append(SampledProblem(
+                problem=_decode_problem(pid, record),
+                priority=score if source == Pool.HEAP else rules.priority(stats, cfg.params),
+                source=Pool(source),
+            ))
+        if problems:
+            earliest.append(deadline)
+        retry = 0.0
+        if len(problems) < batch_size:
+            retry = max(0.05, min(5.0, min(earliest) - now)) if earliest else 1.0
+        return Lease(
+            lease_id=lease_id if problems else "",
+            deadline=deadline if problems else 0.0,
+            problems=problems,
+            policy_version=version,
+            weights_uri=uri,
+            retry_after_s=retry,
+            step=step,
+        )
+
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult:
+        seed = self.config.seed
+        args: list[Any] = [_f(self.clock()), lease_id, _f(TOMBSTONE_TTL_S), CONSUMER_GROUP,
+                           *self._params_args, len(outcomes)]
+        for o in outcomes:
+            rewards = [float(r) for r in o.rewards]
+            sr = 0.0
+            sq = 0.0
+            for r in rewards:  # rules.update_stats: left to right from 0.0
+                sr = sr + r
+                sq = sq + r * r
+            args += [
+                f"{rules.tie_member(o.problem_id, seed)}\t{rules.classify(rewards).value}\t{len(rewards)}\t"
+                f"{_f(sr)}\t{_f(sq)}\t{int(any(r < 1.0 for r in rewards))}\t{int(any(r > 0.0 for r in rewards))}",
+                bytes(o.payload),
+            ]
+        res = await self._run("report", self._state_keys + [self._keys["stream"]], args)
+        status = int(res[0])
+        if status == 0:
+            return ReportResult(accepted=False, reason=_s(res[1]))
+        if status == -1:
+            j = int(res[1])
+            raise InvalidArgument(
+                f"outcomes[{j}]: problem {outcomes[j].problem_id!r} is not in lease {lease_id}; "
+                "report only the problems that lease returned"
+            )
+        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]))
+
+    async def _expire_leases(self, limit: int) -> int:
+        if limit < 1:
+            return 0
+        return int(await self._run("expire", self._state_keys, [_f(self.clock()), limit, _f(TOMBSTONE_TTL_S)]))
+
+    # -- trajectory queue -----------------------------------------------------------------
+    async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]:
+        min_idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000)))
+        res = await self._run("pull", [self._keys["stream"]],
+                              [CONSUMER_GROUP, consumer, max_groups, int(include_own_pending), min_idle_ms])
+        return [Delivery(group_id=_s(res[i]), payload=bytes(res[i + 1]), delivery_count=int(res[i + 2]))
+                for i in range(0, len(res), 3)]
+
+    async def _ack(self, group_ids: list[str]) -> int:
+        ids = [g for g in group_ids if _STREAM_ID_RE.match(g)]
+        if not ids:
+            return 0
+        return int(await self._run("ack", [self._keys["stream"], self._keys["counters"]], [CONSUMER_GROUP, *ids]))
+
+    # -- policy ---------------------------------------------------------------------------
+    async def _publish(self, version: int, weights_uri: str) -> tuple[int, str]:
+        res = await self._run("publish", [self._keys["policy"]], [version, weights_uri])
+        status, cur_v, cur_uri = int(res[0]), int(res[1]), _s(res[2])
+        if status == 1:
+            raise FailedPrecondition(
+                f"policy version {version} is lower than the current version {cur_v}; versions never go back"
+            )
+        if status == 2:
+            raise FailedPrecondition(
+                f"policy version {version} is already published with weights_uri {cur_uri!r}; "
+                "publish a new version for new weights"
+            )
+        return cur_v, cur_uri
+
+    async def policy(self) -> tuple[int, str]:
+        """The current (policy_version, weights_uri); (0, "") before the first publish."""
+        v, uri = await self._do(self._r.hmget(self._keys["policy"], "version", "uri"))
+        return int(v or 0), _s(uri)
+
+    # -- inspection -----------------------------------------------------------------------
+    async def _queue_counts(self) -> tuple[int, int]:
+        """(undelivered, pending) groups of the stream."""
+        k = self._keys["stream"]
+        length, exists = await self._pipe(lambda p: (p.xlen(k), p.exists(k)))
+        if not exists:
+            return 0, 0
+        pending = await self._do(self._r.xpending(k, CONSUMER_GROUP))
+        n_pending = int(pending["pending"])
+        return int(length) - n_pending, n_pending
+
+    async def _stats(self, histogram_buckets: int) -> StoreStats:
+        k = self._keys
+        edges = rules.histogram_edges(histogram_buckets)
+
+        def fill(p):
+            p.hlen(k["problems"]); p.zcard(k["heap"]); p.zcard(k["solved"]); p.zcard(k["unsolved"])
+            p.hlen(k["leases"]); p.hgetall(k["counters"]); p.hmget(k["policy"], "version", "uri")
+            for i in range(histogram_buckets):
+                hi = _f(edges[i + 1]) if i == histogram_buckets - 1 else "(" + _f(edges[i + 1])
+                p.zcount(k["heap"], _f(edges[i]) if i else "-inf", hi)
+
+        res = await self._pipe(fill)
+        problems, heap, solved, unsolved, leases, counters, (ver, uri) = res[:7]
+        c = {_s(a): _s(b) for a, b in counters.items()}
+        queue_depth, pending = await self._queue_counts()
+        return StoreStats(
+            problems=int(problems), heap_size=int(heap), solved=int(solved), unsolved=int(unsolved),
+            leased=int(problems) - int(heap) - int(solved) - int(unsolved), active_leases=int(leases),
+            step=int(c.get("step", 0)), policy_version=int(ver or 0), weights_uri=_s(uri),
+            priority_histogram=[int(x) for x in res[7:]], priority_bucket_edges=edges,
+            reward_sum=float(c.get("reward_sum", 0.0)), queue_depth=queue_depth, pending_groups=pending,
+            **{name: int(c.get(name, 0)) for name in _INT_COUNTERS},
+        )
+
+    async def problem_state(self, problem_id: str) -> ProblemState:
+        """A problem's state (statistics, pool, score, priority).
+
+        Raises:
+            NotFound: no problem with this id is registered.
+        """
+        stats_value, record = await self._pipe(
+            lambda p: (p.hget(self._keys["stats"], problem_id), p.hget(self._keys["problems"], problem_id)))
+        if stats_value is None or record is None:
+            raise NotFound(f"problem {problem_id!r} is not registered; register it first (RegisterProblems)")
+        stats, pool, score = _parse_stats(stats_value)
+        return ProblemState(problem=_decode_problem(problem_id, record), stats=stats, pool=pool, score=score,
+                            priority=rules.priority(stats, self.config.params))
+
+    async def dump(self) -> dict:
+        """Canonical state (see :meth:`Store.dump`); reads everything, for tests and debugging."""
+        k = self._keys
+        stats, counters, step_policy, leases = await self._pipe(lambda p: (
+            p.hgetall(k["stats"]), p.hgetall(k["counters"]), p.hmget(k["policy"], "version", "uri"),
+            p.hvals(k["leases"])))
+        problems = {}
+        for pid, value in stats.items():
+            st, pool, score = _parse_stats(value)
+            problems[_s(pid)] = (int(pool), st.n, st.s1, st.s2, score)
+        c = {_s(a): _s(b) for a, b in counters.items()}
+        out_counters: dict[str, float | int] = {name: int(c.get(name, 0)) for name in _INT_COUNTERS}
+        out_counters["reward_sum"] = float(c.get("reward_sum", 0.0))
+        lease_lists = sorted(
+            sorted(rules.member_id(f) for f in _s(rec).split("\t")[2::3]) for rec in leases
+        )
+        return {
+            "problems": problems,
+            "counters": out_counters,
+            "step": int(c.get("step", 0)),
+            "policy": (int(step_policy[0] or 0), _s(step_policy[1])),
+            "leases": lease_lists,
+            "queue": await self._undelivered(),
+        }
+
+    async def _undelivered(self) -> list[bytes]:
+        k = self._keys["stream"]
+        if not await self._do(self._r.exists(k)):
+            return []
+        groups = await self._do(self._r.xinfo_groups(k))
+        last = next(_s(g["last-delivered-id"]) for g in groups if _s(g["name"]) == CONSUMER_GROUP)
+        entries = await self._do(self._r.xrange(k, min="(" + last, max="+"))
+        return [bytes(fields[b"p"]) for _, fields in entries]
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def healthy(self) -> bool:
+        """True when Redis answers PING."""
+        try:
+            return bool(await self._r.ping())
+        except (redis_errors.RedisError, OSError):
+            return False
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._r.aclose()
+
+    async def lua_xorshift(self, seed32: int, count: int) -> tuple[list[int], float]:
+        """``count`` draws of rules.XorShift32(seed32).next_u32() computed by the Lua code, then
+        one random(): for the bit-exactness test."""
+        res = await self._run("rng", [], [seed32, count])
+        return [int(x) for x in res[:-1]], float(res[-1])
