@@ -1,0 +1,218 @@
+"""Property tests: arbitrary (well-formed or raw) requests never crash the server or break its invariants.
+
+Hypothesis draws sequences of calls to every RPC with random ids, sizes, rewards (NaN/inf
+included), token ids, log-prob lengths and versions; lease and problem ids are drawn partly
+from the real ones, so many reports are valid and change the state. Every answer must carry a
+documented status code; after every example the store's invariants hold (every problem in exactly
+one place, leased exactly when in a live lease, Σ n over problems == completions_reported, the
+queue no longer than the mixed groups reported). Raw bytes sent to each method path must be
+answered too: grpc itself answers UNKNOWN ("Error parsing message", a DecodeError) for an
+undecodable unary request; the servicer answers INVALID_ARGUMENT for an undecodable chunk of the
+RegisterProblems stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prioreplay.priority_server.config import ServerConfig
+from prioreplay.priority_server.rules import Pool
+from prioreplay.priority_server.server import BackgroundServer
+from prioreplay.priority_server.stores import create_store
+from prioreplay.v1 import priority_service_pb2 as pb
+from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.timeout(300)
+
+DOCUMENTED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+              grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
+SETTINGS = settings(max_examples=40, derandomize=True, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+N_PROBLEMS = 24
+SERVICE = "/prioreplay.v1.PriorityService/"
+
+
+@pytest.fixture(scope="module", params=["memory", "redis"])
+def srv(request, redis_url):
+    import uuid
+
+    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, max_message_mb=1, max_batch_size=16,
+                       max_lease_timeout_s=3600, reaper_interval_s=0.2, stats_interval_s=0.5)
+    spec = "memory" if request.param == "memory" else redis_url
+    ns = f"fuzz-{uuid.uuid4().hex[:10]}"
+    s = BackgroundServer(lambda: create_store(spec, cfg.to_store_config(), namespace=ns), cfg).start()
+    try:
+        with grpc.insecure_channel(s.address) as ch:
+            stub = pb_grpc.PriorityServiceStub(ch)
+            stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=[
+                pb.Problem(id=f"p{i}", prompt=f"q{i}", answer=str(i)) for i in range(N_PROBLEMS)])]), timeout=10)
+        s.known_leases = ["", "f" * 32]
+        yield s
+    finally:
+        s.stop()
+        if request.param == "redis":
+            import redis
+
+            r = redis.Redis.from_url(redis_url)
+            keys = list(r.scan_iter(match=f"*{{{ns}}}*"))
+            if keys:
+                r.delete(*keys)
+            r.close()
+
+
+@pytest.fixture
+def stub(srv):
+    with grpc.insecure_channel(srv.address) as ch:
+        yield pb_grpc.PriorityServiceStub(ch)
+
+
+def check_invariants(srv) -> None:
+    d = srv.call(srv.store.dump())
+    c = d["counters"]
+    assert set(d["problems"]) >= {f"p{i}" for i in range(N_PROBLEMS)}
+    assert all(v[0] in (int(Pool.HEAP), int(Pool.SOLVED), int(Pool.UNSOLVED), int(Pool.LEASED))
+               for v in d["problems"].values())
+    leased = [pid for lease in d["leases"] for pid in lease]
+    assert len(leased) == len(set(leased))
+    assert sorted(leased) == sorted(pid for pid, v in d["problems"].items() if v[0] == int(Pool.LEASED))
+    n_sum = sum(v[1] for v in d["problems"].values())
+    assert math.isclose(n_sum, c["completions_reported"], abs_tol=1e-6), (n_sum, c)
+    groups = c["groups_mixed"] + c["groups_all_correct"] + c["groups_all_wrong"] + c["groups_constant"]
+    assert groups <= c["completions_reported"]
+    assert len(d["queue"]) <= c["groups_mixed"]
+    assert 0 <= c["reward_sum"] <= c["completions_reported"]
+    s = srv.call(srv.store.stats())
+    assert s.heap_size + s.solved + s.unsolved + s.leased == s.problems
+
+
+# -- strategies ------------------------------------------------------------------------------
+floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, 1.0, 0.5, -0.0]))
+rewards = st.one_of(st.sampled_from([0.0, 1.0]), floats)
+texts = st.text(max_size=40)
+problem_ids = st.one_of(st.sampled_from([f"p{i}" for i in range(N_PROBLEMS)]), texts)
+u32 = st.one_of(st.integers(0, 20), st.integers(0, 2**32 - 1))
+i64 = st.one_of(st.integers(-3, 10), st.integers(-(2**63), 2**63 - 1))
+
+
+@st.composite
+def completions(draw):
+    n_tokens = draw(st.integers(0, 6))
+    n_lp = draw(st.sampled_from([n_tokens, n_tokens, max(0, n_tokens - 1), n_tokens + 1]))
+    return pb.Completion(reward=draw(rewards), token_ids=draw(st.lists(u32, min_size=n_tokens, max_size=n_tokens)),
+                         logprobs=draw(st.lists(st.one_of(st.floats(-20, 0, width=32), floats.map(
+                             lambda x: x if not math.isfinite(x) or abs(x) < 3e38 else 0.0)),
+                             min_size=n_lp, max_size=n_lp)),
+                         text=draw(st.text(max_size=8)), truncated=draw(st.booleans()))
+
+
+@st.composite
+def report_request(draw):
+    # an int picks one of the latest real leases when the call is made (the strategy itself must
+    # not read mutable state); a string is sent as it is
+    pick = draw(st.one_of(st.integers(0, 5), st.text(max_size=40)))
+    outs = draw(st.lists(st.builds(pb.ProblemOutcome, problem_id=problem_ids, policy_version=i64,
+                                   prompt_token_ids=st.lists(u32, max_size=4),
+                                   completions=st.lists(completions(), max_size=5)), max_size=4))
+    return pick, pb.ReportOutcomesRequest(outcomes=outs, worker_id=draw(st.text(max_size=140)))
+
+
+def requests():
+    return st.one_of(
+        st.builds(lambda b, t, w: ("SampleProblems", pb.SampleProblemsRequest(batch_size=b, lease_timeout_s=t,
+                                                                               worker_id=w)),
+                  u32, st.one_of(st.sampled_from([0.0, 0.3, 600.0]), floats), st.text(max_size=140)),
+        report_request().map(lambda r: ("ReportOutcomes", r)),
+        st.builds(lambda m, w, c, o: ("PullTrajectories", pb.PullTrajectoriesRequest(
+            max_groups=m, wait_s=w, consumer=c, include_own_pending=o)),
+                  u32, st.one_of(st.sampled_from([0.0, 0.01]), floats.filter(lambda x: not 0.01 < x <= 60)),
+                  st.text(max_size=140), st.booleans()),
+        st.builds(lambda ids: ("AckTrajectories", pb.AckTrajectoriesRequest(group_ids=ids)),
+                  st.lists(st.one_of(st.text(max_size=30), st.from_regex(r"\A[0-9]{1,14}-[0-9]{1,3}\Z")),
+                           max_size=6)),
+        st.builds(lambda v, u: ("PublishPolicy", pb.PublishPolicyRequest(version=v, weights_uri=u)),
+                  i64, st.one_of(st.sampled_from(["ckpt/a", "ckpt/b"]), st.text(max_size=50))),
+        st.builds(lambda b: ("GetStats", pb.GetStatsRequest(histogram_buckets=b)), u32),
+        st.builds(lambda ps: ("RegisterProblems", [pb.RegisterProblemsRequest(problems=ps)]),
+                  st.lists(st.builds(pb.Problem, id=problem_ids, prompt=texts, answer=texts,
+                                     verifier=st.sampled_from(["", "exact", "math", "gsm8k", "python"]),
+                                     metadata=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2)),
+                           max_size=4)),
+    )
+
+
+def _call(stub, method, request):
+    fn = getattr(stub, method)
+    try:
+        if method == "RegisterProblems":
+            return grpc.StatusCode.OK, fn(iter(request), timeout=20)
+        return grpc.StatusCode.OK, fn(request, timeout=20)
+    except grpc.RpcError as e:
+        assert e.details(), f"{method}: {e.code()} without a message"
+        return e.code(), e
+
+
+# -- well-formed messages --------------------------------------------------------------------
+def test_arbitrary_messages_get_documented_codes_and_keep_the_invariants(srv, stub):
+    @SETTINGS
+    @given(calls=st.lists(requests(), min_size=1, max_size=8))
+    def run(calls):
+        for method, request in calls:
+            if method == "ReportOutcomes":
+                pick, request = request
+                recent = srv.known_leases[-6:]
+                request.lease_id = recent[pick % len(recent)] if isinstance(pick, int) else pick
+            code, resp = _call(stub, method, request)
+            assert code in DOCUMENTED, f"{method} answered {code}: {resp}"
+            if method == "SampleProblems" and code == grpc.StatusCode.OK and resp.lease_id:
+                srv.known_leases.append(resp.lease_id)
+                # report some leases properly, so reports that change the state are exercised too
+                if len(srv.known_leases) % 2:
+                    outs = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=[
+                        pb.Completion(reward=float(k % 2), token_ids=[1], logprobs=[-1.0]) for k in range(i % 3 + 1)])
+                        for i, lp in enumerate(resp.problems)]
+                    assert stub.ReportOutcomes(pb.ReportOutcomesRequest(lease_id=resp.lease_id, outcomes=outs),
+                                               timeout=20).accepted
+        check_invariants(srv)
+
+    run()
+    s = stub.GetStats(pb.GetStatsRequest(), timeout=10)
+    assert s.completions_reported > 0 and s.problems >= N_PROBLEMS  # the fuzzing did change the state
+
+
+# -- raw bytes at the transport --------------------------------------------------------------
+UNARY = ["SampleProblems", "ReportOutcomes", "PullTrajectories", "AckTrajectories", "PublishPolicy", "GetStats"]
+
+
+def test_raw_bytes_to_every_method_are_answered(srv):
+    with grpc.insecure_channel(srv.address) as ch:
+        unary = {m: ch.unary_unary(SERVICE + m) for m in UNARY}  # identity serializers: bytes in, bytes out
+        register = ch.stream_unary(SERVICE + "RegisterProblems")
+
+        @SETTINGS
+        @given(method=st.sampled_from(UNARY + ["RegisterProblems"]),
+               chunks=st.lists(st.one_of(st.binary(max_size=64), st.sampled_from([b"\xff\xff\xff", b"\x0a\x05ab",
+                                                                                   b"\x08\x01", b""])),
+                               min_size=1, max_size=3))
+        def run(method, chunks):
+            try:
+                if method == "RegisterProblems":
+                    register(iter(chunks), timeout=20)
+                else:
+                    unary[method](chunks[0], timeout=20)
+                return
+            except grpc.RpcError as e:
+                code, details = e.code(), e.details() or ""
+            if code == grpc.StatusCode.UNKNOWN:  # grpc's own answer to an undecodable unary request
+                assert method != "RegisterProblems" and "Error parsing message" in details, details
+            else:
+                assert code in DOCUMENTED, (method, code, details)
+            check_invariants(srv)
+
+        run()
+        assert pb.GetStatsResponse.FromString(unary["GetStats"](b"", timeout=10)).problems >= N_PROBLEMS
+    check_invariants(srv)
