@@ -74,6 +74,9 @@ async def _serve(config: ServerConfig) -> int:
         log.info("prioreplay server listening on %s:%d (%s, auth %s); metrics %s", config.host, port,
                  "TLS" if config.tls_enabled else "plaintext", "on" if config.token() else "off",
                  f"on :{config.metrics_port}/metrics" if http else "off")
+        if config.store == "memory" and config.snapshot_path is None:
+            log.warning("memory store without --snapshot-path: its state is lost when the server stops; "
+                        "pass --snapshot-path FILE to keep it across restarts")
         log.info("store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d batches), "
                  "lease %gs, max batch %d", redact_url(config.store), config.namespace, config.sampler, config.alpha,
                  config.retest_fraction, config.retest_interval, config.lease_timeout_s, config.max_batch_size)
