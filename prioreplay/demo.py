@@ -171,6 +171,11 @@ def run(cfg: DemoConfig) -> int:
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     demo = Demo(cfg, run_dir)
     demo.t0 = time.time()
+
+    def _on_sigterm(signum, frame):  # children run in their own sessions: stop them like on Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _run(demo, run_dir.name)
     except KeyboardInterrupt:
@@ -241,6 +246,7 @@ def _run(demo: Demo, name: str) -> int:
         "learner", "--server", address, "--model", str(model_dir), "--checkpoint-dir", str(ckpt_dir),
         "--batch-groups", str(cfg.batch_groups), "--lr", str(cfg.lr), "--max-staleness", str(cfg.max_staleness),
         "--publish-every", str(cfg.publish_every), "--max-steps", str(cfg.steps), "--log-file", str(learner_log),
+        "--temperature", str(cfg.temperature),
         "--metrics-port", str(lport), "--seed", str(cfg.seed), "--log-level", cfg.log_level], lport, threads)
     learner.expected_exit = True
     workers = []
