@@ -79,6 +79,7 @@ class PrioreplaySettings(BaseSettings):
         cli_kebab_case=True,
         cli_implicit_flags=True,
         cli_avoid_json=True,
+        cli_hide_none_type=True,
         extra="forbid",
         validate_default=True,
     )
@@ -124,3 +125,23 @@ class ClientSettings(PrioreplaySettings):
                 raise InvalidArgument(f"auth token file {str(self.auth_token_file)!r} is empty")
             return tok
         return None
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def check_role_settings(model: str, device: str, log_level: str) -> None:
+    """Checks shared by the worker's and the learner's settings.
+
+    Raises:
+        InvalidArgument: an unknown log level, a device other than auto/cpu/cuda/cuda:N, or an
+            empty model name (each message names the value and the accepted forms).
+    """
+    from prioreplay.errors import InvalidArgument
+
+    if log_level.upper() not in LOG_LEVELS:
+        raise InvalidArgument(f"log_level ({log_level!r}) must be DEBUG, INFO, WARNING or ERROR")
+    if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise InvalidArgument(f"device ({device!r}) must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if not model.strip():
+        raise InvalidArgument("model is empty; give an alias (smollm2-135m), a local directory or a Hugging Face id")

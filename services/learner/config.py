@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from prioreplay.config import ClientSettings
+from prioreplay.config import ClientSettings, check_role_settings
 
 
 class LearnerConfig(ClientSettings):
@@ -77,15 +77,7 @@ class LearnerConfig(ClientSettings):
 
     @model_validator(mode="after")
     def _check(self) -> "LearnerConfig":
-        from prioreplay.errors import InvalidArgument
-
-        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            raise InvalidArgument(f"log_level ({self.log_level!r}) must be DEBUG, INFO, WARNING or ERROR")
-        dev = self.device
-        if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
-            raise InvalidArgument(f"device ({dev!r}) must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
-        if not self.model.strip():
-            raise InvalidArgument("model is empty; give an alias (smollm2-135m), a local directory or a Hugging Face id")
+        check_role_settings(self.model, self.device, self.log_level)
         return self
 
     @property

@@ -54,10 +54,9 @@ from prioreplay.priority_server.store import (
     Store,
     StoreConfig,
     StoreStats,
+    TOMBSTONE_TTL_S,
 )
 
-#: How long (seconds) an ended lease is remembered as "already reported" / "expired".
-TOMBSTONE_TTL_S = 86400.0
 
 #: Snapshot format tag and version; a file with another tag or version is refused.
 SNAPSHOT_FORMAT = "prioreplay-memory-store"

@@ -68,11 +68,10 @@ from prioreplay.priority_server.store import (
     Store,
     StoreConfig,
     StoreStats,
+    TOMBSTONE_TTL_S,
 )
 from prioreplay.priority_server.stores import redact_url  # noqa: F401 - one redaction rule, re-exported
 
-#: Seconds a reported / expired lease id is remembered (then a late report reads "unknown lease").
-TOMBSTONE_TTL_S = 86400.0
 #: Problems per register script call.
 REGISTER_CHUNK = 2000
 #: Consumer group of the trajectory stream.

@@ -113,6 +113,8 @@ from prioreplay.priority_server.rules import Pool
 SamplerName = Literal["heap", "weighted", "uniform"]
 MAX_ID_BYTES = 256
 EXPIRE_LIMIT = 64
+#: Seconds an ended lease is remembered as "already reported" / "expired" (then "unknown lease").
+TOMBSTONE_TTL_S = 86400.0
 
 
 @dataclass(frozen=True)

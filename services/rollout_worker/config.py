@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from prioreplay.config import ClientSettings
+from prioreplay.config import ClientSettings, check_role_settings
 
 
 def _default_worker_id() -> str:
@@ -88,13 +88,7 @@ class WorkerConfig(ClientSettings):
     def _check(self) -> "WorkerConfig":
         from prioreplay.errors import InvalidArgument
 
-        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            raise InvalidArgument(f"log_level ({self.log_level!r}) must be DEBUG, INFO, WARNING or ERROR")
-        dev = self.device
-        if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
-            raise InvalidArgument(f"device ({dev!r}) must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
-        if not self.model.strip():
-            raise InvalidArgument("model is empty; give an alias (smollm2-135m), a local directory or a Hugging Face id")
+        check_role_settings(self.model, self.device, self.log_level)
         if not math.isfinite(self.temperature):
             raise InvalidArgument(f"temperature ({self.temperature}) must be a finite number > 0")
         if any(not s for s in self.stop):
