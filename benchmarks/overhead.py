@@ -9,11 +9,12 @@ Sources (written by ``prioreplay demo``):
   step time is the sum of the worker's phases: ``prioreplay_worker_generation_seconds_sum`` +
   ``prioreplay_worker_verification_seconds_sum`` + ``prioreplay_worker_weight_reload_seconds_sum``
   + the RPC time.
-* Learner: ``learner.jsonl``, one JSON line per optimizer step with ``rpc_s`` (seconds in
-  priority RPCs during the step) and the phases ``wait_s`` + ``compute_s`` + ``publish_s``
-  (the step time). ``wait_s`` includes PullTrajectories long-polls that wait for groups to be
-  generated, so ``rpc_s`` counts time the learner was starved as RPC time; the share of
-  ``compute_s`` is reported too, and the learner's figures are an upper bound of the overhead.
+* Learner: ``learner.jsonl``, one JSON line per optimizer step with ``rpc_s`` (seconds in the
+  step's priority RPCs other than PullTrajectories: acknowledgements, publishing, stats),
+  ``pull_s`` (seconds in PullTrajectories, which long-poll until workers have produced groups,
+  so they measure starvation, not service cost) and the phases ``wait_s`` + ``compute_s`` +
+  ``publish_s`` (the step time). The overhead share is ``rpc_s`` / step time; ``pull_s`` is
+  reported beside it.
 """
 
 from __future__ import annotations
@@ -41,14 +42,21 @@ def worker_share(report: dict[str, Any]) -> dict[str, float] | None:
 
 
 def learner_share(lines: list[dict[str, Any]]) -> dict[str, float] | None:
-    """RPC seconds / step seconds over the learner's step records (None if no step has ``rpc_s``)."""
+    """RPC seconds / step seconds over the learner's step records.
+
+    Returns None when no step has ``rpc_s``, or when the log predates ``pull_s`` (its ``rpc_s``
+    counted the long-polling pulls, so it cannot give the overhead).
+    """
     steps = [r for r in lines if "step" in r and r.get("rpc_s") is not None]
     if not steps:
         return None
+    if any("pull_s" not in r for r in steps):
+        return None  # an older learner log: its rpc_s includes the long-polling pulls
     rpc = sum(float(r["rpc_s"]) for r in steps)
+    pull = sum(float(r["pull_s"]) for r in steps)
     step = sum(float(r.get(k) or 0.0) for r in steps for k in ("wait_s", "compute_s", "publish_s"))
     compute = sum(float(r.get("compute_s") or 0.0) for r in steps)
-    return {"rpc_s": rpc, "step_s": step, "share": rpc / step if step > 0 else float("nan"),
+    return {"rpc_s": rpc, "pull_s": pull, "step_s": step, "share": rpc / step if step > 0 else float("nan"),
             "compute_s": compute, "share_of_compute": rpc / compute if compute > 0 else float("nan"),
             "steps": len(steps)}
 

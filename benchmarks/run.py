@@ -28,7 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results.json"
 DOCS = REPO / "docs"
-SHARED_NOTE = "2-core machine shared with other engineers' builds and tests during the measurement: timings are noisy"
+SHARED_NOTE = ""  # set with --note, e.g. what else ran on the machine during the measurement
 
 
 class Results:
@@ -169,22 +169,42 @@ def real_grpo(run_root: Path, extra_args: list[str] | None = None, samplers: tup
         run_root: folder that receives one run directory per sampler.
         extra_args: more ``prioreplay demo`` flags (e.g. ``["--steps", "40"]``), the same for both.
     """
-    out: dict[str, Any] = {}
     for s in samplers:
         run_dir = run_root / s
         cmd = [sys.executable, "-m", "prioreplay.cli", "demo", "--sampler", s, "--run-dir", str(run_dir), *(extra_args or [])]
         _log(f"real: {' '.join(cmd[1:])}")
         subprocess.run(cmd, check=True)
+    return collect_real(run_root, samplers, res)
+
+
+def collect_real(run_root: Path, samplers: tuple[str, ...] = ("heap", "uniform"),
+                 res: Results | None = None) -> dict[str, Any]:
+    """Read the ``report.json`` of finished demo runs ``RUN_ROOT/<sampler>`` (part 3 and 4 figures).
+
+    Raises:
+        FileNotFoundError: a sampler's run directory has no report.json.
+    """
+    out: dict[str, Any] = {}
+    for s in samplers:
+        run_dir = run_root / s
         rep = json.loads((run_dir / "report.json").read_text())
         from benchmarks import overhead
 
         out[s] = {"accuracy_before": rep.get("accuracy_before"), "accuracy_after": rep.get("accuracy_after"),
                   "effective_group_fraction": rep.get("final", {}).get("effective_group_fraction"),
                   "forgetting_events": rep.get("forgetting_events"), "duration_s": rep.get("duration_s"),
+                  "completions": rep.get("final", {}).get("completions_reported"),
+                  "groups_mixed": rep.get("final", {}).get("groups_mixed"),
                   "overhead": overhead.rpc_share(run_dir)}
         if res is not None:
             for k in ("accuracy_before", "accuracy_after", "effective_group_fraction"):
                 res.add(f"real.{s}.{k}", out[s][k], "fraction", run_dir=str(run_dir.name))
+            res.add(f"real.{s}.completions", out[s]["completions"], "rollouts", run_dir=str(run_dir.name))
+            ov = out[s]["overhead"]
+            if ov.get("worker"):
+                res.add(f"overhead.{s}.worker_rpc_share", ov["worker"]["share"], "fraction", run_dir=str(run_dir.name))
+            if ov.get("learner"):
+                res.add(f"overhead.{s}.learner_rpc_share", ov["learner"]["share"], "fraction", run_dir=str(run_dir.name))
     return out
 
 
@@ -193,9 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny versions of every part (seconds)")
+    ap.add_argument("--note", default=SHARED_NOTE, help="a note stored with every figure (measurement conditions)")
     ap.add_argument("--parts", default="service,simulate,overhead", help="comma-separated: service, simulate, overhead")
     ap.add_argument("--real", action="store_true", help="also part 3: two `prioreplay demo` runs (long)")
     ap.add_argument("--real-args", default="", help="extra `prioreplay demo` flags for --real, one string")
+    ap.add_argument("--real-from", default=None,
+                    help="read part 3 from finished runs DIR/heap and DIR/uniform instead of running them")
     ap.add_argument("--stores", default="memory,redis", help="stores of part 1")
     ap.add_argument("--redis-url", default=None, help="Redis of part 1 (default PRIOREPLAY_BENCH_REDIS_URL or local)")
     ap.add_argument("--server", choices=("subprocess", "inprocess"), default=None, help="how part 1 runs the server")
@@ -213,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         args.out = args.out or str(RESULTS)
         args.plot_dir = args.plot_dir or str(DOCS)
-    res = Results("python -m benchmarks.run" + (" " + " ".join(argv) if argv else ""), note=SHARED_NOTE)
+    res = Results("python -m benchmarks.run" + (" " + " ".join(argv) if argv else ""), note=args.note)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     summary: dict[str, Any] = {}
     if "simulate" in parts:
@@ -222,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         summary["service"] = part_service(args, res)
     if "overhead" in parts:
         summary["overhead"] = part_overhead(args, res)
-    if args.real:
+    if args.real_from:
+        summary["real"] = collect_real(Path(args.real_from), res=res)
+    elif args.real:
         summary["real"] = real_grpo(REPO / "runs" / "bench-real", args.real_args.split() or None, res=res)
     for item in res.items:
         v = item["value"]

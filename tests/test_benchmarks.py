@@ -117,13 +117,16 @@ def test_rpc_share_from_a_run_directory(tmp_path):
         "worker-0": {"prioreplay_worker_rpc_seconds_sum": 1.0, "prioreplay_worker_generation_seconds_sum": 97.0,
                      "prioreplay_worker_verification_seconds_sum": 2.0},
         "worker-1": {"prioreplay_worker_rpc_seconds_sum": 1.0, "prioreplay_worker_generation_seconds_sum": 99.0}}}))
-    lines = [{"step": 1, "rpc_s": 0.2, "wait_s": 1.0, "compute_s": 8.0, "publish_s": 1.0},
-             {"step": 2, "rpc_s": 0.3, "wait_s": 0.5, "compute_s": 9.0, "publish_s": 0.5}, {"event": "start"}]
+    lines = [{"step": 1, "rpc_s": 0.2, "pull_s": 0.9, "wait_s": 1.0, "compute_s": 8.0, "publish_s": 1.0},
+             {"step": 2, "rpc_s": 0.3, "pull_s": 0.4, "wait_s": 0.5, "compute_s": 9.0, "publish_s": 0.5}, {"event": "start"}]
     (tmp_path / "learner.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
     out = overhead.rpc_share(tmp_path)
     assert out["worker"]["share"] == pytest.approx(2.0 / 200.0) and out["worker"]["workers"] == 2
     assert out["learner"]["share"] == pytest.approx(0.5 / 20.0) and out["learner"]["steps"] == 2
     assert out["learner"]["share_of_compute"] == pytest.approx(0.5 / 17.0)
+    assert out["learner"]["pull_s"] == pytest.approx(1.3)  # long-polls: reported, not counted as overhead
+    old = [{k: v for k, v in x.items() if k != "pull_s"} for x in lines[:2]]
+    assert overhead.learner_share(old) is None  # a log without pull_s cannot give the overhead
     with pytest.raises(FileNotFoundError):
         overhead.rpc_share(tmp_path / "missing")
 

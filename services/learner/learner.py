@@ -205,7 +205,8 @@ class Learner:
         self.stop_requested = False
         self._first_pull = True
         self._pad_id = self.tokenizer.pad_token_id
-        self._rpc_s = 0.0  # seconds in RPCs during the current step
+        self._rpc_s = 0.0  # seconds in RPCs during the current step, long-polling pulls excluded
+        self._pull_s = 0.0  # seconds in PullTrajectories during the current step (mostly waiting for groups)
 
     # -- versions --------------------------------------------------------------------------
     @property
@@ -221,7 +222,10 @@ class Learner:
         finally:
             dt = time.perf_counter() - t0
             self.metrics.rpc_seconds.labels(method).observe(dt)
-            self._rpc_s += dt
+            if method == "PullTrajectories":
+                self._pull_s += dt
+            else:
+                self._rpc_s += dt
 
     # -- start-up ----------------------------------------------------------------------------
     def resume(self) -> Path | None:
@@ -268,7 +272,7 @@ class Learner:
         ``batch_timeout_s`` (dropped groups are still counted and acknowledged).
         """
         cfg = self.config
-        self._rpc_s = 0.0
+        self._rpc_s = self._pull_s = 0.0
 
         # --- pull ---------------------------------------------------------------------------
         t_wait = time.perf_counter()
@@ -306,7 +310,7 @@ class Learner:
                       sequences=len(batch), tokens=tokens, completion_tokens=int(batch.completion_mask.sum()),
                       reward_mean=float(batch.rewards.mean()), staleness_mean=sum(staleness) / len(staleness),
                       staleness_max=max(staleness), wait_s=wait_s, compute_s=compute_s, publish_s=publish_s,
-                      rpc_s=self._rpc_s, tokens_per_s=tokens / max(compute_s, 1e-9))
+                      rpc_s=self._rpc_s, pull_s=self._pull_s, tokens_per_s=tokens / max(compute_s, 1e-9))
         self.metrics.record(record)
         return StepResult(True, record, group_ids)
 
