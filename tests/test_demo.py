@@ -70,3 +70,26 @@ def test_demo_redis_store(tmp_path, redis_url):
         keys = list(r.scan_iter(match=f"*{{{report['namespace']}}}*"))
         assert keys, "the demo's state should have been in Redis under its run namespace"
         r.delete(*keys)
+
+
+def test_a_crashed_child_stops_the_run_with_its_log_tail(tmp_path):
+    import time
+
+    from prioreplay.demo import ChildFailed, Demo
+    from prioreplay.demo_config import DemoConfig
+
+    (tmp_path / "logs").mkdir()
+    demo = Demo(DemoConfig(_cli_parse_args=[]), tmp_path)
+    alive = demo.spawn("server", ["server", "--port", "0", "--metrics-port", "0"], 0, threads=1)
+    broken = demo.spawn("worker-0", ["no-such-command"], 0, threads=1)
+    try:
+        deadline = time.time() + 60
+        while "listening on" not in alive.log_path.read_text() and time.time() < deadline:
+            time.sleep(0.1)  # a child stopped before it installs its signal handler would just die
+        broken.proc.wait(60)
+        with pytest.raises(ChildFailed, match=r"worker-0 exited with code 2(.|\n)*unknown command 'no-such-command'"):
+            demo.check_children()
+    finally:
+        t0 = time.time()
+        demo.stop_all()
+    assert alive.proc.returncode == 0 and time.time() - t0 < 30  # the healthy child was stopped cleanly
