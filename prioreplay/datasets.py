@@ -507,6 +507,9 @@ def _iter_all(source: str, split: str | None, columns: ColumnMapping, verifier: 
     is_file_source = _is_json_file(source) or source.lower().endswith(".parquet")
     if is_file_source and not path.is_file():
         raise InvalidArgument(f"{source}: file not found; give the path of an existing .jsonl/.json/.parquet file")
+    if not is_file_source and path.is_file():  # a local file: never look it up on the Hub
+        raise InvalidArgument(f"{source}: unsupported file type {path.suffix or '(none)'}; convert it to .jsonl "
+                              "(one JSON object per line with id/prompt/answer) or .parquet")
     if is_file_source:
         conv = _RowConverter(_stem(path), columns, verifier, id_prefix, location=str(path),
                              unit="line" if _is_json_file(source) else "row")

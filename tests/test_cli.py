@@ -154,7 +154,7 @@ def _write_jsonl(path: Path, rows: list) -> None:
 
 
 def _stats_json(address: str) -> dict:
-    r = _prioreplay("stats", "--server", address, "--json")
+    r = _prioreplay("stats", "--server", address, "--as-json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 

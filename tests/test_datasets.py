@@ -270,3 +270,10 @@ def test_evaluation_slice_of_gsm8k_train_uses_the_test_file(gsm8k_dir, tmp_path)
     lonely = write_jsonl(tmp_path / "train_only.jsonl", [{"id": "a", "prompt": "p", "answer": "1"}])
     with pytest.raises(InvalidArgument, match="held-out"):
         evaluation_slice(str(lonely), 1)
+
+
+def test_a_local_file_of_unknown_type_fails_at_once_without_the_hub(tmp_path):
+    f = tmp_path / "data.csv"
+    f.write_text("prompt,answer\n1+1,2\n")
+    with pytest.raises(InvalidArgument, match=r"data\.csv: unsupported file type \.csv"):
+        list(iter_problems(str(f)))

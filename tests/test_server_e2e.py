@@ -225,3 +225,20 @@ def test_pull_waits_for_a_group(redis_url, namespace):
         th.join(25)
         assert [g.problem_id for g in result["resp"].groups] == ["a"]
         assert 0.25 <= result["s"] < 5.0
+
+
+async def test_a_second_server_on_a_port_in_use_fails_instead_of_sharing_it():
+    from prioreplay.errors import InvalidArgument
+    from prioreplay.priority_server.server import create_server, stop_server
+    from prioreplay.priority_server.store import StoreConfig
+
+    cfg = ServerConfig(_cli_parse_args=["--metrics-port", "0"])
+    first_store, second_store = create_store("memory", StoreConfig()), create_store("memory", StoreConfig())
+    first, port = await create_server("127.0.0.1:0", first_store, cfg)
+    try:
+        with pytest.raises(InvalidArgument, match="cannot listen"):
+            await create_server(f"127.0.0.1:{port}", second_store, cfg)
+    finally:
+        await stop_server(first, 1.0)
+        await first_store.close()
+        await second_store.close()

@@ -25,8 +25,16 @@ def run(config: LearnerConfig) -> int:
     logging.basicConfig(level=config.log_level_number, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from prioreplay.learner.learner import Learner
 
+    from prioreplay.errors import InvalidArgument
+
     learner = Learner(config)
-    server = learner.metrics.serve(config.metrics_port)
+    try:
+        server = learner.metrics.serve(config.metrics_port)
+    except OSError as e:
+        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
+                              "choose another --metrics-port, or 0 to disable") from None
+    log.info("learner: model %s, %d groups per step, checkpoints in %s; waiting for trajectory groups from %s",
+             config.model, config.batch_groups, config.checkpoint_dir, config.server)
     if server is not None:
         log.info("metrics on :%d/metrics", config.metrics_port)
 

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT, ClientSettings, PrioreplaySettings
@@ -187,7 +187,7 @@ class LoadConfig(ClientSettings):
     """Configuration of ``prioreplay load SOURCE``: which dataset, how to map it, how to send it."""
 
     source: CliPositionalArg[str] = Field(
-        description="JSONL/Parquet file, 'gsm8k:DIR', 'math:DIR', a `datasets` name, or arithmetic:N[:seed]"
+        description="a .jsonl/.json/.parquet file (id/prompt/answer, GSM8K question/answer or MATH problem/solution), a saved `datasets` directory or name, or arithmetic:N[:seed]"
     )
     split: str | None = Field(None, description="dataset split (train/test...) for `datasets` names and folders")
     id_column: str | None = Field(None, description="column holding the problem id (default: the loader's)")
@@ -205,8 +205,4 @@ class StatsConfig(ClientSettings):
     """Configuration of ``prioreplay stats``: histogram resolution and output format."""
 
     buckets: int = Field(10, ge=1, le=1000, description="equal-width priority histogram buckets over [0, 0.25]")
-    as_json: bool = Field(
-        False,
-        validation_alias=AliasChoices("json", "as_json"),
-        description="print the statistics as one JSON object instead of text",
-    )
+    as_json: bool = Field(False, description="print the statistics as one JSON object instead of text")

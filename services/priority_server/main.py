@@ -210,7 +210,7 @@ def format_stats(d: dict, width: int = BAR_WIDTH) -> str:
 
 
 def run_stats(config: StatsConfig, out: TextIO | None = None) -> int:
-    """Print the server's statistics (text, or one JSON object with ``--json``).
+    """Print the server's statistics (text, or one JSON object with ``--as-json``).
 
     Returns:
         0.

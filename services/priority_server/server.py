@@ -231,7 +231,9 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     interceptors: list[grpc.aio.ServerInterceptor] = [MetricsInterceptor(metrics)]
     if token:
         interceptors.append(AuthInterceptor(token))
-    server = grpc.aio.server(interceptors=interceptors, options=channel_options(config.max_message_mb))
+    # so_reuseport off: a second server on a port in use must fail, not silently share the clients
+    options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 0)]
+    server = grpc.aio.server(interceptors=interceptors, options=options)
     pb_grpc.add_PriorityServiceServicer_to_server(PriorityServicer(store, metrics), server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -53,11 +53,17 @@ def run(config: WorkerConfig) -> int:
     from prioreplay.rollout_worker.metrics import WorkerMetrics
     from prioreplay.rollout_worker.worker import RolloutWorker
 
+    from prioreplay.errors import InvalidArgument
+
+    metrics = WorkerMetrics()
+    try:  # before the model loads, so a taken port fails at once
+        server = metrics.serve(config.metrics_port)
+    except OSError as e:
+        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
+                              "give each worker its own --metrics-port, or 0 to disable") from None
     backend = build_backend(config)
     log.info("worker %s: %s backend, policy version %d, G=%d, B=%d", config.worker_id, config.backend,
              backend.policy_version, config.group_size, config.batch_size)
-    metrics = WorkerMetrics()
-    server = metrics.serve(config.metrics_port)
     if server is not None:
         log.info("metrics on :%d/metrics", config.metrics_port)
     client = PriorityClient(config)
