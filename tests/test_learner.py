@@ -269,3 +269,15 @@ def test_zero_variance_and_malformed_groups_are_not_trained_on(tiny_dir, tmp_pat
     assert fates == {"used": 1, "stale": 0, "zero_variance": 2, "invalid": 2}
     assert advantages[0].shape == (3,) and float(advantages[0].sum()) == pytest.approx(0.0, abs=1e-6)
     learner.client.close()
+
+
+def test_a_group_sampled_at_another_temperature_is_refused():
+    from prioreplay.learner.learner import group_problem
+    from prioreplay.v1 import priority_service_pb2 as pb
+
+    comp = pb.Completion(reward=1.0, token_ids=[5, 6], logprobs=[-0.1, -0.2])
+    g = pb.TrajectoryGroup(problem_id="p", prompt_token_ids=[1, 2], completions=[comp, comp], sampling_temperature=0.7)
+    assert group_problem(g, 100, temperature=0.7) is None
+    assert "temperature 0.7" in group_problem(g, 100, temperature=1.0)
+    g.sampling_temperature = 0.0  # not sent: the learner's own temperature is assumed
+    assert group_problem(g, 100, temperature=1.0) is None

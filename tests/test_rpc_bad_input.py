@@ -125,6 +125,8 @@ def _cases(live: pb.SampleProblemsResponse, leased: list[str], other: str):
         ("report positive logprob", "ReportOutcomes",
          report(good, outcome(completions=[pb.Completion(reward=1.0, token_ids=[1], logprobs=[3.0])])), INVALID),
         ("report negative policy version", "ReportOutcomes", report(good, outcome(policy_version=-1)), INVALID),
+        ("report NaN sampling temperature", "ReportOutcomes", report(good, outcome(sampling_temperature=float("nan"))), INVALID),
+        ("report negative sampling temperature", "ReportOutcomes", report(good, outcome(sampling_temperature=-0.5)), INVALID),
         ("report problem not in lease", "ReportOutcomes", report(good, outcome(other)), INVALID),
         ("report unknown problem", "ReportOutcomes", report(good, outcome("no-such-problem")), INVALID),
         ("report problem twice", "ReportOutcomes", report(outcome(), outcome()), INVALID),

@@ -75,8 +75,17 @@ class Batch:
                      self.advantages[start:stop], self.rewards[start:stop])
 
 
-def group_problem(group, max_tokens: int) -> str | None:
-    """Why a ``TrajectoryGroup`` cannot be trained on, or None when it is usable."""
+def group_problem(group, max_tokens: int, temperature: float | None = None) -> str | None:
+    """Why a ``TrajectoryGroup`` cannot be trained on, or None when it is usable.
+
+    A group sampled at another temperature than the learner's (``sampling_temperature`` > 0 and
+    different) is refused: its behaviour log-probs belong to another distribution, so the
+    importance ratios would be wrong.
+    """
+    t = group.sampling_temperature
+    if temperature is not None and t > 0 and abs(t - temperature) > 1e-6:
+        return (f"sampled at temperature {t:g} but the learner uses --temperature {temperature:g}; "
+                "give the learner the workers' temperature")
     if not group.prompt_token_ids:
         return "empty prompt_token_ids"
     if not group.completions:
@@ -340,7 +349,7 @@ class Learner:
         used, advantages, staleness = [], [], []
         for g in groups:
             age = self.current_version - g.policy_version
-            problem = group_problem(g, cfg.max_sequence_tokens)
+            problem = group_problem(g, cfg.max_sequence_tokens, cfg.temperature)
             rewards = torch.tensor([[c.reward for c in g.completions]], dtype=torch.float32)  # (1, G)
             if problem is not None:
                 log.warning("dropping group %s of problem %r: %s", g.group_id, g.problem_id, problem)

@@ -148,6 +148,9 @@ def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True
         raise InvalidArgument(f"outcomes[{index}]: problem_id is empty; quote the id of a leased problem")
     if o.policy_version < 0:
         raise InvalidArgument(f"{where}: policy_version ({o.policy_version}) must be >= 0")
+    if not (math.isfinite(o.sampling_temperature) and o.sampling_temperature >= 0):
+        raise InvalidArgument(f"{where}: sampling_temperature ({o.sampling_temperature}) must be a finite number "
+                              ">= 0 (0: not sent)")
     for j, c in enumerate(o.completions):
         lps = c.logprobs
         if len(lps) != len(c.token_ids):
@@ -176,7 +179,8 @@ def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float) -> GroupOutco
     if rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
         payload = pb.TrajectoryGroup(problem_id=o.problem_id, policy_version=o.policy_version,
                                      prompt_token_ids=o.prompt_token_ids, completions=o.completions,
-                                     reported_unix_s=reported_unix_s).SerializeToString()
+                                     reported_unix_s=reported_unix_s,
+                                     sampling_temperature=o.sampling_temperature).SerializeToString()
     return GroupOutcome(problem_id=o.problem_id, rewards=rewards, payload=payload)
 
 

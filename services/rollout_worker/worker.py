@@ -197,8 +197,7 @@ class RolloutWorker:
             self.metrics.verifier_errors.inc()
         return float(res.reward)
 
-    @staticmethod
-    def _outcome(problem: Any, version: int, prompt_ids: list[int], group: list, rewards: list[float]):
+    def _outcome(self, problem: Any, version: int, prompt_ids: list[int], group: list, rewards: list[float]):
         from prioreplay.v1 import priority_service_pb2 as pb
 
         completions = [
@@ -207,7 +206,7 @@ class RolloutWorker:
             for comp, r in zip(group, rewards)
         ]
         return pb.ProblemOutcome(problem_id=problem.id, policy_version=version, prompt_token_ids=prompt_ids,
-                                 completions=completions)
+                                 completions=completions, sampling_temperature=self.config.temperature)
 
     def _observe(self, rewards: list[list[float]], tokens: int, generation_s: float, verification_s: float) -> None:
         m = self.metrics
