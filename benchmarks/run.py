@@ -156,10 +156,10 @@ def part_overhead(args: argparse.Namespace, res: Results) -> dict[str, Any] | No
     return out
 
 
-# -- part 3 (run by the lead; not part of `make bench` without --real) --------------------------------
+# -- part 3: real GRPO (long; only with --real or --real-from) ------------------------------------
 def real_grpo(run_root: Path, extra_args: list[str] | None = None, samplers: tuple[str, ...] = ("heap", "uniform"),
               res: Results | None = None) -> dict[str, Any]:
-    """PART 3 — REAL GRPO ON CPU (placeholder wired for the lead; not run by ``make bench``).
+    """Part 3, real GRPO on CPU: run ``prioreplay demo`` once per sampler (only with ``--real``).
 
     Runs ``prioreplay demo --sampler S --run-dir RUN_ROOT/S`` for each sampler (same seed and
     settings otherwise), then reads each ``report.json``: held-out accuracy before/after, the
