@@ -88,7 +88,7 @@ async def _serve(config: ServerConfig) -> int:
         log.info("shutting down: refusing new RPCs, draining in-flight ones for up to %gs", config.grace_s)
     finally:
         await stop_server(server, config.grace_s)
-        await store.close()
+        await store.close()  # not bounded: the memory store writes its final snapshot here
         if http is not None:
             http.shutdown()
     log.info("stopped")

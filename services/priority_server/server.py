@@ -289,12 +289,25 @@ async def stop_server(server: grpc.aio.Server, grace_s: float | None = 0.0) -> N
     """
     rt = _RUNTIMES.get(server)
     if rt is not None:
-        await rt.health.enter_graceful_shutdown()
-    await server.stop(grace_s)
+        await bounded(rt.health.enter_graceful_shutdown(), SHUTDOWN_STEP_S, "health NOT_SERVING")
+    await bounded(server.stop(grace_s), None if grace_s is None else grace_s + SHUTDOWN_STEP_S, "server stop")
     if rt is not None:
         for t in rt.tasks:
             t.cancel()
-        await asyncio.gather(*rt.tasks, return_exceptions=True)
+        await bounded(asyncio.gather(*rt.tasks, return_exceptions=True), SHUTDOWN_STEP_S, "background tasks")
+
+
+#: Seconds each shutdown step may take beyond its grace period before shutdown goes on without it.
+SHUTDOWN_STEP_S = 10.0
+
+
+async def bounded(awaitable: Awaitable, timeout_s: float | None, what: str) -> None:
+    """Await a shutdown step for at most ``timeout_s`` seconds (None: no bound); a step that
+    overruns is logged and abandoned, so a stuck connection can never keep a process from exiting."""
+    try:
+        await asyncio.wait_for(awaitable, timeout_s)
+    except asyncio.TimeoutError:
+        log.warning("shutdown: %s did not finish within %.0f s; going on without it", what, timeout_s)
 
 
 class BackgroundServer:
@@ -378,10 +391,10 @@ class BackgroundServer:
             if self.server is not None:
                 await stop_server(self.server, grace_s)
             if self.store is not None:
-                await self.store.close()
+                await bounded(self.store.close(), SHUTDOWN_STEP_S, "store close")
 
         try:
-            self.call(down(), grace_s + 30.0)
+            self.call(down(), grace_s + 5 * SHUTDOWN_STEP_S)  # every step inside is bounded
         finally:
             self._shutdown_loop()
 
