@@ -417,6 +417,9 @@ class MemoryStore(Store):
         g.delivered_at = now
         return Delivery(_group_id(g.key), g.payload, g.delivery_count)
 
+    async def queue_depth(self) -> int:
+        return len(self._new)
+
     async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]:
         now = self.clock()
         out: list[Delivery] = []

@@ -361,6 +361,9 @@ class RedisStore(Store):
         n_pending = int(pending["pending"])
         return int(length) - n_pending, n_pending
 
+    async def queue_depth(self) -> int:
+        return (await self._queue_counts())[0]
+
     async def _stats(self, histogram_buckets: int) -> StoreStats:
         k = self._keys
         edges = rules.histogram_edges(histogram_buckets)

@@ -293,7 +293,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
                 g.group_id = d.group_id
                 g.delivery_count = d.delivery_count
                 groups.append(g)
-            depth = (await self.store.stats(1)).queue_depth
+            depth = await self.store.queue_depth()
         except Exception as e:  # noqa: BLE001
             await self._fail(context, "PullTrajectories", e)
         return pb.PullTrajectoriesResponse(groups=groups, queue_depth=depth)

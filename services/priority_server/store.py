@@ -394,6 +394,10 @@ class Store(abc.ABC):
         acked = await self._ack(ids)
         return acked, len(group_ids) - acked
 
+    @abc.abstractmethod
+    async def queue_depth(self) -> int:
+        """Groups queued and never delivered (cheap: no histogram, unlike :meth:`stats`)."""
+
     # -- policy ---------------------------------------------------------------------------
     async def publish(self, version: int, weights_uri: str) -> tuple[int, str]:
         """Set the current policy version and weights URI. Returns the (version, uri) now current.
