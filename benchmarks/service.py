@@ -33,7 +33,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import numpy as np
 
-from prioreplay.priority_server.store import GroupOutcome, ProblemRecord, Store, StoreConfig
+from prioreplay.priority_server.store import Store, StoreConfig
+from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 

@@ -39,7 +39,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from prioreplay.priority_server.store import GroupOutcome, ProblemRecord, Store, StoreConfig
+from prioreplay.priority_server.store import Store, StoreConfig
+from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.problems import ProblemRecord
 
 #: The clock the simulated store reads starts here (unix seconds) and moves 1 s per batch.
 SIM_EPOCH_S = 1_700_000_000.0

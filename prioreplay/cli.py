@@ -26,9 +26,9 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "server": Command("prioreplay.priority_server.config:ServerConfig", "prioreplay.priority_server.main:run",
                       "run the priority server (gRPC + /metrics)"),
-    "load": Command("prioreplay.priority_server.config:LoadConfig", "prioreplay.priority_server.main:run_load",
+    "load": Command("prioreplay.priority_server.config:LoadConfig", "prioreplay.priority_server.admin:run_load",
                     "register a dataset's problems with a running server"),
-    "stats": Command("prioreplay.priority_server.config:StatsConfig", "prioreplay.priority_server.main:run_stats",
+    "stats": Command("prioreplay.priority_server.config:StatsConfig", "prioreplay.priority_server.admin:run_stats",
                      "print pool sizes, the priority histogram and counters"),
     "worker": Command("prioreplay.rollout_worker.config:WorkerConfig", "prioreplay.rollout_worker.main:run",
                       "lease problems, generate G completions each, verify, report"),

@@ -16,6 +16,7 @@ import grpc
 
 from prioreplay.config import ClientSettings
 from prioreplay.errors import ERRORS_BY_CODE, PrioreplayError, StoreUnavailable
+from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
@@ -31,10 +32,22 @@ def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
     return [("grpc.max_send_message_length", n), ("grpc.max_receive_message_length", n)]
 
 
-def problem_to_proto(problem) -> pb.Problem:
-    """Convert a ``ProblemRecord`` (store/datasets dataclass) into the proto ``Problem``."""
+def problem_to_proto(problem: ProblemRecord) -> pb.Problem:
+    """The proto ``Problem`` of a :class:`~prioreplay.problems.ProblemRecord` (loaders, the servicer)."""
     return pb.Problem(id=problem.id, prompt=problem.prompt, answer=problem.answer, verifier=problem.verifier,
                       metadata=dict(problem.metadata))
+
+
+def timed_call(observe: Callable[[str, float], None], method: str, fn: Callable[..., T], *args, **kwargs) -> T:
+    """``fn(*args, **kwargs)``, then ``observe(method, seconds)`` with its wall time, also when it raises.
+
+    The worker and the learner time their RPCs with it (retries and backoff included).
+    """
+    t0 = time.perf_counter()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        observe(method, time.perf_counter() - t0)
 
 
 def map_rpc_error(e: grpc.RpcError, method: str) -> PrioreplayError:

@@ -112,19 +112,30 @@ class ClientSettings(PrioreplaySettings):
         Raises:
             InvalidArgument: the token file cannot be read or is empty.
         """
-        from prioreplay.errors import InvalidArgument
+        return read_token(self.auth_token, self.auth_token_file)
 
-        if self.auth_token is not None:
-            return self.auth_token.get_secret_value()
-        if self.auth_token_file is not None:
-            try:
-                tok = Path(self.auth_token_file).read_text(encoding="utf-8").strip()
-            except OSError as e:
-                raise InvalidArgument(f"auth token file {str(self.auth_token_file)!r} cannot be read: {e.strerror}") from e
-            if not tok:
-                raise InvalidArgument(f"auth token file {str(self.auth_token_file)!r} is empty")
-            return tok
+
+def read_token(token: SecretStr | None, token_file: Path | None) -> str | None:
+    """The bearer token from a secret or a file (stripped), or None when neither is given.
+
+    Used by the clients' and the server's settings alike.
+
+    Raises:
+        InvalidArgument: the token file cannot be read or is empty.
+    """
+    from prioreplay.errors import InvalidArgument
+
+    if token is not None:
+        return token.get_secret_value()
+    if token_file is None:
         return None
+    try:
+        tok = Path(token_file).read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise InvalidArgument(f"auth token file {str(token_file)!r} cannot be read: {e.strerror}") from e
+    if not tok:
+        raise InvalidArgument(f"auth token file {str(token_file)!r} is empty; write the token into it")
+    return tok
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

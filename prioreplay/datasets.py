@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.store import KNOWN_VERIFIERS, MAX_ID_BYTES, ProblemRecord
+from prioreplay.problems import KNOWN_VERIFIERS, MAX_ID_BYTES, ProblemRecord
 
 __all__ = [
     "iter_problems",
@@ -454,7 +454,7 @@ def iter_problems(source: str, *, split: str | None = None, id_column: str | Non
             a local dataset directory, or a ``datasets`` name ``name[:config]``.
         split: the split of a ``datasets`` name or a saved DatasetDict (default ``train``).
         id_column, prompt_column, answer_column: column names overriding the detection.
-        verifier: one of ``store.KNOWN_VERIFIERS``, used for every problem (overrides rows).
+        verifier: one of ``problems.KNOWN_VERIFIERS``, used for every problem (overrides rows).
         id_prefix: see the module docstring.
         limit: stop after this many problems (>= 0); None reads everything.
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from prioreplay.demo_config import DemoConfig
 from prioreplay.errors import PrioreplayError
+from prioreplay.process import setup_logging
 
 log = logging.getLogger("prioreplay.demo")
 HIST_BUCKETS = 20
@@ -165,7 +166,7 @@ def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, proble
 
 def run(cfg: DemoConfig) -> int:
     """Run the demo; returns the exit code (0 when every child finished cleanly)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("INFO")
     name = f"{cfg.sampler}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / name
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -191,23 +192,37 @@ def run(cfg: DemoConfig) -> int:
 
 
 def _run(demo: Demo, name: str) -> int:
-    from tqdm import tqdm
-
-    from prioreplay.client import PriorityClient
-    from prioreplay.config import ClientSettings
-    from prioreplay.datasets import evaluation_slice, iter_problems
+    """The demo's phases, in order; each child it starts is stopped by :func:`run`."""
+    from prioreplay.checkpoints import latest_complete
     from prioreplay.models import resolve_model
 
-    cfg, run_dir = demo.cfg, demo.run_dir
-    threads = _threads(cfg)
-
-    # -- the model, converted once before any child needs it -------------------------------
+    cfg = demo.cfg
     log.info("resolving model %s", cfg.model)
-    model_dir = resolve_model(cfg.model)
+    model_dir = resolve_model(cfg.model)  # converted once, before any child needs it
+    server, client = _start_server(demo)
+    eval_problems = _register_dataset(demo, client)
+    log.info("scoring %d held-out problems before training", len(eval_problems))
+    acc_before = _evaluate(cfg, model_dir, None, eval_problems)
+    learner, workers = _start_trainers(demo, client.settings.server, model_dir)
+    worker_metrics = _follow_learner(demo, client, learner, workers)
+    final, server_metrics = _stop_children(demo, client, server, workers, worker_metrics)
+    final_ckpt = latest_complete(demo.run_dir / "checkpoints")
+    log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
+    acc_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
+    report = _report(demo, name, final, len(eval_problems), (acc_before, acc_after), final_ckpt,
+                     worker_metrics, server_metrics)
+    _write_report(demo.run_dir, report, final)
+    return 0
 
-    # -- priority server -----------------------------------------------------------------
+
+def _start_server(demo: Demo) -> tuple[Child, Any]:
+    """Start the priority server child and wait until it answers. Returns (child, client)."""
+    from prioreplay.client import PriorityClient
+    from prioreplay.config import ClientSettings
+
+    cfg, run_dir = demo.cfg, demo.run_dir
     port, mport = free_port(), free_port()
-    demo.namespace = f"demo-{name}-{os.urandom(4).hex()}"  # a fresh Redis namespace per run
+    demo.namespace = f"demo-{run_dir.name}-{os.urandom(4).hex()}"  # a fresh Redis namespace per run
     server_args = ["server", "--port", str(port), "--host", "127.0.0.1", "--metrics-port", str(mport),
                    "--sampler", cfg.sampler, "--retest-fraction", str(cfg.retest_fraction),
                    "--retest-interval", str(cfg.retest_interval), "--seed", str(cfg.seed),
@@ -224,29 +239,35 @@ def _run(demo: Demo, name: str) -> int:
         demo.check_children()
         try:
             client.wait_ready(timeout_s=1.0)
-            break
+            return server, client
         except PrioreplayError:
             if time.time() > deadline:
                 raise ChildFailed(f"server did not answer on {address} within 60 s:\n{server.tail()}")
 
-    # -- dataset and held-out slice -----------------------------------------------------
-    from prioreplay.client import problem_to_proto
 
+def _register_dataset(demo: Demo, client) -> list:
+    """Register the training problems; return the held-out slice (empty when eval_size is 0)."""
+    from prioreplay.client import problem_to_proto
+    from prioreplay.datasets import evaluation_slice, iter_problems
+
+    cfg = demo.cfg
     resp = client.register(problem_to_proto(p) for p in iter_problems(cfg.dataset))
     log.info("registered %d problems from %s", resp.total, cfg.dataset)
-    eval_problems = evaluation_slice(cfg.eval_dataset or cfg.dataset, cfg.eval_size, seed=cfg.seed + 1) if cfg.eval_size else []
-    log.info("scoring %d held-out problems before training", len(eval_problems))
-    acc_before = _evaluate(cfg, model_dir, None, eval_problems)
+    if not cfg.eval_size:
+        return []
+    return evaluation_slice(cfg.eval_dataset or cfg.dataset, cfg.eval_size, seed=cfg.seed + 1)
 
-    # -- learner and workers ---------------------------------------------------------------
-    ckpt_dir = run_dir / "checkpoints"
-    learner_log = run_dir / "learner.jsonl"
+
+def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, list[Child]]:
+    """Start the learner and the W workers; returns (learner, workers)."""
+    cfg, run_dir = demo.cfg, demo.run_dir
+    threads = _threads(cfg)
     lport = free_port()
     learner = demo.spawn("learner", [
-        "learner", "--server", address, "--model", str(model_dir), "--checkpoint-dir", str(ckpt_dir),
+        "learner", "--server", address, "--model", str(model_dir), "--checkpoint-dir", str(run_dir / "checkpoints"),
         "--batch-groups", str(cfg.batch_groups), "--lr", str(cfg.lr), "--max-staleness", str(cfg.max_staleness),
-        "--publish-every", str(cfg.publish_every), "--max-steps", str(cfg.steps), "--log-file", str(learner_log),
-        "--temperature", str(cfg.temperature),
+        "--publish-every", str(cfg.publish_every), "--max-steps", str(cfg.steps),
+        "--log-file", str(run_dir / "learner.jsonl"), "--temperature", str(cfg.temperature),
         "--metrics-port", str(lport), "--seed", str(cfg.seed), "--log-level", cfg.log_level], lport, threads)
     learner.expected_exit = True
     workers = []
@@ -257,30 +278,26 @@ def _run(demo: Demo, name: str) -> int:
             "--batch-size", str(cfg.batch_size), "--max-new-tokens", str(cfg.max_new_tokens),
             "--temperature", str(cfg.temperature), "--seed", str(cfg.seed * 1000 + w), "--worker-id", f"worker-{w}",
             "--metrics-port", str(wport), "--log-level", cfg.log_level], wport, threads))
+    return learner, workers
 
-    # -- follow the learner ------------------------------------------------------------------
-    prev = None
-    seen_lines = 0
+
+def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) -> dict[str, dict[str, float]]:
+    """Record a step (server stats) per line of the learner's log until it exits; show a progress
+    bar. Returns each worker's latest /metrics scrape."""
+    from tqdm import tqdm
+
+    cfg = demo.cfg
+    learner_log = demo.run_dir / "learner.jsonl"
+    prev, seen_lines = None, 0
     bar = tqdm(total=cfg.steps, desc="learner steps", unit="step", dynamic_ncols=True)
     last_metrics: dict[str, dict[str, float]] = {}
     while True:
         demo.check_children()
         lines = learner_log.read_text().splitlines() if learner_log.exists() else []
-        for line in lines[seen_lines:]:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "step" not in rec:
-                continue
-            stats = client.stats(histogram_buckets=HIST_BUCKETS)
-            r = _record_step(demo, int(rec["step"]), stats, prev, rec)
-            prev = r
-            bar.update(max(0, r["step"] - bar.n))
-            eff, rew = r["effective_group_fraction_window"], r["mean_reward_window"]
-            bar.set_postfix_str(
-                f"eff={'-' if eff is None else f'{eff:.2f}'} reward={'-' if rew is None else f'{rew:.2f}'} "
-                f"heap={r['heap']} solved={r['solved']} unsolved={r['unsolved']} v={r['policy_version']}")
+        for rec in _step_lines(lines[seen_lines:]):
+            prev = _record_step(demo, int(rec["step"]), client.stats(histogram_buckets=HIST_BUCKETS), prev, rec)
+            bar.update(max(0, prev["step"] - bar.n))
+            bar.set_postfix_str(_progress(prev))
         seen_lines = len(lines)
         if learner.proc.poll() is not None:
             break
@@ -292,27 +309,50 @@ def _run(demo: Demo, name: str) -> int:
     bar.close()
     if learner.proc.returncode != 0:
         raise ChildFailed(f"learner exited with code {learner.proc.returncode}:\n{learner.tail()}")
+    return last_metrics
 
-    # -- stop workers, read the final state -------------------------------------------------------
+
+def _step_lines(lines: list[str]) -> list[dict[str, Any]]:
+    """The learner log's JSON lines that record a step (partial or other lines are skipped)."""
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "step" in rec:
+            out.append(rec)
+    return out
+
+
+def _progress(r: dict[str, Any]) -> str:
+    eff, rew = r["effective_group_fraction_window"], r["mean_reward_window"]
+    return (f"eff={'-' if eff is None else f'{eff:.2f}'} reward={'-' if rew is None else f'{rew:.2f}'} "
+            f"heap={r['heap']} solved={r['solved']} unsolved={r['unsolved']} v={r['policy_version']}")
+
+
+def _stop_children(demo: Demo, client, server: Child, workers: list[Child],
+                   worker_metrics: dict[str, dict[str, float]]):
+    """Scrape and stop the workers, read the final server state, stop the server.
+    Returns (final GetStats response, the server's /metrics)."""
     for c in workers:
-        last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
+        worker_metrics[c.name] = demo.scrape(c) or worker_metrics.get(c.name, {})
     for c in workers:
         demo.stop(c)
     final = client.stats(histogram_buckets=HIST_BUCKETS)
     server_metrics = demo.scrape(server)
     demo.stop(server)
     client.close()
+    return final, server_metrics
 
-    from prioreplay.learner.checkpoint import latest_complete
 
-    final_ckpt = latest_complete(ckpt_dir)
-    log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
-    acc_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
-
-    report = {
+def _report(demo: Demo, name: str, final, eval_size: int, accuracy: tuple[float | None, float | None],
+            final_ckpt: Path | None, worker_metrics: dict, server_metrics: dict[str, float]) -> dict[str, Any]:
+    """The ``report.json`` dictionary of a finished run."""
+    return {
         "name": name,
         "namespace": demo.namespace,
-        "config": json.loads(cfg.model_dump_json()),
+        "config": json.loads(demo.cfg.model_dump_json()),
         "duration_s": round(time.time() - demo.t0, 1),
         "steps": demo.steps,
         "final": {
@@ -324,23 +364,26 @@ def _run(demo: Demo, name: str) -> int:
         },
         "forgetting_events": final.forgetting_events,
         "breakthroughs": final.breakthroughs,
-        "eval_size": len(eval_problems),
-        "accuracy_before": acc_before,
-        "accuracy_after": acc_after,
+        "eval_size": eval_size,
+        "accuracy_before": accuracy[0],
+        "accuracy_after": accuracy[1],
         "final_checkpoint": str(final_ckpt) if final_ckpt else None,
-        "worker_metrics": last_metrics,
+        "worker_metrics": worker_metrics,
         "server_metrics": {k: v for k, v in server_metrics.items() if k.startswith("prioreplay_")},
         "children_exit_codes": {c.name: c.proc.returncode for c in demo.children},
     }
-    (run_dir / "report.json").write_text(json.dumps(report, indent=1))
+
+
+def _write_report(run_dir: Path, report: dict[str, Any], final) -> None:
+    """Write report.json and report.png; print where they are and the headline figures."""
     from prioreplay.report import render
 
+    (run_dir / "report.json").write_text(json.dumps(report, indent=1))
     render(report, run_dir / "report.png")
     print(f"\nrun report: {run_dir / 'report.json'}\npicture:    {run_dir / 'report.png'}")
-    print(f"held-out accuracy: before {_pct(acc_before)}, after {_pct(acc_after)}; "
+    print(f"held-out accuracy: before {_pct(report['accuracy_before'])}, after {_pct(report['accuracy_after'])}; "
           f"effective-group fraction {final.effective_group_fraction:.2f}; pools heap={final.heap_size} "
           f"solved={final.solved} unsolved={final.unsolved}; forgetting events {final.forgetting_events}")
-    return 0
 
 
 def _pct(v: float | None) -> str:

@@ -31,7 +31,7 @@ def evaluate(model_dir: Path, problems: Sequence, *, weights_dir: Path | None = 
 
     from prioreplay.errors import InvalidArgument
     from prioreplay.models import apply_chat_template, load_causal_lm, load_tokenizer, load_weights
-    from prioreplay.rollout_worker.verifiers import verify
+    from prioreplay.verifiers import verify
 
     if not problems:
         raise InvalidArgument("evaluate() needs at least one problem")

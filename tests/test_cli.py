@@ -23,7 +23,7 @@ import pytest
 
 from prioreplay import cli
 from prioreplay.priority_server.config import ServerConfig, StatsConfig
-from prioreplay.priority_server.main import run_stats
+from prioreplay.priority_server.admin import run_stats
 from prioreplay.priority_server.stores import create_store
 from tests.conftest import REPO, free_port
 

@@ -10,7 +10,7 @@ import pytest
 
 from prioreplay.datasets import evaluation_slice, gsm8k_final_answer, iter_problems, last_boxed
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.store import KNOWN_VERIFIERS, validate_problem
+from prioreplay.problems import KNOWN_VERIFIERS, validate_problem
 
 
 def write_jsonl(path: Path, rows: list) -> Path:

@@ -29,8 +29,8 @@ from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.rules import Pool
-from prioreplay.priority_server.server import BackgroundServer
+from prioreplay.rules import Pool
+from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.priority_server.stores import create_store
 from prioreplay.v1 import priority_service_pb2 as pb
@@ -380,7 +380,8 @@ SNAPSHOTTER = r"""
 import asyncio, sys
 from pathlib import Path
 from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.store import ProblemRecord, StoreConfig
+from prioreplay.priority_server.store import StoreConfig
+from prioreplay.problems import ProblemRecord
 
 async def main():
     store = MemoryStore(StoreConfig(), Path(sys.argv[1]))

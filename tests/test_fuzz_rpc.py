@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.rules import Pool
-from prioreplay.priority_server.server import BackgroundServer
+from prioreplay.rules import Pool
+from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.priority_server.stores import create_store
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc

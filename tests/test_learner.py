@@ -14,6 +14,7 @@ import threading
 import pytest
 import torch
 
+from prioreplay import checkpoints
 from prioreplay.learner import checkpoint as ckpt
 from prioreplay.learner.config import LearnerConfig
 from prioreplay.v1 import priority_service_pb2 as pb
@@ -152,7 +153,7 @@ def test_step_trains_checkpoints_and_publishes_weights_a_worker_loads(server, cl
 
     # checkpoint step-1 is complete and published as version 1; the groups are acknowledged
     path = tmp_path / "ckpt" / "step-1"
-    assert ckpt.latest_complete(tmp_path / "ckpt") == path
+    assert checkpoints.latest_complete(tmp_path / "ckpt") == path
     assert ckpt.load_trainer_state(path)["step"] == 1
     stats = client.stats()
     assert (stats.policy_version, stats.weights_uri) == (1, str(path.resolve()))

@@ -13,11 +13,14 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from prioreplay import rules
 from prioreplay.errors import InvalidArgument, NotFound, StoreUnavailable
-from prioreplay.priority_server import rules
+from prioreplay.priority_server.samplers import XorShift32, step_seed
 from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
-from prioreplay.priority_server.store import GroupOutcome, ProblemRecord, StoreConfig
+from prioreplay.priority_server.store import StoreConfig, tie_member
+from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.problems import ProblemRecord
 from tests.conftest import free_port
 
 
@@ -93,11 +96,11 @@ async def test_lua_xorshift32_is_bit_exact_with_python(make):
     store = make()
     rnd = random.Random(1234)
     seeds = [0, 1, 2, 2**31 - 1, 2**31, 2**32 - 1, 0xDEADBEEF]
-    seeds += [rules.step_seed(s, step) for s in (0, 7, 2**40) for step in range(1, 40)]
+    seeds += [step_seed(s, step) for s in (0, 7, 2**40) for step in range(1, 40)]
     seeds += [rnd.getrandbits(32) for _ in range(150)]
     for seed in seeds:
         lua_draws, lua_random = await store.lua_xorshift(seed, 100)
-        py = rules.XorShift32(seed)
+        py = XorShift32(seed)
         assert lua_draws == [py.next_u32() for _ in range(100)], seed
         assert lua_random == py.random(), seed  # the float, exactly
 
@@ -126,7 +129,7 @@ async def test_floats_round_trip_exactly_through_redis(make, redis_url):
             if state.pool is rules.Pool.HEAP:
                 want = rules.priority(expected, params)
                 assert state.score == want and state.priority == want
-                assert r.zscore(store.key("heap"), rules.tie_member("p0", 0)) == want
+                assert r.zscore(store.key("heap"), tie_member("p0", 0)) == want
             now[0] += 1.0
         assert (await store.stats()).reward_sum == reward_sum  # %.17g, not HINCRBYFLOAT's format
     finally:

@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prioreplay.errors import NotFound
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.server import BackgroundServer
+from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.priority_server.stores import create_store
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -284,7 +284,8 @@ def test_vectorised_logprob_check_agrees_with_the_scan():
     import random
 
     from prioreplay.errors import InvalidArgument
-    from prioreplay.priority_server.servicer import logprobs_all_valid, validate_outcome
+    from prioreplay.priority_server.servicer import validate_outcome
+    from prioreplay.priority_server.wire import logprobs_all_valid
 
     rng = random.Random(3)
     for trial in range(60):

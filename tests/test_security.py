@@ -25,7 +25,7 @@ from prioreplay.config import ClientSettings
 from prioreplay.errors import ResourceExhausted, StoreUnavailable, Unauthenticated
 from prioreplay.priority_server import redis_store, stores
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.server import BackgroundServer
+from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.v1 import priority_service_pb2 as pb
 from tests.conftest import REPO, ServerProcess, free_port

@@ -19,9 +19,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prioreplay.client import PriorityClient, problem_to_proto
 from prioreplay.config import ClientSettings
 from prioreplay.datasets import iter_problems
-from prioreplay.priority_server import rules
+from prioreplay import rules
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.server import BackgroundServer
+from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.priority_server.stores import create_store
 from prioreplay.v1 import priority_service_pb2 as pb
 

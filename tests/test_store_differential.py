@@ -22,10 +22,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from prioreplay.errors import FailedPrecondition, InvalidArgument
-from prioreplay.priority_server import rules
+from prioreplay import rules
 from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
-from prioreplay.priority_server.store import GroupOutcome, ProblemRecord, StoreConfig
+from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.problems import ProblemRecord
 
 IDS = [f"prob-{i:02d}" for i in range(12)]
 NON_BINARY = (0.1, 0.25, 1 / 3, 0.5, 0.7, 0.9)

@@ -18,10 +18,12 @@ import random
 import pytest
 
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
-from prioreplay.priority_server import rules
+from prioreplay.priority_server.store import histogram_edges, tie_member
 from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.rules import Pool
-from prioreplay.priority_server.store import GroupOutcome, ProblemRecord, StoreConfig
+from prioreplay.rules import Pool
+from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.problems import ProblemRecord
 from prioreplay.priority_server.stores import create_store, redact_url
 
 REDIS_REDELIVERY_S = 0.2
@@ -304,7 +306,7 @@ async def test_priority_histogram_counts_heap_priorities(store_factory):
     heap = [v[4] for v in (await store.dump())["problems"].values() if v[0] == Pool.HEAP]
     for buckets in (1, 4, 10):
         st = await store.stats(buckets)
-        edges = rules.histogram_edges(buckets)
+        edges = histogram_edges(buckets)
         assert st.priority_bucket_edges == edges
         expected = [sum(1 for p in heap if edges[i] <= p < edges[i + 1] or (i == buckets - 1 and p == edges[-1]))
                     for i in range(buckets)]
@@ -325,7 +327,7 @@ async def test_ties_do_not_follow_dataset_order(store_factory):
     assert len(batch) == 32 and batch != ids[:32]
     assert batch != sorted(batch)
     # every problem is at 0.25: the batch is the top of the seeded tie order (member desc)
-    expected = sorted(ids, key=lambda i: rules.tie_member(i, config.seed), reverse=True)[:32]
+    expected = sorted(ids, key=lambda i: tie_member(i, config.seed), reverse=True)[:32]
     assert batch == expected
     assert len(set(batch) & set(ids[:100])) < 16
 

@@ -11,9 +11,9 @@ from decimal import Decimal
 import pytest
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.store import KNOWN_VERIFIERS
-from prioreplay.rollout_worker import verifiers
-from prioreplay.rollout_worker.verifiers import VerifyResult, final_number, get_verifier, verify
+from prioreplay.problems import KNOWN_VERIFIERS
+from prioreplay import verifiers
+from prioreplay.verifiers import VerifyResult, final_number, get_verifier, verify
 
 
 def gsm8k_references(gsm8k_dir) -> list[str]:

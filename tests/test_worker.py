@@ -20,11 +20,12 @@ import torch
 from prioreplay import models
 from prioreplay.client import PriorityClient, problem_to_proto
 from prioreplay.config import ClientSettings
-from prioreplay.priority_server.store import ProblemRecord, StoreConfig
+from prioreplay.priority_server.store import StoreConfig
+from prioreplay.problems import ProblemRecord
 from prioreplay.rollout_worker import worker as worker_mod
 from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
 from prioreplay.rollout_worker.config import WorkerConfig
-from prioreplay.rollout_worker.verifiers import VerifyResult
+from prioreplay.verifiers import VerifyResult
 from prioreplay.rollout_worker.worker import RolloutWorker
 from prioreplay.testing import make_tiny_model
 
@@ -40,7 +41,7 @@ def dirs(tmp_path_factory):
 
 @pytest.fixture(params=["memory", "redis"])
 def server(request, redis_url, namespace):
-    from prioreplay.priority_server.server import BackgroundServer
+    from prioreplay.priority_server.testing import BackgroundServer
     from prioreplay.priority_server.stores import create_store
 
     spec = "memory" if request.param == "memory" else redis_url

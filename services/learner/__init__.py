@@ -1,1 +1,4 @@
-"""The learner: GRPO loss, trajectory pulling, optimizer, checkpoints and policy publishing."""
+"""Imports as prioreplay.learner: the learner role (GRPO loss, trajectory pulling, checkpoints, publishing).
+
+The folder-to-import mapping is derived by setup.py from the folders under services/.
+"""

@@ -1,62 +1,34 @@
-"""Learner checkpoints: ``DIR/step-N/`` written through a temporary directory and an atomic rename.
+"""Writing learner checkpoints: ``DIR/step-N/`` through a temporary directory and an atomic rename.
 
-A checkpoint directory holds:
-
-- the policy: ``model.safetensors``, ``config.json`` and the tokenizer files
-  (:func:`prioreplay.models.save_weights`), which is what workers load for policy version N;
-- ``trainer_state.pt``: optimizer and scheduler state dicts, step, policy version and the torch /
-  python RNG states, as tensors and plain containers only, so ``torch.load(weights_only=True)``
-  reads it (nothing is unpickled);
-- ``prioreplay.json``: the manifest, written last: format, step, policy version, the learner
-  configuration, and every other file with its size (bytes) and sha256.
-
-A checkpoint is *complete* when its name is ``step-N``, its manifest parses, names step N and
-every listed file exists with the listed size and hash. :func:`latest_complete` returns the
-complete checkpoint with the highest step and skips anything else (temporary directories left by
-a crash, missing or altered files). :func:`verify` raises on an incomplete one, so a tampered or
-partial checkpoint loaded explicitly is refused with the reason.
+The format and its checks (manifest, :func:`~prioreplay.checkpoints.verify`,
+:func:`~prioreplay.checkpoints.latest_complete`) are :mod:`prioreplay.checkpoints`; this module
+writes checkpoints, reads the trainer state back, keeps the RNG states, and prunes old ones.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import os
 import random
-import re
 import shutil
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from prioreplay.errors import FailedPrecondition, InvalidArgument
+from prioreplay.checkpoints import (
+    FORMAT,
+    MANIFEST,
+    TRAINER_STATE,
+    CheckpointError,
+    candidates,
+    sha256,
+    step_dir,
+    verify,
+)
+from prioreplay.errors import InvalidArgument
 
-log = logging.getLogger(__name__)
-
-MANIFEST = "prioreplay.json"
-TRAINER_STATE = "trainer_state.pt"
-FORMAT = "prioreplay-checkpoint/1"
-_STEP_RE = re.compile(r"^step-(\d+)$")
 _TMP_PREFIX = ".tmp-step-"
-
-
-class CheckpointError(FailedPrecondition):
-    """A checkpoint is partial, tampered with or not a prioreplay checkpoint."""
-
-
-def step_dir(root: str | os.PathLike, step: int) -> Path:
-    """``root/step-N``."""
-    return Path(root) / f"step-{int(step)}"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -141,7 +113,7 @@ def save_checkpoint(root: str | os.PathLike, step: int, model, tokenizer, traine
             if p.is_file():
                 with open(p, "rb") as f:
                     os.fsync(f.fileno())
-                files[p.relative_to(tmp).as_posix()] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+                files[p.relative_to(tmp).as_posix()] = {"size": p.stat().st_size, "sha256": sha256(p)}
         manifest = {
             "format": FORMAT,
             "step": int(step),
@@ -170,75 +142,6 @@ def save_checkpoint(root: str | os.PathLike, step: int, model, tokenizer, traine
     return final
 
 
-def verify(path: str | os.PathLike, hashes: bool = True) -> dict[str, Any]:
-    """Check a checkpoint directory and return its manifest.
-
-    ``hashes=False`` checks names and sizes only (fast; used when pruning).
-
-    Raises:
-        CheckpointError: the directory or manifest is missing or unparsable, the name is not
-            ``step-N`` matching the manifest's step, a listed file is missing, has another size
-            or another sha256, or ``trainer_state.pt`` / ``model.safetensors`` is not listed.
-    """
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"checkpoint {str(path)!r} is not a directory")
-    m = _STEP_RE.match(path.name)
-    if m is None:
-        raise CheckpointError(f"checkpoint {str(path)!r}: the name must be step-N (a temporary or foreign directory)")
-    mpath = path / MANIFEST
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {str(path)!r} has no {MANIFEST}: it is partial (interrupted while writing)") from None
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {str(path)!r}: {MANIFEST} cannot be read: {e}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {str(path)!r}: {MANIFEST} is not a {FORMAT} manifest")
-    if manifest.get("step") != int(m.group(1)):
-        raise CheckpointError(f"checkpoint {str(path)!r}: manifest says step {manifest.get('step')!r}, the name says {m.group(1)}")
-    files = manifest.get("files")
-    if not isinstance(files, dict) or TRAINER_STATE not in files or "model.safetensors" not in files:
-        raise CheckpointError(f"checkpoint {str(path)!r}: manifest lists no {TRAINER_STATE} / model.safetensors")
-    for name, meta in files.items():
-        f = path / name
-        if not f.is_file():
-            raise CheckpointError(f"checkpoint {str(path)!r}: file {name!r} is missing")
-        if f.stat().st_size != meta.get("size"):
-            raise CheckpointError(f"checkpoint {str(path)!r}: file {name!r} has {f.stat().st_size} bytes, the manifest says {meta.get('size')}")
-        if hashes and _sha256(f) != meta.get("sha256"):
-            raise CheckpointError(f"checkpoint {str(path)!r}: file {name!r} does not match its sha256 in the manifest (altered)")
-    return manifest
-
-
-def _candidates(root: Path) -> list[tuple[int, Path]]:
-    out = []
-    if root.is_dir():
-        for p in root.iterdir():
-            m = _STEP_RE.match(p.name)
-            if m and p.is_dir():
-                out.append((int(m.group(1)), p))
-    return sorted(out, reverse=True)
-
-
-def latest_complete(root: str | os.PathLike) -> Path | None:
-    """The complete checkpoint with the highest step under ``root``, or None.
-
-    Temporary directories are never candidates; an incomplete ``step-N`` (missing files,
-    manifest mismatch) is skipped with a warning and the next lower complete one is returned.
-    The result is the highest complete step on disk, so it only moves forward as checkpoints are
-    added (pruning keeps the newest).
-    """
-    for _, p in _candidates(Path(root)):
-        try:
-            verify(p)
-        except CheckpointError as e:
-            log.warning("skipping incomplete checkpoint: %s", e)
-            continue
-        return p
-    return None
-
-
 def load_trainer_state(path: str | os.PathLike, map_location: str = "cpu") -> dict[str, Any]:
     """Verify a checkpoint and read its ``trainer_state.pt`` with ``torch.load(weights_only=True)``.
 
@@ -263,7 +166,7 @@ def prune(root: str | os.PathLike, keep: int) -> list[Path]:
         raise InvalidArgument(f"keep ({keep}) must be >= 1 checkpoints")
     root = Path(root)
     complete, incomplete = [], []
-    for step, p in _candidates(root):
+    for step, p in candidates(root):
         try:
             verify(p, hashes=False)
             complete.append((step, p))

@@ -6,7 +6,6 @@ the ``learner`` section of a ``--config`` file (see :mod:`prioreplay.config`).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Literal
 
@@ -79,8 +78,3 @@ class LearnerConfig(ClientSettings):
     def _check(self) -> "LearnerConfig":
         check_role_settings(self.model, self.device, self.log_level)
         return self
-
-    @property
-    def log_level_number(self) -> int:
-        """The ``logging`` level number of ``log_level``."""
-        return getattr(logging, self.log_level.upper())

@@ -32,9 +32,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from prioreplay import rules
+from prioreplay.checkpoints import latest_complete
+from prioreplay.client import timed_call
 from prioreplay.errors import InvalidArgument
 from prioreplay.learner import checkpoint as ckpt
 from prioreplay.learner.config import LearnerConfig
+from prioreplay.learner.interfaces import LearnerClient
 from prioreplay.learner.loss import default_normalizer, grpo_loss, group_advantages
 from prioreplay.learner.metrics import LearnerMetrics
 
@@ -168,7 +172,8 @@ class Learner:
 
     Args:
         config: the learner configuration.
-        client: a :class:`prioreplay.client.PriorityClient` (default: built from ``config``).
+        client: the trajectory source and weight publisher (:class:`~.interfaces.LearnerClient`;
+            default: a :class:`prioreplay.client.PriorityClient` built from ``config``).
         model_dir: the base model directory (default: ``resolve_model(config.model)``).
 
     Raises:
@@ -177,7 +182,7 @@ class Learner:
             :meth:`load_checkpoint` when an explicitly given one is incomplete.
     """
 
-    def __init__(self, config: LearnerConfig, client=None, model_dir: str | Path | None = None):
+    def __init__(self, config: LearnerConfig, client: LearnerClient | None = None, model_dir: str | Path | None = None):
         from prioreplay import models
 
         self.config = config
@@ -193,7 +198,7 @@ class Learner:
         self.tokenizer = models.load_tokenizer(self.model_dir)
         self.model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=str(self.device))
         self.ref_model = None
-        self._resume_path = ckpt.latest_complete(config.checkpoint_dir)
+        self._resume_path = latest_complete(config.checkpoint_dir)
         if config.lora and self._resume_path is not None:  # merged weights go in before the adapters wrap the model
             models.load_weights(self.model, self._resume_path)
         if config.lora:
@@ -225,16 +230,14 @@ class Learner:
 
     # -- RPCs (timed) ------------------------------------------------------------------------
     def _rpc(self, method: str, fn: Callable, *args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            dt = time.perf_counter() - t0
-            self.metrics.rpc_seconds.labels(method).observe(dt)
-            if method == "PullTrajectories":
-                self._pull_s += dt
-            else:
-                self._rpc_s += dt
+        return timed_call(self._observe_rpc, method, fn, *args, **kwargs)
+
+    def _observe_rpc(self, method: str, seconds: float) -> None:
+        self.metrics.rpc_seconds.labels(method).observe(seconds)
+        if method == "PullTrajectories":
+            self._pull_s += seconds
+        else:
+            self._rpc_s += seconds
 
     # -- start-up ----------------------------------------------------------------------------
     def resume(self) -> Path | None:
@@ -350,17 +353,18 @@ class Learner:
         for g in groups:
             age = self.current_version - g.policy_version
             problem = group_problem(g, cfg.max_sequence_tokens, cfg.temperature)
-            rewards = torch.tensor([[c.reward for c in g.completions]], dtype=torch.float32)  # (1, G)
+            rewards = [c.reward for c in g.completions]
             if problem is not None:
                 log.warning("dropping group %s of problem %r: %s", g.group_id, g.problem_id, problem)
                 fate = "invalid"
             elif age > cfg.max_staleness:
                 fate = "stale"
-            elif rewards.numel() < 2 or bool((rewards == rewards[0, 0]).all()):
+            elif rules.classify(rewards) is not rules.GroupKind.MIXED:
                 fate = "zero_variance"
             else:
                 fate = "used"
-                advantages.append(group_advantages(rewards, cfg.advantage, cfg.advantage_eps)[0])  # (G,)
+                r = torch.tensor([rewards], dtype=torch.float32)  # (1, G)
+                advantages.append(group_advantages(r, cfg.advantage, cfg.advantage_eps)[0])  # (G,)
                 used.append(g)
                 staleness.append(age)
                 self.metrics.staleness.observe(max(0, age))

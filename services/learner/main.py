@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 
 from prioreplay.learner.config import LearnerConfig
+from prioreplay.process import on_stop_signal, setup_logging
 
 log = logging.getLogger("prioreplay.learner")
 
@@ -22,10 +21,9 @@ def run(config: LearnerConfig) -> int:
         InvalidArgument: the model cannot be loaded, or LoRA is asked for without peft.
         StoreUnavailable: the priority server cannot be reached (after the client's retries).
     """
-    logging.basicConfig(level=config.log_level_number, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from prioreplay.learner.learner import Learner
-
+    setup_logging(config.log_level)
     from prioreplay.errors import InvalidArgument
+    from prioreplay.learner.learner import Learner
 
     learner = Learner(config)
     try:
@@ -38,15 +36,11 @@ def run(config: LearnerConfig) -> int:
     if server is not None:
         log.info("metrics on :%d/metrics", config.metrics_port)
 
-    def _stop(signum, _frame):
-        if learner.stop_requested:
-            raise KeyboardInterrupt
+    def _stop(signum: int) -> None:
         log.info("signal %d: finishing the current step, then stopping", signum)
         learner.stop_requested = True
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+    on_stop_signal(_stop)
     try:
         return learner.run()
     finally:

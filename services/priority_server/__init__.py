@@ -1,1 +1,4 @@
-"""The priority server: priority rules, stores (memory, redis), gRPC servicer, metrics."""
+"""Imports as prioreplay.priority_server: the priority server role (stores, samplers, servicer, metrics).
+
+The folder-to-import mapping is derived by setup.py from the folders under services/.
+"""

@@ -4,7 +4,8 @@ Every field maps onto a ``--kebab-case`` flag, a ``PRIOREPLAY_<FIELD>`` environm
 the command's section of a ``--config`` file (see :mod:`prioreplay.config`). Bounds live on the
 fields, so a bad value fails at start-up with the field, the value and the allowed range.
 
-This module imports only pydantic, the standard library and :mod:`prioreplay.config`, so that
+This module imports only pydantic, the standard library, :mod:`prioreplay.config`,
+:mod:`prioreplay.problems` and the sampler registry (:mod:`.samplers`), so that
 ``prioreplay server --help`` stays fast; :meth:`ServerConfig.to_store_config` imports the store
 module when called.
 """
@@ -18,34 +19,16 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
-from prioreplay.config import MAX_MESSAGE_MB_DEFAULT, ClientSettings, PrioreplaySettings
+from prioreplay.config import MAX_MESSAGE_MB_DEFAULT, ClientSettings, PrioreplaySettings, read_token
+from prioreplay.priority_server.samplers import SAMPLER_HELP, SamplerName
+from prioreplay.problems import MAX_NAME_BYTES, VerifierName
 
 if TYPE_CHECKING:  # pragma: no cover
     from prioreplay.priority_server.store import StoreConfig
 
 _STORE_RE = re.compile(r"^(memory|(redis|rediss|unix)://\S+)$")
-_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-
-
-def _read_token(token: SecretStr | None, token_file: Path | None) -> str | None:
-    """The bearer token from a SecretStr or a file (stripped), or None.
-
-    Raises:
-        InvalidArgument: the token file cannot be read or is empty.
-    """
-    from prioreplay.errors import InvalidArgument
-
-    if token is not None:
-        return token.get_secret_value()
-    if token_file is None:
-        return None
-    try:
-        tok = Path(token_file).read_text(encoding="utf-8").strip()
-    except OSError as e:
-        raise InvalidArgument(f"auth token file {str(token_file)!r} cannot be read: {e.strerror}") from e
-    if not tok:
-        raise InvalidArgument(f"auth token file {str(token_file)!r} is empty; write the token into it")
-    return tok
+#: A run namespace (the Redis hash tag of every key of the run): no braces, at most MAX_NAME_BYTES.
+NAMESPACE_RE = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_NAME_BYTES}}}$")
 
 
 class ServerConfig(PrioreplaySettings):
@@ -58,7 +41,7 @@ class ServerConfig(PrioreplaySettings):
         "(rediss:// for TLS, unix:// for a socket)",
     )
     namespace: str = Field(
-        "default", description="run namespace: every Redis key of this run carries it (1-64 of A-Z a-z 0-9 _ . : -)"
+        "default", description=f"run namespace: every Redis key of this run carries it (1-{MAX_NAME_BYTES} of A-Z a-z 0-9 _ . : -)"
     )
     snapshot_path: Path | None = Field(
         None, description="memory store: file the state is loaded from at start and snapshotted to (none: not kept)"
@@ -73,9 +56,7 @@ class ServerConfig(PrioreplaySettings):
     port: int = Field(50051, ge=0, le=65535, description="gRPC port (0: an ephemeral port, logged at start)")
     metrics_port: int = Field(9100, ge=0, le=65535, description="Prometheus /metrics port (0 disables it)")
     # -- sampler -------------------------------------------------------------------------
-    sampler: Literal["heap", "weighted", "uniform"] = Field(
-        "heap", description="heap: deterministic top-k (the paper); weighted: draws ∝ priority^alpha; uniform: baseline"
-    )
+    sampler: SamplerName = Field("heap", description=SAMPLER_HELP)
     alpha: float = Field(1.0, gt=0, le=100, description="exponent of the weighted sampler (priority^alpha)")
     retest_fraction: float = Field(
         0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests"
@@ -133,8 +114,8 @@ class ServerConfig(PrioreplaySettings):
     @field_validator("namespace")
     @classmethod
     def _check_namespace(cls, v: str) -> str:
-        if not _NAMESPACE_RE.match(v):
-            raise ValueError(f"namespace ({v!r}) must be 1-64 characters of A-Z a-z 0-9 _ . : -")
+        if not NAMESPACE_RE.match(v):
+            raise ValueError(f"namespace ({v!r}) must be 1-{MAX_NAME_BYTES} characters of A-Z a-z 0-9 _ . : -")
         return v
 
     @model_validator(mode="after")
@@ -157,7 +138,7 @@ class ServerConfig(PrioreplaySettings):
         Raises:
             InvalidArgument: the token file cannot be read or is empty.
         """
-        return _read_token(self.auth_token, self.auth_token_file)
+        return read_token(self.auth_token, self.auth_token_file)
 
     @property
     def tls_enabled(self) -> bool:
@@ -166,8 +147,8 @@ class ServerConfig(PrioreplaySettings):
 
     def to_store_config(self) -> "StoreConfig":
         """The store's parameters (sampler, statistics, leases, limits) from this configuration."""
-        from prioreplay.priority_server.rules import PriorityParams
         from prioreplay.priority_server.store import StoreConfig
+        from prioreplay.rules import PriorityParams
 
         return StoreConfig(
             sampler=self.sampler,
@@ -193,7 +174,7 @@ class LoadConfig(ClientSettings):
     id_column: str | None = Field(None, description="column holding the problem id (default: the loader's)")
     prompt_column: str | None = Field(None, description="column holding the prompt (default: the loader's)")
     answer_column: str | None = Field(None, description="column holding the reference answer (default: the loader's)")
-    verifier: Literal["math", "gsm8k", "exact"] | None = Field(
+    verifier: VerifierName | None = Field(
         None, description="verifier for every problem, overriding the loader's choice"
     )
     id_prefix: str = Field("", max_length=64, description="prefix prepended to every problem id (e.g. 'gsm8k-test/')")

@@ -13,7 +13,7 @@ problems       hash    id → JSON ``[prompt, answer, verifier, metadata]``
 stats          hash    id → ``"n s1 s2 pool score"`` (floats as ``%.17g``: exact round trip;
                        pool = rules.Pool value; score = heap priority, pool: last tested step,
                        leased: the score it returns with)
-heap           zset    score = priority, member = ``rules.tie_member(id, seed)``
+heap           zset    score = priority, member = ``store.tie_member(id, seed)``
 solved         zset    score = last tested step, member as above
 unsolved       zset    score = last tested step, member as above
 leases         hash    lease id → ``"step\\tdeadline"`` + ``"\\tmember\\tsource\\tscore"`` per problem
@@ -35,10 +35,11 @@ Redis TIME. The one exception is redelivery of unacknowledged trajectory groups:
 measures idle time with Redis's own clock, so ``redelivery_timeout_s`` elapses in real time
 whatever the injected clock says. Stream entry ids (the group ids) also come from Redis's clock.
 
-The samplers' RNG seed depends on the step (``rules.step_seed`` is a BLAKE2 hash, computed in
+The sampler runs as its Lua branch (``SamplerSpec.lua_branch``, a function in ``sample.lua``).
+The samplers' RNG seed depends on the step (``samplers.step_seed`` is a BLAKE2 hash, computed in
 Python). The store passes the step it expects; when another server instance moved the step in
 between, the script changes nothing and returns the current step, and the call is retried
-(the ``heap`` sampler uses no RNG and never retries).
+(a sampler with ``uses_rng=False``, such as ``heap``, never retries).
 """
 
 from __future__ import annotations
@@ -53,24 +54,17 @@ from typing import Any, Callable, Sequence
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
+from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound, StoreUnavailable
-from prioreplay.priority_server import rules
-from prioreplay.priority_server.rules import Pool
-from prioreplay.priority_server.store import (
-    EXPIRE_LIMIT,
-    Delivery,
-    GroupOutcome,
-    Lease,
-    ProblemRecord,
-    ProblemState,
-    ReportResult,
-    SampledProblem,
-    Store,
-    StoreConfig,
-    StoreStats,
-    TOMBSTONE_TTL_S,
-)
-from prioreplay.priority_server.stores import redact_url  # noqa: F401 - one redaction rule, re-exported
+from prioreplay.priority_server.config import NAMESPACE_RE
+from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
+from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
+                                              member_id, tie_member)
+from prioreplay.priority_server.store_types import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
+                                                    SampledProblem, StoreStats)
+from prioreplay.priority_server.stores import redact_url
+from prioreplay.problems import MAX_NAME_BYTES, ProblemRecord
+from prioreplay.rules import Pool
 
 #: Problems per register script call.
 REGISTER_CHUNK = 2000
@@ -89,7 +83,6 @@ _INT_COUNTERS = (
     "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "forgetting_events",
     "breakthroughs", "lease_expiries", "completions_reported", "late_reports", "groups_acked",
 )
-_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 _LUA_DIR = Path(__file__).with_name("lua")
@@ -138,12 +131,12 @@ class RedisStore(Store):
     Args:
         config: sampling and bookkeeping parameters (must match across servers of one run).
         url: ``redis://[:password@]host:port/db`` (or ``rediss://``, ``unix://``).
-        namespace: the run's name; 1–128 characters of ``[A-Za-z0-9_.:-]`` (no braces: it is
-            the hash tag).
+        namespace: the run's name; 1–MAX_NAME_BYTES (128) characters of ``[A-Za-z0-9_.:-]`` (no
+            braces: it is the hash tag).
         clock: unix seconds; injected for deterministic tests.
 
     Raises:
-        InvalidArgument: a malformed URL or namespace.
+        InvalidArgument: a malformed URL or namespace, or a sampler without a Lua branch.
         StoreUnavailable: (from every method) Redis cannot be reached; the message carries the
             URL with its password redacted.
     """
@@ -151,10 +144,13 @@ class RedisStore(Store):
     def __init__(self, config: StoreConfig, url: str, namespace: str = "default",
                  clock: Callable[[], float] = time.time):
         super().__init__(config, clock)
-        if not _NAMESPACE_RE.match(namespace or ""):
+        if not NAMESPACE_RE.match(namespace or ""):
             raise InvalidArgument(
-                f"namespace ({namespace!r}) must be 1-128 characters of letters, digits, '_', '.', ':' or '-'"
+                f"namespace ({namespace!r}) must be 1-{MAX_NAME_BYTES} characters of letters, digits, '_', '.', ':' or '-'"
             )
+        self._sampler = SAMPLERS[config.sampler]
+        if self._sampler.lua_branch is None:
+            raise InvalidArgument(f"sampler {config.sampler!r} runs in the memory store only; use --store memory")
         self.namespace = namespace
         self.redacted_url = redact_url(url)
         try:
@@ -219,7 +215,7 @@ class RedisStore(Store):
 
         async def fill(pipe):
             for start in range(0, len(problems), REGISTER_CHUNK):
-                chunk = "\n".join(f"{p.id}\t{rules.tie_member(p.id, seed)}\t{_encode_problem(p)}"
+                chunk = "\n".join(f"{p.id}\t{tie_member(p.id, seed)}\t{_encode_problem(p)}"
                                   for p in problems[start:start + REGISTER_CHUNK])
                 await script(keys=keys, args=[*head, chunk], client=pipe)
             pipe.hlen(self._keys["problems"])
@@ -235,17 +231,17 @@ class RedisStore(Store):
         now = float(self.clock())
         deadline = now + lease_timeout_s
         lease_id = secrets.token_hex(16)
-        quota = 0 if cfg.sampler == "uniform" else rules.retest_quota(batch_size, cfg.retest_fraction)
+        quota = retest_quota(batch_size, cfg.retest_fraction) if self._sampler.retests else 0
         keys = self._state_keys + [self._keys["problems"], self._keys["policy"]]
         for _ in range(STEP_RETRIES):
             expected, seed32 = -1, 1
-            if cfg.sampler != "heap":
+            if self._sampler.uses_rng:
                 if self._step_hint is None:
                     self._step_hint = int(await self._do(self._r.hget(self._keys["counters"], "step")) or 0)
                 expected = self._step_hint
-                seed32 = rules.step_seed(cfg.seed, expected + 1)
+                seed32 = step_seed(cfg.seed, expected + 1)
             res = await self._run("sample", keys, [
-                _f(now), batch_size, _f(deadline), lease_id, cfg.sampler, quota, cfg.retest_interval,
+                _f(now), batch_size, _f(deadline), lease_id, self._sampler.lua_branch, quota, cfg.retest_interval,
                 _f(cfg.alpha), expected, seed32, EXPIRE_LIMIT, _f(TOMBSTONE_TTL_S),
             ])
             if res[0] == b"STEP":
@@ -261,7 +257,7 @@ class RedisStore(Store):
         problems: list[SampledProblem] = []
         for i in range(6, 6 + 4 * n, 4):
             member, source, stats_value, record = _s(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
-            pid = rules.member_id(member)
+            pid = member_id(member)
             stats, _, score = _parse_stats(stats_value)
             problems.append(SampledProblem(
                 problem=_decode_problem(pid, record),
@@ -289,14 +285,14 @@ class RedisStore(Store):
                            *self._params_args, len(outcomes)]
         for o in outcomes:
             rewards = [float(r) for r in o.rewards]
-            sr = 0.0
-            sq = 0.0
-            for r in rewards:  # rules.update_stats: left to right from 0.0
-                sr = sr + r
-                sq = sq + r * r
+            sr, sq = rules.reward_sums(rewards)
+            # the script counts a forgetting event / breakthrough when the problem came from the
+            # solved / unsolved pool: send whether it would be one
+            forgetting = rules.is_forgetting(Pool.SOLVED, rewards)
+            breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards)
             args += [
-                f"{rules.tie_member(o.problem_id, seed)}\t{rules.classify(rewards).value}\t{len(rewards)}\t"
-                f"{_f(sr)}\t{_f(sq)}\t{int(any(r < 1.0 for r in rewards))}\t{int(any(r > 0.0 for r in rewards))}",
+                f"{tie_member(o.problem_id, seed)}\t{rules.classify(rewards).value}\t{len(rewards)}\t"
+                f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}",
                 bytes(o.payload),
             ]
         res = await self._run("report", self._state_keys + [self._keys["stream"]], args)
@@ -366,7 +362,7 @@ class RedisStore(Store):
 
     async def _stats(self, histogram_buckets: int) -> StoreStats:
         k = self._keys
-        edges = rules.histogram_edges(histogram_buckets)
+        edges = histogram_edges(histogram_buckets)
 
         def fill(p):
             p.hlen(k["problems"]); p.zcard(k["heap"]); p.zcard(k["solved"]); p.zcard(k["unsolved"])
@@ -416,7 +412,7 @@ class RedisStore(Store):
         out_counters: dict[str, float | int] = {name: int(c.get(name, 0)) for name in _INT_COUNTERS}
         out_counters["reward_sum"] = float(c.get("reward_sum", 0.0))
         lease_lists = sorted(
-            sorted(rules.member_id(f) for f in _s(rec).split("\t")[2::3]) for rec in leases
+            sorted(member_id(f) for f in _s(rec).split("\t")[2::3]) for rec in leases
         )
         return {
             "problems": problems,
@@ -449,7 +445,7 @@ class RedisStore(Store):
         await self._r.aclose()
 
     async def lua_xorshift(self, seed32: int, count: int) -> tuple[list[int], float]:
-        """``count`` draws of rules.XorShift32(seed32).next_u32() computed by the Lua code, then
+        """``count`` draws of samplers.XorShift32(seed32).next_u32() computed by the Lua code, then
         one random(): for the bit-exactness test."""
         res = await self._run("rng", [], [seed32, count])
         return [int(x) for x in res[:-1]], float(res[-1])

@@ -2,10 +2,12 @@
 
 :class:`Store` validates every request (identically for both stores) and delegates to the
 ``_impl`` methods. The two implementations must give identical results for the same seed, clock
-readings and operations (the differential test checks it). The exact semantics:
+readings and operations (the differential test checks it). The values it takes and returns are
+in :mod:`.store_types`; the group rules (classify, statistics, priority, destination) are
+:mod:`prioreplay.rules`; the samplers are :mod:`.samplers`. The exact semantics:
 
 Keys and ordering
-    Every problem has a sorted-set *member* ``rules.tie_member(id, tie_seed)`` (8 hex chars of a
+    Every problem has a sorted-set *member* :func:`tie_member` ``(id, seed)`` (8 hex chars of a
     seeded hash + the id). The heap orders by (priority desc, member desc), i.e. Redis
     ``ZREVRANGE`` order; each pool orders by (last tested step asc, member asc), i.e. ``ZRANGE``
     order. Strings compare bytewise.
@@ -17,8 +19,8 @@ register(problems)
 
 sample(batch_size, lease_timeout_s)
     1. Expire due leases (deadline <= now), at most 64, oldest deadline first (as expire_leases).
-    2. step' = step + 1; quota = rules.retest_quota(B, retest_fraction) (0 in ``uniform``).
-       rng = rules.XorShift32(rules.step_seed(seed, step')).
+    2. step' = step + 1; quota = samplers.retest_quota(B, retest_fraction) (0 in ``uniform``).
+       rng = samplers.XorShift32(samplers.step_seed(seed, step')).
     3. ``heap``/``weighted``: R = up to ``quota`` pool problems whose score (last tested step)
        <= step' − retest_interval, least recently tested first: candidates are merged from both
        pools by (score asc, solved before unsolved, member asc).
@@ -89,7 +91,7 @@ Clarifications (where the rules above left a choice; both stores follow them)
         ``groups_acked`` += 1); ids of undelivered, unknown or already acknowledged groups are
         counted as unknown and change nothing.
     stats: histogram bucket i counts heap priorities in [edges[i], edges[i+1]), the last bucket
-        [edges[b−1], edges[b]], with ``rules.histogram_edges(b)``.
+        [edges[b−1], edges[b]], with :func:`histogram_edges` ``(b)``.
     dump: "problems" maps id → (int(pool), n, s1, s2, score) with floats; "counters" has exactly
         groups_mixed, groups_all_correct, groups_all_wrong, groups_constant, forgetting_events,
         breakthroughs, lease_expiries, completions_reported, reward_sum, late_reports,
@@ -100,18 +102,26 @@ Clarifications (where the rules above left a choice; both stores follow them)
 from __future__ import annotations
 
 import abc
+import hashlib
 import math
-import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from typing import Callable, Sequence
 
+from prioreplay import rules
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server import rules
-from prioreplay.priority_server.rules import Pool
+from prioreplay.priority_server.samplers import SAMPLERS, SamplerName
+from prioreplay.priority_server.store_types import (
+    Delivery,
+    GroupOutcome,
+    Lease,
+    ProblemState,
+    ReportResult,
+    StoreStats,
+)
+from prioreplay.problems import ProblemRecord, check_name, validate_problem
 
-SamplerName = Literal["heap", "weighted", "uniform"]
-MAX_ID_BYTES = 256
+#: Due leases one ``sample`` (or one reaper round) expires at most.
 EXPIRE_LIMIT = 64
 #: Seconds an ended lease is remembered as "already reported" / "expired" (then "unknown lease").
 TOMBSTONE_TTL_S = 86400.0
@@ -122,8 +132,8 @@ class StoreConfig:
     """Sampling and bookkeeping parameters shared by both stores.
 
     Attributes:
-        sampler: ``heap`` (deterministic top-k, the paper), ``weighted`` (∝ priority^alpha),
-            ``uniform`` (baseline).
+        sampler: a name of :data:`~prioreplay.priority_server.samplers.SAMPLERS`: ``heap``
+            (deterministic top-k, the paper), ``weighted`` (∝ priority^alpha), ``uniform`` (baseline).
         alpha: exponent of ``weighted`` (> 0).
         retest_fraction: share f of each batch reserved for pool retests, in [0, 1].
         retest_interval: batches a pooled problem waits before it is eligible for a retest (>= 0).
@@ -147,8 +157,8 @@ class StoreConfig:
     max_batch_size: int = 4096
 
     def __post_init__(self) -> None:
-        if self.sampler not in ("heap", "weighted", "uniform"):
-            raise InvalidArgument(f"sampler ({self.sampler!r}) must be one of heap, weighted, uniform")
+        if self.sampler not in SAMPLERS:
+            raise InvalidArgument(f"sampler ({self.sampler!r}) must be one of {', '.join(SAMPLERS)}")
         if not (self.alpha > 0 and math.isfinite(self.alpha)):
             raise InvalidArgument(f"alpha ({self.alpha}) must be a finite number > 0")
         if not (0.0 <= self.retest_fraction <= 1.0):
@@ -167,142 +177,29 @@ class StoreConfig:
             raise InvalidArgument(f"max_batch_size ({self.max_batch_size}) must be >= 1")
 
 
-@dataclass(frozen=True)
-class ProblemRecord:
-    """A registered problem (the proto's ``Problem``)."""
-
-    id: str
-    prompt: str
-    answer: str
-    verifier: str = "exact"
-    metadata: dict[str, str] = field(default_factory=dict)
+#: Characters of the seeded tie-break prefix in sorted-set members (hex).
+TIE_HEX_CHARS = 8
 
 
-@dataclass(frozen=True)
-class SampledProblem:
-    """One problem of a lease: the problem, its priority when sampled, and where it came from."""
+def tie_member(problem_id: str, seed: int) -> str:
+    """Sorted-set member of a problem: a seeded 32-bit tie-break key (8 hex chars) + its id.
 
-    problem: ProblemRecord
-    priority: float
-    source: Pool
-
-
-@dataclass(frozen=True)
-class Lease:
-    """The answer to ``sample``. ``lease_id`` is "" when ``problems`` is empty."""
-
-    lease_id: str
-    deadline: float  # unix seconds
-    problems: list[SampledProblem]
-    policy_version: int
-    weights_uri: str
-    retry_after_s: float
-    step: int
-
-
-@dataclass(frozen=True)
-class GroupOutcome:
-    """One reported group: rewards for the statistics, an opaque payload for the learner.
-
-    Attributes:
-        problem_id: a problem of the lease.
-        rewards: the G rewards in completion order, each in [0, 1].
-        payload: serialized ``TrajectoryGroup`` (without group_id / delivery_count), queued
-            verbatim when the group is mixed.
+    Members with equal scores sort by this string (byte order), so ties in priority (e.g. all
+    unseen problems at 0.25) follow a seeded pseudo-random order, never dataset order.
     """
-
-    problem_id: str
-    rewards: tuple[float, ...]
-    payload: bytes = b""
-
-
-@dataclass(frozen=True)
-class ReportResult:
-    accepted: bool
-    reason: str = ""
-    groups_queued: int = 0
-    groups_filtered: int = 0
+    key = seed.to_bytes(8, "big", signed=True)
+    tie = hashlib.blake2b(problem_id.encode("utf-8"), key=key, digest_size=4).hexdigest()
+    return tie + problem_id
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """A trajectory group handed to a learner."""
-
-    group_id: str
-    payload: bytes
-    delivery_count: int
+def member_id(member: str) -> str:
+    """The problem id inside a sorted-set member (inverse of :func:`tie_member`)."""
+    return member[TIE_HEX_CHARS:]
 
 
-@dataclass(frozen=True)
-class ProblemState:
-    """A problem's full state, for tests and debugging."""
-
-    problem: ProblemRecord
-    stats: rules.Stats
-    pool: Pool
-    score: float  # heap: priority; pools: last tested step; leased: the score it returns with
-    priority: float
-
-
-@dataclass
-class StoreStats:
-    """Counts behind ``GetStats`` and the metrics (field meanings as in the proto)."""
-
-    problems: int = 0
-    heap_size: int = 0
-    solved: int = 0
-    unsolved: int = 0
-    leased: int = 0
-    active_leases: int = 0
-    step: int = 0
-    policy_version: int = 0
-    weights_uri: str = ""
-    priority_histogram: list[int] = field(default_factory=list)
-    priority_bucket_edges: list[float] = field(default_factory=list)
-    groups_mixed: int = 0
-    groups_all_correct: int = 0
-    groups_all_wrong: int = 0
-    groups_constant: int = 0
-    forgetting_events: int = 0
-    breakthroughs: int = 0
-    lease_expiries: int = 0
-    queue_depth: int = 0
-    pending_groups: int = 0
-    completions_reported: int = 0
-    reward_sum: float = 0.0
-    late_reports: int = 0
-    groups_acked: int = 0
-
-    @property
-    def groups_total(self) -> int:
-        return self.groups_mixed + self.groups_all_correct + self.groups_all_wrong + self.groups_constant
-
-    @property
-    def effective_group_fraction(self) -> float:
-        """Mixed groups / all groups reported (0.0 before any report)."""
-        total = self.groups_total
-        return self.groups_mixed / total if total else 0.0
-
-
-def validate_problem(p: ProblemRecord, index: int, known_verifiers: Sequence[str]) -> None:
-    """Raises InvalidArgument naming the problem's index and field when it is unusable."""
-    where = f"problem #{index} (id {p.id!r})"
-    if not p.id:
-        raise InvalidArgument(f"problem #{index}: id is empty; give every problem a stable, non-empty id")
-    if len(p.id.encode("utf-8")) > MAX_ID_BYTES:
-        raise InvalidArgument(f"{where}: id is {len(p.id.encode())} bytes; the limit is {MAX_ID_BYTES}")
-    if _CONTROL_CHARS.search(p.id):
-        raise InvalidArgument(f"{where}: id contains control characters")
-    if not p.prompt.strip():
-        raise InvalidArgument(f"{where}: prompt is empty")
-    if not p.answer.strip():
-        raise InvalidArgument(f"{where}: answer is empty; every problem needs a reference answer")
-    if p.verifier not in known_verifiers:
-        raise InvalidArgument(f"{where}: verifier {p.verifier!r} is unknown; use one of {', '.join(known_verifiers)}")
-
-
-KNOWN_VERIFIERS = ("math", "gsm8k", "exact")
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+def histogram_edges(buckets: int) -> list[float]:
+    """``buckets + 1`` equal-width edges over [0, 0.25] (the last bucket includes 0.25)."""
+    return [rules.MAX_PRIORITY * i / buckets for i in range(buckets + 1)]
 
 
 class Store(abc.ABC):
@@ -326,7 +223,7 @@ class Store(abc.ABC):
                 unknown verifier (the message names its index); nothing of this call is stored.
         """
         for i, p in enumerate(problems):
-            validate_problem(p, i, KNOWN_VERIFIERS)
+            validate_problem(p, i)
         dedup: dict[str, ProblemRecord] = {}
         for p in problems:
             dedup[p.id] = p
@@ -377,13 +274,12 @@ class Store(abc.ABC):
         """Deliver up to ``max_groups`` groups to ``consumer`` (non-blocking).
 
         Raises:
-            InvalidArgument: max_groups outside [1, max_batch_size] or consumer over 128 bytes.
+            InvalidArgument: max_groups outside [1, max_batch_size] or consumer over MAX_NAME_BYTES (128) bytes.
         """
         if not (isinstance(max_groups, int) and 1 <= max_groups <= self.config.max_batch_size):
             raise InvalidArgument(f"max_groups ({max_groups}) must be in [1, {self.config.max_batch_size}]")
         consumer = consumer or "learner"
-        if len(consumer.encode()) > 128:
-            raise InvalidArgument(f"consumer name is {len(consumer.encode())} bytes; the limit is 128")
+        check_name(consumer, "consumer name")
         return await self._pull(consumer, max_groups, include_own_pending)
 
     async def ack(self, group_ids: Sequence[str]) -> tuple[int, int]:

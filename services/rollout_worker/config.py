@@ -6,7 +6,6 @@ the ``worker`` section of a ``--config`` file (see :mod:`prioreplay.config`).
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import socket
@@ -94,8 +93,3 @@ class WorkerConfig(ClientSettings):
         if any(not s for s in self.stop):
             raise InvalidArgument(f"stop ({self.stop!r}) must hold non-empty strings")
         return self
-
-    @property
-    def log_level_number(self) -> int:
-        """The ``logging`` level number of ``log_level``."""
-        return getattr(logging, self.log_level.upper())

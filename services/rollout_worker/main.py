@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import _thread
 import logging
-import signal
 import threading
 
+from prioreplay.process import on_stop_signal, setup_logging
 from prioreplay.rollout_worker.config import WorkerConfig
 
 log = logging.getLogger("prioreplay.worker")
@@ -48,12 +48,11 @@ def run(config: WorkerConfig) -> int:
         InvalidArgument: bad model, backend or server settings.
         StoreUnavailable: never at start-up; an unreachable server is retried.
     """
-    logging.basicConfig(level=config.log_level_number, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(config.log_level)
     from prioreplay.client import PriorityClient
+    from prioreplay.errors import InvalidArgument
     from prioreplay.rollout_worker.metrics import WorkerMetrics
     from prioreplay.rollout_worker.worker import RolloutWorker
-
-    from prioreplay.errors import InvalidArgument
 
     metrics = WorkerMetrics()
     try:  # before the model loads, so a taken port fails at once
@@ -75,9 +74,7 @@ def run(config: WorkerConfig) -> int:
                     config.grace_s)
         _thread.interrupt_main()
 
-    def _stop(signum, _frame) -> None:
-        if worker.stop_event.is_set():
-            raise KeyboardInterrupt
+    def _stop(signum: int) -> None:
         log.info("signal %d: finishing the current batch (at most %.1f s), then stopping", signum, config.grace_s)
         worker.stop_event.set()
         t = threading.Timer(config.grace_s, _give_up)
@@ -85,9 +82,7 @@ def run(config: WorkerConfig) -> int:
         t.start()
         timer.append(t)
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+    on_stop_signal(_stop)
     try:
         return worker.run()
     except KeyboardInterrupt:

@@ -26,13 +26,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-from prioreplay import models
+from prioreplay import models, rules
+from prioreplay.client import timed_call
 from prioreplay.errors import InvalidArgument, PrioreplayError
-from prioreplay.priority_server import rules
 from prioreplay.rollout_worker.backends.base import GenerationBackend, SamplingParams
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.metrics import WorkerMetrics
-from prioreplay.rollout_worker.verifiers import verify
+from prioreplay.verifiers import verify
 
 log = logging.getLogger("prioreplay.worker")
 T = TypeVar("T")
@@ -103,11 +103,10 @@ class RolloutWorker:
 
     # -- plumbing -------------------------------------------------------------------------------
     def _rpc(self, method: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.metrics.rpc_seconds.labels(method).observe(time.perf_counter() - t0)
+        return timed_call(self._observe_rpc, method, fn, *args, **kwargs)
+
+    def _observe_rpc(self, method: str, seconds: float) -> None:
+        self.metrics.rpc_seconds.labels(method).observe(seconds)
 
     def sampling_params(self) -> SamplingParams:
         """Sampling parameters of the next batch (seed = config.seed + batches done)."""

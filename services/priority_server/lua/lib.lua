@@ -4,7 +4,7 @@
 -- Numbers are IEEE doubles (as in Python); every float written to Redis goes through fmt()
 -- ('%.17g', which round-trips exactly), never through Lua's default '%.14g' conversion.
 -- Statistics value (hash `stats`, field = problem id): "n s1 s2 pool score"
---   pool: 1 heap, 2 solved, 3 unsolved, 4 leased (rules.Pool); score: heap priority, pool
+--   pool: 1 heap, 2 solved, 3 unsolved, 4 leased (rules.Pool, prioreplay/rules.py); score: heap priority, pool
 --   last tested step, or for a leased problem the score it returns with.
 -- Lease record (hash `leases`, field = lease id): "step\tdeadline" then one
 --   "\tmember\tsource\tscore" per problem (ids hold no control characters).
@@ -15,7 +15,8 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
--- rules.XorShift32 (Marsaglia 13, 17, 5) on LuaBitOp's signed 32-bit integers.
+-- Python twin: samplers.XorShift32 (services/priority_server/samplers.py), Marsaglia 13, 17, 5,
+-- here on LuaBitOp's signed 32-bit integers.
 local function xs_new(seed)
   local x = seed % TWO32
   if x == 0 then x = 1 end
@@ -32,12 +33,13 @@ local function xs_next(st)
   return x
 end
 
--- rules.XorShift32.random: next_u32() / 2^32, in [0, 1).
+-- samplers.XorShift32.random: next_u32() / 2^32, in [0, 1).
 local function xs_random(st)
   return xs_next(st) / 4294967296.0
 end
 
--- rules.priority, operation for operation (Fatemi 2026, arXiv 2601.02648: omega = p(1 - p)).
+-- Python twin: rules.priority (prioreplay/rules.py), operation for operation
+-- (Fatemi 2026, arXiv 2601.02648: omega = p(1 - p)).
 local function priority(n, s1, s2, pa, pb)
   local denom = n + pa + pb
   if denom <= 0.0 then return 0.25 end
@@ -60,7 +62,7 @@ local function split_tabs(s)
   return out
 end
 
--- The id inside a sorted-set member (rules.member_id: 8 hex chars of tie-break, then the id).
+-- The id inside a sorted-set member (store.member_id: 8 hex chars of tie-break, then the id).
 local function member_id(member)
   return string.sub(member, 9)
 end

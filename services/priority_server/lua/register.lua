@@ -1,6 +1,6 @@
 -- register.lua: upsert one chunk of problems (store.py docstring, "register").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
--- KEYS[2]  heap         zset   score = priority, member = rules.tie_member
+-- KEYS[2]  heap         zset   score = priority, member = store.tie_member
 -- KEYS[3]  problems     hash   id -> JSON [prompt, answer, verifier, metadata]
 -- ARGV[1]  initial      "n s1 s2 pool score" of a new problem: "0 0 0 1 <priority>"
 -- ARGV[2]  priority     rules.priority(Stats()) as a %.17g string (the heap score)

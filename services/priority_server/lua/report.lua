@@ -1,6 +1,6 @@
 -- report.lua: apply a lease's outcomes (store.py docstring, "report").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
--- KEYS[2]  heap         zset   score = priority, member = rules.tie_member
+-- KEYS[2]  heap         zset   score = priority, member = store.tie_member
 -- KEYS[3]  solved       zset   score = last tested step
 -- KEYS[4]  unsolved     zset   score = last tested step
 -- KEYS[5]  leases       hash   lease id -> lease record
@@ -19,7 +19,7 @@
 -- ARGV[8]  n_outcomes
 -- then 2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
 --   ARGV[9 + 2j]   "member\tkind\tG\tsum r\tsum r^2\tany r < 1\tany r > 0" with kind one of
---                  mixed|all_correct|all_wrong|constant, sums left to right from 0.0 (as %.17g /
+--                  mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
 --                  repr strings), the two flags 0/1
 --   ARGV[10 + 2j]  payload (bytes), queued when the group is mixed
 -- Returns {0, reason} when the lease is not live (late_reports += 1; a due lease is expired);
@@ -72,11 +72,13 @@ for j = 0, n_out - 1 do
   leased[member] = nil
   local id = member_id(member)
   local n, s1, s2 = split_stats(redis.call('HGET', k.stats, id))
-  -- rules.update_stats: n <- lam*n + G, s1 <- lam*s1 + sum r, s2 <- lam*s2 + sum r^2
+  -- Python twin: rules.update_stats (prioreplay/rules.py): n <- lam*n + G, s1 <- lam*s1 + sum r,
+  -- s2 <- lam*s2 + sum r^2 (the sums come from rules.reward_sums)
   n = lam * tonumber(n) + G
   s1 = lam * tonumber(s1) + sr
   s2 = lam * tonumber(s2) + sq
   local prio = priority(n, s1, s2, pa, pb)
+  -- Python twin: rules.destination: all-correct -> solved, all-wrong -> unsolved, else the heap
   local dest, score
   if kind == 'all_correct' then dest, score = 2, step_s
   elseif kind == 'all_wrong' then dest, score = 3, step_s
@@ -85,6 +87,7 @@ for j = 0, n_out - 1 do
   redis.call('ZADD', sets[dest], score, member)
   kinds[kind] = kinds[kind] + 1
   completions = completions + G
+  -- Python twins: rules.is_forgetting / rules.is_breakthrough (flags computed in Python)
   if source == '2' and o[6] == '1' then forgetting = forgetting + 1 end
   if source == '3' and o[7] == '1' then breakthroughs = breakthroughs + 1 end
   if kind == 'mixed' then

@@ -1,7 +1,8 @@
--- sample.lua: lease a batch (store.py docstring, "sample"): expire due leases, take R (retests),
--- H (heap / weighted draw) and F (pool fill), or a uniform draw; record the lease.
+-- sample.lua: lease a batch (store.py docstring, "sample"): expire due leases, run the sampler's
+-- branch (one function per sampler below; Python twins in priority_server/samplers.py), record
+-- the lease.
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
--- KEYS[2]  heap         zset   score = priority, member = rules.tie_member
+-- KEYS[2]  heap         zset   score = priority, member = store.tie_member
 -- KEYS[3]  solved       zset   score = last tested step
 -- KEYS[4]  unsolved     zset   score = last tested step
 -- KEYS[5]  leases       hash   lease id -> lease record
@@ -15,12 +16,12 @@
 -- ARGV[2]  batch_size   B >= 1
 -- ARGV[3]  deadline     now + lease timeout, unix seconds
 -- ARGV[4]  lease_id     random 128-bit hex id
--- ARGV[5]  sampler      heap | weighted | uniform
--- ARGV[6]  quota        rules.retest_quota(B, f) (0 for uniform)
+-- ARGV[5]  sampler      the sampler's branch (samplers.SAMPLERS[name].lua_branch): heap | weighted | uniform
+-- ARGV[6]  quota        samplers.retest_quota(B, f) (0 for a sampler without retests)
 -- ARGV[7]  interval     retest_interval, batches
 -- ARGV[8]  alpha        exponent of the weighted sampler
 -- ARGV[9]  expected_step  the step the caller computed ARGV[10] for; -1: no RNG needed
--- ARGV[10] seed32       rules.step_seed(seed, expected_step + 1)
+-- ARGV[10] seed32       samplers.step_seed(seed, expected_step + 1)
 -- ARGV[11] expire_limit leases expired at most (64)
 -- ARGV[12] tomb_ttl     seconds tombstones are kept
 -- Returns {'STEP', step} when expected_step is stale (nothing changed); otherwise
@@ -33,7 +34,6 @@ local sets = { k.heap, k.solved, k.unsolved }
 local now_s = ARGV[1]
 local now = tonumber(now_s)
 local B = tonumber(ARGV[2])
-local sampler = ARGV[5]
 local quota = tonumber(ARGV[6])
 local interval = tonumber(ARGV[7])
 local alpha = tonumber(ARGV[8])
@@ -44,11 +44,7 @@ if expected >= 0 and expected ~= step then
   return { 'STEP', step }
 end
 
--- 1. expire due leases
-expire_due(k, sets, now_s, tonumber(ARGV[11]))
-trim_tombstones(k, now, tonumber(ARGV[12]))
-
--- 2. step' and the RNG
+-- step' and the RNG
 local step2 = step + 1
 local rng = xs_new(tonumber(ARGV[10]))
 local taken = {}  -- {member, source, score}
@@ -71,7 +67,60 @@ local function take_merged(s, u, want)
   end
 end
 
-if sampler == 'uniform' then
+-- R: up to `quota` retests whose last tested step <= step' - interval (samplers.RetestThenHeap.retests)
+local function take_retests()
+  if quota > 0 then
+    local thr = step2 - interval
+    local s = redis.call('ZRANGEBYSCORE', k.solved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, quota)
+    local u = redis.call('ZRANGEBYSCORE', k.unsolved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, quota)
+    take_merged(s, u, quota)
+  end
+end
+
+-- F: fill from the pools regardless of score (samplers.take_from_pools)
+local function take_fill()
+  local want = B - #taken
+  if want > 0 then
+    local s = redis.call('ZRANGE', k.solved, 0, want - 1, 'WITHSCORES')
+    local u = redis.call('ZRANGE', k.unsolved, 0, want - 1, 'WITHSCORES')
+    take_merged(s, u, want)
+  end
+end
+
+-- R, then H = take_heap(B - |R|), then F (samplers.RetestThenHeap.sample)
+local function retests_then_heap(take_heap)
+  take_retests()
+  local want = B - #taken
+  if want > 0 then take_heap(want) end
+  take_fill()
+end
+
+-- H of `heap`: the top of the heap (samplers.HeapSampler)
+local function heap_top(want)
+  local top = redis.call('ZREVRANGE', k.heap, 0, want - 1, 'WITHSCORES')
+  for i = 1, #top, 2 do take(top[i], 1, top[i + 1]) end
+end
+
+-- H of `weighted`: rank uniform, accepted with (priority / 0.25)^alpha, 8 tries, else the top
+-- (samplers.WeightedSampler)
+local function heap_weighted(want)
+  for _ = 1, want do
+    local size = redis.call('ZCARD', k.heap)
+    if size == 0 then break end
+    local chosen = nil
+    for _ = 1, 8 do
+      local rank = math.min(math.floor(xs_random(rng) * size), size - 1)
+      local e = redis.call('ZREVRANGE', k.heap, rank, rank, 'WITHSCORES')
+      local u2 = xs_random(rng)
+      if u2 < (tonumber(e[2]) / 0.25) ^ alpha then chosen = e; break end
+    end
+    if chosen == nil then chosen = redis.call('ZREVRANGE', k.heap, 0, 0, 'WITHSCORES') end
+    take(chosen[1], 1, chosen[2])
+  end
+end
+
+-- `uniform`: idx uniform over [heap in heap order, solved, unsolved] (samplers.UniformSampler)
+local function sample_uniform()
   for _ = 1, B do
     local nh = redis.call('ZCARD', k.heap)
     local ns = redis.call('ZCARD', k.solved)
@@ -88,44 +137,25 @@ if sampler == 'uniform' then
       e = redis.call('ZRANGE', k.unsolved, idx - nh - ns, idx - nh - ns, 'WITHSCORES'); take(e[1], 3, e[2])
     end
   end
-else
-  -- R: retests whose last tested step <= step' - interval
-  if quota > 0 then
-    local thr = step2 - interval
-    local s = redis.call('ZRANGEBYSCORE', k.solved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, quota)
-    local u = redis.call('ZRANGEBYSCORE', k.unsolved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, quota)
-    take_merged(s, u, quota)
-  end
-  -- H: from the heap
-  local want = B - #taken
-  if want > 0 then
-    if sampler == 'heap' then
-      local top = redis.call('ZREVRANGE', k.heap, 0, want - 1, 'WITHSCORES')
-      for i = 1, #top, 2 do take(top[i], 1, top[i + 1]) end
-    else
-      for _ = 1, want do
-        local size = redis.call('ZCARD', k.heap)
-        if size == 0 then break end
-        local chosen = nil
-        for _ = 1, 8 do
-          local rank = math.min(math.floor(xs_random(rng) * size), size - 1)
-          local e = redis.call('ZREVRANGE', k.heap, rank, rank, 'WITHSCORES')
-          local u2 = xs_random(rng)
-          if u2 < (tonumber(e[2]) / 0.25) ^ alpha then chosen = e; break end
-        end
-        if chosen == nil then chosen = redis.call('ZREVRANGE', k.heap, 0, 0, 'WITHSCORES') end
-        take(chosen[1], 1, chosen[2])
-      end
-    end
-  end
-  -- F: fill from the pools regardless of score
-  want = B - #taken
-  if want > 0 then
-    local s = redis.call('ZRANGE', k.solved, 0, want - 1, 'WITHSCORES')
-    local u = redis.call('ZRANGE', k.unsolved, 0, want - 1, 'WITHSCORES')
-    take_merged(s, u, want)
-  end
 end
+
+-- the sampler's branch: one entry per samplers.SAMPLERS row with a lua_branch
+local branches = {
+  heap = function() retests_then_heap(heap_top) end,
+  weighted = function() retests_then_heap(heap_weighted) end,
+  uniform = sample_uniform,
+}
+local branch = branches[ARGV[5]]
+if branch == nil then
+  return redis.error_reply('sample.lua has no branch ' .. tostring(ARGV[5]))  -- before any change
+end
+
+-- 1. expire due leases
+expire_due(k, sets, now_s, tonumber(ARGV[11]))
+trim_tombstones(k, now, tonumber(ARGV[12]))
+
+-- 2.-3. the sampler takes the batch (R, H, F or a uniform draw)
+branch()
 
 local earliest = redis.call('ZRANGE', k.deadlines, 0, 0, 'WITHSCORES')
 local earliest_s = earliest[2] or ''

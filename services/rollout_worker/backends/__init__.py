@@ -1,1 +1,1 @@
-"""Generation backends behind one interface (transformers; vLLM as the optional ``gpu`` extra)."""
+"""Imports as prioreplay.rollout_worker.backends: the generation backends (transformers, vLLM)."""

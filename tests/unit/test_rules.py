@@ -1,21 +1,20 @@
-"""Unit tests of the pure priority rules (services/priority_server/rules.py).
+"""Unit tests of the pure group rules (prioreplay/rules.py).
 
 Expected values are computed by hand (fractions in the comments) or by an independent
-implementation in the test (numpy uint32 arithmetic for xorshift32, ``statistics.pvariance``).
+implementation in the test (``statistics.pvariance``).
 """
 
 from __future__ import annotations
 
 import statistics
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server import rules
-from prioreplay.priority_server.rules import GroupKind, Pool, PriorityParams, Stats
+from prioreplay import rules
+from prioreplay.rules import GroupKind, Pool, PriorityParams, Stats
 
 NO_PRIOR = PriorityParams()
 
@@ -148,94 +147,3 @@ def test_classify_and_destination(rewards, kind, pool):
 def test_forgetting_and_breakthrough_need_a_pool_source(source, rewards, forgetting, breakthrough):
     assert rules.is_forgetting(source, rewards) is forgetting
     assert rules.is_breakthrough(source, rewards) is breakthrough
-
-
-# -- tie-break keys ------------------------------------------------------------------------------
-IDS = [f"p{i:04d}" for i in range(1000)]
-
-
-def _rank_correlation(order: list[str]) -> float:
-    ranks = np.array([IDS.index(i) for i in order], dtype=float)
-    return float(np.corrcoef(ranks, np.arange(len(order), dtype=float))[0, 1])
-
-
-def test_tie_member_is_a_seeded_prefix_plus_the_id():
-    m = rules.tie_member("p0042", 7)
-    assert len(m) == rules.TIE_HEX_CHARS + len("p0042")
-    assert all(c in "0123456789abcdef" for c in m[: rules.TIE_HEX_CHARS])
-    assert rules.member_id(m) == "p0042"
-    assert rules.tie_member("p0042", 7) == m  # deterministic
-    assert rules.tie_member("p0042", 8) != m
-
-
-def test_tie_order_does_not_follow_dataset_order_and_depends_on_the_seed():
-    heap_order = {}
-    for seed in (0, 1):
-        heap_order[seed] = sorted(IDS, key=lambda i: rules.tie_member(i, seed), reverse=True)
-        assert heap_order[seed][:32] != IDS[:32]
-        # a random permutation of 1000: |rank correlation| has standard deviation ≈ 0.03
-        assert abs(_rank_correlation(heap_order[seed])) < 0.15
-    assert heap_order[0] != heap_order[1]
-    assert len(set(heap_order[0][:100]) & set(heap_order[1][:100])) < 50
-
-
-# -- batch arithmetic ------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "batch, fraction, quota",
-    [(10, 0.0, 0), (10, 0.1, 1), (5, 0.1, 1), (256, 0.1, 25), (4, 1.0, 4), (100, 0.25, 25), (7, 0.5, 3)],
-)
-def test_retest_quota_is_floor_but_at_least_one(batch, fraction, quota):
-    assert rules.retest_quota(batch, fraction) == quota
-
-
-def test_histogram_edges_are_equal_buckets_over_zero_to_quarter():
-    assert rules.histogram_edges(4) == [0.0, 0.0625, 0.125, 0.1875, 0.25]
-    edges = rules.histogram_edges(10)
-    assert len(edges) == 11 and edges[0] == 0.0 and edges[-1] == 0.25
-    assert np.allclose(np.diff(edges), 0.025)
-
-
-def test_step_seed_is_32_bit_nonzero_and_changes_with_seed_and_step():
-    seeds = {rules.step_seed(s, t) for s in range(3) for t in range(1, 50)}
-    assert len(seeds) == 3 * 49
-    assert all(0 < x < 2**32 for x in seeds)
-    assert rules.step_seed(5, 9) == rules.step_seed(5, 9)
-
-
-# -- xorshift32 ------------------------------------------------------------------------------------
-def _xorshift32_numpy(seed: int, n: int) -> list[int]:
-    """Marsaglia (2003), "Xorshift RNGs", J. Stat. Softw. 8(14): y ^= y<<13; y ^= y>>17; y ^= y<<5
-    on 32-bit unsigned integers (numpy uint32 wraps modulo 2³²)."""
-    y = np.uint32(seed)
-    out = []
-    with np.errstate(over="ignore"):
-        for _ in range(n):
-            y ^= np.uint32(y << np.uint32(13))
-            y ^= np.uint32(y >> np.uint32(17))
-            y ^= np.uint32(y << np.uint32(5))
-            out.append(int(y))
-    return out
-
-
-@pytest.mark.parametrize("seed", [1, 2463534242, 0xDEADBEEF, 123456789, rules.step_seed(0, 1)])
-def test_xorshift32_matches_an_independent_implementation(seed):
-    rng = rules.XorShift32(seed)
-    assert [rng.next_u32() for _ in range(20)] == _xorshift32_numpy(seed, 20)
-
-
-def test_xorshift32_known_first_outputs():
-    # seed 1 by hand: 1 ^ (1<<13) = 8193; 8193 >> 17 = 0; 8193 ^ (8193<<5) = 8193 ^ 262176 = 270369
-    assert rules.XorShift32(1).next_u32() == 270369
-    # Marsaglia's paper seeds y = 2463534242; its first output is 723471715
-    assert rules.XorShift32(2463534242).next_u32() == 723471715
-
-
-def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
-    rng = rules.XorShift32(0)  # 0 is a fixed point of xorshift; the RNG maps it to 1
-    assert rng.next_u32() == 270369
-    rng = rules.XorShift32(99)
-    expected = _xorshift32_numpy(99, 1000)
-    draws = [rng.random() for _ in range(1000)]
-    assert draws == [x / 2**32 for x in expected]
-    assert all(0.0 <= d < 1.0 for d in draws)
-    assert 0.4 < sum(draws) / len(draws) < 0.6

@@ -1,18 +1,36 @@
-"""The priority rules: pure functions of a problem's statistics and of a group's rewards.
-
-Everything here is deterministic and free of I/O, so the in-process store, the Redis store's Lua
-scripts (which mirror these formulas operation for operation, in IEEE double arithmetic) and the
-tests agree bit for bit.
+"""The group rules of the method: pure functions of a group's rewards and a problem's statistics.
 
 Source: Fatemi, "Prioritized Replay for RL Post-training", arXiv 2601.02648. For a group of G
 binary rewards with success rate p, the GRPO advantages A_i = r_i − p have mean square
-ω = p(1 − p) (the paper's priority); groups with p ∈ {0, 1} carry no gradient.
+ω = p(1 − p) (the paper's priority); groups with p ∈ {0, 1} carry no gradient and move the
+problem to the solved / unsolved pool.
+
+Every role uses these rules (the priority server to place problems, the worker to count group
+kinds, the learner to drop zero-variance groups), so they live here, free of I/O, deterministic,
+and importable without grpc or torch.
+
+The Redis store's Lua scripts mirror some of them operation for operation, in IEEE double
+arithmetic, so both stores agree bit for bit (the differential test checks it). Change a rule
+here and its twin together:
+
+=========================  =========================================================================
+Python                     Lua twin (``services/priority_server/lua/``)
+=========================  =========================================================================
+:func:`priority`           ``lib.lua``: ``local function priority``
+:func:`update_stats`       ``report.lua``: the three ``n = lam * tonumber(n) + G`` lines (the sums
+                           themselves come from :func:`reward_sums`, computed in Python)
+:func:`destination`        ``report.lua``: ``if kind == 'all_correct' then dest, score = 2 ...``
+:func:`is_forgetting`,     ``report.lua``: ``if source == '2' and o[6] == '1'`` / ``source == '3'``
+:func:`is_breakthrough`    (the flags come from these functions, computed in Python)
+:class:`Pool`              the numbers 1–4 in ``lib.lua`` and ``report.lua``
+=========================  =========================================================================
+
+:func:`classify` runs in Python only (the Redis store passes its result to the script).
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -21,9 +39,6 @@ from prioreplay.errors import InvalidArgument
 
 #: Priority of a problem never tested: the largest possible variance of a reward in [0, 1].
 MAX_PRIORITY = 0.25
-
-#: Bytes of the seeded tie-break prefix in sorted-set members (8 hex characters).
-TIE_HEX_CHARS = 8
 
 
 class Pool(enum.IntEnum):
@@ -96,11 +111,24 @@ def validate_rewards(rewards: Sequence[float], where: str = "rewards") -> None:
             raise InvalidArgument(f"{where}[{i}] = {r!r}: rewards must be finite numbers in [0, 1]")
 
 
+def reward_sums(rewards: Sequence[float]) -> tuple[float, float]:
+    """(Σ r_i, Σ r_i²) of a group, each summed left to right from 0.0 in doubles.
+
+    The one summation order every store uses (the statistics, the ``reward_sum`` counter and the
+    Redis store's script arguments), so both stores agree bit for bit.
+    """
+    sr = 0.0
+    sq = 0.0
+    for r in rewards:
+        sr = sr + r
+        sq = sq + r * r
+    return sr, sq
+
+
 def update_stats(stats: Stats, rewards: Sequence[float], params: PriorityParams) -> Stats:
     """Fold one group's rewards into the decayed sums.
 
-    n ← λ·n + G,  s1 ← λ·s1 + Σ r_i,  s2 ← λ·s2 + Σ r_i²  (sums taken left to right from 0.0,
-    the order the Lua scripts use).
+    n ← λ·n + G,  s1 ← λ·s1 + Σ r_i,  s2 ← λ·s2 + Σ r_i²  (sums from :func:`reward_sums`).
 
     Args:
         stats: the problem's statistics before the report.
@@ -108,11 +136,7 @@ def update_stats(stats: Stats, rewards: Sequence[float], params: PriorityParams)
         params: λ and the prior.
     """
     lam = params.decay
-    sr = 0.0
-    sq = 0.0
-    for r in rewards:
-        sr = sr + r
-        sq = sq + r * r
+    sr, sq = reward_sums(rewards)
     return Stats(n=lam * stats.n + len(rewards), s1=lam * stats.s1 + sr, s2=lam * stats.s2 + sq)
 
 
@@ -141,7 +165,11 @@ def priority(stats: Stats, params: PriorityParams) -> float:
 
 
 def classify(rewards: Sequence[float]) -> GroupKind:
-    """The kind of a group: mixed (variance > 0), all-correct, all-wrong, or constant."""
+    """The kind of a non-empty group: mixed (variance > 0), all-correct, all-wrong, or constant.
+
+    Only a MIXED group has a GRPO gradient (the advantages r_i − p are not all zero); a group of
+    one completion is never mixed.
+    """
     first = rewards[0]
     if any(r != first for r in rewards):
         return GroupKind.MIXED
@@ -169,66 +197,3 @@ def is_forgetting(source: Pool, rewards: Sequence[float]) -> bool:
 def is_breakthrough(source: Pool, rewards: Sequence[float]) -> bool:
     """A retest of an unsolved problem in which some completion succeeded (reward > 0)."""
     return source is Pool.UNSOLVED and any(r > 0.0 for r in rewards)
-
-
-def tie_member(problem_id: str, seed: int) -> str:
-    """Sorted-set member of a problem: a seeded 32-bit tie-break key (8 hex chars) + its id.
-
-    Members with equal scores sort by this string (byte order), so ties in priority (e.g. all
-    unseen problems at 0.25) follow a seeded pseudo-random order, never dataset order.
-    """
-    key = seed.to_bytes(8, "big", signed=True)
-    tie = hashlib.blake2b(problem_id.encode("utf-8"), key=key, digest_size=4).hexdigest()
-    return tie + problem_id
-
-
-def member_id(member: str) -> str:
-    """The problem id inside a sorted-set member (inverse of :func:`tie_member`)."""
-    return member[TIE_HEX_CHARS:]
-
-
-def retest_quota(batch_size: int, retest_fraction: float) -> int:
-    """Problems of a batch reserved for pool retests: ⌊f·B⌋, but at least 1 when f > 0.
-
-    The floor of one keeps retests alive for small batches, so no pooled problem starves.
-    """
-    if retest_fraction <= 0.0:
-        return 0
-    return max(1, int(math.floor(batch_size * retest_fraction)))
-
-
-def step_seed(seed: int, step: int) -> int:
-    """The 32-bit non-zero seed of the sampler's RNG at batch ``step`` (restart-safe: derived)."""
-    h = hashlib.blake2b(f"{seed}:{step}".encode(), digest_size=4).digest()
-    return int.from_bytes(h, "big") or 1
-
-
-class XorShift32:
-    """Marsaglia's xorshift32 (13, 17, 5): the sampler's RNG, mirrored exactly in Lua.
-
-    Python's and Redis-Lua's arithmetic agree on it bit for bit (Lua uses the ``bit`` library),
-    so the ``weighted`` and ``uniform`` samplers draw the same problems in both stores.
-    """
-
-    __slots__ = ("x",)
-    _M = 0xFFFFFFFF
-
-    def __init__(self, seed32: int):
-        self.x = (seed32 & self._M) or 1
-
-    def next_u32(self) -> int:
-        x = self.x
-        x ^= (x << 13) & self._M
-        x ^= x >> 17
-        x ^= (x << 5) & self._M
-        self.x = x
-        return x
-
-    def random(self) -> float:
-        """A float in [0, 1): next_u32() / 2³²."""
-        return self.next_u32() / 4294967296.0
-
-
-def histogram_edges(buckets: int) -> list[float]:
-    """``buckets + 1`` equal-width edges over [0, 0.25] (the last bucket includes 0.25)."""
-    return [MAX_PRIORITY * i / buckets for i in range(buckets + 1)]

@@ -1,6 +1,6 @@
 """Verifiers: score one completion against a problem's reference answer with a binary reward.
 
-Three verifiers, named as in ``store.KNOWN_VERIFIERS``:
+Three verifiers, named as in :data:`prioreplay.problems.KNOWN_VERIFIERS`:
 
 ``math``
     math-verify (Hugging Face): the reference and the completion are parsed (LaTeX, ``\\boxed``,
@@ -42,7 +42,7 @@ from typing import Callable
 
 from prioreplay.datasets import last_boxed
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.store import KNOWN_VERIFIERS
+from prioreplay.problems import KNOWN_VERIFIERS
 
 __all__ = ["VerifyResult", "verify", "get_verifier", "known_verifiers", "final_number",
            "normalize_text", "MAX_COMPLETION_CHARS", "DEFAULT_TIMEOUT_S"]
@@ -218,11 +218,11 @@ _SCORERS: dict[str, Callable[..., float]] = {
     "gsm8k": lambda completion, reference, timeout_s=DEFAULT_TIMEOUT_S: _score_gsm8k(completion, reference),
     "exact": lambda completion, reference, timeout_s=DEFAULT_TIMEOUT_S: _score_exact(completion, reference),
 }
-assert tuple(sorted(_SCORERS)) == tuple(sorted(KNOWN_VERIFIERS)), "keep in sync with store.KNOWN_VERIFIERS"
+assert tuple(sorted(_SCORERS)) == tuple(sorted(KNOWN_VERIFIERS)), "keep in sync with problems.KNOWN_VERIFIERS"
 
 
 def known_verifiers() -> tuple[str, ...]:
-    """The verifier names, as in ``store.KNOWN_VERIFIERS``."""
+    """The verifier names, as in ``problems.KNOWN_VERIFIERS``."""
     return tuple(KNOWN_VERIFIERS)
 
 

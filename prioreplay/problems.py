@@ -1,0 +1,76 @@
+"""The problem record every role shares: its fields, the verifier names, and the limits on ids and names.
+
+A dataset loader makes :class:`ProblemRecord` values, the priority server stores and leases them,
+the rollout worker scores completions with the verifier the record names. The checks here are
+the ones the server applies to every registered problem, so a loader can refuse the same input
+early, with the file and line.
+
+This module imports only the standard library and :mod:`prioreplay.errors`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+from prioreplay.errors import InvalidArgument
+
+#: The verifier names a problem may carry (scorers in :mod:`prioreplay.verifiers`).
+KNOWN_VERIFIERS = ("math", "gsm8k", "exact")
+#: The same names as a type, for typed settings (``--verifier``).
+VerifierName = Literal[KNOWN_VERIFIERS]  # type: ignore[valid-type]
+
+#: Longest problem id, bytes of UTF-8.
+MAX_ID_BYTES = 256
+#: Longest worker id, consumer name or run namespace, bytes of UTF-8.
+MAX_NAME_BYTES = 128
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class ProblemRecord:
+    """A registered problem (the proto's ``Problem``).
+
+    Attributes:
+        id: stable, unique within a run; at most :data:`MAX_ID_BYTES` bytes, no control characters.
+        prompt: the user turn the model answers (non-empty).
+        answer: the reference answer the verifier compares against (non-empty).
+        verifier: one of :data:`KNOWN_VERIFIERS`.
+        metadata: free-form string labels (source, difficulty); never used for sampling.
+    """
+
+    id: str
+    prompt: str
+    answer: str
+    verifier: str = "exact"
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+def validate_problem(p: ProblemRecord, index: int, known_verifiers: Sequence[str] = KNOWN_VERIFIERS) -> None:
+    """Raises InvalidArgument naming the problem's index and field when it is unusable.
+
+    Unusable: an empty id, an id over :data:`MAX_ID_BYTES` bytes or with control characters, an
+    empty (whitespace-only) prompt or answer, a verifier not in ``known_verifiers``.
+    """
+    where = f"problem #{index} (id {p.id!r})"
+    if not p.id:
+        raise InvalidArgument(f"problem #{index}: id is empty; give every problem a stable, non-empty id")
+    if len(p.id.encode("utf-8")) > MAX_ID_BYTES:
+        raise InvalidArgument(f"{where}: id is {len(p.id.encode())} bytes; the limit is {MAX_ID_BYTES}")
+    if _CONTROL_CHARS.search(p.id):
+        raise InvalidArgument(f"{where}: id contains control characters")
+    if not p.prompt.strip():
+        raise InvalidArgument(f"{where}: prompt is empty")
+    if not p.answer.strip():
+        raise InvalidArgument(f"{where}: answer is empty; every problem needs a reference answer")
+    if p.verifier not in known_verifiers:
+        raise InvalidArgument(f"{where}: verifier {p.verifier!r} is unknown; use one of {', '.join(known_verifiers)}")
+
+
+def check_name(value: str, what: str) -> None:
+    """Raises InvalidArgument when ``value`` (a worker id, consumer name...) is over :data:`MAX_NAME_BYTES`."""
+    n = len(value.encode("utf-8"))
+    if n > MAX_NAME_BYTES:
+        raise InvalidArgument(f"{what} is {n} bytes; the limit is {MAX_NAME_BYTES}; use a shorter name")

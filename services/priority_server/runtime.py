@@ -1,0 +1,122 @@
+"""What runs beside a priority server: health status, the lease reaper, the /metrics refresh,
+memory-store snapshots, and bounded shutdown steps.
+
+The background tasks (lease reaper, memory-store snapshots, the refresh of ``/metrics`` and of
+the health status from ``store.stats()`` / ``store.healthy()``) live as long as the server and end
+when it stops (:func:`.server.stop_server`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import grpc
+from grpc_health.v1 import health_pb2
+from grpc_health.v1.health import aio as health_aio
+
+from prioreplay.priority_server.config import ServerConfig
+from prioreplay.priority_server.metrics import ServerMetrics
+from prioreplay.priority_server.servicer import SERVICE_NAME
+from prioreplay.priority_server.store import EXPIRE_LIMIT, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerRuntime:
+    """What lives beside a running server: its store, metrics, health servicer and tasks."""
+
+    store: Store
+    config: ServerConfig
+    metrics: ServerMetrics
+    health: health_aio.HealthServicer
+    port: int
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, status)
+
+    async def refresh(self) -> None:
+        """Poll ``store.healthy()`` and ``store.stats()``; update health status and metrics."""
+        try:
+            healthy = bool(await self.store.healthy())
+        except Exception as e:  # noqa: BLE001 - an unreachable store is "not serving"
+            log.warning("store health check failed: %s", e)
+            healthy = False
+        stats = None
+        if healthy:
+            try:
+                stats = await self.store.stats(10)
+            except Exception as e:  # noqa: BLE001
+                log.warning("store stats failed: %s", e)
+                healthy = False
+        self.metrics.update(stats, healthy)
+        await self.set_serving(healthy)
+
+    async def reap(self) -> None:
+        """Expire every overdue lease (in rounds of ``EXPIRE_LIMIT``)."""
+        total = 0
+        while True:
+            n = await self.store.expire_leases(EXPIRE_LIMIT)
+            total += n
+            if n < EXPIRE_LIMIT:
+                break
+        if total:
+            log.info("expired %d overdue lease(s)", total)
+
+    def start_tasks(self, server: grpc.aio.Server) -> None:
+        """Start the reaper, the stats refresh and (when configured) the snapshot task; they are
+        cancelled when ``server`` terminates, or by :meth:`stop_tasks`."""
+        config = self.config
+        self.tasks = [
+            asyncio.create_task(_every(config.reaper_interval_s, self.reap, "lease reaper"), name="prioreplay-reaper"),
+            asyncio.create_task(_every(config.stats_interval_s, self.refresh, "stats refresh"), name="prioreplay-stats"),
+        ]
+        if config.snapshot_interval_s > 0:
+            self.tasks.append(asyncio.create_task(
+                _every(config.snapshot_interval_s, self.store.snapshot, "store snapshot"), name="prioreplay-snapshot"))
+        self.tasks.append(asyncio.create_task(_cancel_on_termination(server, self.tasks[:]), name="prioreplay-supervisor"))
+
+    async def stop_tasks(self) -> None:
+        """Cancel the background tasks and wait (bounded) until they end."""
+        for t in self.tasks:
+            t.cancel()
+        await bounded(asyncio.gather(*self.tasks, return_exceptions=True), SHUTDOWN_STEP_S, "background tasks")
+
+
+async def _every(interval_s: float, fn: Callable[[], Awaitable[None]], what: str) -> None:
+    """Run ``fn`` every ``interval_s`` seconds until cancelled; failures are logged, not fatal."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - keep the loop alive (Redis may come back)
+            log.warning("%s failed: %s", what, e)
+
+
+async def _cancel_on_termination(server: grpc.aio.Server, tasks: list[asyncio.Task]) -> None:
+    try:
+        await server.wait_for_termination()
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+#: Seconds each shutdown step may take beyond its grace period before shutdown goes on without it.
+SHUTDOWN_STEP_S = 10.0
+
+
+async def bounded(awaitable: Awaitable, timeout_s: float | None, what: str) -> None:
+    """Await a shutdown step for at most ``timeout_s`` seconds (None: no bound); a step that
+    overruns is logged and abandoned, so a stuck connection can never keep a process from exiting."""
+    try:
+        await asyncio.wait_for(awaitable, timeout_s)
+    except asyncio.TimeoutError:
+        log.warning("shutdown: %s did not finish within %.0f s; going on without it", what, timeout_s)

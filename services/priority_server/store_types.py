@@ -1,0 +1,125 @@
+"""The values the store interface takes and returns (see the semantics in :mod:`.store`).
+
+Server-side only: the problem record itself, which every role uses, is
+:class:`prioreplay.problems.ProblemRecord`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prioreplay.problems import ProblemRecord
+from prioreplay.rules import Pool, Stats
+
+
+@dataclass(frozen=True)
+class SampledProblem:
+    """One problem of a lease: the problem, its priority when sampled, and where it came from.
+
+    ``group_size`` is the sampler's per-problem G (:class:`~prioreplay.priority_server.samplers.Pick`);
+    None, the worker's own G, for every sampler so far (the response has no field for it yet).
+    """
+
+    problem: ProblemRecord
+    priority: float
+    source: Pool
+    group_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The answer to ``sample``. ``lease_id`` is "" when ``problems`` is empty."""
+
+    lease_id: str
+    deadline: float  # unix seconds
+    problems: list[SampledProblem]
+    policy_version: int
+    weights_uri: str
+    retry_after_s: float
+    step: int
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """One reported group: rewards for the statistics, an opaque payload for the learner.
+
+    Attributes:
+        problem_id: a problem of the lease.
+        rewards: the G rewards in completion order, each in [0, 1].
+        payload: serialized ``TrajectoryGroup`` (without group_id / delivery_count), queued
+            verbatim when the group is mixed.
+    """
+
+    problem_id: str
+    rewards: tuple[float, ...]
+    payload: bytes = b""
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """The answer to ``report``: accepted, or the reason it was not; groups queued / filtered."""
+
+    accepted: bool
+    reason: str = ""
+    groups_queued: int = 0
+    groups_filtered: int = 0
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A trajectory group handed to a learner."""
+
+    group_id: str
+    payload: bytes
+    delivery_count: int
+
+
+@dataclass(frozen=True)
+class ProblemState:
+    """A problem's full state, for tests and debugging."""
+
+    problem: ProblemRecord
+    stats: Stats
+    pool: Pool
+    score: float  # heap: priority; pools: last tested step; leased: the score it returns with
+    priority: float
+
+
+@dataclass
+class StoreStats:
+    """Counts behind ``GetStats`` and the metrics (field meanings as in the proto)."""
+
+    problems: int = 0
+    heap_size: int = 0
+    solved: int = 0
+    unsolved: int = 0
+    leased: int = 0
+    active_leases: int = 0
+    step: int = 0
+    policy_version: int = 0
+    weights_uri: str = ""
+    priority_histogram: list[int] = field(default_factory=list)
+    priority_bucket_edges: list[float] = field(default_factory=list)
+    groups_mixed: int = 0
+    groups_all_correct: int = 0
+    groups_all_wrong: int = 0
+    groups_constant: int = 0
+    forgetting_events: int = 0
+    breakthroughs: int = 0
+    lease_expiries: int = 0
+    queue_depth: int = 0
+    pending_groups: int = 0
+    completions_reported: int = 0
+    reward_sum: float = 0.0
+    late_reports: int = 0
+    groups_acked: int = 0
+
+    @property
+    def groups_total(self) -> int:
+        return self.groups_mixed + self.groups_all_correct + self.groups_all_wrong + self.groups_constant
+
+    @property
+    def effective_group_fraction(self) -> float:
+        """Mixed groups / all groups reported (0.0 before any report)."""
+        total = self.groups_total
+        return self.groups_mixed / total if total else 0.0
