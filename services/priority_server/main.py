@@ -44,7 +44,8 @@ def run(config: ServerConfig) -> int:
 async def _serve(config: ServerConfig) -> int:
     from prioreplay.priority_server.metrics import ServerMetrics
     from prioreplay.priority_server.server import create_server, stop_server
-    from prioreplay.priority_server.stores import create_store, redact_url
+    from prioreplay.priority_server.stores import create_store
+    from prioreplay.redact import redact_url
 
     store = create_store(config.store, config.to_store_config(), namespace=config.namespace,
                          snapshot_path=config.snapshot_path)

@@ -62,8 +62,8 @@ from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Sto
                                               member_id, tie_member)
 from prioreplay.priority_server.store_types import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
                                                     SampledProblem, StoreStats)
-from prioreplay.priority_server.stores import redact_url
 from prioreplay.problems import MAX_NAME_BYTES, ProblemRecord
+from prioreplay.redact import redact_url
 from prioreplay.rules import Pool
 
 #: Problems per register script call.

@@ -9,39 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Callable
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.store import Store, StoreConfig
+from prioreplay.redact import redact_url
 
 REDIS_SCHEMES = ("redis", "rediss")
-_REDACTED = "***"
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for logs and error messages.
-
-    Hides the password of the user-info part (``redis://user:secret@host`` →
-    ``redis://user:***@host``, ``redis://:secret@host`` → ``redis://:***@host``) and the value of a
-    ``password`` query parameter. A string that does not parse as a URL is replaced whole by
-    ``<unparsable URL>`` (it might hold a secret).
-    """
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return "<unparsable URL>"
-    netloc = parts.netloc
-    if password is not None:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        netloc = f"{user}:{_REDACTED}@{hostport}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(k.lower() == "password" for k, _ in pairs):
-            query = urlencode([(k, _REDACTED if k.lower() == "password" else v) for k, v in pairs], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def create_store(spec: str, config: StoreConfig, *, namespace: str = "default", snapshot_path: Path | None = None,

@@ -28,7 +28,7 @@ def build_backend(config: WorkerConfig):
         InvalidArgument: the model cannot be resolved or loaded; vllm is not installed.
     """
     from prioreplay.models import resolve_model
-    from prioreplay.rollout_worker.backends.base import create_backend
+    from prioreplay.rollout_worker.backends import create_backend
 
     model_dir = resolve_model(config.model, config.cache_dir)
     if config.backend == "vllm":

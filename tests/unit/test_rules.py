@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prioreplay.errors import InvalidArgument
 from prioreplay import rules
+from prioreplay.errors import InvalidArgument
 from prioreplay.rules import GroupKind, Pool, PriorityParams, Stats
 
 NO_PRIOR = PriorityParams()

@@ -4,7 +4,8 @@ A backend samples ``n`` completions per prompt and returns, for every completion
 token ids and their *behaviour* log-probabilities: the log-probability of each sampled token under
 the distribution it was actually drawn from (logits / temperature, then top-p), which is what the
 learner's importance ratio needs. Backends: ``transformers`` (CPU/GPU, this package) and ``vllm``
-(GPU, optional extra ``prioreplay[gpu]``). Use :func:`create_backend` to build one by name.
+(GPU, optional extra ``prioreplay[gpu]``). :func:`prioreplay.rollout_worker.backends.create_backend`
+builds one by name.
 """
 
 from __future__ import annotations
@@ -116,6 +117,27 @@ class GenerationBackend(Protocol):
         """
 
 
+class LoadedPolicy:
+    """State every backend keeps: the tokenizer and the version of the loaded weights.
+
+    Backends set ``_tokenizer`` and ``_policy_version`` and get the two read-only properties of
+    :class:`GenerationBackend`.
+    """
+
+    _tokenizer: Any
+    _policy_version: int
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer of the loaded model (pad token set; the files the engine loaded)."""
+        return self._tokenizer
+
+    @property
+    def policy_version(self) -> int:
+        """The policy version whose weights are loaded (0: the initial model)."""
+        return self._policy_version
+
+
 def validate_prompts(prompt_token_ids: list[list[int]], n: int, vocab_size: int) -> None:
     """Check a generate() request.
 
@@ -148,20 +170,3 @@ def weights_path(uri: str) -> Path:
     elif "://" in uri:
         raise InvalidArgument(f"weights uri {uri!r}: only local paths and file:// are supported (use a shared volume)")
     return Path(uri)
-
-
-def create_backend(name: str, model_dir: Path, device: str = "cpu", **kwargs: Any) -> GenerationBackend:
-    """Build the backend ``name`` ("transformers" or "vllm") for the model directory.
-
-    Raises:
-        InvalidArgument: unknown backend name; vllm not installed (for "vllm").
-    """
-    if name == "transformers":
-        from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
-
-        return TransformersBackend(model_dir, device=device, **kwargs)
-    if name == "vllm":
-        from prioreplay.rollout_worker.backends.vllm_backend import VLLMBackend
-
-        return VLLMBackend(model_dir, **kwargs)
-    raise InvalidArgument(f"backend ({name!r}) must be 'transformers' or 'vllm'")

@@ -23,12 +23,8 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopP
 
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.rollout_worker.backends.base import (
-    GeneratedCompletion,
-    SamplingParams,
-    validate_prompts,
-    weights_path,
-)
+from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams,
+                                                    validate_prompts, weights_path)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +90,7 @@ class StopOnStrings(StoppingCriteria):
         return torch.tensor(hit, dtype=torch.bool, device=input_ids.device)
 
 
-class TransformersBackend:
+class TransformersBackend(LoadedPolicy):
     """A :class:`~prioreplay.rollout_worker.backends.base.GenerationBackend` on transformers.
 
     Args:
@@ -123,16 +119,6 @@ class TransformersBackend:
         self.max_batch_sequences = max_batch_sequences
         self._policy_version = int(policy_version)
         self.vocab_size = int(self.model.get_input_embeddings().weight.shape[0])
-
-    @property
-    def tokenizer(self) -> Any:
-        """The model's tokenizer (pad token guaranteed)."""
-        return self._tokenizer
-
-    @property
-    def policy_version(self) -> int:
-        """Version of the loaded weights."""
-        return self._policy_version
 
     # -- weights ------------------------------------------------------------------------------
     def load_weights(self, uri: str, version: int) -> float:

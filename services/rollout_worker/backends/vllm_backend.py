@@ -23,12 +23,8 @@ from typing import Any
 
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.rollout_worker.backends.base import (
-    GeneratedCompletion,
-    SamplingParams,
-    validate_prompts,
-    weights_path,
-)
+from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams,
+                                                    validate_prompts, weights_path)
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +102,7 @@ class WeightReloadExtension:
         return count
 
 
-class VLLMBackend:
+class VLLMBackend(LoadedPolicy):
     """A :class:`~prioreplay.rollout_worker.backends.base.GenerationBackend` on vLLM.
 
     Args:
@@ -135,16 +131,6 @@ class VLLMBackend:
         )
         self._policy_version = int(policy_version)
         self.vocab_size = len(self._tokenizer)
-
-    @property
-    def tokenizer(self) -> Any:
-        """The model's tokenizer (the same files vLLM loaded)."""
-        return self._tokenizer
-
-    @property
-    def policy_version(self) -> int:
-        """Version of the loaded weights."""
-        return self._policy_version
 
     def load_weights(self, uri: str, version: int) -> float:
         """Reload the engine's weights from ``uri`` in place; returns seconds taken.

@@ -10,9 +10,9 @@ from decimal import Decimal
 
 import pytest
 
+from prioreplay import verifiers
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import KNOWN_VERIFIERS
-from prioreplay import verifiers
 from prioreplay.verifiers import VerifyResult, final_number, get_verifier, verify
 
 

@@ -19,6 +19,9 @@ from prioreplay.learner import checkpoint as ckpt
 from prioreplay.learner.config import LearnerConfig
 from prioreplay.v1 import priority_service_pb2 as pb
 
+# training steps and learner processes: tens of seconds; make test-fast leaves them out
+pytestmark = pytest.mark.slow
+
 G = 4  # completions per group
 COMPLETION_TOKENS = 6  # tokens per completion (reduced: fast steps)
 

@@ -18,6 +18,9 @@ from prioreplay.rollout_worker.backends.base import GeneratedCompletion, Generat
 from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
 from prioreplay.testing import make_tiny_model
 
+# generation with a model per test: tens of seconds; make test-fast leaves them out
+pytestmark = pytest.mark.slow
+
 PROMPTS = ["What is 2+3?", "Compute 17 * 4.", "Hi"]
 
 
@@ -184,12 +187,13 @@ def test_vllm_backend_says_how_to_install_vllm(dirs, monkeypatch):
     import importlib.util
     import sys
 
-    from prioreplay.rollout_worker.backends import base, vllm_backend  # importing it must not need vllm
+    from prioreplay.rollout_worker import backends
+    from prioreplay.rollout_worker.backends import vllm_backend  # importing it must not need vllm
 
     assert "vllm" not in sys.modules or importlib.util.find_spec("vllm") is not None
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(InvalidArgument, match=r"pip install 'prioreplay\[gpu\]'"):
-            base.create_backend("vllm", dirs[0])
+            backends.create_backend("vllm", dirs[0])
     assert vllm_backend.checkpoint_signature(dirs[0])["model.norm.weight"] == ([64], "F32")
     with pytest.raises(InvalidArgument, match="backend"):
-        base.create_backend("onnx", dirs[0])
+        backends.create_backend("onnx", dirs[0])

@@ -12,6 +12,9 @@ from prioreplay import models
 from prioreplay.errors import InvalidArgument
 from prioreplay.testing import make_tiny_model
 
+# builds and runs small models: make test-fast leaves it out
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):

@@ -23,10 +23,11 @@ from pydantic import SecretStr
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import ResourceExhausted, StoreUnavailable, Unauthenticated
-from prioreplay.priority_server import redis_store, stores
+from prioreplay.priority_server import stores
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.redact import hide_passwords, redact_url
 from prioreplay.v1 import priority_service_pb2 as pb
 from tests.conftest import REPO, ServerProcess, free_port
 
@@ -48,6 +49,7 @@ def _scrape(port: int) -> str:
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow  # starts server processes
 def test_token_prompts_and_ids_stay_out_of_logs_and_metrics():
     metrics_port = free_port()
     srv = ServerProcess("--log-level", "DEBUG", "--stats-interval-s", "0.2", metrics_port=metrics_port,
@@ -86,7 +88,7 @@ def test_token_prompts_and_ids_stay_out_of_logs_and_metrics():
     f"redis://127.0.0.1:1/0?password={PASSWORD}",
 ])
 def test_redact_url_hides_the_password_in_both_helpers(url):
-    for redact in (stores.redact_url, redis_store.redact_url):
+    for redact in (redact_url, hide_passwords):
         shown = redact(url)
         assert PASSWORD not in shown and "127.0.0.1:1" in shown, (redact.__module__, shown)
 
@@ -105,6 +107,7 @@ async def test_unreachable_redis_error_hides_the_password():
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow  # starts server processes
 def test_server_process_with_unreachable_redis_hides_the_password():
     dead = free_port()
     metrics_port = free_port()
@@ -131,6 +134,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # starts server processes
 def test_configuration_errors_do_not_echo_secrets(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("file-token\n")

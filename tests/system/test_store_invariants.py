@@ -18,13 +18,14 @@ import random
 import pytest
 
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
-from prioreplay.priority_server.store import histogram_edges, tie_member
 from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.rules import Pool
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store import histogram_edges, tie_member
 from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.priority_server.stores import create_store
 from prioreplay.problems import ProblemRecord
-from prioreplay.priority_server.stores import create_store, redact_url
+from prioreplay.redact import redact_url
+from prioreplay.rules import Pool
 
 REDIS_REDELIVERY_S = 0.2
 

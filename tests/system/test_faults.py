@@ -29,13 +29,16 @@ from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.rules import Pool
-from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.priority_server.stores import create_store
+from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.rules import Pool
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from tests.conftest import REPO, ServerProcess, free_port, start_redis_server
+
+# real processes killed and restarted: minutes; make test-fast leaves them out
+pytestmark = pytest.mark.slow
 
 G = 4  # completions per group
 

@@ -25,9 +25,13 @@ from prioreplay.problems import ProblemRecord
 from prioreplay.rollout_worker import worker as worker_mod
 from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
 from prioreplay.rollout_worker.config import WorkerConfig
-from prioreplay.verifiers import VerifyResult
 from prioreplay.rollout_worker.worker import RolloutWorker
 from prioreplay.testing import make_tiny_model
+from prioreplay.verifiers import VerifyResult
+from tests.conftest import start_background_server
+
+# a model generates against a server, and a worker process: about a minute; make test-fast leaves it out
+pytestmark = pytest.mark.slow
 
 B, G = 3, 4
 PROBLEMS = [ProblemRecord(id=f"p{i}", prompt=f"Compute {i} + {i}.", answer=str(2 * i), verifier="gsm8k") for i in range(6)]
@@ -41,11 +45,7 @@ def dirs(tmp_path_factory):
 
 @pytest.fixture(params=["memory", "redis"])
 def server(request, redis_url, namespace):
-    from prioreplay.priority_server.testing import BackgroundServer
-    from prioreplay.priority_server.stores import create_store
-
-    spec = "memory" if request.param == "memory" else redis_url
-    srv = BackgroundServer(lambda: create_store(spec, StoreConfig(seed=1), namespace=namespace)).start()
+    srv = start_background_server(request.param, redis_url, namespace, store_config=StoreConfig(seed=1))
     yield srv
     srv.stop()
 

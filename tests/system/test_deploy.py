@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 PROMETHEUS_FILE = REPO / "deploy" / "prometheus" / "prometheus.yml"
 DATASOURCES_FILE = REPO / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"

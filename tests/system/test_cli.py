@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from prioreplay import cli
-from prioreplay.priority_server.config import ServerConfig, StatsConfig
 from prioreplay.priority_server.admin import run_stats
+from prioreplay.priority_server.config import ServerConfig, StatsConfig
 from prioreplay.priority_server.stores import create_store
 from tests.conftest import REPO, free_port
 
@@ -75,6 +75,45 @@ def test_help_does_not_import_heavy_modules():
     assert r.returncode == 0, r.stderr
     assert "usage: prioreplay server" in r.stdout
     assert r.stdout.strip().splitlines()[-1] == "HEAVY="  # no heavy module was imported
+
+
+#: What only the worker, learner, GPU and demo extras install: the base install must not need them.
+MODEL_STACK = ("torch", "transformers", "safetensors", "accelerate", "gguf", "math_verify", "matplotlib", "vllm", "peft")
+
+
+def test_server_load_and_stats_need_no_model_stack(tmp_path):
+    """The base install (`pip install prioreplay`) runs the server, `load` and `stats`: their code
+    paths and every server module import nothing of the worker's or learner's model stack."""
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"{i}+1?", "answer": str(i + 1)}) + "\n"
+                            for i in range(4)), encoding="utf-8")
+    code = f"""
+import importlib, io, pkgutil, sys
+import prioreplay.priority_server as ps
+from prioreplay import cli
+for name in ("server", "load", "stats"):
+    try:
+        cli.main([name, "--help"])
+    except SystemExit:
+        pass
+for m in pkgutil.walk_packages(ps.__path__, "prioreplay.priority_server."):
+    importlib.import_module(m.name)
+from prioreplay.priority_server.admin import run_load, run_stats
+from prioreplay.priority_server.config import LoadConfig, ServerConfig, StatsConfig
+from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.stores import create_store
+from prioreplay.priority_server.testing import BackgroundServer
+with BackgroundServer(lambda: create_store("memory", StoreConfig()), ServerConfig(metrics_port=0)) as srv:
+    for source in ({str(data)!r}, "arithmetic:5"):
+        assert run_load(LoadConfig(source=source, server=srv.address)) == 0
+    out = io.StringIO()
+    assert run_stats(StatsConfig(server=srv.address, as_json=True), out=out) == 0
+    assert '"problems": 9' in out.getvalue(), out.getvalue()
+print("LOADED=" + ",".join(m for m in {MODEL_STACK!r} if m in sys.modules))
+"""
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120, env=_env(), cwd=REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "LOADED=", r.stdout  # none of the model stack was imported
 
 
 @pytest.mark.parametrize("argv,field", [
@@ -159,6 +198,7 @@ def _stats_json(address: str) -> dict:
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow  # starts server processes
 def test_server_load_stats_processes(tmp_path):
     secret_prompt = "Zorblax has 3 apples and eats none; how many apples?"
     good = tmp_path / "problems.jsonl"

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.rules import Pool
-from prioreplay.priority_server.testing import BackgroundServer
-from prioreplay.priority_server.stores import create_store
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
+from tests.conftest import start_background_server
 
-pytestmark = pytest.mark.timeout(300)
+# hypothesis drives hundreds of messages through every RPC: make test-fast leaves it out
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 DOCUMENTED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
               grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -43,9 +43,8 @@ def srv(request, redis_url):
 
     cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, max_message_mb=1, max_batch_size=16,
                        max_lease_timeout_s=3600, reaper_interval_s=0.2, stats_interval_s=0.5)
-    spec = "memory" if request.param == "memory" else redis_url
     ns = f"fuzz-{uuid.uuid4().hex[:10]}"
-    s = BackgroundServer(lambda: create_store(spec, cfg.to_store_config(), namespace=ns), cfg).start()
+    s = start_background_server(request.param, redis_url, ns, cfg)
     try:
         with grpc.insecure_channel(s.address) as ch:
             stub = pb_grpc.PriorityServiceStub(ch)

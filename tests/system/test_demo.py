@@ -16,6 +16,9 @@ import pytest
 
 from prioreplay.testing import make_tiny_model
 
+# each test runs the whole demo (or its processes): minutes; make test-fast leaves them out
+pytestmark = pytest.mark.slow
+
 
 def _run_demo(tmp_path, *extra: str) -> dict:
     model = make_tiny_model(tmp_path / "tiny", seed=0)

@@ -16,13 +16,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from prioreplay import rules
 from prioreplay.client import PriorityClient, problem_to_proto
 from prioreplay.config import ClientSettings
 from prioreplay.datasets import iter_problems
-from prioreplay import rules
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.priority_server.stores import create_store
+from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.v1 import priority_service_pb2 as pb
 
 G = 4  # group size: small, still gives mixed / all-correct / all-wrong groups
@@ -30,21 +30,11 @@ BATCH = 256
 ROUNDS = 8  # 8 × 256 > 1,319: every problem is tried, some are retested
 
 
-def _config(**kw) -> ServerConfig:
+def server_config(**kw) -> ServerConfig:
     base = dict(store="memory", metrics_port=0, reaper_interval_s=0.2, stats_interval_s=0.2, snapshot_interval_s=0,
                 seed=7)
     base.update(kw)
     return ServerConfig(**base)
-
-
-@pytest.fixture(params=["memory", "redis"])
-def server(request, redis_url, namespace):
-    """A running server over the memory or the Redis store (fresh namespace), stopped after."""
-    cfg = _config()
-    spec = "memory" if request.param == "memory" else redis_url
-    srv = BackgroundServer(lambda: create_store(spec, cfg.to_store_config(), namespace=namespace), cfg).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
@@ -202,7 +192,7 @@ def test_metrics_follow_the_store(server, client):
 
 def test_pull_waits_for_a_group(redis_url, namespace):
     """PullTrajectories with wait_s returns as soon as a group arrives, or empty after wait_s."""
-    cfg = _config()
+    cfg = server_config()
     with BackgroundServer(lambda: create_store("memory", cfg.to_store_config()), cfg) as srv, \
             PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c:
         c.register([pb.Problem(id="a", prompt="1+1", answer="2")])

@@ -16,8 +16,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prioreplay.errors import NotFound
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.priority_server.stores import create_store
+from prioreplay.priority_server.testing import BackgroundServer
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from tests.conftest import free_port
@@ -29,24 +29,15 @@ EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 NAN, INF = math.nan, math.inf
 
 
-def _config() -> ServerConfig:
+def server_config() -> ServerConfig:
     # a 1 MiB message limit and small batch / lease limits make "huge" cheap to send
     return ServerConfig(metrics_port=0, max_message_mb=1, max_batch_size=MAX_BATCH, lease_timeout_s=600,
                         max_lease_timeout_s=3600, reaper_interval_s=0.5, stats_interval_s=0.5, snapshot_interval_s=0)
 
 
-@pytest.fixture(params=["memory", "redis"])
-def srv(request, redis_url, namespace):
-    cfg = _config()
-    spec = "memory" if request.param == "memory" else redis_url
-    s = BackgroundServer(lambda: create_store(spec, cfg.to_store_config(), namespace=namespace), cfg).start()
-    yield s
-    s.stop()
-
-
 @pytest.fixture
-def stub(srv):
-    with grpc.insecure_channel(srv.address) as ch:
+def stub(server):
+    with grpc.insecure_channel(server.address) as ch:
         yield pb_grpc.PriorityServiceStub(ch)
 
 
@@ -170,14 +161,14 @@ def _call(stub, method: str, request):
     return fn(request, timeout=10)
 
 
-def test_bad_requests_are_refused_and_change_nothing(srv, stub):
+def test_bad_requests_are_refused_and_change_nothing(server, stub):
     live, leased = _seed_state(stub)
     other = next(f"p{i}" for i in range(20) if f"p{i}" not in leased)
     cases = _cases(live, leased, other)
     assert len({name for name, *_ in cases}) == len(cases)
     wrong = []
     for name, method, request, code in cases:
-        before = srv.call(srv.store.dump())
+        before = server.call(server.store.dump())
         try:
             _call(stub, method, request)
             wrong.append(f"{name}: accepted, expected {code.name}")
@@ -185,7 +176,7 @@ def test_bad_requests_are_refused_and_change_nothing(srv, stub):
         except grpc.RpcError as e:
             if e.code() != code or not e.details():
                 wrong.append(f"{name}: {e.code().name} {e.details()!r}, expected {code.name}")
-        if srv.call(srv.store.dump()) != before:
+        if server.call(server.store.dump()) != before:
             wrong.append(f"{name}: the store changed")
     assert not wrong, "\n".join(wrong)
     # the live lease is still reportable after all those refusals
@@ -193,10 +184,10 @@ def test_bad_requests_are_refused_and_change_nothing(srv, stub):
     assert stub.ReportOutcomes(pb.ReportOutcomesRequest(lease_id=live.lease_id, outcomes=outs), timeout=10).accepted
 
 
-def test_accepted_oddities_change_only_what_they_should(srv, stub):
+def test_accepted_oddities_change_only_what_they_should(server, stub):
     """Requests the proto answers without an error: no-ops, counted unknowns, idempotent repeats."""
     live, leased = _seed_state(stub)
-    before = srv.call(srv.store.dump())
+    before = server.call(server.store.dump())
 
     # empty stream, empty chunk: nothing registered, total reported
     resp = stub.RegisterProblems(iter([pb.RegisterProblemsRequest()]), timeout=10)
@@ -211,30 +202,30 @@ def test_accepted_oddities_change_only_what_they_should(srv, stub):
     assert (pub.version, pub.weights_uri) == (2, "ckpt/step-2")
     # 0 buckets means 10
     assert len(stub.GetStats(pb.GetStatsRequest(), timeout=10).priority_histogram) == 10
-    assert srv.call(srv.store.dump()) == before
+    assert server.call(server.store.dump()) == before
 
     # an unknown lease: accepted = false, only late_reports moves
     rep = stub.ReportOutcomes(pb.ReportOutcomesRequest(
         lease_id="f" * 32, outcomes=[pb.ProblemOutcome(problem_id=leased[0], completions=_group())]), timeout=10)
     assert (rep.accepted, rep.reason) == (False, "unknown lease")
-    after = srv.call(srv.store.dump())
+    after = server.call(server.store.dump())
     assert after["counters"]["late_reports"] == before["counters"]["late_reports"] + 1
     after["counters"]["late_reports"] -= 1
     assert after == before
 
 
-def test_a_bad_chunk_keeps_the_chunks_before_it(srv, stub):
+def test_a_bad_chunk_keeps_the_chunks_before_it(server, stub):
     chunks = [pb.RegisterProblemsRequest(problems=[_problem(i) for i in range(5)]),
               pb.RegisterProblemsRequest(problems=[_problem(5), _problem(6, prompt="")])]
     with pytest.raises(grpc.RpcError) as e:
         stub.RegisterProblems(iter(chunks), timeout=10)
     assert e.value.code() == INVALID
     assert "problem #6" in e.value.details()  # the index in the whole stream
-    assert set(srv.call(srv.store.dump())["problems"]) == {f"p{i}" for i in range(5)}
+    assert set(server.call(server.store.dump())["problems"]) == {f"p{i}" for i in range(5)}
 
 
 def test_unreachable_redis_answers_unavailable(redis_url, namespace):
-    cfg = _config()
+    cfg = server_config()
     dead = f"redis://127.0.0.1:{free_port()}/0"
     with BackgroundServer(lambda: create_store(dead, cfg.to_store_config(), namespace=namespace), cfg) as s, \
             grpc.insecure_channel(s.address) as ch:
@@ -261,7 +252,7 @@ class _FaultyStore(MemoryStore):
 @pytest.mark.parametrize("error,code", [(NotFound("problem 'x' vanished"), grpc.StatusCode.NOT_FOUND),
                                         (RuntimeError("secret internals"), grpc.StatusCode.INTERNAL)])
 def test_domain_errors_map_to_status_codes(error, code):
-    cfg = _config()
+    cfg = server_config()
     store_cls = type("Faulty", (_FaultyStore,), {"error": error})
     with BackgroundServer(lambda: store_cls(cfg.to_store_config()), cfg) as s, grpc.insecure_channel(s.address) as ch:
         with pytest.raises(grpc.RpcError) as e:

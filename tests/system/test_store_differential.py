@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay import rules
+from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
 from prioreplay.priority_server.store import StoreConfig

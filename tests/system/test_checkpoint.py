@@ -12,6 +12,9 @@ from prioreplay import checkpoints
 from prioreplay.errors import InvalidArgument
 from prioreplay.learner import checkpoint as ckpt
 
+# builds a small model and writes checkpoints of it: make test-fast leaves it out
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
