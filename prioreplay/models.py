@@ -419,14 +419,25 @@ def load_weights(model: Any, directory: str | os.PathLike) -> int:
             or unexpected; a shape or dtype does not match (the message names file, key, shapes).
     """
     import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     directory = Path(directory)
     if not directory.is_dir():
         raise InvalidArgument(f"weights directory {str(directory)!r} does not exist")
+    loaded, origin, where = _read_weight_files(directory)
+    plan = _copy_plan(model, loaded, origin, where)
+    with torch.no_grad():
+        for dst, src in plan:
+            dst.copy_(src.to(device=dst.device, dtype=dst.dtype))
+    return len(plan)
+
+
+def _read_weight_files(directory: Path) -> tuple[dict[str, Any], dict[str, Path], str]:
+    """(tensor by name, file of each tensor, where to name in errors) of a weights directory."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     files = _weight_files(directory)
-    loaded: dict[str, torch.Tensor] = {}
+    loaded: dict[str, Any] = {}
     origin: dict[str, Path] = {}
     for f in files:
         try:
@@ -435,16 +446,23 @@ def load_weights(model: Any, directory: str | os.PathLike) -> int:
             raise InvalidArgument(f"weights file {str(f)!r} is not a readable safetensors file: {e}") from e
         loaded.update(part)
         origin.update(dict.fromkeys(part, f))
+    return loaded, origin, str(files[0]) if len(files) == 1 else str(directory)
 
+
+def _copy_plan(model: Any, loaded: dict[str, Any], origin: dict[str, Path], where: str) -> list[tuple[Any, Any]]:
+    """(model tensor, loaded tensor) pairs to copy, after checking names, shapes and dtypes.
+
+    Raises:
+        InvalidArgument: an unexpected or missing tensor, a shape or a dtype that does not fit.
+    """
     expected, aliases = _unique_state_dict(model)
-    where = str(files[0]) if len(files) == 1 else str(directory)
     unexpected = sorted(k for k in loaded if k not in expected and k not in aliases)
     if unexpected:
         raise InvalidArgument(
             f"{where}: {len(unexpected)} tensor(s) the model does not have, e.g. {unexpected[:3]}; "
             "the checkpoint belongs to another architecture"
         )
-    plan: list[tuple[torch.Tensor, torch.Tensor]] = []
+    plan = []
     for name, dst in expected.items():
         src_name = name if name in loaded else next((a for a, k in aliases.items() if k == name and a in loaded), None)
         if src_name is None:
@@ -463,7 +481,4 @@ def load_weights(model: Any, directory: str | os.PathLike) -> int:
                 f"{origin[name]}: tensor {name!r} has shape {tuple(loaded[name].shape)}, the model expects "
                 f"{tuple(expected[kept].shape)}"
             )
-    with torch.no_grad():
-        for dst, src in plan:
-            dst.copy_(src.to(device=dst.device, dtype=dst.dtype))
-    return len(plan)
+    return plan

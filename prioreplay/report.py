@@ -23,7 +23,6 @@ def render(report: dict[str, Any], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     steps = report.get("steps", [])
     xs = [s["step"] for s in steps]
@@ -34,9 +33,20 @@ def render(report: dict[str, Any], path: Path) -> Path:
         f"dataset={cfg.get('dataset')}, G={cfg.get('group_size')}",
         fontsize=12,
     )
+    _priority_panel(fig, axes[0, 0], steps, xs)
+    _pools_panel(axes[0, 1], steps, xs)
+    _groups_panel(axes[1, 0], steps, xs)
+    _accuracy_panel(axes[1, 1], report)
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
-    # -- priority distribution over steps -------------------------------------------------
-    ax = axes[0, 0]
+
+def _priority_panel(fig, ax, steps: list[dict], xs: list[int]) -> None:
+    """The heap's priority distribution per learner step, as a heat map (counts on a log scale)."""
+    import numpy as np
+
     if steps and steps[0].get("priority_histogram"):
         from matplotlib.colors import LogNorm
 
@@ -53,8 +63,9 @@ def render(report: dict[str, Any], path: Path) -> Path:
     ax.set_xlabel("learner step")
     ax.set_ylabel("priority")
 
-    # -- pool sizes -------------------------------------------------------------------------
-    ax = axes[0, 1]
+
+def _pools_panel(ax, steps: list[dict], xs: list[int]) -> None:
+    """How many problems sit in the heap, each pool and leases, per step."""
     for key, label in (("heap", "heap"), ("solved", "solved pool"), ("unsolved", "unsolved pool"), ("leased", "leased")):
         ax.plot(xs, [s.get(key, 0) for s in steps], marker=".", label=label)
     ax.set_title("Where the problems are")
@@ -62,8 +73,9 @@ def render(report: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("problems")
     ax.legend()
 
-    # -- effective-group fraction and reward -----------------------------------------------------
-    ax = axes[1, 0]
+
+def _groups_panel(ax, steps: list[dict], xs: list[int]) -> None:
+    """The effective-group fraction and the mean reward per step window."""
     ax.plot(xs, [s.get("effective_group_fraction_window") for s in steps], marker="o", label="effective-group fraction (mixed groups)")
     ax.plot(xs, [s.get("mean_reward_window") for s in steps], marker="s", label="mean reward of reported completions")
     ax.set_ylim(-0.02, 1.02)
@@ -71,8 +83,9 @@ def render(report: dict[str, Any], path: Path) -> Path:
     ax.set_xlabel("learner step")
     ax.legend()
 
-    # -- held-out accuracy --------------------------------------------------------------------
-    ax = axes[1, 1]
+
+def _accuracy_panel(ax, report: dict[str, Any]) -> None:
+    """Held-out greedy accuracy before and after training; forgetting events and breakthroughs."""
     before, after = report.get("accuracy_before"), report.get("accuracy_after")
     vals = [v if v is not None else 0.0 for v in (before, after)]
     bars = ax.bar(["before", "after"], vals, color=["#999999", "#2a7ab9"])
@@ -82,8 +95,3 @@ def render(report: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"Held-out accuracy ({report.get('eval_size', 0)} problems, greedy)")
     fe, bt = report.get("forgetting_events", 0), report.get("breakthroughs", 0)
     ax.set_xlabel(f"forgetting events: {fe}   breakthroughs: {bt}")
-
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

@@ -89,10 +89,6 @@ def save_checkpoint(root: str | os.PathLike, step: int, model, tokenizer, traine
         InvalidArgument: negative step, keep < 1, or trainer_state not loadable with weights_only.
         OSError: the disk refused a write (the temporary directory is removed).
     """
-    import torch
-
-    from prioreplay.models import save_weights
-
     if step < 0:
         raise InvalidArgument(f"checkpoint step ({step}) must be >= 0")
     if keep is not None and keep < 1:
@@ -102,31 +98,7 @@ def save_checkpoint(root: str | os.PathLike, step: int, model, tokenizer, traine
     tmp = root / f"{_TMP_PREFIX}{step}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        save_weights(model, tokenizer, tmp)
-        torch.save(trainer_state, tmp / TRAINER_STATE)
-        try:
-            torch.load(tmp / TRAINER_STATE, weights_only=True)
-        except Exception as e:  # noqa: BLE001 - any unpickling refusal is the caller's bug
-            raise InvalidArgument(f"trainer_state must hold only tensors and plain containers: {e}") from e
-        files = {}
-        for p in sorted(tmp.rglob("*")):
-            if p.is_file():
-                with open(p, "rb") as f:
-                    os.fsync(f.fileno())
-                files[p.relative_to(tmp).as_posix()] = {"size": p.stat().st_size, "sha256": sha256(p)}
-        manifest = {
-            "format": FORMAT,
-            "step": int(step),
-            "policy_version": int(trainer_state.get("policy_version", step)),
-            "created_unix_s": time.time(),
-            "config": config or {},
-            "files": files,
-        }
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
+        _write_files(tmp, step, model, tokenizer, trainer_state, config)
         final = step_dir(root, step)
         if final.exists():  # an earlier run's step-N (complete or not): replace it
             trash = root / f"{_TMP_PREFIX}{step}-old-{uuid.uuid4().hex[:8]}"
@@ -140,6 +112,40 @@ def save_checkpoint(root: str | os.PathLike, step: int, model, tokenizer, traine
     if keep is not None:
         prune(root, keep)
     return final
+
+
+def _write_files(directory: Path, step: int, model, tokenizer, trainer_state: dict[str, Any],
+                 config: dict[str, Any] | None) -> None:
+    """Weights, trainer state and, last, the manifest into ``directory``, each file fsynced."""
+    import torch
+
+    from prioreplay.models import save_weights
+
+    save_weights(model, tokenizer, directory)
+    torch.save(trainer_state, directory / TRAINER_STATE)
+    try:
+        torch.load(directory / TRAINER_STATE, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling refusal is the caller's bug
+        raise InvalidArgument(f"trainer_state must hold only tensors and plain containers: {e}") from e
+    files = {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+            files[p.relative_to(directory).as_posix()] = {"size": p.stat().st_size, "sha256": sha256(p)}
+    manifest = {
+        "format": FORMAT,
+        "step": int(step),
+        "policy_version": int(trainer_state.get("policy_version", step)),
+        "created_unix_s": time.time(),
+        "config": config or {},
+        "files": files,
+    }
+    with open(directory / MANIFEST, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(directory)
 
 
 def load_trainer_state(path: str | os.PathLike, map_location: str = "cpu") -> dict[str, Any]:
