@@ -394,7 +394,7 @@ class MemoryStore(Store):
 
 class _SamplerView:
     """:class:`~.samplers.SamplerView` over a memory store's heap and pools (heap order is read
-    from the end of the ascending heap list)."""
+    from the end of the ascending heap list, by negative index: SortedList's fast path)."""
 
     __slots__ = ("_heap", "_pools", "_problems")
 
@@ -405,7 +405,7 @@ class _SamplerView:
         return len(self._heap)
 
     def heap_entry(self, rank: int) -> tuple[float, str]:
-        return self._heap[len(self._heap) - 1 - rank]
+        return self._heap[-1 - rank]  # negative: SortedList's fast path near the top
 
     def pool_size(self, pool: Pool) -> int:
         return len(self._pools[pool])
@@ -417,7 +417,7 @@ class _SamplerView:
         return self._problems[member_id(member)].stats
 
     def take_heap(self, rank: int) -> Pick:
-        _, member = self._heap.pop(len(self._heap) - 1 - rank)
+        _, member = self._heap.pop(-1 - rank)
         return Pick(member, Pool.HEAP)
 
     def take_pool(self, pool: Pool, index: int) -> Pick:
