@@ -18,11 +18,13 @@ from prioreplay.redact import hide_passwords
 
 @dataclass(frozen=True)
 class Command:
-    """A subcommand: where its settings model and its entry point live."""
+    """A subcommand: where its settings model and its entry point live, and the install extra it
+    needs beyond the base install ("": none)."""
 
     config: str  # "module:Class"
     run: str  # "module:function"
     help: str
+    extra: str = ""
 
 
 COMMANDS: dict[str, Command] = {
@@ -33,11 +35,11 @@ COMMANDS: dict[str, Command] = {
     "stats": Command("prioreplay.priority_server.config:StatsConfig", "prioreplay.priority_server.admin:run_stats",
                      "print pool sizes, the priority histogram and counters"),
     "worker": Command("prioreplay.rollout_worker.config:WorkerConfig", "prioreplay.rollout_worker.main:run",
-                      "lease problems, generate G completions each, verify, report"),
+                      "lease problems, generate G completions each, verify, report", extra="worker"),
     "learner": Command("prioreplay.learner.config:LearnerConfig", "prioreplay.learner.main:run",
-                       "pull trajectory groups, run GRPO steps, publish policy versions"),
+                       "pull trajectory groups, run GRPO steps, publish policy versions", extra="learner"),
     "demo": Command("prioreplay.demo_config:DemoConfig", "prioreplay.demo:run",
-                    "the whole system on one machine: server, workers, learner, report"),
+                    "the whole system on one machine: server, workers, learner, report", extra="demo"),
 }
 
 
@@ -142,6 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"prioreplay {name}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as e:  # a role command on an install without its extra
+        extra = COMMANDS[name].extra
+        if not extra or not e.name or e.name.partition(".")[0] == "prioreplay":
+            raise
+        print(f"prioreplay {name}: error: this install lacks {e.name!r}, which 'prioreplay {name}' needs; "
+              f"install it with: pip install 'prioreplay[{extra}]'", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -116,6 +116,17 @@ print("LOADED=" + ",".join(m for m in {MODEL_STACK!r} if m in sys.modules))
     assert r.stdout.strip().splitlines()[-1] == "LOADED=", r.stdout  # none of the model stack was imported
 
 
+def test_a_role_command_without_its_extra_says_which_to_install():
+    code = ("import sys\n"
+            "sys.modules['torch'] = None  # as on the base install: import torch fails\n"
+            "from prioreplay import cli\n"
+            "sys.exit(cli.main(['learner', '--metrics-port', '0']))\n")
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, env=_env(), cwd=REPO)
+    assert r.returncode == 2, r.stderr
+    assert "lacks 'torch'" in r.stderr and "pip install 'prioreplay[learner]'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 @pytest.mark.parametrize("argv,field", [
     (["server", "--port", "70000"], "port"),
     (["server", "--sampler", "greedy"], "sampler"),
