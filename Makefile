@@ -24,7 +24,7 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q $(ARGS)
 
-# tests/unit and the system tests not marked slow or soak: under a minute on 2 cores
+# tests/unit and the system tests not marked slow or soak (about 40 s of CPU time; `make test` runs all)
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not soak" $(ARGS)
 
