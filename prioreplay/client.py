@@ -144,14 +144,21 @@ class PriorityClient:
         except grpc.RpcError as e:
             raise map_rpc_error(e, "RegisterProblems") from None
 
-    def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0) -> pb.SampleProblemsResponse:
-        """Lease up to ``batch_size`` problems (see ``SampleProblems`` in the proto)."""
-        req = pb.SampleProblemsRequest(batch_size=batch_size, worker_id=worker_id, lease_timeout_s=lease_timeout_s)
+    def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0,
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED) -> pb.SampleProblemsResponse:
+        """Lease up to ``batch_size`` problems (see ``SampleProblems`` in the proto).
+
+        ``client_source`` is a ``pb.ClientSource`` value: the kind of client, for the server's metrics.
+        """
+        req = pb.SampleProblemsRequest(batch_size=batch_size, worker_id=worker_id, lease_timeout_s=lease_timeout_s,
+                                       client_source=client_source)
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
-    def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "") -> pb.ReportOutcomesResponse:
+    def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED) -> pb.ReportOutcomesResponse:
         """Report a lease's groups. Retrying is safe: a repeated report changes nothing."""
-        req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id)
+        req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id,
+                                       client_source=client_source)
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
 
     def pull(self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner",

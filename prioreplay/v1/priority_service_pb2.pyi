@@ -14,11 +14,24 @@ class Pool(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     POOL_SOLVED: _ClassVar[Pool]
     POOL_UNSOLVED: _ClassVar[Pool]
     POOL_LEASED: _ClassVar[Pool]
+
+class ClientSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLIENT_SOURCE_UNSPECIFIED: _ClassVar[ClientSource]
+    CLIENT_SOURCE_WORKER: _ClassVar[ClientSource]
+    CLIENT_SOURCE_TRL: _ClassVar[ClientSource]
+    CLIENT_SOURCE_VERL: _ClassVar[ClientSource]
+    CLIENT_SOURCE_TORCH: _ClassVar[ClientSource]
 POOL_UNSPECIFIED: Pool
 POOL_HEAP: Pool
 POOL_SOLVED: Pool
 POOL_UNSOLVED: Pool
 POOL_LEASED: Pool
+CLIENT_SOURCE_UNSPECIFIED: ClientSource
+CLIENT_SOURCE_WORKER: ClientSource
+CLIENT_SOURCE_TRL: ClientSource
+CLIENT_SOURCE_VERL: ClientSource
+CLIENT_SOURCE_TORCH: ClientSource
 
 class Problem(_message.Message):
     __slots__ = ("id", "prompt", "answer", "verifier", "metadata")
@@ -58,14 +71,16 @@ class RegisterProblemsResponse(_message.Message):
     def __init__(self, created: _Optional[int] = ..., updated: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
 
 class SampleProblemsRequest(_message.Message):
-    __slots__ = ("batch_size", "worker_id", "lease_timeout_s")
+    __slots__ = ("batch_size", "worker_id", "lease_timeout_s", "client_source")
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
     batch_size: int
     worker_id: str
     lease_timeout_s: float
-    def __init__(self, batch_size: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_timeout_s: _Optional[float] = ...) -> None: ...
+    client_source: ClientSource
+    def __init__(self, batch_size: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_timeout_s: _Optional[float] = ..., client_source: _Optional[_Union[ClientSource, str]] = ...) -> None: ...
 
 class LeasedProblem(_message.Message):
     __slots__ = ("problem", "priority", "source")
@@ -124,14 +139,16 @@ class ProblemOutcome(_message.Message):
     def __init__(self, problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., sampling_temperature: _Optional[float] = ...) -> None: ...
 
 class ReportOutcomesRequest(_message.Message):
-    __slots__ = ("lease_id", "outcomes", "worker_id")
+    __slots__ = ("lease_id", "outcomes", "worker_id", "client_source")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     outcomes: _containers.RepeatedCompositeFieldContainer[ProblemOutcome]
     worker_id: str
-    def __init__(self, lease_id: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ProblemOutcome, _Mapping]]] = ..., worker_id: _Optional[str] = ...) -> None: ...
+    client_source: ClientSource
+    def __init__(self, lease_id: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ProblemOutcome, _Mapping]]] = ..., worker_id: _Optional[str] = ..., client_source: _Optional[_Union[ClientSource, str]] = ...) -> None: ...
 
 class ReportOutcomesResponse(_message.Message):
     __slots__ = ("accepted", "reason", "groups_queued", "groups_filtered")
@@ -222,7 +239,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, histogram_buckets: _Optional[int] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("problems", "heap_size", "solved", "unsolved", "leased", "active_leases", "step", "policy_version", "weights_uri", "priority_histogram", "priority_bucket_edges", "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "effective_group_fraction", "forgetting_events", "breakthroughs", "lease_expiries", "queue_depth", "pending_groups", "completions_reported", "reward_sum", "late_reports", "groups_acked")
+    __slots__ = ("problems", "heap_size", "solved", "unsolved", "leased", "active_leases", "step", "policy_version", "weights_uri", "priority_histogram", "priority_bucket_edges", "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "effective_group_fraction", "forgetting_events", "breakthroughs", "lease_expiries", "queue_depth", "pending_groups", "completions_reported", "reward_sum", "late_reports", "groups_acked", "clients")
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     HEAP_SIZE_FIELD_NUMBER: _ClassVar[int]
     SOLVED_FIELD_NUMBER: _ClassVar[int]
@@ -248,6 +265,7 @@ class GetStatsResponse(_message.Message):
     REWARD_SUM_FIELD_NUMBER: _ClassVar[int]
     LATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_ACKED_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
     problems: int
     heap_size: int
     solved: int
@@ -273,4 +291,25 @@ class GetStatsResponse(_message.Message):
     reward_sum: float
     late_reports: int
     groups_acked: int
-    def __init__(self, problems: _Optional[int] = ..., heap_size: _Optional[int] = ..., solved: _Optional[int] = ..., unsolved: _Optional[int] = ..., leased: _Optional[int] = ..., active_leases: _Optional[int] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., priority_histogram: _Optional[_Iterable[int]] = ..., priority_bucket_edges: _Optional[_Iterable[float]] = ..., groups_mixed: _Optional[int] = ..., groups_all_correct: _Optional[int] = ..., groups_all_wrong: _Optional[int] = ..., groups_constant: _Optional[int] = ..., effective_group_fraction: _Optional[float] = ..., forgetting_events: _Optional[int] = ..., breakthroughs: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., queue_depth: _Optional[int] = ..., pending_groups: _Optional[int] = ..., completions_reported: _Optional[int] = ..., reward_sum: _Optional[float] = ..., late_reports: _Optional[int] = ..., groups_acked: _Optional[int] = ...) -> None: ...
+    clients: _containers.RepeatedCompositeFieldContainer[ClientStats]
+    def __init__(self, problems: _Optional[int] = ..., heap_size: _Optional[int] = ..., solved: _Optional[int] = ..., unsolved: _Optional[int] = ..., leased: _Optional[int] = ..., active_leases: _Optional[int] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., priority_histogram: _Optional[_Iterable[int]] = ..., priority_bucket_edges: _Optional[_Iterable[float]] = ..., groups_mixed: _Optional[int] = ..., groups_all_correct: _Optional[int] = ..., groups_all_wrong: _Optional[int] = ..., groups_constant: _Optional[int] = ..., effective_group_fraction: _Optional[float] = ..., forgetting_events: _Optional[int] = ..., breakthroughs: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., queue_depth: _Optional[int] = ..., pending_groups: _Optional[int] = ..., completions_reported: _Optional[int] = ..., reward_sum: _Optional[float] = ..., late_reports: _Optional[int] = ..., groups_acked: _Optional[int] = ..., clients: _Optional[_Iterable[_Union[ClientStats, _Mapping]]] = ...) -> None: ...
+
+class ClientStats(_message.Message):
+    __slots__ = ("source", "leases", "problems_sampled", "groups", "groups_mixed", "completions", "reward_sum", "late_reports")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_MIXED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_SUM_FIELD_NUMBER: _ClassVar[int]
+    LATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    source: ClientSource
+    leases: int
+    problems_sampled: int
+    groups: int
+    groups_mixed: int
+    completions: int
+    reward_sum: float
+    late_reports: int
+    def __init__(self, source: _Optional[_Union[ClientSource, str]] = ..., leases: _Optional[int] = ..., problems_sampled: _Optional[int] = ..., groups: _Optional[int] = ..., groups_mixed: _Optional[int] = ..., completions: _Optional[int] = ..., reward_sum: _Optional[float] = ..., late_reports: _Optional[int] = ...) -> None: ...

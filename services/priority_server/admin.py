@@ -88,14 +88,34 @@ def run_load(config: LoadConfig) -> int:
 
 # -- stats ----------------------------------------------------------------------------------
 def stats_dict(resp) -> dict:
-    """A GetStats response as a plain dict (every field, lists as lists) plus ``mean_reward``."""
+    """A GetStats response as a plain dict (every field, lists as lists) plus ``mean_reward``.
+
+    ``clients`` becomes a list of dicts whose ``source`` is the label (``worker``, ``trl``, ...).
+    """
+    from prioreplay.priority_server.clients import LABELS, normalize
+
     out: dict = {}
     for f in resp.DESCRIPTOR.fields:
         v = getattr(resp, f.name)
         out[f.name] = list(v) if f.is_repeated else v
+    out["clients"] = [{f.name: (LABELS[normalize(c.source)] if f.name == "source" else getattr(c, f.name))
+                       for f in c.DESCRIPTOR.fields} for c in resp.clients]
     n = resp.completions_reported
     out["mean_reward"] = resp.reward_sum / n if n else 0.0
     return out
+
+
+def _format_clients(clients: list[dict]) -> list[str]:
+    """The per-client lines of ``prioreplay stats`` (empty when no client has sampled or reported)."""
+    if not clients:
+        return []
+    lines = ["", "clients (since this server process started):"]
+    for c in clients:
+        mean = c["reward_sum"] / c["completions"] if c["completions"] else 0.0
+        lines.append(f"  {c['source']:<12} leases {c['leases']}, problems {c['problems_sampled']}, groups {c['groups']} "
+                     f"(mixed {c['groups_mixed']}), completions {c['completions']}, mean reward {mean:.3f}, "
+                     f"late reports {c['late_reports']}")
+    return lines
 
 
 def format_stats(d: dict, width: int = BAR_WIDTH) -> str:
@@ -128,6 +148,7 @@ def format_stats(d: dict, width: int = BAR_WIDTH) -> str:
         f"lease expiries {d['lease_expiries']}, late reports {d['late_reports']}",
         f"trajectory queue depth {d['queue_depth']}, pending {d['pending_groups']}, acked {d['groups_acked']}",
     ]
+    lines += _format_clients(d.get("clients", []))
     return "\n".join(lines)
 
 

@@ -10,8 +10,10 @@ Two kinds (names as in ``docs/INTERFACES.md``):
   the step, the policy version, the trajectory queue and the counters that live in the store
   (groups by kind, forgetting events, breakthroughs, lease expiries, late reports). Because
   they come from the store they survive restarts and agree across server replicas.
+* Traffic per kind of client, ``prioreplay_client_*{source}`` (see ``clients.py``): counted by
+  this process since it started.
 
-Labels are method names, status codes, pools, group kinds and bucket edges only: no problem id,
+Labels are method names, status codes, pools, group kinds, client kinds and bucket edges only: no problem id,
 prompt text, token, URL or worker id ever reaches ``/metrics``.
 """
 
@@ -23,6 +25,8 @@ from typing import TYPE_CHECKING, Iterator
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from prioreplay.priority_server.clients import ClientTally, ClientTallyCollector
 
 if TYPE_CHECKING:  # pragma: no cover
     from prioreplay.priority_server.store import StoreStats
@@ -112,6 +116,8 @@ class ServerMetrics:
                                           buckets=PRIORITY_BUCKETS, registry=self.registry)
         self.store_stats = StoreStatsCollector()
         self.registry.register(self.store_stats)
+        self.clients = ClientTally()
+        self.registry.register(ClientTallyCollector(self.clients))
 
     def observe_rpc(self, method: str, seconds: float, code: str) -> None:
         """Record one RPC: its latency (seconds) and, when ``code`` is not "OK", an error."""

@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 from prioreplay import rules
 from prioreplay.client import problem_to_proto
 from prioreplay.errors import InvalidArgument, PrioreplayError, StoreUnavailable
+from prioreplay.priority_server.clients import ClientTally
 from prioreplay.priority_server.store import Store
 from prioreplay.priority_server.store_types import GroupOutcome, Lease
 from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, logprobs_all_valid
@@ -153,7 +154,8 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
 
     Args:
         store: the problem statistics, leases and trajectory queue.
-        metrics: optional; receives the priorities of served problems.
+        metrics: optional; receives the priorities of served problems and the traffic per kind of
+            client (without metrics the servicer keeps its own :class:`ClientTally` for GetStats).
 
     Every RPC ends with the status code of the :mod:`prioreplay.errors` class it raised
     (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE) and the
@@ -163,6 +165,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     def __init__(self, store: Store, metrics: "ServerMetrics | None" = None):
         self.store = store
         self.metrics = metrics
+        self.clients = metrics.clients if metrics is not None else ClientTally()
 
     @rpc
     async def RegisterProblems(self, request_iterator: AsyncIterator[pb.RegisterProblemsRequest],
@@ -193,8 +196,10 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         """Lease up to ``batch_size`` problems (the store checks the size and the lease length)."""
         check_name(request.worker_id, "worker_id")
         lease = await self.store.sample(request.batch_size, request.lease_timeout_s)
-        if self.metrics is not None and lease.problems:
-            self.metrics.observe_sampled([s.priority for s in lease.problems])
+        if lease.problems:
+            self.clients.sampled(request.client_source, len(lease.problems))
+            if self.metrics is not None:
+                self.metrics.observe_sampled([s.priority for s in lease.problems])
         return lease_to_proto(lease)
 
     @rpc
@@ -211,6 +216,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         now = self.store.clock()
         groups = [outcome_to_group(o, now) for o in request.outcomes]
         result = await self.store.report(request.lease_id, groups)
+        self.clients.reported(request.client_source, result.accepted, (g.rewards for g in groups))
         if not result.accepted:
             log.info("late report from worker %r: %s", request.worker_id, result.reason)
         return pb.ReportOutcomesResponse(accepted=result.accepted, reason=result.reason,
@@ -259,11 +265,11 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     @rpc
     async def GetStats(self, request: pb.GetStatsRequest, context) -> pb.GetStatsResponse:
         """Pool sizes, the priority histogram and the store's counters."""
-        return stats_to_proto(await self.store.stats(request.histogram_buckets or DEFAULT_BUCKETS))
+        return stats_to_proto(await self.store.stats(request.histogram_buckets or DEFAULT_BUCKETS), self.clients)
 
 
-def stats_to_proto(s) -> pb.GetStatsResponse:
-    """The GetStats response of a :class:`StoreStats`."""
+def stats_to_proto(s, clients: ClientTally | None = None) -> pb.GetStatsResponse:
+    """The GetStats response of a :class:`StoreStats` (plus this process's traffic per kind of client)."""
     return pb.GetStatsResponse(
         problems=s.problems, heap_size=s.heap_size, solved=s.solved, unsolved=s.unsolved, leased=s.leased,
         active_leases=s.active_leases, step=s.step, policy_version=s.policy_version, weights_uri=s.weights_uri,
@@ -273,6 +279,7 @@ def stats_to_proto(s) -> pb.GetStatsResponse:
         forgetting_events=s.forgetting_events, breakthroughs=s.breakthroughs, lease_expiries=s.lease_expiries,
         queue_depth=s.queue_depth, pending_groups=s.pending_groups, completions_reported=s.completions_reported,
         reward_sum=s.reward_sum, late_reports=s.late_reports, groups_acked=s.groups_acked,
+        clients=clients.to_proto() if clients is not None else [],
     )
 
 

@@ -142,9 +142,11 @@ class RolloutWorker:
                 retries); nothing is held. A report that cannot be delivered is logged and its
                 lease left to expire (the result has ``reported=False``).
         """
+        from prioreplay.v1.priority_service_pb2 import CLIENT_SOURCE_WORKER
+
         c = self.config
         lease = self._rpc("SampleProblems", self.client.sample, c.batch_size, worker_id=c.worker_id,
-                          lease_timeout_s=c.lease_timeout_s)
+                          lease_timeout_s=c.lease_timeout_s, client_source=CLIENT_SOURCE_WORKER)
         if not lease.problems:
             return BatchResult(retry_after_s=lease.retry_after_s or 1.0)
         reload_s = self.maybe_reload(lease.policy_version, lease.weights_uri)
@@ -170,7 +172,8 @@ class RolloutWorker:
                       policy_version=version, reload_s=reload_s, generation_s=generation_s,
                       verification_s=verification_s)
         try:
-            resp = self._rpc("ReportOutcomes", self.client.report, lease.lease_id, outcomes, worker_id=c.worker_id)
+            resp = self._rpc("ReportOutcomes", self.client.report, lease.lease_id, outcomes, worker_id=c.worker_id,
+                             client_source=CLIENT_SOURCE_WORKER)
         except PrioreplayError as e:
             log.error("report of lease %s failed (%s); its problems return when the lease expires", lease.lease_id, e)
             return BatchResult(**result)
