@@ -155,10 +155,14 @@ class PriorityClient:
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
     def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED) -> pb.ReportOutcomesResponse:
-        """Report a lease's groups. Retrying is safe: a repeated report changes nothing."""
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False) -> pb.ReportOutcomesResponse:
+        """Report a lease's groups. Retrying is safe: a repeated report changes nothing.
+
+        ``rewards_only``: the caller trains on its own; statistics are updated, nothing is queued
+        for the learner.
+        """
         req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id,
-                                       client_source=client_source)
+                                       client_source=client_source, rewards_only=rewards_only)
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
 
     def pull(self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner",

@@ -139,16 +139,18 @@ class ProblemOutcome(_message.Message):
     def __init__(self, problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., sampling_temperature: _Optional[float] = ...) -> None: ...
 
 class ReportOutcomesRequest(_message.Message):
-    __slots__ = ("lease_id", "outcomes", "worker_id", "client_source")
+    __slots__ = ("lease_id", "outcomes", "worker_id", "client_source", "rewards_only")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REWARDS_ONLY_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     outcomes: _containers.RepeatedCompositeFieldContainer[ProblemOutcome]
     worker_id: str
     client_source: ClientSource
-    def __init__(self, lease_id: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ProblemOutcome, _Mapping]]] = ..., worker_id: _Optional[str] = ..., client_source: _Optional[_Union[ClientSource, str]] = ...) -> None: ...
+    rewards_only: bool
+    def __init__(self, lease_id: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ProblemOutcome, _Mapping]]] = ..., worker_id: _Optional[str] = ..., client_source: _Optional[_Union[ClientSource, str]] = ..., rewards_only: _Optional[bool] = ...) -> None: ...
 
 class ReportOutcomesResponse(_message.Message):
     __slots__ = ("accepted", "reason", "groups_queued", "groups_filtered")

@@ -220,16 +220,15 @@ class MemoryStore(Store):
                     "report only the problems that lease returned"
                 )
         # Validated: from here on nothing raises.
-        queued = 0
-        for o in outcomes:
-            if self._apply_group(o, lease.step, now):
-                queued += 1
+        kinds = [self._apply_group(o, lease.step, now) for o in outcomes]
         self._return_problems(lease, skip={o.problem_id for o in outcomes})
         self._end_lease(lease, "already reported", now)
-        return ReportResult(True, "", queued, len(outcomes) - queued)
+        queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, outcomes))
+        return ReportResult(True, "", queued, sum(k is not GroupKind.MIXED for k in kinds))
 
-    def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> bool:
-        """One reported group: statistics, place, counters; True when it was queued (MIXED)."""
+    def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
+        """One reported group: statistics, place, counters, and the queue when it is MIXED with a
+        payload (an empty payload: a rewards-only client, nothing to learn from). Returns its kind."""
         params, c = self.config.params, self._s.counters
         e = self._s.problems[o.problem_id]
         source = e.home
@@ -244,10 +243,9 @@ class MemoryStore(Store):
             c["forgetting_events"] += 1
         if rules.is_breakthrough(source, o.rewards):
             c["breakthroughs"] += 1
-        if kind is not GroupKind.MIXED:
-            return False
-        self._enqueue(o.payload, now)
-        return True
+        if kind is GroupKind.MIXED and o.payload:
+            self._enqueue(o.payload, now)
+        return kind
 
     async def _expire_leases(self, limit: int) -> int:
         now = self.clock()

@@ -103,16 +103,17 @@ def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True
                     )
 
 
-def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float) -> GroupOutcome:
+def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float, queue: bool = True) -> GroupOutcome:
     """The store's :class:`GroupOutcome` of a proto outcome.
 
     The payload (a serialized ``TrajectoryGroup`` without group_id / delivery_count, stamped with
-    ``reported_unix_s``) is built only for mixed groups, the only ones the store queues; the
+    ``reported_unix_s``) is built only for mixed groups, the only ones the store queues, and only
+    when ``queue`` (False for a ``rewards_only`` report: an empty payload is never queued); the
     store still validates every group's rewards.
     """
     rewards = tuple(c.reward for c in o.completions)
     payload = b""
-    if rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
+    if queue and rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
         payload = pb.TrajectoryGroup(problem_id=o.problem_id, policy_version=o.policy_version,
                                      prompt_token_ids=o.prompt_token_ids, completions=o.completions,
                                      reported_unix_s=reported_unix_s,
@@ -214,7 +215,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             for i, o in enumerate(request.outcomes):  # find the bad value for the message
                 validate_outcome(o, i)
         now = self.store.clock()
-        groups = [outcome_to_group(o, now) for o in request.outcomes]
+        groups = [outcome_to_group(o, now, queue=not request.rewards_only) for o in request.outcomes]
         result = await self.store.report(request.lease_id, groups)
         self.clients.reported(request.client_source, result.accepted, (g.rewards for g in groups))
         if not result.accepted:

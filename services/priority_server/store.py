@@ -46,8 +46,10 @@ report(lease_id, outcomes)
     priority recomputed; destination(kind): heap with score = priority, or the pool with
     score = the lease's step; counters: groups_<kind>, completions_reported += G, reward_sum +=
     Σr, forgetting_events / breakthroughs per rules.is_forgetting / is_breakthrough(source);
-    MIXED groups append their payload to the trajectory queue (groups_queued), others count as
-    groups_filtered. Leased problems left out of the report return to (source, score).
+    MIXED groups with a non-empty payload append it to the trajectory queue (groups_queued);
+    groups of other kinds count as groups_filtered; a MIXED group with an empty payload (a
+    rewards-only client that trains on its own) counts as neither and is not queued. Leased
+    problems left out of the report return to (source, score).
     The lease becomes "already reported".
 expire_leases()
     Every lease with deadline <= now (at most ``limit``, oldest first) returns its problems to

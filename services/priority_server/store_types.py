@@ -47,7 +47,7 @@ class GroupOutcome:
         problem_id: a problem of the lease.
         rewards: the G rewards in completion order, each in [0, 1].
         payload: serialized ``TrajectoryGroup`` (without group_id / delivery_count), queued
-            verbatim when the group is mixed.
+            verbatim when the group is mixed; empty: never queued (a rewards-only report).
     """
 
     problem_id: str

@@ -85,3 +85,33 @@ def test_stats_print_no_client_section_before_any_traffic(client, server, capsys
     assert list(client.stats().clients) == []
     assert cli.main(["stats", "--server", server.address]) == 0
     assert "clients (" not in capsys.readouterr().out
+
+
+# -- rewards-only reports: a trainer that learns on its own fills no learner queue ----------------
+def test_a_rewards_only_report_updates_statistics_and_queues_nothing(client):
+    lease = client.sample(2, client_source=pb.CLIENT_SOURCE_TRL)
+    outcomes = [_outcome(lease.problems[0].problem.id, [1, 0, 0]), _outcome(lease.problems[1].problem.id, [1, 1, 1])]
+    resp = client.report(lease.lease_id, outcomes, client_source=pb.CLIENT_SOURCE_TRL, rewards_only=True)
+    assert (resp.accepted, resp.groups_queued, resp.groups_filtered) == (True, 0, 1)
+    s = client.stats()
+    assert (s.groups_mixed, s.groups_all_correct, s.completions_reported, s.queue_depth) == (1, 1, 6, 0)
+    assert (s.solved, s.leased) == (1, 0)  # the all-correct problem moved to the solved pool as for a worker
+
+    lease = client.sample(1)  # the same mixed report from a worker is queued
+    resp = client.report(lease.lease_id, [_outcome(lease.problems[0].problem.id, [1, 0])])
+    assert (resp.groups_queued, client.stats().queue_depth) == (1, 1)
+
+
+async def test_both_stores_never_queue_a_mixed_group_with_an_empty_payload(store_factory):
+    from prioreplay.priority_server.store import GroupOutcome, ProblemRecord
+
+    store = store_factory()
+    await store.register([ProblemRecord(id=f"q{i}", prompt="x", answer="y") for i in range(3)])
+    lease = await store.sample(3)
+    ids = [p.problem.id for p in lease.problems]
+    res = await store.report(lease.lease_id, [GroupOutcome(ids[0], (0.0, 1.0)), GroupOutcome(ids[1], (1.0, 0.0), b"g"),
+                                              GroupOutcome(ids[2], (0.0, 0.0))])
+    assert (res.accepted, res.groups_queued, res.groups_filtered) == (True, 1, 1)
+    s = await store.stats()
+    assert (s.groups_mixed, s.groups_all_wrong, s.queue_depth) == (2, 1, 1)
+    assert [d.payload for d in await store.pull("c", 10, False)] == [b"g"]

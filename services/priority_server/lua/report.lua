@@ -21,7 +21,7 @@
 --   ARGV[9 + 2j]   "member\tkind\tG\tsum r\tsum r^2\tany r < 1\tany r > 0" with kind one of
 --                  mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
 --                  repr strings), the two flags 0/1
---   ARGV[10 + 2j]  payload (bytes), queued when the group is mixed
+--   ARGV[10 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
 -- Returns {0, reason} when the lease is not live (late_reports += 1; a due lease is expired);
 -- {-1, index} when outcome #index (0-based) names a problem not in the lease (nothing changed);
 -- {1, queued, filtered} when applied.
@@ -90,7 +90,9 @@ for j = 0, n_out - 1 do
   -- Python twins: rules.is_forgetting / rules.is_breakthrough (flags computed in Python)
   if source == '2' and o[6] == '1' then forgetting = forgetting + 1 end
   if source == '3' and o[7] == '1' then breakthroughs = breakthroughs + 1 end
-  if kind == 'mixed' then
+  if kind == 'mixed' and ARGV[10 + 2 * j] == '' then
+    -- an empty payload: a rewards-only client, nothing to queue for the learner
+  elseif kind == 'mixed' then
     if not stream_ready then
       if redis.call('EXISTS', k.stream) == 0 then
         redis.call('XGROUP', 'CREATE', k.stream, ARGV[4], '0', 'MKSTREAM')
