@@ -233,3 +233,24 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode
+
+
+
+# -- in-process servers ---------------------------------------------------------------------------
+@pytest.fixture
+def memory_server():
+    """``start(**server_config) -> BackgroundServer``: an in-process memory-store server (no metrics
+    port, no snapshots unless asked), for tests too slow to repeat over both stores; every one
+    started is stopped after the test."""
+    from prioreplay.priority_server.config import ServerConfig
+
+    started = []
+
+    def start(**kw):
+        cfg = ServerConfig(**{"store": "memory", "metrics_port": 0, "snapshot_interval_s": 0, **kw})
+        started.append(start_background_server("memory", "", "default", cfg))
+        return started[-1]
+
+    yield start
+    for srv in started:
+        srv.stop()
