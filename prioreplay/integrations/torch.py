@@ -285,9 +285,10 @@ class PrioritySampler(Sampler[int]):
         self._block: list[int] = []  # dataset indices of the current batch (B of them)
         self._pos = 0  # yields done from the current batch's layout
         self._batches_done = 0  # batches started in the current epoch
-        #: Counters: leases taken/reported/refused, groups and completions sent, seconds in RPCs.
+        #: Counters: leases taken, reports accepted/refused, groups and completions sent; seconds spent
+        #: leasing a batch (``lease_s``), in :meth:`report` (``report_s``) and in RPCs of either (``rpc_s``).
         self.counters: dict[str, float] = dict(leases=0, reports_accepted=0, reports_refused=0, groups=0,
-                                               completions=0, rpc_s=0.0, report_calls_s=0.0)
+                                               completions=0, lease_s=0.0, report_s=0.0, rpc_s=0.0)
         if register:
             t0 = time.perf_counter()
             self.client.register(self.table.records(source))
@@ -321,6 +322,13 @@ class PrioritySampler(Sampler[int]):
     # -- leasing --------------------------------------------------------------------------------------
     def _lease_batch(self) -> list[int]:
         """Lease ``batch_size`` problems (one or more leases) and return their dataset indices."""
+        t0 = time.perf_counter()
+        try:
+            return self._lease_batch_inner()
+        finally:
+            self.counters["lease_s"] += time.perf_counter() - t0
+
+    def _lease_batch_inner(self) -> list[int]:
         got: list[int] = []
         deadline = time.monotonic() + self.wait_timeout_s
         taken: list[_Lease] = []
@@ -425,7 +433,7 @@ class PrioritySampler(Sampler[int]):
                 if lease.complete(self.group_size):
                     self._send(lease, partial=False)
                     sent += 1
-        self.counters["report_calls_s"] += time.perf_counter() - t0
+        self.counters["report_s"] += time.perf_counter() - t0
         return sent
 
     def _checked(self, pid: str, r: Any) -> float | None:
@@ -471,8 +479,11 @@ class PrioritySampler(Sampler[int]):
             self.counters["completions"] += sum(len(o.completions) for o in outcomes)
         else:
             self.counters["reports_refused"] += 1
-            log.warning("lease %s was not accepted (%s); its %d group(s) are not counted", lease.lease_id,
-                        resp.reason, len(outcomes))
+            if outcomes:
+                log.warning("lease %s was not accepted (%s); its %d group(s) are not counted here", lease.lease_id,
+                            resp.reason, len(outcomes))
+            else:
+                log.info("lease %s returned without groups was %s already", lease.lease_id, resp.reason)
         return resp.accepted
 
     def flush(self) -> int:
