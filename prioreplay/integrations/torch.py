@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 from torch.utils.data import Sampler
 
@@ -486,20 +486,28 @@ class PrioritySampler(Sampler[int]):
                 log.info("lease %s returned without groups was %s already", lease.lease_id, resp.reason)
         return resp.accepted
 
-    def flush(self) -> int:
-        """Send every outstanding lease now, complete groups and partial ones (``partial_groups``).
+    def flush(self, problems: Iterable[str] | None = None) -> int:
+        """Send outstanding leases now, complete groups and partial ones (``partial_groups``).
 
-        Problems without a reward return to where they were, unchanged. The rest of the current
-        batch is not yielded (its leases are gone); iteration continues with new leases.
+        Args:
+            problems: only the leases holding one of these problem ids (e.g. a step's batch whose
+                rewards are all in); None: every outstanding lease, and the rest of the current
+                batch is not yielded (its leases are gone): iteration continues with new leases.
+
+        Problems without a reward return to where they were, unchanged.
 
         Returns:
             The number of leases sent.
         """
         with self._lock:
-            leases = list(self._leases.values())
+            if problems is None:
+                leases = list(self._leases.values())
+                self._block, self._pos = [], 0
+            else:
+                wanted = {self._lease_of[p] for p in problems if p in self._lease_of}
+                leases = [lease for lid, lease in self._leases.items() if lid in wanted]
             for lease in leases:
                 self._send(lease, partial=True)
-            self._block, self._pos = [], 0
         return len(leases)
 
     def close(self) -> None:

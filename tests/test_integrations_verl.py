@@ -1,0 +1,191 @@
+"""verl's data path with the priority sampler, as far as it runs without GPUs and a Ray cluster.
+
+Real verl 0.9.1 code runs here: its default trainer config, ``create_rl_dataset`` over a parquet in
+the layout of verl's GSM8K preprocessing, ``RayPPOTrainer._create_dataloader`` (the
+``StatefulDataLoader`` verl trains from, given our ``train_sampler``), ``DataProto`` batches built
+with the same calls as ``RayPPOTrainer.fit`` (uids, ``_get_gen_batch``, ``repeat(n, interleave=True)``,
+``union``), ``NaiveRewardManager`` scoring with verl's GSM8K rule, and ``compute_advantage`` (GRPO).
+Not run: Ray, the rollout engine (its output is written by the test: fixed completions, one right
+and one wrong per prompt), the actor/critic updates (a stand-in records the batch) and ``fit``.
+"""
+
+from __future__ import annotations
+
+import types
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from omegaconf import OmegaConf
+
+import verl
+from verl import DataProto
+from verl.trainer.ppo.core_algos import AdvantageEstimator
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage, compute_response_mask
+from verl.trainer.ppo.utils import create_rl_dataset
+from verl.workers.reward_manager import NaiveRewardManager
+
+from prioreplay.client import PriorityClient
+from prioreplay.config import ClientSettings
+from prioreplay.errors import InvalidArgument
+from prioreplay.integrations.verl import ReportRewards, RewardReporter, make_train_sampler
+from prioreplay.testing import make_tiny_tokenizer
+from prioreplay.v1 import priority_service_pb2 as pb
+
+B, N_ROLLOUT, PROMPT_LEN, RESPONSE_LEN = 3, 2, 48, 8
+SOURCE = "openai/gsm8k"
+
+
+def _write_parquet(path: Path, n: int) -> None:
+    """Rows as verl's examples/data_preprocess/gsm8k.py writes them."""
+    rows = [{"data_source": SOURCE, "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+             "extra_info": {"split": "train", "index": i}} for i in range(n)]
+    Dataset.from_list(rows).to_parquet(str(path))
+
+
+@pytest.fixture
+def verl_setup(memory_server, tmp_path):
+    server = memory_server(seed=2)
+    _write_parquet(tmp_path / "train.parquet", 10)
+    _write_parquet(tmp_path / "val.parquet", 2)
+    config = OmegaConf.load(Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
+    config.data.train_files = str(tmp_path / "train.parquet")
+    config.data.val_files = str(tmp_path / "val.parquet")
+    config.data.train_batch_size = B
+    config.data.dataloader_num_workers = 0
+    config.actor_rollout_ref.rollout.n = N_ROLLOUT
+    tokenizer = make_tiny_tokenizer()
+    return types.SimpleNamespace(server=server, config=config, tokenizer=tokenizer)
+
+
+def _data_path(setup, **options):
+    """verl's own dataloader construction, with our sampler: RayPPOTrainer._create_dataloader on a
+    stand-in that has only the config (the method reads nothing else)."""
+    cfg = setup.config
+    train = create_rl_dataset(cfg.data.train_files, cfg.data, setup.tokenizer, None)
+    val = create_rl_dataset(cfg.data.val_files, cfg.data, setup.tokenizer, None, is_train=False)
+    sampler = make_train_sampler(cfg, train, setup.server.address, **options)
+    trainer = types.SimpleNamespace(config=OmegaConf.create(OmegaConf.to_container(cfg)))
+    RayPPOTrainer._create_dataloader(trainer, train, val, None, sampler)
+    return trainer, sampler
+
+
+def _pad(rows: list[list[int]], length: int, left: bool, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.full((len(rows), length), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), length), dtype=torch.long)
+    for i, r in enumerate(rows):
+        r = r[-length:] if left else r[:length]
+        sl = slice(length - len(r), length) if left else slice(0, len(r))
+        ids[i, sl], mask[i, sl] = torch.tensor(r), 1
+    return ids, mask
+
+
+def _scored_step(batch_dict, tokenizer) -> DataProto:
+    """One step of RayPPOTrainer.fit up to the advantages, with a written rollout instead of the engine."""
+    batch = DataProto.from_single_dict(batch_dict)
+    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch.batch))], dtype=object)
+    gen_batch = RayPPOTrainer._get_gen_batch(None, batch)
+    gen_in = gen_batch.repeat(repeat_times=N_ROLLOUT, interleave=True)
+    truths = [rm["ground_truth"] for rm in gen_in.non_tensor_batch["reward_model"]]
+    prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+               for m in gen_in.non_tensor_batch["raw_prompt"]]
+    texts = [f"#### {t}" if j % 2 == 0 else "#### -1" for j, t in enumerate(truths)]  # one right, one wrong
+    p_ids, p_mask = _pad([tokenizer.encode(p, add_special_tokens=False) for p in prompts], PROMPT_LEN, True,
+                         tokenizer.pad_token_id)
+    r_ids, r_mask = _pad([tokenizer.encode(t, add_special_tokens=False) for t in texts], RESPONSE_LEN, False,
+                         tokenizer.pad_token_id)
+    mask = torch.cat([p_mask, r_mask], dim=1)
+    gen_out = DataProto.from_dict(tensors={"prompts": p_ids, "responses": r_ids, "input_ids": torch.cat([p_ids, r_ids], 1),
+                                           "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)})
+    batch = batch.repeat(repeat_times=N_ROLLOUT, interleave=True).union(gen_out)
+    batch.batch["response_mask"] = compute_response_mask(batch)
+    batch.batch["token_level_scores"] = NaiveRewardManager(tokenizer, num_examine=0)(batch)  # (N, R)
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    return compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=N_ROLLOUT)
+
+
+class _Updates:
+    """Stands in for the actor/critic updates (they need Ray workers)."""
+
+    def _update_actor(self, batch):
+        self.updated = getattr(self, "updated", 0) + 1
+        return "actor output"
+
+    def _update_critic(self, batch):
+        return "critic output"
+
+
+class _Trainer(ReportRewards, _Updates):
+    pass
+
+
+def test_verl_trains_from_leases_and_reports_each_uid_group_once(verl_setup):
+    stub, sampler = _data_path(verl_setup)
+    client = PriorityClient(ClientSettings(server=verl_setup.server.address), max_retries=0)
+    assert (client.stats().problems, len(stub.train_dataloader)) == (10, 10 // B)
+    leased = []
+    sample = sampler.client.sample
+    sampler.client.sample = lambda *a, **k: leased.append(sample(*a, **k)) or leased[-1]
+
+    trainer = _Trainer()
+    trainer.train_dataloader = stub.train_dataloader
+    it = iter(stub.train_dataloader)
+    batch = _scored_step(next(it), verl_setup.tokenizer)
+    # the batch verl trains on is the lease, in the server's order
+    served = [f"{s}:{e['index']}" for s, e in zip(batch.non_tensor_batch["data_source"][::N_ROLLOUT],
+                                                  batch.non_tensor_batch["extra_info"][::N_ROLLOUT])]
+    assert served == [lp.problem.id for lp in leased[0].problems] and len(served) == B
+    # verl's GSM8K rule scored one right and one wrong answer per prompt; its GRPO (grouping by uid)
+    # gave them opposite advantages
+    scores = batch.batch["token_level_scores"].sum(-1)  # (B·n,)
+    assert scores.tolist() == [1.0, 0.0] * B
+    adv = batch.batch["advantages"][:, 0]  # (B·n,) constant over each response
+    assert (adv[0::2] > 0).all() and (adv[1::2] < 0).all()
+    assert trainer._update_actor(batch) == "actor output" and trainer._update_critic(batch) == "critic output"
+
+    stats = client.stats()
+    assert (stats.completions_reported, stats.reward_sum) == (B * N_ROLLOUT, float(scores.sum()))
+    assert (stats.groups_mixed + stats.groups_all_correct, stats.active_leases, stats.queue_depth) == (B, 0, 0)
+    verl_client = {c.source: c for c in stats.clients}[pb.CLIENT_SOURCE_VERL]
+    assert (verl_client.leases, verl_client.groups) == (1, B)  # the critic and the actor hook: reported once
+
+    # -- resume as verl's _load_checkpoint does: a new dataloader loads the saved data.pt state --------
+    state = stub.train_dataloader.state_dict()
+    stub2, sampler2 = _data_path(verl_setup, register=False)
+    stub2.train_dataloader.load_state_dict(state)
+    trainer2 = _Trainer()
+    trainer2.train_dataloader = stub2.train_dataloader
+    batch2 = _scored_step(next(iter(stub2.train_dataloader)), verl_setup.tokenizer)
+    trainer2._update_actor(batch2)
+    final = client.stats()
+    assert (final.completions_reported, final.late_reports, final.active_leases) == (2 * B * N_ROLLOUT, 0, 0)
+    assert sampler2.counters["reports_accepted"] == 1
+    client.close()
+
+
+def test_the_reporter_refuses_a_uid_that_mixes_problems_and_the_trainer_class_hooks_verl(verl_setup):
+    from prioreplay.integrations.verl import PriorityRayPPOTrainer
+
+    assert {"_update_actor", "_update_critic"} <= set(vars(RayPPOTrainer))  # the hooks exist in this verl
+    assert issubclass(PriorityRayPPOTrainer, RayPPOTrainer)
+    assert PriorityRayPPOTrainer._update_actor is ReportRewards._update_actor
+
+    stub, sampler = _data_path(verl_setup)
+    batch = _scored_step(next(iter(stub.train_dataloader)), verl_setup.tokenizer)
+    batch.non_tensor_batch["uid"][:] = "one uid"
+    with pytest.raises(InvalidArgument, match="groups samples of problems"):
+        RewardReporter(sampler).report(batch)
+
+
+def test_duplicate_row_indices_are_refused_with_the_fix(verl_setup, tmp_path):
+    rows = [{"data_source": SOURCE, "prompt": [{"role": "user", "content": "q"}],
+             "reward_model": {"ground_truth": "1"}, "extra_info": {"index": 0}}] * 4
+    Dataset.from_list(rows).to_parquet(str(tmp_path / "dup.parquet"))
+    cfg = verl_setup.config
+    train = create_rl_dataset(str(tmp_path / "dup.parquet"), cfg.data, verl_setup.tokenizer, None)
+    with pytest.raises(InvalidArgument, match="share the problem id 'openai/gsm8k:0'"):
+        make_train_sampler(cfg, train, verl_setup.server.address)
