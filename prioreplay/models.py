@@ -370,6 +370,8 @@ def save_weights(model: Any, tokenizer: Any, directory: str | os.PathLike) -> Pa
     tmp = directory / f".{WEIGHTS_FILE}.tmp"
     save_file(cpu, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, directory / WEIGHTS_FILE)
+    if not getattr(model.config, "architectures", None):  # as save_pretrained does: loaders by path (TRL,
+        model.config.architectures = [type(model).__name__]  # vLLM) pick the model class from it
     model.config.save_pretrained(directory)
     gen = getattr(model, "generation_config", None)
     if gen is not None:

@@ -107,7 +107,6 @@ def make_tiny_model(
         max_position_embeddings=1024,
         initializer_range=init_std,
         tie_word_embeddings=True,
-        architectures=["LlamaForCausalLM"],  # so loaders that read config.architectures (TRL) find the class
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
