@@ -5,6 +5,7 @@ Parts (docs/BENCHMARKS.md explains each figure):
                Redis memory per problem and time to register 10^6 problems
   simulate  2. learning efficiency of the samplers in a simulated GRPO learner (many seeds)
   overhead  4. priority-RPC share of the worker's and learner's step time, from a demo run dir
+  integration 5. what the TRL integration adds to a GRPOTrainer step (tiny model, CPU)
   --real    3. real GRPO on CPU, heap vs uniform (``prioreplay demo``; long; off by default)
 
 ``--quick`` runs tiny versions of each part in seconds and writes nothing unless ``--out`` or
@@ -156,6 +157,28 @@ def part_overhead(args: argparse.Namespace, res: Results) -> dict[str, Any] | No
     return out
 
 
+# -- part 5 -----------------------------------------------------------------------------------
+def part_integration(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    from benchmarks import integration
+
+    params = integration.QUICK if args.quick else integration.IntegrationParams()
+    out = integration.run_trl_overhead(params, progress=_log)
+    p = out["params"]
+    res.add("integration.trl.overhead_share", out["share"], "fraction", params=p,
+            how="(lease + report seconds of PrioritySampler) / train_runtime, prioreplay arm")
+    res.add("integration.trl.lease_ms_per_step", out["lease_ms_per_step"], "ms", params=p)
+    res.add("integration.trl.report_ms_per_step", out["report_ms_per_step"], "ms", params=p)
+    for arm, s in out["step_s"].items():
+        res.add(f"integration.trl.step_s.{arm}", s, "s", params=p, how="median over repeats of train_runtime / steps")
+    r = out["step_ratio"]
+    res.add("integration.trl.step_ratio", r["mean"], "ratio", min=r["min"], max=r["max"], repeats=p["repeats"],
+            how="prioreplay / trl step time, paired by repeat (noisy on a shared machine)")
+    for k, v in out["bare_rpc_ms"].items():
+        res.add(f"integration.trl.bare_{k}_ms", v, "ms", rounds=p["rpc_rounds"],
+                how="SampleProblems(B) / rewards-only ReportOutcomes round trips, no training running")
+    return out
+
+
 # -- part 3: real GRPO (long; only with --real or --real-from) ------------------------------------
 def real_grpo(run_root: Path, extra_args: list[str] | None = None, samplers: tuple[str, ...] = ("heap", "uniform"),
               res: Results | None = None) -> dict[str, Any]:
@@ -214,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny versions of every part (seconds)")
     ap.add_argument("--note", default=SHARED_NOTE, help="a note stored with every figure (measurement conditions)")
-    ap.add_argument("--parts", default="service,simulate,overhead", help="comma-separated: service, simulate, overhead")
+    ap.add_argument("--parts", default="service,simulate,overhead,integration",
+                    help="comma-separated: service, simulate, overhead, integration")
     ap.add_argument("--real", action="store_true", help="also part 3: two `prioreplay demo` runs (long)")
     ap.add_argument("--real-args", default="", help="extra `prioreplay demo` flags for --real, one string")
     ap.add_argument("--real-from", default=None,
@@ -245,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["service"] = part_service(args, res)
     if "overhead" in parts:
         summary["overhead"] = part_overhead(args, res)
+    if "integration" in parts:
+        summary["integration"] = part_integration(args, res)
     if args.real_from:
         summary["real"] = collect_real(Path(args.real_from), res=res)
     elif args.real:

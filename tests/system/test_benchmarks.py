@@ -142,3 +142,16 @@ def test_cli_writes_figures_with_provenance(tmp_path):
         if i["name"] != "kept.figure":
             assert {"name", "value", "unit", "command", "date", "machine_cores"} <= set(i)
             assert i["command"].startswith("python -m benchmarks.run --quick")
+
+
+# -- part 5: the TRL integration's overhead --------------------------------------------------------
+def test_trl_overhead_runs_both_arms_and_writes_its_figures(tmp_path):
+    out = tmp_path / "results.json"
+    assert run.main(["--quick", "--parts", "integration", "--out", str(out)]) == 0
+    items = {i["name"]: i for i in json.loads(out.read_text())}
+    share = items["integration.trl.overhead_share"]["value"]
+    assert 0 < share < 1  # the integration took some, not all, of the run
+    assert items["integration.trl.lease_ms_per_step"]["value"] > 0
+    assert items["integration.trl.step_s.trl"]["value"] > 0 and items["integration.trl.step_s.prioreplay"]["value"] > 0
+    assert items["integration.trl.step_ratio"]["min"] <= items["integration.trl.step_ratio"]["value"]
+    assert 0 < items["integration.trl.bare_sample_p50_ms"]["value"] <= items["integration.trl.bare_sample_p90_ms"]["value"]
