@@ -166,3 +166,24 @@ def test_attach_refuses_what_it_cannot_serve(memory_server, tiny_model, tmp_path
     trainer.args.remove_unused_columns = False
     with pytest.raises(InvalidArgument, match="reward 'accuracy' is not a reward function"):
         attach(trainer, server.address, reward="accuracy")
+
+
+def test_the_compare_script_summarizes_each_arm_over_its_runs(tmp_path, capsys):
+    compare = runpy.run_path(str(REPO / "examples" / "compare_trl_runs.py"))
+    dirs: dict[str, list[str]] = {"trl": [], "prioreplay": []}
+    for arm, zero_std in (("trl", 0.8), ("prioreplay", 0.4)):
+        for seed in range(2):
+            d = tmp_path / f"{arm}-{seed}"
+            d.mkdir()
+            history = [{"step": i, "frac_reward_zero_std": zero_std, "reward": 0.1 * i} for i in range(1, 11)]
+            history.append({"step": 10, "eval_reward": 0.3 + 0.1 * seed})
+            (d / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+            dirs[arm].append(str(d))
+    assert compare["main"](["--trl", *dirs["trl"], "--prioreplay", *dirs["prioreplay"]]) == 0
+    lines = {tuple(line.split()[:2]): line.split()[2] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert lines[("effective_group_fraction", "trl")] == "0.200"
+    assert lines[("effective_group_fraction", "prioreplay")] == "0.600"
+    assert lines[("final_reward", "trl")] == "0.950"  # the last fifth: steps 9 and 10
+    assert lines[("eval_reward", "prioreplay")] == "0.350"
+    with pytest.raises(FileNotFoundError, match="save_state"):
+        compare["run_metrics"](tmp_path)
