@@ -86,7 +86,7 @@ def _server(kind: str) -> Iterator[str]:
     from prioreplay.client import PriorityClient
     from prioreplay.config import ClientSettings
     from prioreplay.priority_server.config import ServerConfig
-    from prioreplay.priority_server.server import BackgroundServer
+    from prioreplay.priority_server.testing import BackgroundServer
     from prioreplay.priority_server.stores import create_store
 
     if kind == "inprocess":

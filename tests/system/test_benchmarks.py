@@ -145,6 +145,7 @@ def test_cli_writes_figures_with_provenance(tmp_path):
 
 
 # -- part 5: the TRL integration's overhead --------------------------------------------------------
+@pytest.mark.slow  # two TRL trainings
 def test_trl_overhead_runs_both_arms_and_writes_its_figures(tmp_path):
     out = tmp_path / "results.json"
     assert run.main(["--quick", "--parts", "integration", "--out", str(out)]) == 0

@@ -35,6 +35,8 @@ from prioreplay.integrations.verl import ReportRewards, RewardReporter, make_tra
 from prioreplay.testing import make_tiny_tokenizer
 from prioreplay.v1 import priority_service_pb2 as pb
 
+pytestmark = pytest.mark.slow  # importing verl's trainer imports Ray: tens of seconds
+
 B, N_ROLLOUT, PROMPT_LEN, RESPONSE_LEN = 3, 2, 48, 8
 SOURCE = "openai/gsm8k"
 

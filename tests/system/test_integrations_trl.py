@@ -26,6 +26,8 @@ from prioreplay.testing import make_tiny_model
 from prioreplay.v1 import priority_service_pb2 as pb
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # TRL's import and real training steps: tens of seconds
+
 ROWS = [{"prompt": f"{i} + {i} =", "answer": str(2 * i)} for i in range(11)]
 B, G = 2, 2
 
