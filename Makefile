@@ -28,7 +28,7 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q $(ARGS)
 
-# tests/unit and the system tests not marked slow or soak (about 40 s of CPU time; `make test` runs all)
+# tests/unit and the system tests not marked slow or soak (about 50 s of CPU time; `make test` runs all)
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not soak" $(ARGS)
 
