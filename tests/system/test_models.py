@@ -87,6 +87,28 @@ def test_alias_reuses_the_converted_cache(tiny, tmp_path, monkeypatch):
     assert models.resolve_model("smollm2-135m") == (tmp_path / "smollm2-135m").resolve()
 
 
+def test_alias_converts_again_a_cache_without_architectures(tiny, tmp_path, monkeypatch):
+    # A conversion written before config.json carried `architectures` (which TRL and vLLM need to
+    # load a directory by path) is replaced by a new conversion, not handed to those loaders.
+    old = tmp_path / "smollm2-135m"
+    shutil.copytree(tiny, old)
+    cfg = json.loads((old / models.CONFIG_FILE).read_text())
+    cfg.pop("architectures", None)
+    (old / models.CONFIG_FILE).write_text(json.dumps(cfg))
+    monkeypatch.setitem(models.ALIASES, "smollm2-135m", models.GGUFAlias("json", "__init__.py", "a test model"))
+    converted = []
+
+    def fake_convert(gguf, out):
+        converted.append(gguf)
+        shutil.copytree(tiny, out)
+        return out
+
+    monkeypatch.setattr(models, "convert_gguf", fake_convert)
+    assert models.resolve_model("smollm2-135m", cache_dir=tmp_path) == old.resolve()
+    assert len(converted) == 1
+    assert json.loads((old / models.CONFIG_FILE).read_text())["architectures"]
+
+
 def test_alias_without_its_package_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(models.ALIASES, "nothing-here",
                         models.GGUFAlias("prioreplay_no_such_pkg", "x.gguf", "a test model"))
