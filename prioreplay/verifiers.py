@@ -45,16 +45,26 @@ from prioreplay.errors import InvalidArgument
 from prioreplay.problems import KNOWN_VERIFIERS
 
 __all__ = ["VerifyResult", "verify", "get_verifier", "known_verifiers", "final_number",
-           "normalize_text", "MAX_COMPLETION_CHARS", "DEFAULT_TIMEOUT_S"]
+           "normalize_text", "normalize_numbers", "MAX_COMPLETION_CHARS", "DEFAULT_TIMEOUT_S"]
 
 MAX_COMPLETION_CHARS = 4096
 DEFAULT_TIMEOUT_S = 5.0
 MAX_ABANDONED = 8
 _MAX_NUMBER_DIGITS = 200  # longer digit runs are not answers; compared as text never as numbers
 
-# A number: optional sign (not after a word character, so "5-3" reads 5 and 3), thousands
-# groups or plain digits, optional decimals. "$" and a trailing "." are outside the match.
-_NUMBER_RE = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
+# A number (after normalize_numbers): optional sign (not after a word character, so "5-3" reads
+# 5 and 3), thousands groups or plain digits, optional decimals. A trailing "." or unit is
+# outside the match.
+_NUMBER_RE = re.compile(r"(?:(?<![\w)])[-+])?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
+
+# Characters written for a minus sign or a dash: U+2212 minus, U+2010/2011 hyphens, U+2012
+# figure dash, U+2013 en dash, U+2014 em dash, U+FE58/FE63 small forms, U+FF0D full-width.
+# Before a digit (and not after one) they are a sign; after a digit a range ("5–7" reads 5, 7).
+_DASHES = str.maketrans({c: "-" for c in "\u2212\u2010\u2011\u2012\u2013\u2014\ufe58\ufe63\uff0d"} | {"\uff0b": "+"})
+# Currency signs (optionally LaTeX-escaped, "\\$") are dropped, so "-$5", "$-5" and "-\\$5" all read -5.
+_CURRENCY_RE = re.compile(r"\\?[$\u00a2\u00a3\u00a5\u20ac\u20b9]")
+# Thin, narrow no-break and no-break spaces (and "'", "1'000") between digit groups of three.
+_GROUP_SPACE_RE = re.compile(r"(?<=\d)[\u2009\u202f\u00a0'](?=\d{3}(?!\d))")
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # silences "Timeout is disabled" warnings
 
@@ -75,8 +85,22 @@ class VerifyResult:
 
 # --------------------------------------------------------------------------- gsm8k
 
+def normalize_numbers(text: str) -> str:
+    """Rewrite the ways numbers are written into one form before the gsm8k verifier reads them.
+
+    The same rules apply to completions and references: every minus/dash character becomes
+    "-" (U+2212 "−5" → "-5"), currency signs are dropped ("-$5", "$-5", "€1,000" → "-5", "-5",
+    "1,000"), thin/no-break spaces between digit groups are removed ("1 000" → "1000").
+    Thousands commas, trailing units and periods are left for :data:`_NUMBER_RE`, which reads
+    past them. The cases are tabulated in ``tests/unit/test_verifiers.py``.
+    """
+    text = text.translate(_DASHES)
+    text = _CURRENCY_RE.sub("", text)
+    return _GROUP_SPACE_RE.sub("", text)
+
+
 def _to_decimal(token: str) -> Decimal | None:
-    digits = token.replace(",", "").replace("$", "").strip()
+    digits = normalize_numbers(token).replace(",", "").strip()
     if sum(c.isdigit() for c in digits) > _MAX_NUMBER_DIGITS:
         return None
     try:
@@ -91,7 +115,9 @@ def final_number(text: str) -> Decimal | None:
 
     Precedence: the first number after the last ``####``; else the last number inside the last
     ``\\boxed{...}``; else the last number in the text. Example: "So she pays $1,234." → 1234.
+    The text goes through :func:`normalize_numbers` first ("−5" → -5).
     """
+    text = normalize_numbers(text)
     if "####" in text:
         match = _NUMBER_RE.search(text.rsplit("####", 1)[1])
         if match:
@@ -126,8 +152,9 @@ def _score_gsm8k(completion: str, reference: str) -> float:
 # --------------------------------------------------------------------------- exact
 
 def normalize_text(text: str) -> str:
-    """Strip, casefold, collapse runs of whitespace to one space, drop one trailing period."""
-    out = " ".join(text.split()).casefold()
+    """Strip, casefold, collapse runs of whitespace to one space, drop one trailing period; every
+    minus/dash character (U+2212 "−", en dash...) reads as "-"."""
+    out = " ".join(text.translate(_DASHES).split()).casefold()
     return out[:-1].rstrip() if out.endswith(".") else out
 
 

@@ -174,3 +174,42 @@ def test_too_many_abandoned_helpers_fail_fast(monkeypatch):
     worker.join(5)
     assert out[0].reward == 0.0 and "still running" in out[0].error
     assert verify("math", "1/2", "0.5") == VerifyResult(1.0, None)  # the main thread uses signals
+
+
+# --------------------------------------------------------------------------- number normaliser (issue 13)
+
+# One table: every way of writing a sign, a currency, a thousands separator or a unit that the
+# gsm8k verifier reads through one normaliser, for the completion and the reference alike.
+NORMALISER_CASES = [
+    ("The answer is \u22125.", "5", 0.0),          # U+2212 minus is a sign
+    ("The answer is \u22125.", "-5", 1.0),
+    ("\\boxed{\u22125}", "-5", 1.0),
+    ("-$5", "-5", 1.0),                            # sign before the currency
+    ("$-5", "-5", 1.0),
+    ("-\\$5", "-5", 1.0),                          # LaTeX-escaped dollar
+    ("It costs \u20ac1,000.", "1000", 1.0),        # euro, thousands comma, trailing period
+    ("It costs \u00a31,000.50 in total", "1000.5", 1.0),
+    ("The answer is \u20135", "-5", 1.0),          # en dash used as a minus
+    ("The answer is \u20145", "-5", 1.0),          # em dash used as a minus
+    ("The answer is \uff0d5", "-5", 1.0),          # full-width hyphen-minus
+    ("The answer is 1\u202f000", "1000", 1.0),     # narrow no-break space as thousands separator
+    ("The answer is 1\u2009000", "1000", 1.0),     # thin space as thousands separator
+    ("The answer is 12 kg.", "12", 1.0),           # trailing unit and period
+    ("The answer is 12kg", "12", 1.0),
+    ("The answer is 7 dollars.", "7", 1.0),
+    ("Pages 5\u20137", "7", 1.0),                  # an en dash after a digit is a range, not a sign
+    ("The answer is +5", "5", 1.0),
+    ("The answer is 5", "\u22125", 0.0),           # the reference goes through the same normaliser
+    ("The answer is -5", "#### \u22125", 1.0),
+    ("The answer is -5", "-$5", 1.0),
+]
+
+
+@pytest.mark.parametrize("completion, reference, reward", NORMALISER_CASES)
+def test_gsm8k_number_normaliser_table(completion, reference, reward):
+    assert verify("gsm8k", completion, reference) == VerifyResult(reward, None)
+
+
+@pytest.mark.parametrize("completion, reference", [("\u22125", "-5"), ("\u2212 5 apples", "- 5 apples")])
+def test_exact_reads_unicode_minus_as_minus(completion, reference):
+    assert verify("exact", completion, reference).reward == 1.0
