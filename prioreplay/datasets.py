@@ -89,19 +89,21 @@ def last_boxed(text: str) -> str | None:
 
     Returns None when there is no complete boxed expression. Example:
     ``r"so \\boxed{\\frac{1}{2}}."`` → ``r"\\frac{1}{2}"``.
+    One pass over the braces (linear in ``len(text)``, however many boxes are left unclosed).
     """
-    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    for start in reversed(starts):
-        depth = 1
-        for i in range(start, len(text)):
-            ch = text[i]
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i].strip()
-    return None
+    starts = {m.end() - 1 for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)}  # index of each box's "{"
+    if not starts:
+        return None
+    best: tuple[int, int] | None = None
+    stack: list[int] = []
+    for m in re.finditer(r"[{}]", text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif stack:
+            open_at = stack.pop()
+            if open_at in starts and (best is None or open_at > best[0]):
+                best = (open_at, m.start())
+    return text[best[0] + 1:best[1]].strip() if best else None
 
 
 def _infer_verifier(answer: str) -> str:

@@ -25,8 +25,10 @@ thread. In the main thread :func:`verify` uses that (the computation is interrup
 other thread math-verify runs with its time-outs disabled inside a daemon helper thread that
 :func:`verify` waits on for ``timeout_s``. A helper that overruns cannot be killed; it is
 abandoned (reward 0.0, error "timed out") and at most ``MAX_ABANDONED`` may be outstanding, after
-which ``math`` verifications fail fast with an error until they finish. Completions are cut to
-their last ``MAX_COMPLETION_CHARS`` characters (the final answer is at the end) to bound the work.
+which ``math`` verifications fail fast with an error until they finish.
+
+A marked answer (``####``, ``\\boxed{...}``) wins wherever it stands in the completion; only
+without one is the final answer searched in the last ``MAX_COMPLETION_CHARS`` characters.
 """
 
 from __future__ import annotations
@@ -115,20 +117,22 @@ def final_number(text: str) -> Decimal | None:
 
     Precedence: the first number after the last ``####``; else the last number inside the last
     ``\\boxed{...}``; else the last number in the text. Example: "So she pays $1,234." → 1234.
-    The text goes through :func:`normalize_numbers` first ("−5" → -5).
+    The marked answers (``####``, ``\\boxed``) are found wherever they stand in the text (a
+    linear scan); only the final-number fallback, used when there is neither, reads the last
+    ``MAX_COMPLETION_CHARS`` characters. The text goes through :func:`normalize_numbers` first
+    ("−5" → -5).
     """
-    text = normalize_numbers(text)
     if "####" in text:
-        match = _NUMBER_RE.search(text.rsplit("####", 1)[1])
+        match = _NUMBER_RE.search(normalize_numbers(text.rsplit("####", 1)[1][:MAX_COMPLETION_CHARS]))
         if match:
             return _to_decimal(match.group())
     boxed = last_boxed(text) if "box" in text else None
     if boxed:
-        numbers = _NUMBER_RE.findall(boxed)
+        numbers = _NUMBER_RE.findall(normalize_numbers(boxed))
         if numbers:
             return _to_decimal(numbers[-1])
     last = None
-    for last in _NUMBER_RE.finditer(text):
+    for last in _NUMBER_RE.finditer(normalize_numbers(text[-MAX_COMPLETION_CHARS:])):
         pass
     return _to_decimal(last.group()) if last else None
 
@@ -145,7 +149,7 @@ def _reference_number(reference: str) -> Decimal:
 
 def _score_gsm8k(completion: str, reference: str) -> float:
     expected = _reference_number(reference)
-    got = final_number(completion[-MAX_COMPLETION_CHARS:])
+    got = final_number(completion)
     return 1.0 if got is not None and got == expected else 0.0
 
 
@@ -175,12 +179,26 @@ def _parse_reference(reference: str, timeout: int | None) -> tuple:
     return tuple(parsed)
 
 
+def _math_target(completion: str) -> str:
+    """What math-verify parses of a completion: its last ``\\boxed{...}`` wherever it stands,
+    else the line after its last ``####``, else its last ``MAX_COMPLETION_CHARS`` characters
+    (the final answer is at the end)."""
+    boxed = last_boxed(completion) if "box" in completion else None
+    if boxed is not None:
+        return f"\\boxed{{{boxed}}}"
+    if "####" in completion:
+        marked = completion.rsplit("####", 1)[1].strip().split("\n", 1)[0][:MAX_COMPLETION_CHARS]
+        if marked:
+            return marked
+    return completion[-MAX_COMPLETION_CHARS:]
+
+
 def _score_math_with(completion: str, reference: str, timeout: int | None) -> float:
     from math_verify import parse
     from math_verify import verify as mv_verify
 
     gold = list(_parse_reference(reference, timeout))
-    target = parse(completion[-MAX_COMPLETION_CHARS:], parsing_timeout=timeout)
+    target = parse(_math_target(completion), parsing_timeout=timeout)
     if not target:
         return 0.0
     return 1.0 if mv_verify(gold, target, timeout_seconds=timeout) else 0.0
@@ -263,7 +281,8 @@ def verify(name: str, completion: str, reference: str, timeout_s: float = DEFAUL
 
     Args:
         name: ``math``, ``gsm8k`` or ``exact``.
-        completion: the model's generated text (only its last ``MAX_COMPLETION_CHARS`` are read).
+        completion: the model's generated text (a marked answer anywhere, else its last
+            ``MAX_COMPLETION_CHARS`` characters, is read).
         reference: the problem's reference answer.
         timeout_s: bound on the ``math`` verifier, seconds (> 0); the others are linear-time.
 

@@ -213,3 +213,32 @@ def test_gsm8k_number_normaliser_table(completion, reference, reward):
 @pytest.mark.parametrize("completion, reference", [("\u22125", "-5"), ("\u2212 5 apples", "- 5 apples")])
 def test_exact_reads_unicode_minus_as_minus(completion, reference):
     assert verify("exact", completion, reference).reward == 1.0
+
+
+# --------------------------------------------------------------------------- the marked answer wins anywhere (issue 13)
+
+CHATTER = "Let me double-check this once more. " * 130 + "By the way, 2 + 2 = 4"  # > 4,096 characters
+
+
+@pytest.mark.parametrize("completion", [
+    "#### 42\n" + CHATTER,
+    "So the answer is \\boxed{42}.\n" + CHATTER,
+])
+def test_marked_answer_before_long_chatter_wins(completion):
+    assert len(CHATTER) > verifiers.MAX_COMPLETION_CHARS
+    assert verify("gsm8k", completion, "42") == VerifyResult(1.0, None)
+    assert verify("gsm8k", completion, "4") == VerifyResult(0.0, None)
+    assert verify("math", completion, "42") == VerifyResult(1.0, None)
+    assert verify("math", completion, "4") == VerifyResult(0.0, None)
+
+
+def test_final_number_fallback_only_without_a_marked_answer():
+    assert verify("gsm8k", "I think 41. " + CHATTER, "4").reward == 1.0
+    assert verify("gsm8k", "I think 41. " + CHATTER, "41").reward == 0.0
+
+
+def test_many_unclosed_boxes_are_read_in_linear_time():
+    text = "\\boxed{" * 20_000 + "7"
+    start = time.monotonic()
+    assert final_number(text) == Decimal(7)
+    assert time.monotonic() - start < 5  # quadratic scanning took minutes
