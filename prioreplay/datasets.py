@@ -64,6 +64,7 @@ __all__ = [
 ]
 
 _NUMBER_RE = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?$")
+_UNBRACED_BOX_RE = re.compile(r"\\(?:boxed|fbox)[ \t]+([^\s${}]+)")
 _ARITH_RE = re.compile(r"^arithmetic:(\d+)(?::(-?\d+))?$")
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".ndjson")
 
@@ -87,14 +88,20 @@ def gsm8k_final_answer(answer: str) -> str:
 def last_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, nested braces handled.
 
-    Returns None when there is no complete boxed expression. Example:
-    ``r"so \\boxed{\\frac{1}{2}}."`` → ``r"\\frac{1}{2}"``.
+    The unbraced LaTeX form ``\\boxed 5`` (one token after a space, as some MATH solutions write
+    it) counts too: its content runs to the next space, ``$``, or brace, without a trailing
+    ``.``/``,``/``;``. Returns None when there is no complete boxed expression. Examples:
+    ``r"so \\boxed{\\frac{1}{2}}."`` → ``r"\\frac{1}{2}"``; ``r"$2+3=\\boxed 5$."`` → ``"5"``.
     One pass over the braces (linear in ``len(text)``, however many boxes are left unclosed).
     """
+    best: tuple[int, int] | None = None
+    for m in _UNBRACED_BOX_RE.finditer(text):
+        content = m.group(1).rstrip(".,;:")
+        if content:
+            best = (m.start(1) - 1, m.start(1) + len(content))
     starts = {m.end() - 1 for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)}  # index of each box's "{"
     if not starts:
-        return None
-    best: tuple[int, int] | None = None
+        return text[best[0] + 1:best[1]].strip() if best else None
     stack: list[int] = []
     for m in re.finditer(r"[{}]", text):
         if m.group() == "{":

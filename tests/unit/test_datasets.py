@@ -277,3 +277,20 @@ def test_a_local_file_of_unknown_type_fails_at_once_without_the_hub(tmp_path):
     f.write_text("prompt,answer\n1+1,2\n")
     with pytest.raises(InvalidArgument, match=r"data\.csv: unsupported file type \.csv"):
         list(iter_problems(str(f)))
+
+
+def test_math_solution_with_unbraced_boxed_loads(tmp_path):
+    """MATH writes some answers as ``\\boxed 5`` (no braces): the row loads with answer 5 (issue 13)."""
+    rows = [
+        {"problem": "Two plus three?", "solution": "We add: $2+3=\\boxed 5$."},
+        {"problem": "Negative?", "solution": "So the result is $\\boxed -3$"},
+        {"problem": "Both?", "solution": "First \\boxed{1}, finally \\boxed 7."},
+        {"problem": "Braced last?", "solution": "First \\boxed 7, finally \\boxed{\\frac{1}{2}}"},
+    ]
+    path = write_jsonl(tmp_path / "math.jsonl", rows)
+    problems = list(iter_problems(str(path)))
+    assert [p.answer for p in problems] == ["5", "-3", "7", "\\frac{1}{2}"]
+    assert {p.verifier for p in problems} == {"math"}
+    assert last_boxed("\\boxed 5") == "5"
+    assert last_boxed("\\boxed") is None
+    assert last_boxed("\\boxedfoo") is None
