@@ -20,12 +20,13 @@ an exception or a time-out gives reward 0.0 and an ``error`` string (the worker 
 ``prioreplay_worker_verifier_errors_total``). Only an unknown verifier name raises
 :class:`InvalidArgument`.
 
-Threads: math-verify bounds its own work with ``signal.alarm``, which only works in the main
-thread. In the main thread :func:`verify` uses that (the computation is interrupted); in any
-other thread math-verify runs with its time-outs disabled inside a daemon helper thread that
-:func:`verify` waits on for ``timeout_s``. A helper that overruns cannot be killed; it is
-abandoned (reward 0.0, error "timed out") and at most ``MAX_ABANDONED`` may be outstanding, after
-which ``math`` verifications fail fast with an error until they finish.
+Time-outs: ``math`` verification runs in a small pool of processes (``VERIFY_PROCESSES``, 2
+unless ``PRIOREPLAY_VERIFY_PROCESSES`` says otherwise, started on first use). A comparison that
+overruns ``timeout_s`` has its process killed (SIGKILL) and gives reward 0.0 with the error
+"timed out after Xs". Neither ``signal.alarm`` (main thread only) nor a waiting thread can bound
+sympy: a big-integer power such as ``\\boxed{2^{2^{40}}}`` holds the GIL, so no other thread
+of the interpreter runs until it ends. A process kill bounds it from any thread, event loop or
+executor. Calls beyond the pool's size wait for a free process.
 
 A marked answer (``####``, ``\\boxed{...}``) wins wherever it stands in the completion; only
 without one is the final answer searched in the last ``MAX_COMPLETION_CHARS`` characters.
@@ -33,10 +34,18 @@ without one is the final answer searched in the last ``MAX_COMPLETION_CHARS`` ch
 
 from __future__ import annotations
 
+import atexit
+import json
 import logging
 import math
+import os
 import re
+import select
+import signal
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -47,11 +56,10 @@ from prioreplay.errors import InvalidArgument
 from prioreplay.problems import KNOWN_VERIFIERS
 
 __all__ = ["VerifyResult", "verify", "get_verifier", "known_verifiers", "final_number",
-           "normalize_text", "normalize_numbers", "MAX_COMPLETION_CHARS", "DEFAULT_TIMEOUT_S"]
+           "normalize_text", "normalize_numbers", "math_parses", "MAX_COMPLETION_CHARS", "DEFAULT_TIMEOUT_S"]
 
 MAX_COMPLETION_CHARS = 4096
 DEFAULT_TIMEOUT_S = 5.0
-MAX_ABANDONED = 8
 _MAX_NUMBER_DIGITS = 200  # longer digit runs are not answers; compared as text never as numbers
 
 # A number (after normalize_numbers): optional sign (not after a word character, so "5-3" reads
@@ -172,8 +180,13 @@ def _score_exact(completion: str, reference: str) -> float:
 def _parse_reference(reference: str, timeout: int | None) -> tuple:
     from math_verify import parse
 
-    text = reference if ("$" in reference or "\\boxed" in reference) else f"\\boxed{{{reference}}}"
-    parsed = parse(text, parsing_timeout=timeout)
+    if "$" in reference or "\\boxed" in reference:
+        parsed = parse(reference, parsing_timeout=timeout)
+    else:  # a bare answer; "%" is a LaTeX comment unless escaped ("50%" → 50\%)
+        bare = re.sub(r"(?<!\\)%", r"\\%", reference)
+        parsed = parse(f"\\boxed{{{bare}}}", parsing_timeout=timeout)
+        if not parsed or all(isinstance(p, str) for p in parsed):
+            parsed = parse(f"${bare}$", parsing_timeout=timeout) or parsed
     if not parsed:
         raise ValueError(f"math-verify could not parse the reference {reference[:80]!r}")
     return tuple(parsed)
@@ -204,56 +217,162 @@ def _score_math_with(completion: str, reference: str, timeout: int | None) -> fl
     return 1.0 if mv_verify(gold, target, timeout_seconds=timeout) else 0.0
 
 
-_abandoned = 0
-_abandoned_lock = threading.Lock()
-
-
 def _score_math(completion: str, reference: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
-    """math-verify's symbolic comparison, bounded by ``timeout_s`` seconds in any thread.
+    """math-verify's symbolic comparison in a pool process, bounded by ``timeout_s`` seconds.
 
     Raises:
-        TimeoutError: the comparison took longer than ``timeout_s``.
-        RuntimeError: too many earlier comparisons are still running after their time-out.
-        Exception: whatever math-verify raises (verify() turns these into errors).
+        TimeoutError: the comparison took longer than ``timeout_s`` (its process was killed).
+        RuntimeError: a pool process could not be started.
+        Exception: whatever math-verify raised, re-created as RuntimeError with its text.
     """
-    if threading.current_thread() is threading.main_thread():
-        # signal.alarm takes whole seconds: round up so the bound is never shorter than asked.
-        return _score_math_with(completion, reference, max(1, math.ceil(timeout_s)))
-    return _run_bounded(lambda: _score_math_with(completion, reference, None), timeout_s)
+    return float(_pool().call({"op": "score", "completion": completion, "reference": reference}, timeout_s))
 
 
-def _run_bounded(fn: Callable[[], float], timeout_s: float) -> float:
-    """Run ``fn`` in a daemon thread and wait ``timeout_s`` seconds for its result."""
-    global _abandoned
-    with _abandoned_lock:
-        if _abandoned >= MAX_ABANDONED:
-            raise RuntimeError(f"{_abandoned} earlier math verifications are still running after "
-                               "their time-out; refusing new ones until they finish")
-    box: dict[str, object] = {}
-    done = threading.Event()
+def math_parses(text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """True when math-verify parses ``\\boxed{text}`` or ``$text$`` to a mathematical object (a number,
+    fraction, tuple, interval, expression); used to infer the ``math`` verifier for an answer.
+    Runs in the verification pool like :func:`verify` (bounded by ``timeout_s``); False on any
+    error or time-out."""
+    try:
+        return bool(_pool().call({"op": "parses", "text": text}, timeout_s))
+    except Exception:  # noqa: BLE001 - an answer math-verify cannot parse in time is not math
+        return False
 
-    def target() -> None:
-        global _abandoned
+
+# --------------------------------------------------------------------------- the verification pool
+
+#: Processes in the math verification pool (started on first use, at most this many at once).
+VERIFY_PROCESSES = max(1, min(4, int(os.environ.get("PRIOREPLAY_VERIFY_PROCESSES", "2"))))
+#: Seconds a new pool process may take to import math-verify before verification fails.
+STARTUP_TIMEOUT_S = 120.0
+
+
+def _child_main() -> None:
+    """The pool process: JSON lines in on stdin, JSON lines out on the original stdout.
+
+    Each request is ``{"op": "score", "completion", "reference"}`` or ``{"op": "parses",
+    "text"}``; each answer ``{"value": ...}`` or ``{"error": "Type: text"}``. Anything the
+    libraries print goes to stderr, so it never mixes with answers.
+    """
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which kills us
+    import math_verify  # noqa: F401 - paid once, before "ready"
+
+    out.write('{"ready": true}\n')
+    out.flush()
+    for line in sys.stdin:
         try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller
-            box["error"] = exc
-        finally:
-            with _abandoned_lock:
-                if box.get("abandoned"):
-                    _abandoned -= 1
-                done.set()
+            req = json.loads(line)
+            if req["op"] == "score":
+                value: object = _score_math_with(req["completion"], req["reference"], None)
+            else:
+                value = _parses_with(req["text"])
+            answer = {"value": value}
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            answer = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
 
-    threading.Thread(target=target, name="prioreplay-math-verify", daemon=True).start()
-    if not done.wait(timeout_s):
-        with _abandoned_lock:
-            if not done.is_set():
-                box["abandoned"] = True
-                _abandoned += 1
+
+def _parses_with(text: str) -> bool:
+    from math_verify import parse
+
+    for form in (f"\\boxed{{{text}}}", f"${text}$"):
+        parsed = parse(form, parsing_timeout=None)
+        if parsed and not all(isinstance(p, str) for p in parsed):
+            return True
+    return False
+
+
+class _PoolProcess:
+    """One pool process (``python -c _child_main``) and its line buffer."""
+
+    def __init__(self) -> None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from prioreplay.verifiers import _child_main; _child_main()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            start_new_session=True)
+        self._buf = b""
+        ready = self.read(time.monotonic() + STARTUP_TIMEOUT_S)
+        if ready is None or not ready.get("ready"):
+            self.kill()
+            raise RuntimeError(f"a math verification process did not start within {STARTUP_TIMEOUT_S:g}s")
+
+    def read(self, deadline: float) -> dict | None:
+        """The next answer line, or None when ``deadline`` (monotonic seconds) passes first."""
+        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise RuntimeError("the math verification process exited")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+class _Pool:
+    """At most ``size`` pool processes; a call that overruns its time-out kills its process (a
+    hard kill works whatever the computation holds, the GIL included) and the next call starts
+    a fresh one."""
+
+    def __init__(self, size: int) -> None:
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: list[_PoolProcess] = []
+        self._lock = threading.Lock()
+
+    def call(self, request: dict, timeout_s: float) -> object:
+        with self._slots:
+            with self._lock:
+                proc = self._idle.pop() if self._idle else None
+            if proc is None or proc.proc.poll() is not None:
+                proc = _PoolProcess()
+            try:
+                proc.proc.stdin.write((json.dumps(request) + "\n").encode())  # type: ignore[union-attr]
+                proc.proc.stdin.flush()  # type: ignore[union-attr]
+                answer = proc.read(time.monotonic() + timeout_s)
+            except BaseException:
+                proc.kill()
+                raise
+            if answer is None:
+                proc.kill()
                 raise TimeoutError(f"timed out after {timeout_s:g}s")
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return float(box["value"])  # type: ignore[arg-type]
+            with self._lock:
+                self._idle.append(proc)
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer["value"]
+
+    def close(self) -> None:
+        with self._lock:
+            procs, self._idle = self._idle, []
+        for proc in procs:
+            proc.kill()
+
+
+_the_pool: _Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def _pool() -> _Pool:
+    global _the_pool
+    with _pool_lock:
+        if _the_pool is None:
+            _the_pool = _Pool(VERIFY_PROCESSES)
+            atexit.register(_the_pool.close)
+        return _the_pool
 
 
 # --------------------------------------------------------------------------- registry
