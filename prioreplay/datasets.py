@@ -25,7 +25,9 @@ columns                       reference answer                            verifi
 
 \\* A row's own ``verifier`` field is used when present; otherwise a plain number (``42``,
 ``-3.5``, ``1,234``) gets ``gsm8k`` (final-number match, so "The answer is 42." counts),
-anything containing LaTeX (``\\``, ``^``, ``{``) gets ``math``, and other text gets ``exact``.
+anything containing LaTeX (``\\``, ``^``, ``{``) or that math-verify parses as mathematics
+(``1/2``, ``-3/4``, ``(1, 2)``, ``50%``, ``sqrt(2)``; text with words such as "Room 12B" does not
+count) gets ``math``, and other text gets ``exact``.
 The ``verifier`` argument overrides all of these for every row.
 
 Ids: a row's ``id`` (any JSON scalar, made a string) or, when absent, ``<file stem>-<index:05d>``
@@ -113,13 +115,23 @@ def last_boxed(text: str) -> str | None:
     return text[best[0] + 1:best[1]].strip() if best else None
 
 
+_MATH_WORDS_RE = re.compile(r"sqrt|frac|pi|infty|inf|sin|cos|tan|log|ln|exp|cdot|times|le|ge|ne")
+
+
 def _infer_verifier(answer: str) -> str:
+    """``gsm8k`` for a plain number; ``math`` for LaTeX or anything math-verify parses as a
+    mathematical object (``1/2``, ``(1, 2)``, ``50%``, ``sqrt(2)``) and that has no word in it
+    beyond function names; ``exact`` for other text ("Paris", "Room 12B")."""
     text = answer.strip()
     if _NUMBER_RE.match(text) and any(c.isdigit() for c in text):
         return "gsm8k"
     if any(c in text for c in "\\^{"):
         return "math"
-    return "exact"
+    if re.search(r"[A-Za-z]{2,}", _MATH_WORDS_RE.sub("", text)) or not re.search(r"[\d\u221a\u03c0\u221e]", text):
+        return "exact"
+    from prioreplay.verifiers import math_parses  # the verifiers import this module
+
+    return "math" if math_parses(text.replace("%", "\\%")) else "exact"
 
 
 # --------------------------------------------------------------------------- row → ProblemRecord

@@ -294,3 +294,23 @@ def test_math_solution_with_unbraced_boxed_loads(tmp_path):
     assert last_boxed("\\boxed 5") == "5"
     assert last_boxed("\\boxed") is None
     assert last_boxed("\\boxedfoo") is None
+
+
+@pytest.mark.parametrize("answer, verifier", [
+    ("1/2", "math"), ("-3/4", "math"), ("(1, 2)", "math"), ("50%", "math"), ("sqrt(2)", "math"),
+    ("2\\sqrt{2}", "math"), ("[0, 1)", "math"), ("3.5", "gsm8k"), ("-1,200", "gsm8k"),
+    ("Paris", "exact"), ("New York", "exact"), ("Room 12B", "exact"), ("yes", "exact"),
+])
+def test_generic_answers_math_verify_parses_get_the_math_verifier(tmp_path, answer, verifier):
+    """Answers math-verify can parse get ``math``, so a boxed LaTeX completion scores (issue 13)."""
+    path = write_jsonl(tmp_path / "generic.jsonl", [{"prompt": "Q?", "answer": answer}])
+    (problem,) = iter_problems(str(path))
+    assert problem.verifier == verifier
+
+
+def test_inferred_math_verifier_scores_a_boxed_latex_completion(tmp_path):
+    from prioreplay.verifiers import verify
+
+    path = write_jsonl(tmp_path / "generic.jsonl", [{"prompt": "Half?", "answer": "1/2"}])
+    (problem,) = iter_problems(str(path))
+    assert verify(problem.verifier, "...so the answer is \\boxed{\\frac12}", problem.answer).reward == 1.0
