@@ -197,3 +197,52 @@ def test_vllm_backend_says_how_to_install_vllm(dirs, monkeypatch):
     assert vllm_backend.checkpoint_signature(dirs[0])["model.norm.weight"] == ([64], "F32")
     with pytest.raises(InvalidArgument, match="backend"):
         backends.create_backend("onnx", dirs[0])
+
+
+# --------------------------------------------------------------------------- end-of-turn ids (issue 13)
+
+def test_generation_stops_on_every_eos_id_of_the_generation_config(dirs, prompts, tmp_path):
+    """A model whose generation config lists two EOS ids (gemma's <end_of_turn>, Phi's <|end|>)
+    stops at either, and such completions are not flagged truncated."""
+    import json
+
+    params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=5)
+    first = TransformersBackend(dirs[0]).generate(prompts, 4, params)
+    tokenizer_eos = models.load_tokenizer(dirs[0]).eos_token_id
+    # the second end-of-turn id: the most common token the model samples (so completions hit it)
+    counts: dict[int, int] = {}
+    for c in (c for g in first for c in g):
+        for t in c.token_ids:
+            if t != tokenizer_eos:
+                counts[t] = counts.get(t, 0) + 1
+    second_eos = max(counts, key=counts.get)
+    model_dir = tmp_path / "two-eos"
+    shutil.copytree(dirs[0], model_dir)
+    config = json.loads((model_dir / "generation_config.json").read_text())
+    config["eos_token_id"] = [tokenizer_eos, second_eos]
+    (model_dir / "generation_config.json").write_text(json.dumps(config))
+
+    backend = TransformersBackend(model_dir)
+    assert set(backend.eos_token_ids) == {tokenizer_eos, second_eos}
+    again = backend.generate(prompts, 4, params)
+    cut = 0
+    for before, after in zip((c for g in first for c in g), (c for g in again for c in g)):
+        if second_eos in before.token_ids and (tokenizer_eos not in before.token_ids or
+                                               before.token_ids.index(second_eos) < before.token_ids.index(tokenizer_eos)):
+            end = before.token_ids.index(second_eos) + 1
+            assert after.token_ids == before.token_ids[:end]  # same seed: same tokens up to the stop
+            assert not after.truncated
+            cut += 1
+        assert second_eos not in after.token_ids[:-1] and tokenizer_eos not in after.token_ids[:-1]
+    assert cut >= 3
+
+
+def test_vllm_stop_ids_are_the_generation_config_eos_ids():
+    from prioreplay.rollout_worker.backends.base import eos_token_ids
+    from prioreplay.rollout_worker.backends.vllm_backend import vllm_stop_token_ids
+
+    assert eos_token_ids(3, {"eos_token_id": [3, 107]}) == (3, 107)
+    assert eos_token_ids(3, {"eos_token_id": 107}) == (3, 107)
+    assert eos_token_ids(3, {}) == (3,)
+    assert eos_token_ids(None, {"eos_token_id": [1, 106, 1]}) == (1, 106)
+    assert vllm_stop_token_ids((3, 107)) == [3, 107]

@@ -10,10 +10,11 @@ builds one by name.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 from prioreplay.errors import InvalidArgument
 
@@ -27,7 +28,8 @@ class SamplingParams:
         top_p: nucleus sampling mass in (0, 1]; 1 disables it.
         max_new_tokens: completion length limit, tokens (>= 1).
         stop: strings that end a completion (the completing token is kept; text after the stop
-            string is dropped). EOS always ends a completion.
+            string is dropped). Every EOS id of the model (the tokenizer's and those of its
+            generation config, see :func:`eos_token_ids`) always ends a completion.
         seed: seeds the sampler; the same seed, prompts, params and weights reproduce the same
             completions. None: not reseeded.
     """
@@ -170,3 +172,34 @@ def weights_path(uri: str) -> Path:
     elif "://" in uri:
         raise InvalidArgument(f"weights uri {uri!r}: only local paths and file:// are supported (use a shared volume)")
     return Path(uri)
+
+
+def eos_token_ids(tokenizer_eos: int | None, generation_config: Mapping[str, Any]) -> tuple[int, ...]:
+    """Every id that ends a completion: the tokenizer's EOS and each ``eos_token_id`` of the
+    model's generation config (an int or a list; chat models list their end-of-turn token there,
+    e.g. gemma's ``<end_of_turn>`` or Phi's ``<|end|>``). Order kept, duplicates dropped.
+
+    Example: ``eos_token_ids(1, {"eos_token_id": [1, 106]})`` → ``(1, 106)``.
+    """
+    listed = generation_config.get("eos_token_id")
+    listed = [listed] if isinstance(listed, int) else list(listed or [])
+    ids: list[int] = []
+    for t in ([tokenizer_eos] if tokenizer_eos is not None else []) + listed:
+        if isinstance(t, int) and t >= 0 and t not in ids:
+            ids.append(t)
+    return tuple(ids)
+
+
+def model_eos_token_ids(model_dir: Path, tokenizer: Any) -> tuple[int, ...]:
+    """:func:`eos_token_ids` of a model directory: its ``generation_config.json`` (else the
+    ``eos_token_id`` of ``config.json``) and the tokenizer's EOS. Both backends stop on these."""
+    for name in ("generation_config.json", "config.json"):
+        path = Path(model_dir) / name
+        if path.is_file():
+            try:
+                config = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(config, dict) and config.get("eos_token_id") is not None:
+                return eos_token_ids(tokenizer.eos_token_id, config)
+    return eos_token_ids(tokenizer.eos_token_id, {})

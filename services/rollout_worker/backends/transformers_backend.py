@@ -24,7 +24,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopP
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
 from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams,
-                                                    validate_prompts, weights_path)
+                                                    model_eos_token_ids, validate_prompts, weights_path)
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +111,12 @@ class TransformersBackend(LoadedPolicy):
         self._tokenizer = models.load_tokenizer(self.model_dir)
         self.model = models.load_causal_lm(self.model_dir, dtype=dtype or torch.float32, device=str(self.device))
         tok = self._tokenizer
+        #: Ids that end a completion: the tokenizer's EOS and the generation config's end-of-turn ids.
+        self.eos_token_ids = model_eos_token_ids(self.model_dir, tok)
         # A clean generation config: nothing from the checkpoint may add a logits processor
         # after ours (the behaviour log-probs must describe the distribution actually sampled).
         self.model.generation_config = GenerationConfig(
-            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+            bos_token_id=tok.bos_token_id, eos_token_id=list(self.eos_token_ids), pad_token_id=tok.pad_token_id
         )
         self.max_batch_sequences = max_batch_sequences
         self._policy_version = int(policy_version)
@@ -175,7 +177,7 @@ class TransformersBackend(LoadedPolicy):
         stops = StopOnStrings(self._tokenizer, params.stop, prompt_len, len(seqs)) if params.stop else None
         gen_config = GenerationConfig(
             do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=params.max_new_tokens,
-            eos_token_id=self._tokenizer.eos_token_id, pad_token_id=self._tokenizer.pad_token_id,
+            eos_token_id=list(self.eos_token_ids), pad_token_id=self._tokenizer.pad_token_id,
             bos_token_id=self._tokenizer.bos_token_id, use_cache=True,
         )
         sequences = self.model.generate(
@@ -189,12 +191,12 @@ class TransformersBackend(LoadedPolicy):
                                  stops.first_hit[i] if stops else 0, params) for i in range(len(seqs))]
 
     def _completion(self, tokens: list[int], logprobs: list[float], stop_hit: int, params: SamplingParams) -> GeneratedCompletion:
-        """Cut one generated row at its first EOS or stop string (whichever comes first)."""
-        eos = self._tokenizer.eos_token_id
+        """Cut one generated row at its first EOS id or stop string (whichever comes first)."""
         end = len(tokens)
         finished = False
-        if eos in tokens:
-            end, finished = tokens.index(eos) + 1, True
+        first_eos = next((i for i, t in enumerate(tokens) if t in self.eos_token_ids), None)
+        if first_eos is not None:
+            end, finished = first_eos + 1, True
         if stop_hit and stop_hit <= end:
             end, finished = stop_hit, True
         tokens, logprobs = tokens[:end], logprobs[:end]

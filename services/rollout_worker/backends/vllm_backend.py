@@ -24,7 +24,7 @@ from typing import Any
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
 from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams,
-                                                    validate_prompts, weights_path)
+                                                    model_eos_token_ids, validate_prompts, weights_path)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,13 @@ def checkpoint_signature(directory: Path) -> dict[str, tuple[list[int], str]]:
         except (SafetensorError, OSError) as e:
             raise InvalidArgument(f"weights file {str(f)!r} is not a readable safetensors file: {e}") from e
     return sig
+
+
+def vllm_stop_token_ids(eos_ids: tuple[int, ...]) -> list[int]:
+    """``SamplingParams.stop_token_ids`` for the model's EOS ids (see
+    :func:`~prioreplay.rollout_worker.backends.base.eos_token_ids`): all of them, so vLLM stops
+    on the same set as the transformers backend whatever its own generation-config handling."""
+    return [int(t) for t in eos_ids]
 
 
 class WeightReloadExtension:
@@ -124,6 +131,8 @@ class VLLMBackend(LoadedPolicy):
         self.model_dir = Path(model_dir)
         self._tokenizer = models.load_tokenizer(self.model_dir)
         self._signature = checkpoint_signature(self.model_dir)
+        #: Ids that end a completion: the tokenizer's EOS and the generation config's end-of-turn ids.
+        self.eos_token_ids = model_eos_token_ids(self.model_dir, self._tokenizer)
         self.llm = vllm.LLM(
             model=str(self.model_dir), tokenizer=str(self.model_dir), dtype=dtype,
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
@@ -169,7 +178,7 @@ class VLLMBackend(LoadedPolicy):
         sp = self._vllm.SamplingParams(
             n=n, temperature=params.temperature, top_p=params.top_p,
             max_tokens=params.max_new_tokens, stop=list(params.stop) or None, seed=params.seed, logprobs=0,
-            include_stop_str_in_output=True,
+            include_stop_str_in_output=True, stop_token_ids=vllm_stop_token_ids(self.eos_token_ids),
         )
         prompts = [self._TokensPrompt(prompt_token_ids=list(p)) for p in prompt_token_ids]
         outputs = self.llm.generate(prompts, sp, use_tqdm=False)
