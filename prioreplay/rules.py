@@ -37,6 +37,9 @@ from typing import Sequence
 
 from prioreplay.errors import InvalidArgument
 
+#: A variance at most this fraction of m2 is rounding error of m2 − m1², i.e. 0 (see priority()).
+ZERO_VARIANCE_REL = 1e-12
+
 #: Priority of a problem never tested: the largest possible variance of a reward in [0, 1].
 MAX_PRIORITY = 0.25
 
@@ -148,6 +151,11 @@ def priority(stats: Stats, params: PriorityParams) -> float:
     p = m1 for binary rewards (r² = r). A problem with no observations and no prior gets the
     maximum, 0.25, so every problem is tried early.
 
+    Zero variance is exactly 0: for a constant group of non-binary rewards (8 × 0.1) m2 − m1²
+    cancels to a rounding residue (~1e-17, either sign), so any v <= ``ZERO_VARIANCE_REL``·m2
+    (1e-12 of m2, thousands of times the rounding error of the sums, and far below any variance
+    a finite number of binary rewards can have) gives 0. The Redis store's Lua twin does the same.
+
     Returns:
         A float in [0, 0.25].
     """
@@ -157,7 +165,7 @@ def priority(stats: Stats, params: PriorityParams) -> float:
     m1 = (stats.s1 + params.prior_alpha) / denom
     m2 = (stats.s2 + params.prior_alpha) / denom
     v = m2 - m1 * m1
-    if v < 0.0:
+    if v <= ZERO_VARIANCE_REL * m2:  # also v < 0: the cancellation error of m2 − m1²
         return 0.0
     if v > MAX_PRIORITY:
         return MAX_PRIORITY

@@ -198,3 +198,32 @@ def test_weighted_and_uniform_draws_agree_on_a_larger_run(redis_url, namespace):
 
     for sampler in ("weighted", "uniform"):
         asyncio.run(run(sampler))
+
+
+@pytest.mark.parametrize("value", [0.1, 0.3, 0.7, 0.9])
+def test_constant_non_binary_groups_get_priority_exactly_zero_in_both_stores(redis_url, namespace, value):
+    """Issue 13: m2 − m1² cancelled to ~1e-17 for a constant group of 8; both stores must give 0."""
+
+    async def run() -> None:
+        now = [1_700_000_000.0]
+        config = StoreConfig(sampler="heap", seed=1, params=rules.PriorityParams(decay=0.9))
+        mem = MemoryStore(config, None, clock=lambda: now[0])
+        red = RedisStore(config, redis_url, f"{namespace}-zv-{uuid.uuid4().hex[:6]}", clock=lambda: now[0])
+        try:
+            probs = [ProblemRecord(f"c{i}", f"prompt {i}", "1") for i in range(3)]
+            assert await red.register(probs) == await mem.register(probs)
+            for step in range(3):
+                a, b = await mem.sample(3), await red.sample(3)
+                outcomes = [GroupOutcome(p.problem.id, (value,) * 8, f"{step}:{j}".encode())
+                            for j, p in enumerate(a.problems)]
+                assert await red.report(b.lease_id, outcomes) == await mem.report(a.lease_id, outcomes)
+                for store in (mem, red):
+                    for p in probs:
+                        assert (await store.problem_state(p.id)).priority == 0.0
+                now[0] += 1.0
+            _assert_dumps_equal(await mem.dump(), await red.dump())
+        finally:
+            await red._r.delete(*[red.key(n) for n in KEY_NAMES])
+            await red.close()
+
+    asyncio.run(run())

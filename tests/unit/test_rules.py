@@ -147,3 +147,23 @@ def test_classify_and_destination(rewards, kind, pool):
 def test_forgetting_and_breakthrough_need_a_pool_source(source, rewards, forgetting, breakthrough):
     assert rules.is_forgetting(source, rewards) is forgetting
     assert rules.is_breakthrough(source, rewards) is breakthrough
+
+
+# --------------------------------------------------------------------------- zero variance is exactly 0 (issue 13)
+
+@pytest.mark.parametrize("value", [0.1, 0.2, 0.3, 1 / 3, 0.7, 0.9, 0.123456789])
+@pytest.mark.parametrize("group_size", [1, 3, 7, 8, 16])
+@pytest.mark.parametrize("decay", [1.0, 0.9, 0.5])
+def test_constant_non_binary_rewards_have_priority_exactly_zero(value, group_size, decay):
+    """m2 − m1² cancels to ±1e-17 for constant groups; a zero-variance problem must get 0."""
+    params = rules.PriorityParams(decay=decay)
+    stats = rules.Stats()
+    for _ in range(5):
+        stats = rules.update_stats(stats, [value] * group_size, params)
+        assert rules.priority(stats, params) == 0.0
+
+
+def test_tiny_true_variance_is_kept():
+    params = rules.PriorityParams()
+    stats = rules.update_stats(rules.Stats(), [1.0] + [0.0] * 9999, params)
+    assert rules.priority(stats, params) == pytest.approx(1e-4 * (1 - 1e-4))

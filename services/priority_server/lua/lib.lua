@@ -46,7 +46,8 @@ local function priority(n, s1, s2, pa, pb)
   local m1 = (s1 + pa) / denom
   local m2 = (s2 + pa) / denom
   local v = m2 - m1 * m1
-  if v < 0.0 then return 0.0 end
+  -- rules.ZERO_VARIANCE_REL: a constant group's rounding residue (~1e-17) is exactly 0
+  if v <= 1e-12 * m2 then return 0.0 end
   if v > 0.25 then return 0.25 end
   return v
 end
