@@ -51,6 +51,8 @@ class LearnerConfig(ClientSettings):
                                                            "or mean per sequence then over sequences")
     eps_low: float = Field(0.2, ge=0, lt=1, description="lower clip: ratio >= 1 − eps_low")
     eps_high: float = Field(0.28, ge=0, le=10, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
+    dual_clip_c: float = Field(3.0, ge=0, le=1e6, description="dual-clip cap c on the ratio for negative advantages "
+                               "(Ye et al. 2020, eq. 5; > 1; 0 turns it off)")
     kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model (0: no reference model is loaded)")
 
     # -- trajectories and versions -------------------------------------------------------------
@@ -77,4 +79,6 @@ class LearnerConfig(ClientSettings):
     @model_validator(mode="after")
     def _check(self) -> "LearnerConfig":
         check_role_settings(self.model, self.device, self.log_level)
+        if 0 < self.dual_clip_c <= 1:
+            raise ValueError(f"dual_clip_c ({self.dual_clip_c}) must be > 1 (Ye et al. 2020 use 3), or 0 to turn dual-clip off")
         return self

@@ -405,7 +405,8 @@ class Learner:
                     ref_logprobs, _ = token_logprobs(ref, ids, attn, cfg.temperature)  # (b, t-1)
         return grpo_loss(logprobs, mb.behaviour_logprobs.to(dev), mb.advantages.to(dev),
                          mb.completion_mask.to(dev), cfg.eps_low, cfg.eps_high, cfg.aggregation,
-                         ref_logprobs=ref_logprobs, kl_coef=cfg.kl_coef, entropies=entropy, normalizer=normalizer)
+                         ref_logprobs=ref_logprobs, kl_coef=cfg.kl_coef, entropies=entropy, normalizer=normalizer,
+                         dual_clip_c=cfg.dual_clip_c or None)
 
     def _autocast(self):
         if self.device.type == "cuda":

@@ -9,6 +9,7 @@ mask marks completion tokens; prompt and padding positions never contribute.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -21,6 +22,9 @@ Aggregation = Literal["token-mean", "seq-mean"]
 #: Log-ratios are clamped to ±this before ``exp`` (e^20 ≈ 4.9e8): no overflow to inf, and such a
 #: token is far outside the clip range anyway.
 MAX_LOG_RATIO = 20.0
+
+#: The dual-clip cap c on the ratio for negative advantages (Ye et al. 2020 use 3).
+DUAL_CLIP_C = 3.0
 
 
 def group_advantages(rewards: torch.Tensor, mode: AdvantageMode = "grpo", eps: float = 1e-6) -> torch.Tensor:
@@ -90,6 +94,7 @@ def grpo_loss(
     kl_coef: float = 0.0,
     entropies: torch.Tensor | None = None,
     normalizer: float | None = None,
+    dual_clip_c: float | None = DUAL_CLIP_C,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The clipped policy-gradient loss of GRPO with asymmetric clipping and an optional KL term.
 
@@ -99,6 +104,11 @@ def grpo_loss(
       importance ratio against the worker's sampling (behaviour) distribution;
     - surrogate = min(ρ·A_b, clip(ρ, 1 − eps_low, 1 + eps_high)·A_b) (PPO, Schulman et al. 2017,
       eq. 7) with DAPO's decoupled "clip-higher" bounds (Yu et al. 2025, eq. 10);
+    - dual-clip, for A_b < 0 only: surrogate = max(surrogate, c·A_b) (Ye et al. 2020, "Mastering
+      Complex Control in MOBA Games with Deep Reinforcement Learning", AAAI, eq. 5). PPO's min
+      keeps ρ·A unbounded when A < 0 and ρ ≫ 1 (a token the worker found unlikely and the
+      policy now likes: behaviour log-prob −10 against 0 gives ρ ≈ 22,026 and a loss of 22,026
+      for one token); the cap c (default 3, > 1) bounds it at c·|A| with no gradient;
     - kl = exp(ref − lp) − (ref − lp) − 1, Schulman's k3 estimator of KL(π‖π_ref) (J. Schulman,
       "Approximating KL divergence", 2020; as in DeepSeekMath eq. 4), log-ratio clamped likewise;
     - per-token loss = −surrogate + kl_coef·kl.
@@ -112,7 +122,8 @@ def grpo_loss(
     Metrics (detached scalars, aggregated like the loss, so they also sum over micro-batches):
     ``pg_loss`` (−surrogate), ``kl`` (k3 to the reference, 0 without one), ``clip_frac_low``
     (tokens with A < 0 and ρ < 1 − eps_low: the clipped branch is taken, no gradient),
-    ``clip_frac_high`` (A > 0 and ρ > 1 + eps_high), ``approx_kl`` (k3 of KL(behaviour‖π) from the
+    ``clip_frac_high`` (A > 0 and ρ > 1 + eps_high), ``dual_clip_frac`` (A < 0 and ρ > c: the
+    dual-clip bound is taken), ``approx_kl`` (k3 of KL(behaviour‖π) from the
     ratio, a staleness/drift diagnostic), ``entropy`` (when ``entropies`` is given).
 
     Args:
@@ -126,6 +137,8 @@ def grpo_loss(
         kl_coef: weight of the KL term (>= 0); > 0 requires ``ref_logprobs``.
         entropies: (B, T) per-token entropies of the current policy (nats), for the metric only.
         normalizer: denominator to use instead of this batch's own (> 0), see above.
+        dual_clip_c: the dual-clip cap c (> 1) on ρ for negative advantages, or None for plain
+            PPO clipping (default ``DUAL_CLIP_C`` = 3, the value of Ye et al. 2020).
 
     Returns:
         (loss, metrics): a scalar loss with grad through ``logprobs`` only, and a dict of
@@ -133,7 +146,7 @@ def grpo_loss(
 
     Raises:
         InvalidArgument: shapes disagree, unknown aggregation, eps out of range, kl_coef < 0,
-            kl_coef > 0 without ref_logprobs, or normalizer <= 0.
+            kl_coef > 0 without ref_logprobs, normalizer <= 0, or dual_clip_c <= 1.
     """
     B, T = logprobs.shape if logprobs.dim() == 2 else (None, None)
     if B is None:
@@ -154,6 +167,9 @@ def grpo_loss(
         raise InvalidArgument(f"kl_coef ({kl_coef}) > 0 needs ref_logprobs; pass the reference policy's log-probs or set kl_coef=0")
     if normalizer is not None and not normalizer > 0:
         raise InvalidArgument(f"normalizer ({normalizer}) must be > 0")
+    if dual_clip_c is not None and not (math.isfinite(dual_clip_c) and dual_clip_c > 1.0):
+        raise InvalidArgument(f"dual_clip_c ({dual_clip_c}) must be a finite number > 1 (Ye et al. 2020 use 3), "
+                              "or None to turn dual-clip off")
 
     # --- importance ratio against the behaviour policy --------------------------------------
     mask = mask.to(logprobs.dtype)  # (B, T)
@@ -166,7 +182,10 @@ def grpo_loss(
     # --- clipped surrogate (PPO min, DAPO clip-higher) ----------------------------------------
     unclipped = ratio * adv  # (B, T)
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv  # (B, T)
-    pg_per_token = -torch.minimum(unclipped, clipped)  # (B, T)
+    surrogate = torch.minimum(unclipped, clipped)  # (B, T)
+    if dual_clip_c is not None:  # Ye et al. 2020, eq. 5: for A < 0, max(surrogate, c·A)
+        surrogate = torch.where(adv < 0, torch.maximum(surrogate, dual_clip_c * adv), surrogate)  # (B, T)
+    pg_per_token = -surrogate  # (B, T)
 
     # --- KL to the frozen reference (k3) -----------------------------------------------------
     if ref_logprobs is not None:
@@ -185,11 +204,14 @@ def grpo_loss(
         lr_d, ratio_d = log_ratio.detach(), ratio.detach()  # (B, T)
         clip_low = ((ratio_d < 1.0 - eps_low) & (adv < 0)).to(logprobs.dtype)  # (B, T)
         clip_high = ((ratio_d > 1.0 + eps_high) & (adv > 0)).to(logprobs.dtype)  # (B, T)
+        dual = ((ratio_d > dual_clip_c) & (adv < 0)).to(logprobs.dtype) if dual_clip_c is not None \
+            else torch.zeros_like(ratio_d)  # (B, T)
         metrics = {
             "pg_loss": _aggregate(pg_per_token.detach(), mask, aggregation, norm),
             "kl": _aggregate(kl_per_token.detach(), mask, aggregation, norm),
             "clip_frac_low": _aggregate(clip_low, mask, aggregation, norm),
             "clip_frac_high": _aggregate(clip_high, mask, aggregation, norm),
+            "dual_clip_frac": _aggregate(dual, mask, aggregation, norm),
             "approx_kl": _aggregate((ratio_d - 1.0) - lr_d, mask, aggregation, norm),
         }
         if entropies is not None:

@@ -30,7 +30,8 @@ class LearnerMetrics:
         self.loss = Gauge(p + "loss", "total loss of the last step (pg + kl_coef * kl)", registry=r)
         self.pg_loss = Gauge(p + "pg_loss", "clipped policy-gradient loss of the last step", registry=r)
         self.kl = Gauge(p + "kl", "k3 KL to the reference policy, last step (0 without one)", registry=r)
-        self.clip_fraction = Gauge(p + "clip_fraction", "share of completion tokens whose ratio was clipped, last step",
+        self.clip_fraction = Gauge(p + "clip_fraction", "share of completion tokens whose ratio was clipped, last step "
+                                   "(side: low, high, or dual = the dual-clip cap on negative advantages)",
                                    ["side"], registry=r)
         self.entropy = Gauge(p + "entropy", "mean token entropy of the policy on completion tokens, nats", registry=r)
         self.grad_norm = Gauge(p + "grad_norm", "global gradient L2 norm before clipping, last step", registry=r)
@@ -67,9 +68,9 @@ class LearnerMetrics:
                 getattr(self, name).set(v)
         if rec.get("lr") is not None:
             self.learning_rate.set(rec["lr"])
-        for side in ("low", "high"):
-            if rec.get(f"clip_frac_{side}") is not None:
-                self.clip_fraction.labels(side).set(rec[f"clip_frac_{side}"])
+        for side, key in (("low", "clip_frac_low"), ("high", "clip_frac_high"), ("dual", "dual_clip_frac")):
+            if rec.get(key) is not None:
+                self.clip_fraction.labels(side).set(rec[key])
         if rec.get("tokens_per_s") is not None:
             self.tokens_per_second.set(rec["tokens_per_s"])
         self.step.set(rec.get("step", 0))

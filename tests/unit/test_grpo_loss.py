@@ -129,7 +129,7 @@ def test_huge_log_ratio_stays_finite():
     logprobs = torch.tensor([[-0.01, -600.0], [-0.1, -0.1]], requires_grad=True)
     mask = torch.ones(2, 2)
     adv = torch.tensor([-1.0, 1.0])
-    loss, m = grpo_loss(logprobs, behaviour, adv, mask, ref_logprobs=behaviour, kl_coef=0.1)
+    loss, m = grpo_loss(logprobs, behaviour, adv, mask, ref_logprobs=behaviour, kl_coef=0.1, dual_clip_c=None)
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(v) for v in m.values())
     assert torch.isfinite(logprobs.grad).all()
@@ -192,3 +192,42 @@ def test_loss_rejects_bad_input():
         grpo_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), kl_coef=0.1)
     with pytest.raises(InvalidArgument, match="eps_low"):
         grpo_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), eps_low=1.5)
+
+
+# --------------------------------------------------------------------------- dual-clip (issue 13)
+
+def test_dual_clip_caps_a_negative_advantage_token_far_off_policy():
+    """A = −1, behaviour log-prob −10, current 0: ρ = e^10 ≈ 22,026. Without a cap on ρ the
+    PPO min keeps ρ·A (the loss is 22,026 for one token); dual-clip (Ye et al. 2020) bounds
+    it by c·|A| = 3 and the token gives no gradient."""
+    logprobs = torch.zeros(1, 1, requires_grad=True)
+    behaviour = torch.full((1, 1), -10.0)
+    adv = torch.tensor([-1.0])
+    mask = torch.ones(1, 1)
+    loss, _ = grpo_loss(logprobs, behaviour, adv, mask, dual_clip_c=None)
+    assert loss.item() == pytest.approx(math.exp(10.0), rel=1e-5)  # the unbounded loss of today
+    loss, metrics = grpo_loss(logprobs, behaviour, adv, mask)  # default: dual-clip with c = 3
+    assert loss.item() == pytest.approx(3.0)
+    assert metrics["dual_clip_frac"].item() == 1.0
+    loss.backward()
+    assert logprobs.grad.abs().max().item() == 0.0
+
+
+def test_dual_clip_leaves_positive_advantages_and_near_ratios_alone():
+    torch.manual_seed(0)
+    logprobs = (torch.randn(6, 5) * 0.1).requires_grad_(True)
+    behaviour = logprobs.detach() + torch.randn(6, 5) * 0.1
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0])
+    mask = torch.ones(6, 5)
+    a, _ = grpo_loss(logprobs, behaviour, adv, mask, dual_clip_c=3.0)
+    b, _ = grpo_loss(logprobs, behaviour, adv, mask, dual_clip_c=None)
+    assert a.item() == b.item()  # every ratio is < 3
+    big = torch.full((1, 1), 0.0)
+    pos, _ = grpo_loss(big, torch.full((1, 1), -10.0), torch.tensor([1.0]), torch.ones(1, 1))
+    assert pos.item() == pytest.approx(-1.28)  # positive advantage: the usual clip at 1 + eps_high
+
+
+@pytest.mark.parametrize("c", [1.0, 0.5, -3.0, float("nan")])
+def test_dual_clip_c_must_exceed_one(c):
+    with pytest.raises(InvalidArgument, match="dual_clip_c"):
+        grpo_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1), dual_clip_c=c)
