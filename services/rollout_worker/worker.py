@@ -29,7 +29,7 @@ from typing import Any, Callable, TypeVar
 from prioreplay import models, rules
 from prioreplay.client import timed_call
 from prioreplay.errors import InvalidArgument, PrioreplayError
-from prioreplay.rollout_worker.backends.base import GenerationBackend, SamplingParams
+from prioreplay.rollout_worker.backends.base import GenerationBackend, PartialWeightsLoad, SamplingParams
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.metrics import WorkerMetrics
 from prioreplay.verifiers import verify
@@ -117,13 +117,18 @@ class RolloutWorker:
     def maybe_reload(self, version: int, weights_uri: str) -> float:
         """Load ``weights_uri`` if ``version`` is newer than the loaded one; returns seconds (0.0: none).
 
-        A checkpoint that cannot be loaded (InvalidArgument: missing, partial, mismatched) is
-        logged; the loaded weights stay and 0.0 is returned.
+        A checkpoint that cannot be loaded (InvalidArgument: missing or pruned, partial, altered,
+        mismatched) is logged; the loaded weights stay and 0.0 is returned.
+
+        Raises:
+            PartialWeightsLoad: the backend applied only part of the version (the worker stops).
         """
         if version <= self.backend.policy_version or not weights_uri:
             return 0.0
         try:
             seconds = self.backend.load_weights(weights_uri, version)
+        except PartialWeightsLoad:
+            raise  # mixed weights: never generate with them (run() stops the worker)
         except InvalidArgument as e:
             log.error("cannot load policy version %d from %s (%s); generating with version %d",
                       version, weights_uri, e, self.backend.policy_version)
