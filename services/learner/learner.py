@@ -513,16 +513,18 @@ class Learner:
         version, RNG; fsynced, renamed into place), then acknowledge every group trained since the
         previous checkpoint: from now on a crash cannot lose their update. Returns the directory.
         """
+        t0 = time.perf_counter()
         state = self.trainer_state(self.version)
         path = ckpt.save_checkpoint(self.config.checkpoint_dir, self.step_count, self._mergeable(), self.tokenizer,
                                     state, config=self.config.model_dump(mode="json", exclude={"auth_token"}),
                                     keep=self.config.keep_checkpoints)
         self.last_checkpoint_step = self.step_count
-        if self._held:
-            ids = list(self._held)
+        ids = list(self._held)
+        if ids:
             self._rpc("AckTrajectories", self.client.ack, ids)
             self._held.clear()
-            log.info("step %d: checkpoint %s; acknowledged %d groups", self.step_count, path, len(ids))
+        log.info("step %d: checkpoint %s in %.2f s; acknowledged %d groups", self.step_count, path,
+                 time.perf_counter() - t0, len(ids))
         return path
 
     def _mergeable(self):
