@@ -50,13 +50,23 @@ def timed_call(observe: Callable[[str, float], None], method: str, fn: Callable[
         observe(method, time.perf_counter() - t0)
 
 
-def map_rpc_error(e: grpc.RpcError, method: str) -> PrioreplayError:
-    """Turn a gRPC error into the matching :mod:`prioreplay.errors` class."""
+def map_rpc_error(e: grpc.RpcError, method: str, max_message_mb: int | None = None) -> PrioreplayError:
+    """Turn a gRPC error into the matching :mod:`prioreplay.errors` class.
+
+    gRPC's own message-size refusals ("... message larger than max ...") get the setting that
+    raises the limit appended: ``--max-message-mb`` of this client (``max_message_mb``) and of
+    the server.
+    """
     code = e.code().name if e.code() else "UNKNOWN"
     cls = ERRORS_BY_CODE.get(code, PrioreplayError)
     if code == "DEADLINE_EXCEEDED":
         cls = StoreUnavailable
-    return cls(f"{method}: {e.details() or code}")
+    details = e.details() or code
+    if code == "RESOURCE_EXHAUSTED" and "larger than max" in details.lower():
+        mine = f"{max_message_mb} MiB here" if max_message_mb else "this client's"
+        details += (f" (a gRPC message limit: --max-message-mb, {mine}; the server has its own --max-message-mb. "
+                    "Raise the limit of the side that refused, or send less per call)")
+    return cls(f"{method}: {details}")
 
 
 class PriorityClient:
@@ -106,7 +116,7 @@ class PriorityClient:
                     self._sleep(wait)
                     delay *= 2
                     continue
-                raise map_rpc_error(e, method) from None
+                raise map_rpc_error(e, method, self.settings.max_message_mb) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
@@ -142,7 +152,7 @@ class PriorityClient:
         try:
             return self.stub.RegisterProblems(chunks(), timeout=None, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise map_rpc_error(e, "RegisterProblems") from None
+            raise map_rpc_error(e, "RegisterProblems", self.settings.max_message_mb) from None
 
     def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0,
                client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED) -> pb.SampleProblemsResponse:
@@ -169,7 +179,8 @@ class PriorityClient:
              include_own_pending: bool = False) -> pb.PullTrajectoriesResponse:
         """Pull up to ``max_groups`` trajectory groups, waiting up to ``wait_s`` seconds for one."""
         req = pb.PullTrajectoriesRequest(max_groups=max_groups, wait_s=wait_s, consumer=consumer,
-                                         include_own_pending=include_own_pending)
+                                         include_own_pending=include_own_pending,
+                                         max_response_bytes=self.settings.max_message_mb * 1024 * 1024)
         return self._call("PullTrajectories", self.stub.PullTrajectories, req,
                           timeout=self.settings.rpc_timeout_s + wait_s)
 

@@ -293,6 +293,19 @@ class MemoryStore(Store):
             out.append(self._deliver(g, consumer, now))
         return out
 
+    async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
+        idle_since = self.clock() - self.config.redelivery_timeout_s
+        released = 0
+        for d in deliveries:
+            key = snapshot.parse_group_id(d.group_id)
+            g = self._s.pending.get(key) if key is not None else None
+            if g is None or g.consumer != consumer:
+                continue
+            g.delivery_count = max(0, d.delivery_count - 1)
+            g.delivered_at = idle_since  # idle at once: the next pull takes it before new groups
+            released += 1
+        return released
+
     async def _ack(self, group_ids: list[str]) -> int:
         acked = 0
         for gid in group_ids:

@@ -320,6 +320,21 @@ class RedisStore(Store):
         return [Delivery(group_id=_s(res[i]), payload=bytes(res[i + 1]), delivery_count=int(res[i + 2]))
                 for i in range(0, len(res), 3)]
 
+    async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
+        idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000))) + 1
+        ids = [d for d in deliveries if _STREAM_ID_RE.match(d.group_id)]
+        if not ids:
+            return 0
+
+        def fill(pipe):
+            for d in ids:
+                # XCLAIM ... IDLE: idle at once (XAUTOCLAIM of the next pull takes it first);
+                # RETRYCOUNT: the delivery count as before; JUSTID: not counted as a delivery
+                pipe.xclaim(self._keys["stream"], CONSUMER_GROUP, consumer, 0, [d.group_id], idle=idle_ms,
+                            retrycount=max(0, d.delivery_count - 1), justid=True)
+
+        return sum(len(r) for r in await self._pipe(fill))
+
     async def _ack(self, group_ids: list[str]) -> int:
         ids = [g for g in group_ids if _STREAM_ID_RE.match(g)]
         if not ids:

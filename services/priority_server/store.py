@@ -59,6 +59,9 @@ Trajectory queue (Redis stream + consumer group semantics)
     deliveries, then deliveries idle >= redelivery_timeout_s (reclaimed by this consumer), then
     new groups in report order. Each delivery increments the group's delivery_count.
     ack(ids): acknowledged groups are deleted and never delivered again.
+    release(consumer, deliveries): deliveries this consumer got but could not be sent (an answer
+    over the message limit) are handed back: delivery_count as before that delivery, idle at once,
+    so the next pull of any consumer delivers them first (before new groups). Never lost.
 publish(version, uri): version >= 1; lower than current → FailedPrecondition; equal with another
     uri → FailedPrecondition; equal with the same uri → idempotent.
 
@@ -284,6 +287,12 @@ class Store(abc.ABC):
         check_name(consumer, "consumer name")
         return await self._pull(consumer, max_groups, include_own_pending)
 
+    async def release(self, consumer: str, deliveries: Sequence[Delivery]) -> int:
+        """Hand back deliveries that were never sent (see the module docstring). Returns how many."""
+        if not deliveries:
+            return 0
+        return await self._release(consumer or "learner", list(deliveries))
+
     async def ack(self, group_ids: Sequence[str]) -> tuple[int, int]:
         """Acknowledge delivered groups. Returns (acked, unknown)."""
         ids = list(dict.fromkeys(group_ids))
@@ -337,6 +346,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _ack(self, group_ids: list[str]) -> int: ...
+
+    @abc.abstractmethod
+    async def _release(self, consumer: str, deliveries: list[Delivery]) -> int: ...
 
     @abc.abstractmethod
     async def _publish(self, version: int, weights_uri: str) -> tuple[int, str]: ...
