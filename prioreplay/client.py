@@ -165,14 +165,18 @@ class PriorityClient:
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
     def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False) -> pb.ReportOutcomesResponse:
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False,
+               more_parts: bool = False) -> pb.ReportOutcomesResponse:
         """Report a lease's groups. Retrying is safe: a repeated report changes nothing.
 
         ``rewards_only``: the caller trains on its own; statistics are updated, nothing is queued
-        for the learner.
+        for the learner. ``more_parts``: this is one part of a report sent in several (too large
+        for one message); the lease stays live for its problems not yet reported, each problem is
+        applied at most once, and the last part leaves it False.
         """
         req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id,
-                                       client_source=client_source, rewards_only=rewards_only)
+                                       client_source=client_source, rewards_only=rewards_only,
+                                       more_parts=more_parts)
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
 
     def pull(self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner",

@@ -279,9 +279,9 @@ class RedisStore(Store):
             step=step,
         )
 
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult:
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], more_parts: bool) -> ReportResult:
         seed = self.config.seed
-        args: list[Any] = [_f(self.clock()), lease_id, _f(TOMBSTONE_TTL_S), CONSUMER_GROUP,
+        args: list[Any] = [_f(self.clock()), lease_id, int(more_parts), CONSUMER_GROUP,
                            *self._params_args, len(outcomes)]
         for o in outcomes:
             rewards = [float(r) for r in o.rewards]
@@ -295,7 +295,7 @@ class RedisStore(Store):
                 f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}",
                 bytes(o.payload),
             ]
-        res = await self._run("report", self._state_keys + [self._keys["stream"]], args)
+        res = await self._run("report", self._state_keys + [self._keys["stream"], self.key(f"parts:{lease_id}")], args)
         status = int(res[0])
         if status == 0:
             return ReportResult(accepted=False, reason=_s(res[1]))
@@ -305,7 +305,7 @@ class RedisStore(Store):
                 f"outcomes[{j}]: problem {outcomes[j].problem_id!r} is not in lease {lease_id}; "
                 "report only the problems that lease returned"
             )
-        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]))
+        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]), skipped=int(res[3]))
 
     async def _expire_leases(self, limit: int) -> int:
         if limit < 1:

@@ -212,7 +212,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
 
     @rpc
     async def ReportOutcomes(self, request: pb.ReportOutcomesRequest, context) -> pb.ReportOutcomesResponse:
-        """Apply a lease's groups; late or repeated reports answer ``accepted = false``."""
+        """Apply a lease's groups; late or repeated reports answer ``accepted = false``.
+
+        ``more_parts``: one part of a report sent in several (see ``Store.report``)."""
         check_name(request.worker_id, "worker_id")
         if not request.lease_id:
             raise InvalidArgument("lease_id is empty; quote the lease_id returned by SampleProblems")
@@ -223,7 +225,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
                 validate_outcome(o, i)
         now = self.store.clock()
         groups = [outcome_to_group(o, now, queue=not request.rewards_only) for o in request.outcomes]
-        result = await self.store.report(request.lease_id, groups)
+        result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts)
         self.clients.reported(request.client_source, result.accepted, (g.rewards for g in groups))
         if not result.accepted:
             log.info("late report from worker %r: %s", request.worker_id, result.reason)

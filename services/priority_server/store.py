@@ -51,6 +51,12 @@ report(lease_id, outcomes)
     rewards-only client that trains on its own) counts as neither and is not queued. Leased
     problems left out of the report return to (source, score).
     The lease becomes "already reported".
+    A report in parts (``more_parts``): the outcomes are applied as above, but the lease stays
+    live (same deadline) for its problems not yet reported, and nothing is returned to a pool;
+    outcomes for problems an earlier part applied are skipped (``skipped``), so a retried part
+    changes nothing. The last part (``more_parts`` false), or a part that leaves no problem,
+    ends the lease as above. Which problems earlier parts applied is kept for a day (Redis: a
+    set per lease) and, in the memory store, not in snapshots.
 expire_leases()
     Every lease with deadline <= now (at most ``limit``, oldest first) returns its problems to
     (source, score) with statistics unchanged, lease_expiries += 1, becomes "expired".
@@ -252,8 +258,9 @@ class Store(abc.ABC):
             )
         return await self._sample(batch_size, float(timeout))
 
-    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome]) -> ReportResult:
-        """Apply a lease's outcomes (see the module docstring).
+    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome], more_parts: bool = False) -> ReportResult:
+        """Apply a lease's outcomes (see the module docstring); ``more_parts``: one part of a
+        report sent in several, the lease stays live for the problems not yet reported.
 
         Raises:
             InvalidArgument: empty lease id, an empty group, a reward NaN/inf/outside [0, 1],
@@ -268,7 +275,7 @@ class Store(abc.ABC):
                 raise InvalidArgument(f"outcomes[{i}]: problem {o.problem_id!r} is reported twice in one report")
             seen.add(o.problem_id)
             rules.validate_rewards(o.rewards, where=f"outcomes[{i}] (problem {o.problem_id!r}) rewards")
-        return await self._report(lease_id, list(outcomes))
+        return await self._report(lease_id, list(outcomes), bool(more_parts))
 
     async def expire_leases(self, limit: int = EXPIRE_LIMIT) -> int:
         """Expire up to ``limit`` due leases (oldest deadline first). Returns how many expired."""
@@ -336,7 +343,7 @@ class Store(abc.ABC):
     async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease: ...
 
     @abc.abstractmethod
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult: ...
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], more_parts: bool) -> ReportResult: ...
 
     @abc.abstractmethod
     async def _expire_leases(self, limit: int) -> int: ...
