@@ -16,8 +16,15 @@ complete checkpoint with the highest step and skips anything else (temporary dir
 a crash, missing or altered files). :func:`verify` raises on an incomplete one, so a tampered or
 partial checkpoint loaded explicitly is refused with the reason.
 
-The learner writes checkpoints (``prioreplay.learner.checkpoint``); the demo and the evaluation
-read them, so reading lives here, in the core (standard library only).
+A *published policy version* ``PUBLISH_DIR/v-N/`` is lighter: the policy files only (weights in
+the model's dtype, ``config.json``, tokenizer files) and the same manifest file with format
+:data:`WEIGHTS_FORMAT`, the version, the number of tensors and every file's size and sha256, again
+written last and the directory renamed into place. Workers load a version only after
+:func:`verify_weights` accepted it. Publishing happens every ``publish_every`` learner steps,
+full checkpoints every ``checkpoint_every`` steps (issue 15, item 4).
+
+The learner writes checkpoints (``prioreplay.learner.checkpoint``); the demo, the evaluation and the
+workers read them, so reading lives here, in the core (standard library only).
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ log = logging.getLogger(__name__)
 MANIFEST = "prioreplay.json"
 TRAINER_STATE = "trainer_state.pt"
 FORMAT = "prioreplay-checkpoint/1"
+WEIGHTS_FORMAT = "prioreplay-weights/1"
 STEP_RE = re.compile(r"^step-(\d+)$")
+VERSION_RE = re.compile(r"^v-(\d+)$")
 
 
 class CheckpointError(FailedPrecondition):
@@ -47,6 +56,11 @@ class CheckpointError(FailedPrecondition):
 def step_dir(root: str | os.PathLike, step: int) -> Path:
     """``root/step-N``."""
     return Path(root) / f"step-{int(step)}"
+
+
+def version_dir(root: str | os.PathLike, version: int) -> Path:
+    """``root/v-N``: where policy version N is published."""
+    return Path(root) / f"v-{int(version)}"
 
 
 def sha256(path: Path) -> str:
@@ -124,3 +138,65 @@ def latest_complete(root: str | os.PathLike) -> Path | None:
             continue
         return p
     return None
+
+
+def _check_files(path: Path, files: Any, hashes: bool) -> None:
+    """Every listed file exists with its size (and sha256 when ``hashes``)."""
+    if not isinstance(files, dict):
+        raise CheckpointError(f"{str(path)!r}: the manifest lists no files")
+    for name, meta in files.items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"{str(path)!r}: file {name!r} is missing")
+        if f.stat().st_size != meta.get("size"):
+            raise CheckpointError(f"{str(path)!r}: file {name!r} has {f.stat().st_size} bytes, the manifest says {meta.get('size')}")
+        if hashes and sha256(f) != meta.get("sha256"):
+            raise CheckpointError(f"{str(path)!r}: file {name!r} does not match its sha256 in the manifest (altered)")
+
+
+def verify_weights(path: str | os.PathLike, hashes: bool = True) -> dict[str, Any] | None:
+    """Check that a weights directory a worker is asked to load is complete; return its manifest.
+
+    - a published version (``v-N``, manifest format :data:`WEIGHTS_FORMAT`): every listed file with
+      its size and (``hashes``) sha256, and ``model.safetensors`` listed with its tensor count;
+    - a full checkpoint (``step-N``): :func:`verify`;
+    - a plain model directory without a manifest (written by another trainer): None. The caller's
+      load still refuses it unless every tensor of the model is in it (all or nothing).
+
+    Raises:
+        CheckpointError: the directory is missing (pruned, never written), or its manifest is
+            unreadable, of another format, or a listed file is missing, resized or altered.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"weights directory {str(path)!r} does not exist (pruned, or never written): "
+                              "the version cannot be loaded")
+    mpath = path / MANIFEST
+    if not mpath.exists():
+        return None
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{str(path)!r}: {MANIFEST} cannot be read: {e}") from None
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    if fmt == FORMAT:
+        return verify(path, hashes=hashes)
+    if fmt != WEIGHTS_FORMAT:
+        raise CheckpointError(f"{str(path)!r}: {MANIFEST} is neither a {FORMAT} nor a {WEIGHTS_FORMAT} manifest")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or "model.safetensors" not in files or not isinstance(manifest.get("tensors"), int):
+        raise CheckpointError(f"{str(path)!r}: the manifest lists no model.safetensors with its tensor count")
+    _check_files(path, files, hashes)
+    return manifest
+
+
+def published_versions(root: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(version, directory) of every ``v-N`` under ``root``, newest first (complete or not)."""
+    out = []
+    root = Path(root)
+    if root.is_dir():
+        for p in root.iterdir():
+            m = VERSION_RE.match(p.name)
+            if m and p.is_dir():
+                out.append((int(m.group(1)), p))
+    return sorted(out, reverse=True)

@@ -50,13 +50,23 @@ def timed_call(observe: Callable[[str, float], None], method: str, fn: Callable[
         observe(method, time.perf_counter() - t0)
 
 
-def map_rpc_error(e: grpc.RpcError, method: str) -> PrioreplayError:
-    """Turn a gRPC error into the matching :mod:`prioreplay.errors` class."""
+def map_rpc_error(e: grpc.RpcError, method: str, max_message_mb: int | None = None) -> PrioreplayError:
+    """Turn a gRPC error into the matching :mod:`prioreplay.errors` class.
+
+    gRPC's own message-size refusals ("... message larger than max ...") get the setting that
+    raises the limit appended: ``--max-message-mb`` of this client (``max_message_mb``) and of
+    the server.
+    """
     code = e.code().name if e.code() else "UNKNOWN"
     cls = ERRORS_BY_CODE.get(code, PrioreplayError)
     if code == "DEADLINE_EXCEEDED":
         cls = StoreUnavailable
-    return cls(f"{method}: {e.details() or code}")
+    details = e.details() or code
+    if code == "RESOURCE_EXHAUSTED" and "larger than max" in details.lower():
+        mine = f"{max_message_mb} MiB here" if max_message_mb else "this client's"
+        details += (f" (a gRPC message limit: --max-message-mb, {mine}; the server has its own --max-message-mb. "
+                    "Raise the limit of the side that refused, or send less per call)")
+    return cls(f"{method}: {details}")
 
 
 class PriorityClient:
@@ -106,7 +116,7 @@ class PriorityClient:
                     self._sleep(wait)
                     delay *= 2
                     continue
-                raise map_rpc_error(e, method) from None
+                raise map_rpc_error(e, method, self.settings.max_message_mb) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
@@ -142,7 +152,7 @@ class PriorityClient:
         try:
             return self.stub.RegisterProblems(chunks(), timeout=None, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise map_rpc_error(e, "RegisterProblems") from None
+            raise map_rpc_error(e, "RegisterProblems", self.settings.max_message_mb) from None
 
     def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0,
                client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED) -> pb.SampleProblemsResponse:
@@ -155,21 +165,26 @@ class PriorityClient:
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
     def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False) -> pb.ReportOutcomesResponse:
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False,
+               more_parts: bool = False) -> pb.ReportOutcomesResponse:
         """Report a lease's groups. Retrying is safe: a repeated report changes nothing.
 
         ``rewards_only``: the caller trains on its own; statistics are updated, nothing is queued
-        for the learner.
+        for the learner. ``more_parts``: this is one part of a report sent in several (too large
+        for one message); the lease stays live for its problems not yet reported, each problem is
+        applied at most once, and the last part leaves it False.
         """
         req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id,
-                                       client_source=client_source, rewards_only=rewards_only)
+                                       client_source=client_source, rewards_only=rewards_only,
+                                       more_parts=more_parts)
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
 
     def pull(self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner",
              include_own_pending: bool = False) -> pb.PullTrajectoriesResponse:
         """Pull up to ``max_groups`` trajectory groups, waiting up to ``wait_s`` seconds for one."""
         req = pb.PullTrajectoriesRequest(max_groups=max_groups, wait_s=wait_s, consumer=consumer,
-                                         include_own_pending=include_own_pending)
+                                         include_own_pending=include_own_pending,
+                                         max_response_bytes=self.settings.max_message_mb * 1024 * 1024)
         return self._call("PullTrajectories", self.stub.PullTrajectories, req,
                           timeout=self.settings.rpc_timeout_s + wait_s)
 

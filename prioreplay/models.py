@@ -362,8 +362,11 @@ def _unique_state_dict(model: Any) -> tuple[dict[str, "torch.Tensor"], dict[str,
     return kept, aliases
 
 
-def save_weights(model: Any, tokenizer: Any, directory: str | os.PathLike) -> Path:
+def save_weights(model: Any, tokenizer: Any, directory: str | os.PathLike, dtype: Any = None) -> Path:
     """Write ``model.safetensors``, ``config.json`` (+ generation config) and the tokenizer files.
+
+    ``dtype``: a torch floating dtype the floating tensors are written in (e.g. the model's own
+    ``torch.bfloat16`` while training in float32); None keeps each tensor's dtype.
 
     Tied tensors (e.g. input and output embeddings) are stored once, as Hugging Face does; the
     weights file is written to a temporary name and renamed, so a reader never sees half a file.
@@ -378,7 +381,8 @@ def save_weights(model: Any, tokenizer: Any, directory: str | os.PathLike) -> Pa
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors, _ = _unique_state_dict(model)
-    cpu = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+    cpu = {name: t.detach().to(device="cpu", dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype)
+           .contiguous() for name, t in tensors.items()}
     tmp = directory / f".{WEIGHTS_FILE}.tmp"
     save_file(cpu, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, directory / WEIGHTS_FILE)

@@ -139,18 +139,20 @@ class ProblemOutcome(_message.Message):
     def __init__(self, problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., sampling_temperature: _Optional[float] = ...) -> None: ...
 
 class ReportOutcomesRequest(_message.Message):
-    __slots__ = ("lease_id", "outcomes", "worker_id", "client_source", "rewards_only")
+    __slots__ = ("lease_id", "outcomes", "worker_id", "client_source", "rewards_only", "more_parts")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
     REWARDS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    MORE_PARTS_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     outcomes: _containers.RepeatedCompositeFieldContainer[ProblemOutcome]
     worker_id: str
     client_source: ClientSource
     rewards_only: bool
-    def __init__(self, lease_id: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ProblemOutcome, _Mapping]]] = ..., worker_id: _Optional[str] = ..., client_source: _Optional[_Union[ClientSource, str]] = ..., rewards_only: _Optional[bool] = ...) -> None: ...
+    more_parts: bool
+    def __init__(self, lease_id: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ProblemOutcome, _Mapping]]] = ..., worker_id: _Optional[str] = ..., client_source: _Optional[_Union[ClientSource, str]] = ..., rewards_only: _Optional[bool] = ..., more_parts: _Optional[bool] = ...) -> None: ...
 
 class ReportOutcomesResponse(_message.Message):
     __slots__ = ("accepted", "reason", "groups_queued", "groups_filtered")
@@ -185,16 +187,18 @@ class TrajectoryGroup(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., delivery_count: _Optional[int] = ..., reported_unix_s: _Optional[float] = ..., sampling_temperature: _Optional[float] = ...) -> None: ...
 
 class PullTrajectoriesRequest(_message.Message):
-    __slots__ = ("max_groups", "wait_s", "consumer", "include_own_pending")
+    __slots__ = ("max_groups", "wait_s", "consumer", "include_own_pending", "max_response_bytes")
     MAX_GROUPS_FIELD_NUMBER: _ClassVar[int]
     WAIT_S_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_OWN_PENDING_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESPONSE_BYTES_FIELD_NUMBER: _ClassVar[int]
     max_groups: int
     wait_s: float
     consumer: str
     include_own_pending: bool
-    def __init__(self, max_groups: _Optional[int] = ..., wait_s: _Optional[float] = ..., consumer: _Optional[str] = ..., include_own_pending: _Optional[bool] = ...) -> None: ...
+    max_response_bytes: int
+    def __init__(self, max_groups: _Optional[int] = ..., wait_s: _Optional[float] = ..., consumer: _Optional[str] = ..., include_own_pending: _Optional[bool] = ..., max_response_bytes: _Optional[int] = ...) -> None: ...
 
 class PullTrajectoriesResponse(_message.Message):
     __slots__ = ("groups", "queue_depth")

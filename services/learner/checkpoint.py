@@ -20,15 +20,19 @@ from prioreplay.checkpoints import (
     FORMAT,
     MANIFEST,
     TRAINER_STATE,
+    WEIGHTS_FORMAT,
     CheckpointError,
     candidates,
+    published_versions,
     sha256,
     step_dir,
     verify,
+    version_dir,
 )
 from prioreplay.errors import InvalidArgument
 
 _TMP_PREFIX = ".tmp-step-"
+_TMP_VERSION_PREFIX = ".tmp-v-"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -127,12 +131,7 @@ def _write_files(directory: Path, step: int, model, tokenizer, trainer_state: di
         torch.load(directory / TRAINER_STATE, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling refusal is the caller's bug
         raise InvalidArgument(f"trainer_state must hold only tensors and plain containers: {e}") from e
-    files = {}
-    for p in sorted(directory.rglob("*")):
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-            files[p.relative_to(directory).as_posix()] = {"size": p.stat().st_size, "sha256": sha256(p)}
+    files = _fsync_and_list(directory)
     manifest = {
         "format": FORMAT,
         "step": int(step),
@@ -141,6 +140,119 @@ def _write_files(directory: Path, step: int, model, tokenizer, trainer_state: di
         "config": config or {},
         "files": files,
     }
+    _write_manifest(directory, manifest)
+
+
+def publish_weights(root: str | os.PathLike, version: int, step: int, model, tokenizer, dtype=None,
+                    keep: int | None = None, grace_s: float = 0.0) -> Path:
+    """Write policy version N, the weights only, to ``root/v-N/`` atomically; return its path.
+
+    The policy files (:func:`prioreplay.models.save_weights`, floating tensors in ``dtype``) go
+    into a temporary directory, each file fsynced, then the manifest (format
+    :data:`~prioreplay.checkpoints.WEIGHTS_FORMAT`: version, step, tensor count, every file's size
+    and sha256) last; the directory is then renamed to ``v-N``. A worker that finds ``v-N``
+    therefore finds it whole (:func:`prioreplay.checkpoints.verify_weights`). No optimizer state
+    is written: that is :func:`save_checkpoint`'s job, every ``checkpoint_every`` steps.
+    Afterwards, with ``keep``, older versions are pruned by :func:`prune_published`.
+
+    Args:
+        root: the publish directory (created if missing; e.g. on ``/dev/shm`` for one node).
+        version: the policy version N (>= 1).
+        step: the learner step whose weights these are (recorded in the manifest).
+        dtype: torch floating dtype of the written tensors (None: as trained).
+        keep, grace_s: see :func:`prune_published`.
+
+    Raises:
+        InvalidArgument: version < 1 or keep < 1.
+        OSError: the disk refused a write (the temporary directory is removed).
+    """
+    from prioreplay.models import save_weights
+
+    if version < 1:
+        raise InvalidArgument(f"policy version ({version}) must be >= 1")
+    if keep is not None and keep < 1:
+        raise InvalidArgument(f"keep ({keep}) must be >= 1 published versions")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{_TMP_VERSION_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        save_weights(model, tokenizer, tmp, dtype=dtype)
+        from safetensors import safe_open
+
+        with safe_open(str(tmp / "model.safetensors"), framework="pt") as fh:
+            n_tensors = len(list(fh.keys()))
+        files = _fsync_and_list(tmp)
+        manifest = {"format": WEIGHTS_FORMAT, "version": int(version), "step": int(step), "tensors": n_tensors,
+                    "created_unix_s": time.time(), "files": files}
+        _write_manifest(tmp, manifest)
+        final = version_dir(root, version)
+        if final.exists():  # an earlier, interrupted run's v-N: replace it
+            trash = root / f"{_TMP_VERSION_PREFIX}{version}-old-{uuid.uuid4().hex[:8]}"
+            os.rename(final, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep is not None:
+        prune_published(root, keep, grace_s)
+    return final
+
+
+def prune_published(root: str | os.PathLike, keep: int, grace_s: float, now: float | None = None) -> list[Path]:
+    """Delete old published versions that no worker may still be loading; return what was deleted.
+
+    A worker loads the version named in its lease right after leasing, so version V can still be
+    asked for until shortly after V + 1 was published. V is deleted only when it is not among the
+    newest ``keep`` versions **and** the next newer version was published more than ``grace_s``
+    seconds ago (so no version newer than the oldest one a worker may still load is ever deleted,
+    and the newest is never). Temporary directories older than an hour go too.
+
+    Raises:
+        InvalidArgument: keep < 1 or grace_s < 0.
+    """
+    if keep < 1:
+        raise InvalidArgument(f"keep ({keep}) must be >= 1 published versions")
+    if grace_s < 0:
+        raise InvalidArgument(f"grace_s ({grace_s}) must be >= 0 seconds")
+    root = Path(root)
+    now = time.time() if now is None else now
+    versions = published_versions(root)
+    doomed = []
+    for i in range(keep, len(versions)):
+        successor = versions[i - 1][1]
+        if now - _published_at(successor) > grace_s:
+            doomed.append(versions[i][1])
+    if root.is_dir():
+        doomed += [p for p in root.iterdir() if p.name.startswith(_TMP_VERSION_PREFIX) and p.is_dir()
+                   and now - p.stat().st_mtime > 3600]
+    for p in doomed:
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed
+
+
+def _published_at(path: Path) -> float:
+    """When a published version was written (its manifest's time, else the directory's mtime)."""
+    try:
+        return float(json.loads((path / MANIFEST).read_text(encoding="utf-8"))["created_unix_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return path.stat().st_mtime
+
+
+def _fsync_and_list(directory: Path) -> dict[str, dict[str, Any]]:
+    """fsync every file under ``directory``; {relative name: {size, sha256}}."""
+    files = {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+            files[p.relative_to(directory).as_posix()] = {"size": p.stat().st_size, "sha256": sha256(p)}
+    return files
+
+
+def _write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     with open(directory / MANIFEST, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.flush()

@@ -67,7 +67,18 @@ class LearnerConfig(ClientSettings):
     # -- checkpoints and publishing ------------------------------------------------------------
     checkpoint_dir: Path = Field(Path("checkpoints"), description="where step-N/ checkpoints go; the learner resumes from "
                                  "the newest complete one")
-    publish_every: int = Field(1, ge=1, le=1_000_000, description="learner steps between checkpoint + PublishPolicy")
+    publish_every: int = Field(1, ge=1, le=1_000_000, description="learner steps between published policy versions "
+                               "(the weights only, in --publish-dtype, to --publish-dir, then PublishPolicy)")
+    checkpoint_every: int = Field(10, ge=1, le=1_000_000, description="learner steps between full training checkpoints "
+                                  "(weights, optimizer, scheduler, RNG); groups are acknowledged only once a checkpoint "
+                                  "holds their update, so a crash recomputes at most this many steps")
+    publish_dir: Path | None = Field(None, description="where published versions v-N/ go (default CHECKPOINT_DIR/published; "
+                                     "a memory-backed directory such as /dev/shm/prioreplay when workers share the node)")
+    publish_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="dtype of published weights; auto: the model's own (config.json torch_dtype), not the training dtype")
+    keep_published: int = Field(3, ge=1, le=1_000_000, description="newest published versions always kept")
+    publish_grace_s: float = Field(300.0, ge=0, le=7 * 86400, description="an older version is deleted only this many seconds "
+                                   "after its successor was published (workers that leased it may still be loading it)")
     keep_checkpoints: int = Field(3, ge=1, le=1_000_000, description="newest complete checkpoints kept (older ones deleted)")
     max_steps: int = Field(0, ge=0, le=1_000_000_000, description="stop after this many optimizer steps in total (0: until stopped)")
 

@@ -1,4 +1,4 @@
-"""The GRPO learner: pull trajectory groups, one clipped policy-gradient step, ack, checkpoint, publish.
+"""The GRPO learner: pull trajectory groups, one clipped policy-gradient step, publish, checkpoint, ack.
 
 One :meth:`Learner.step` reads top to bottom:
 
@@ -11,8 +11,17 @@ One :meth:`Learner.step` reads top to bottom:
 5. **forward/backward** in micro-batches with gradient accumulation (each micro-batch's loss
    divided by the whole batch's token or sequence count, so the accumulated gradient is the
    full-batch gradient), clip the gradient norm, AdamW step with linear LR warm-up;
-6. **ack** the groups (only after the optimizer step: at-least-once training);
-7. every ``publish_every`` steps: **checkpoint** ``step-N`` and ``PublishPolicy(version=N)``.
+6. every ``publish_every`` steps: **publish** the weights only (``PUBLISH_DIR/v-N/``, the model's
+   dtype) and ``PublishPolicy(version=N)``;
+7. every ``checkpoint_every`` steps: a full **checkpoint** ``step-N`` (weights, optimizer,
+   scheduler, RNG), then **ack** every group trained since the previous checkpoint.
+
+Acknowledging deletes a group at the server, so a group is acknowledged only once a durable
+checkpoint holds its update: a learner killed at any point resumes from its newest checkpoint and
+gets every group trained after it back (its own pending groups, ``include_own_pending``), so no
+update is lost; some are recomputed (at-least-once). Groups dropped unused (stale, zero variance,
+malformed) have no update to lose and are acknowledged at once. Groups trained but not yet
+acknowledged that the server delivers again (after ``redelivery_timeout_s``) are skipped.
 
 Policy versions are learner steps: the weights after optimizer step N are version N, so the
 staleness of a group is ``current version − its policy_version`` in steps. New log-probs are
@@ -216,9 +225,15 @@ class Learner:
         self.step_count = 0  # optimizer steps done
         self.version = 0  # newest policy version this learner published (or resumed)
         self.last_checkpoint_step = -1
+        self.last_publish_step = -1
         self.stop_requested = False
         self._first_pull = True
         self._pad_id = self.tokenizer.pad_token_id
+        self._held: dict[str, None] = {}  # ids trained since the last checkpoint: acked after the next one
+        self._backlog: list = []  # groups pulled (the first, recovery pull can bring more than a batch) not yet used
+        self._recover_groups = 0  # pending groups at the server at start (sizes the first pull)
+        self._trained_at_checkpoint: list[str] = []  # from the checkpoint resumed
+        self._publish_dtype = _publish_dtype(config.publish_dtype, self.model_dir)
         self._rpc_s = 0.0  # seconds in RPCs during the current step, long-polling pulls excluded
         self._pull_s = 0.0  # seconds in PullTrajectories during the current step (mostly waiting for groups)
 
@@ -246,7 +261,13 @@ class Learner:
         path = self._resume_path  # found (and verified) at construction
         if path is not None:
             self.load_checkpoint(path)
-        server_version = self._rpc("GetStats", self.client.stats).policy_version
+            if self._trained_at_checkpoint:  # killed between the checkpoint and the ack: ack now, never retrain
+                ack = self._rpc("AckTrajectories", self.client.ack, self._trained_at_checkpoint)
+                log.info("acknowledged %d groups trained into %s (%d already acknowledged)",
+                         ack.acked, path, ack.unknown)
+        server_stats = self._rpc("GetStats", self.client.stats)
+        server_version = server_stats.policy_version
+        self._recover_groups = int(getattr(server_stats, "pending_groups", 0))
         if server_version > self.current_version:
             log.warning("the server's policy version (%d) is ahead of this learner's (%d, checkpoint %s): "
                         "numbering new versions after it", server_version, self.current_version, path)
@@ -272,13 +293,18 @@ class Learner:
             self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step_count, self.version = int(state["step"]), int(state["policy_version"])
+        # groups whose update this checkpoint holds; a crash may have come before their ack
+        self._trained_at_checkpoint = [str(x) for x in state.get("trained_group_ids", [])]
         self.last_checkpoint_step = self.step_count
+        if self.version >= self.step_count:  # these weights were published (as this version or before)
+            self.last_publish_step = self.step_count
         ckpt.set_rng_state(state["rng"])
         log.info("resumed from %s: step %d, policy version %d", path, self.step_count, self.version)
 
     # -- one step ----------------------------------------------------------------------------
     def step(self) -> StepResult:
-        """Pull, filter, train on, acknowledge and (every publish_every steps) publish one batch.
+        """Pull, filter and train on one batch; publish every ``publish_every`` steps; checkpoint
+        (then acknowledge the groups trained since the last checkpoint) every ``checkpoint_every``.
 
         Returns a result with ``trained=False`` when no usable group arrived within
         ``batch_timeout_s`` (dropped groups are still counted and acknowledged).
@@ -295,9 +321,11 @@ class Learner:
         t_compute = time.perf_counter()
         used, advantages, fates, staleness = self._filter(groups)
         record: dict[str, Any] = {"groups_pulled": len(groups), **{f"groups_{k}": v for k, v in fates.items()}}
+        used_ids = {g.group_id for g in used}
+        dropped = [g.group_id for g in groups if g.group_id not in used_ids]
+        if dropped:  # no update to lose: acknowledged at once
+            self._rpc("AckTrajectories", self.client.ack, dropped)
         if not used:
-            if groups:
-                self._rpc("AckTrajectories", self.client.ack, [g.group_id for g in groups])
             return StepResult(False, record)
 
         # --- collate, forward/backward in micro-batches, optimizer step ----------------------
@@ -305,40 +333,69 @@ class Learner:
         metrics = self._train(batch)
         compute_s = time.perf_counter() - t_compute
 
-        # --- ack after the optimizer step ----------------------------------------------------
         group_ids = [g.group_id for g in groups]
-        self._rpc("AckTrajectories", self.client.ack, group_ids)
+        self._held.update(dict.fromkeys(used_ids))  # acknowledged after the next checkpoint
 
-        # --- checkpoint + publish -----------------------------------------------------------
+        # --- publish the weights, then checkpoint + ack -------------------------------------
         t_publish = time.perf_counter()
         published = self.step_count % cfg.publish_every == 0
         if published:
             self.publish()
         publish_s = time.perf_counter() - t_publish
+        t_checkpoint = time.perf_counter()
+        checkpointed = self.step_count % cfg.checkpoint_every == 0
+        if checkpointed:
+            self.checkpoint()
+        checkpoint_s = time.perf_counter() - t_checkpoint
 
         # --- metrics ------------------------------------------------------------------------
         tokens = int(batch.attention_mask.sum())
-        record.update(step=self.step_count, policy_version=self.version, published=published, **metrics,
+        record.update(step=self.step_count, policy_version=self.version, published=published,
+                      checkpointed=checkpointed, groups_unacked=len(self._held), **metrics,
                       sequences=len(batch), tokens=tokens, completion_tokens=int(batch.completion_mask.sum()),
                       reward_mean=float(batch.rewards.mean()), staleness_mean=sum(staleness) / len(staleness),
                       staleness_max=max(staleness), wait_s=wait_s, compute_s=compute_s, publish_s=publish_s,
+                      checkpoint_s=checkpoint_s,
                       rpc_s=self._rpc_s, pull_s=self._pull_s, tokens_per_s=tokens / max(compute_s, 1e-9))
         self.metrics.record(record)
         return StepResult(True, record, group_ids)
 
     def _pull(self) -> list:
-        """Up to batch_groups groups, waiting at most batch_timeout_s in total (deduplicated)."""
+        """Up to batch_groups groups, waiting at most batch_timeout_s in total (deduplicated).
+
+        The backlog of an earlier pull goes first. The first pull after start asks for this
+        consumer's own pending groups, as many as the server had pending (so every group trained
+        after the last checkpoint of a killed learner comes back at once); groups trained but not
+        yet acknowledged (delivered again after the server's redelivery timeout) are skipped.
+        """
         cfg = self.config
         deadline = time.monotonic() + cfg.batch_timeout_s
         groups: dict[str, Any] = {}
+        while self._backlog and len(groups) < cfg.batch_groups:
+            g = self._backlog.pop(0)
+            groups.setdefault(g.group_id, g)
         while len(groups) < cfg.batch_groups and not self.stop_requested:
             remaining = deadline - time.monotonic()
             wait = max(0.0, min(cfg.pull_wait_s, remaining))
-            resp = self._rpc("PullTrajectories", self.client.pull, cfg.batch_groups - len(groups), wait,
-                             cfg.consumer, self._first_pull)
+            want = cfg.batch_groups - len(groups)
+            if self._first_pull:
+                want = max(want, min(self._recover_groups, MAX_RECOVERY_PULL))
+            try:
+                resp = self._rpc("PullTrajectories", self.client.pull, want, wait, cfg.consumer, self._first_pull)
+            except InvalidArgument:
+                if want == cfg.batch_groups - len(groups):
+                    raise
+                self._recover_groups = 0  # the server's max_batch_size is lower: a batch at a time
+                continue
             self._first_pull = False
             for g in resp.groups:
-                groups.setdefault(g.group_id, g)
+                if g.group_id in self._held:
+                    log.debug("group %s delivered again while awaiting its checkpoint: skipped", g.group_id)
+                    continue
+                if len(groups) < cfg.batch_groups:
+                    groups.setdefault(g.group_id, g)
+                elif g.group_id not in groups and all(b.group_id != g.group_id for b in self._backlog):
+                    self._backlog.append(g)
             if remaining <= 0:
                 break
             if not resp.groups and wait == 0:  # pull_wait_s = 0: poll gently instead of spinning
@@ -423,24 +480,52 @@ class Learner:
 
     # -- checkpoint + publish --------------------------------------------------------------
     def trainer_state(self, version: int) -> dict[str, Any]:
-        """Optimizer, scheduler, step, ``version`` and RNG states (weights_only-loadable)."""
+        """Optimizer, scheduler, step, ``version``, RNG states and the ids of the groups trained
+        since the previous checkpoint, acknowledged after this one (weights_only-loadable)."""
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "step": self.step_count, "policy_version": version, "rng": ckpt.rng_state()}
+                "step": self.step_count, "policy_version": version, "rng": ckpt.rng_state(),
+                "trained_group_ids": list(self._held)}
+
+    @property
+    def publish_dir(self) -> Path:
+        """Where published versions ``v-N/`` go (``publish_dir``, default ``checkpoint_dir/published``)."""
+        return self.config.publish_dir or Path(self.config.checkpoint_dir) / "published"
 
     def publish(self) -> Path:
-        """Write checkpoint ``step-N`` and publish it as policy version N (or the next one above the
-        server's, if it was ahead). Returns the checkpoint directory."""
+        """Publish the current weights as policy version N = the step (or the next one above the
+        server's, if it was ahead): ``PUBLISH_DIR/v-N/`` (weights only, in the publish dtype,
+        manifest last, renamed into place), then ``PublishPolicy``. Returns the version directory.
+
+        Publishing writes no optimizer state and acknowledges nothing (see :meth:`checkpoint`).
+        """
+        cfg = self.config
         version = self.step_count if self.step_count > self.version else self.version + 1
-        state = self.trainer_state(version)
-        model = self._mergeable()
-        path = ckpt.save_checkpoint(self.config.checkpoint_dir, self.step_count, model, self.tokenizer, state,
-                                    config=self.config.model_dump(mode="json", exclude={"auth_token"}),
-                                    keep=self.config.keep_checkpoints)
+        path = ckpt.publish_weights(self.publish_dir, version, self.step_count, self._mergeable(), self.tokenizer,
+                                    dtype=self._publish_dtype, keep=cfg.keep_published, grace_s=cfg.publish_grace_s)
         self._rpc("PublishPolicy", self.client.publish, version, str(path.resolve()))
         self.version = version
-        self.last_checkpoint_step = self.step_count
+        self.last_publish_step = self.step_count
         self.metrics.policy_version.set(version)
         log.info("step %d: published policy version %d (%s)", self.step_count, version, path)
+        return path
+
+    def checkpoint(self) -> Path:
+        """Write the full training checkpoint ``step-N`` (weights, optimizer, scheduler, step,
+        version, RNG; fsynced, renamed into place), then acknowledge every group trained since the
+        previous checkpoint: from now on a crash cannot lose their update. Returns the directory.
+        """
+        t0 = time.perf_counter()
+        state = self.trainer_state(self.version)
+        path = ckpt.save_checkpoint(self.config.checkpoint_dir, self.step_count, self._mergeable(), self.tokenizer,
+                                    state, config=self.config.model_dump(mode="json", exclude={"auth_token"}),
+                                    keep=self.config.keep_checkpoints)
+        self.last_checkpoint_step = self.step_count
+        ids = list(self._held)
+        if ids:
+            self._rpc("AckTrajectories", self.client.ack, ids)
+            self._held.clear()
+        log.info("step %d: checkpoint %s in %.2f s; acknowledged %d groups", self.step_count, path,
+                 time.perf_counter() - t0, len(ids))
         return path
 
     def _mergeable(self):
@@ -452,8 +537,8 @@ class Learner:
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> int:
-        """Resume, then step until ``max_steps`` (total) or :attr:`stop_requested`; a final
-        checkpoint is published if the last step was not. Returns 0."""
+        """Resume, then step until ``max_steps`` (total) or :attr:`stop_requested`; the last step
+        is published and checkpointed (its groups acknowledged) if it was not yet. Returns 0."""
         self.resume()
         cfg = self.config
         while not self.stop_requested and (cfg.max_steps == 0 or self.step_count < cfg.max_steps):
@@ -463,9 +548,30 @@ class Learner:
                 log.info("step %d: loss %.4f, groups %d (stale %d, zero-variance %d), %.1f tok/s, %.2fs",
                          r["step"], r["loss"], r["groups_used"], r["groups_stale"], r["groups_zero_variance"],
                          r["tokens_per_s"], r["wait_s"] + r["compute_s"] + r["publish_s"])
-        if self.step_count > self.last_checkpoint_step and self.step_count > 0:
+        if self.step_count > 0 and self.step_count > self.last_publish_step:
             self.publish()
+        if self.step_count > 0 and self.step_count > self.last_checkpoint_step:
+            self.checkpoint()
         return 0
+
+
+#: Most groups the first pull after a restart asks for (this consumer's own pending groups).
+MAX_RECOVERY_PULL = 1024
+
+
+def _publish_dtype(name: str, model_dir: Path) -> torch.dtype | None:
+    """The torch dtype published weights are written in: ``auto`` reads the model's own
+    (``torch_dtype`` / ``dtype`` in config.json); None keeps the training dtype."""
+    if name == "auto":
+        import json
+
+        try:
+            cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        name = cfg.get("torch_dtype") or cfg.get("dtype") or ""
+    dtype = getattr(torch, str(name), None)
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
 
 
 def _pick_device(device: str) -> str:

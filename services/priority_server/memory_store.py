@@ -92,6 +92,7 @@ class MemoryStore(Store):
         self._deadlines = SortedList((lz.deadline, lz.lease_id) for lz in state.leases.values())
         state.pending = SortedDict(state.pending)  # key -> QueuedGroup, in group id order
         self._by_consumer: dict[str, SortedList] = {}  # consumer -> keys of its pending groups
+        self._parts: dict[str, set[str]] = {}  # lease id -> problems applied by earlier parts (live leases)
         for key, g in state.pending.items():
             self._by_consumer.setdefault(g.consumer, SortedList()).add(key)
         self._view = _SamplerView(self._heap, self._pools, state.problems)
@@ -121,6 +122,7 @@ class MemoryStore(Store):
     # -- leases ---------------------------------------------------------------------------
     def _end_lease(self, lease: LeaseRecord, reason: str, now: float) -> None:
         del self._s.leases[lease.lease_id]
+        self._parts.pop(lease.lease_id, None)
         self._deadlines.remove((lease.deadline, lease.lease_id))
         self._s.tombstones[lease.lease_id] = (reason, now)
 
@@ -200,7 +202,7 @@ class MemoryStore(Store):
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, step1)
 
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult:
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], more_parts: bool) -> ReportResult:
         now = self.clock()
         c = self._s.counters
         lease = self._s.leases.get(lease_id)
@@ -213,18 +215,30 @@ class MemoryStore(Store):
             c["late_reports"] += 1
             return ReportResult(False, "expired")
         members = set(lease.problem_ids)
+        done = self._parts.get(lease_id, set())
+        fresh = []
         for i, o in enumerate(outcomes):
-            if o.problem_id not in members:
+            if o.problem_id in members:
+                fresh.append(o)
+            elif o.problem_id not in done:
                 raise InvalidArgument(
                     f"outcomes[{i}]: problem {o.problem_id!r} is not in lease {lease_id!r}; "
                     "report only the problems that lease returned"
                 )
         # Validated: from here on nothing raises.
-        kinds = [self._apply_group(o, lease.step, now) for o in outcomes]
-        self._return_problems(lease, skip={o.problem_id for o in outcomes})
-        self._end_lease(lease, "already reported", now)
-        queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, outcomes))
-        return ReportResult(True, "", queued, sum(k is not GroupKind.MIXED for k in kinds))
+        kinds = [self._apply_group(o, lease.step, now) for o in fresh]
+        reported = {o.problem_id for o in fresh}
+        rest = [p for p in lease.problem_ids if p not in reported]
+        if more_parts and rest:  # a part: the lease stays live for the rest
+            lease.problem_ids = rest
+            self._parts[lease_id] = done | reported
+        else:
+            if not more_parts:
+                self._return_problems(lease, skip=reported)
+            self._end_lease(lease, "already reported", now)
+        queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, fresh))
+        return ReportResult(True, "", queued, sum(k is not GroupKind.MIXED for k in kinds),
+                            skipped=len(outcomes) - len(fresh))
 
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
         """One reported group: statistics, place, counters, and the queue when it is MIXED with a
@@ -292,6 +306,19 @@ class MemoryStore(Store):
             pending[key] = g
             out.append(self._deliver(g, consumer, now))
         return out
+
+    async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
+        idle_since = self.clock() - self.config.redelivery_timeout_s
+        released = 0
+        for d in deliveries:
+            key = snapshot.parse_group_id(d.group_id)
+            g = self._s.pending.get(key) if key is not None else None
+            if g is None or g.consumer != consumer:
+                continue
+            g.delivery_count = max(0, d.delivery_count - 1)
+            g.delivered_at = idle_since  # idle at once: the next pull takes it before new groups
+            released += 1
+        return released
 
     async def _ack(self, group_ids: list[str]) -> int:
         acked = 0

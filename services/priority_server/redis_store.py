@@ -279,9 +279,9 @@ class RedisStore(Store):
             step=step,
         )
 
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult:
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], more_parts: bool) -> ReportResult:
         seed = self.config.seed
-        args: list[Any] = [_f(self.clock()), lease_id, _f(TOMBSTONE_TTL_S), CONSUMER_GROUP,
+        args: list[Any] = [_f(self.clock()), lease_id, int(more_parts), CONSUMER_GROUP,
                            *self._params_args, len(outcomes)]
         for o in outcomes:
             rewards = [float(r) for r in o.rewards]
@@ -295,7 +295,7 @@ class RedisStore(Store):
                 f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}",
                 bytes(o.payload),
             ]
-        res = await self._run("report", self._state_keys + [self._keys["stream"]], args)
+        res = await self._run("report", self._state_keys + [self._keys["stream"], self.key(f"parts:{lease_id}")], args)
         status = int(res[0])
         if status == 0:
             return ReportResult(accepted=False, reason=_s(res[1]))
@@ -305,7 +305,7 @@ class RedisStore(Store):
                 f"outcomes[{j}]: problem {outcomes[j].problem_id!r} is not in lease {lease_id}; "
                 "report only the problems that lease returned"
             )
-        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]))
+        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]), skipped=int(res[3]))
 
     async def _expire_leases(self, limit: int) -> int:
         if limit < 1:
@@ -319,6 +319,21 @@ class RedisStore(Store):
                               [CONSUMER_GROUP, consumer, max_groups, int(include_own_pending), min_idle_ms])
         return [Delivery(group_id=_s(res[i]), payload=bytes(res[i + 1]), delivery_count=int(res[i + 2]))
                 for i in range(0, len(res), 3)]
+
+    async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
+        idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000))) + 1
+        ids = [d for d in deliveries if _STREAM_ID_RE.match(d.group_id)]
+        if not ids:
+            return 0
+
+        def fill(pipe):
+            for d in ids:
+                # XCLAIM ... IDLE: idle at once (XAUTOCLAIM of the next pull takes it first);
+                # RETRYCOUNT: the delivery count as before; JUSTID: not counted as a delivery
+                pipe.xclaim(self._keys["stream"], CONSUMER_GROUP, consumer, 0, [d.group_id], idle=idle_ms,
+                            retrycount=max(0, d.delivery_count - 1), justid=True)
+
+        return sum(len(r) for r in await self._pipe(fill))
 
     async def _ack(self, group_ids: list[str]) -> int:
         ids = [g for g in group_ids if _STREAM_ID_RE.match(g)]

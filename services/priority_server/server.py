@@ -60,7 +60,7 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     # so_reuseport off: a second server on a port in use must fail, not silently share the clients
     options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
-    pb_grpc.add_PriorityServiceServicer_to_server(PriorityServicer(store, metrics), server)
+    pb_grpc.add_PriorityServiceServicer_to_server(PriorityServicer(store, metrics, config.max_message_mb), server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), server)

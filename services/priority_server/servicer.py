@@ -21,7 +21,8 @@ from google.protobuf.message import DecodeError
 
 from prioreplay import rules
 from prioreplay.client import problem_to_proto
-from prioreplay.errors import InvalidArgument, PrioreplayError, StoreUnavailable
+from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
+from prioreplay.errors import InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
 from prioreplay.priority_server.clients import ClientTally
 from prioreplay.priority_server.store import Store
 from prioreplay.priority_server.store_types import GroupOutcome, Lease
@@ -47,6 +48,8 @@ MAX_URI_BYTES = 4096
 PULL_BACKOFF_S = (0.005, 0.1)
 #: Histogram buckets GetStats uses when the request leaves ``histogram_buckets`` at 0.
 DEFAULT_BUCKETS = 10
+#: Bytes of a PullTrajectories answer kept free of groups (queue_depth, framing), bytes.
+RESPONSE_MARGIN_BYTES = 1024
 
 
 def problem_from_proto(p: pb.Problem) -> ProblemRecord:
@@ -157,14 +160,18 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         store: the problem statistics, leases and trajectory queue.
         metrics: optional; receives the priorities of served problems and the traffic per kind of
             client (without metrics the servicer keeps its own :class:`ClientTally` for GetStats).
+        max_message_mb: the server's gRPC message limit, MiB (``--max-message-mb``); a
+            PullTrajectories answer is cut to fit it.
 
     Every RPC ends with the status code of the :mod:`prioreplay.errors` class it raised
     (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE) and the
     error's message as details; an unexpected exception is logged and answered INTERNAL (:func:`rpc`).
     """
 
-    def __init__(self, store: Store, metrics: "ServerMetrics | None" = None):
+    def __init__(self, store: Store, metrics: "ServerMetrics | None" = None,
+                 max_message_mb: int = MAX_MESSAGE_MB_DEFAULT):
         self.store = store
+        self.max_message_mb = max_message_mb
         self.metrics = metrics
         self.clients = metrics.clients if metrics is not None else ClientTally()
 
@@ -205,7 +212,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
 
     @rpc
     async def ReportOutcomes(self, request: pb.ReportOutcomesRequest, context) -> pb.ReportOutcomesResponse:
-        """Apply a lease's groups; late or repeated reports answer ``accepted = false``."""
+        """Apply a lease's groups; late or repeated reports answer ``accepted = false``.
+
+        ``more_parts``: one part of a report sent in several (see ``Store.report``)."""
         check_name(request.worker_id, "worker_id")
         if not request.lease_id:
             raise InvalidArgument("lease_id is empty; quote the lease_id returned by SampleProblems")
@@ -216,7 +225,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
                 validate_outcome(o, i)
         now = self.store.clock()
         groups = [outcome_to_group(o, now, queue=not request.rewards_only) for o in request.outcomes]
-        result = await self.store.report(request.lease_id, groups)
+        result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts)
         self.clients.reported(request.client_source, result.accepted, (g.rewards for g in groups))
         if not result.accepted:
             log.info("late report from worker %r: %s", request.worker_id, result.reason)
@@ -225,7 +234,14 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
 
     @rpc
     async def PullTrajectories(self, request: pb.PullTrajectoriesRequest, context) -> pb.PullTrajectoriesResponse:
-        """Deliver up to ``max_groups`` groups, polling the store for up to ``wait_s`` seconds."""
+        """Deliver up to ``max_groups`` groups, polling the store for up to ``wait_s`` seconds.
+
+        The answer holds as many of the delivered groups as fit under the smaller of the server's
+        ``--max-message-mb`` and the request's ``max_response_bytes``; the rest are handed back to
+        the store (:meth:`Store.release`), so the next pull delivers them first. A first group
+        that alone does not fit is handed back too and the call ends with RESOURCE_EXHAUSTED
+        naming ``--max-message-mb``.
+        """
         wait_s = request.wait_s
         if not (math.isfinite(wait_s) and 0.0 <= wait_s <= MAX_WAIT_S):
             raise InvalidArgument(f"wait_s ({wait_s}) must be a number of seconds in [0, {MAX_WAIT_S:g}]")
@@ -240,12 +256,30 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
                 break
             await asyncio.sleep(min(sleep_s, left))
             sleep_s = min(sleep_s * 2, PULL_BACKOFF_S[1])
-        groups = []
-        for d in deliveries:
+        server_limit = self.max_message_mb * 1024 * 1024
+        limit = min(server_limit, request.max_response_bytes or server_limit)
+        budget = limit - RESPONSE_MARGIN_BYTES
+        groups, used = [], 0
+        for i, d in enumerate(deliveries):
             g = pb.TrajectoryGroup.FromString(d.payload)
             g.group_id = d.group_id
             g.delivery_count = d.delivery_count
+            n = g.ByteSize()
+            cost = n + 11  # field tag and length prefix in the answer
+            if used + cost > budget:
+                await self.store.release(request.consumer, deliveries[i:])
+                if not groups:
+                    which = ("this server's --max-message-mb" if limit == server_limit else
+                             "the learner's --max-message-mb (max_response_bytes)")
+                    raise ResourceExhausted(
+                        f"trajectory group {d.group_id} (problem {g.problem_id!r}) is {n / 2**20:.2f} MiB, over the "
+                        f"{limit / 2**20:.2f} MiB an answer may hold ({which}); raise --max-message-mb on both the "
+                        "server and the learner above it. The group stays queued")
+                log.info("PullTrajectories: %d of %d groups fit under %.2f MiB; the rest are delivered next",
+                         len(groups), len(deliveries), limit / 2**20)
+                break
             groups.append(g)
+            used += cost
         return pb.PullTrajectoriesResponse(groups=groups, queue_depth=await self.store.queue_depth())
 
     @rpc

@@ -51,6 +51,12 @@ report(lease_id, outcomes)
     rewards-only client that trains on its own) counts as neither and is not queued. Leased
     problems left out of the report return to (source, score).
     The lease becomes "already reported".
+    A report in parts (``more_parts``): the outcomes are applied as above, but the lease stays
+    live (same deadline) for its problems not yet reported, and nothing is returned to a pool;
+    outcomes for problems an earlier part applied are skipped (``skipped``), so a retried part
+    changes nothing. The last part (``more_parts`` false), or a part that leaves no problem,
+    ends the lease as above. Which problems earlier parts applied is kept for a day (Redis: a
+    set per lease) and, in the memory store, not in snapshots.
 expire_leases()
     Every lease with deadline <= now (at most ``limit``, oldest first) returns its problems to
     (source, score) with statistics unchanged, lease_expiries += 1, becomes "expired".
@@ -59,6 +65,9 @@ Trajectory queue (Redis stream + consumer group semantics)
     deliveries, then deliveries idle >= redelivery_timeout_s (reclaimed by this consumer), then
     new groups in report order. Each delivery increments the group's delivery_count.
     ack(ids): acknowledged groups are deleted and never delivered again.
+    release(consumer, deliveries): deliveries this consumer got but could not be sent (an answer
+    over the message limit) are handed back: delivery_count as before that delivery, idle at once,
+    so the next pull of any consumer delivers them first (before new groups). Never lost.
 publish(version, uri): version >= 1; lower than current → FailedPrecondition; equal with another
     uri → FailedPrecondition; equal with the same uri → idempotent.
 
@@ -249,8 +258,9 @@ class Store(abc.ABC):
             )
         return await self._sample(batch_size, float(timeout))
 
-    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome]) -> ReportResult:
-        """Apply a lease's outcomes (see the module docstring).
+    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome], more_parts: bool = False) -> ReportResult:
+        """Apply a lease's outcomes (see the module docstring); ``more_parts``: one part of a
+        report sent in several, the lease stays live for the problems not yet reported.
 
         Raises:
             InvalidArgument: empty lease id, an empty group, a reward NaN/inf/outside [0, 1],
@@ -265,7 +275,7 @@ class Store(abc.ABC):
                 raise InvalidArgument(f"outcomes[{i}]: problem {o.problem_id!r} is reported twice in one report")
             seen.add(o.problem_id)
             rules.validate_rewards(o.rewards, where=f"outcomes[{i}] (problem {o.problem_id!r}) rewards")
-        return await self._report(lease_id, list(outcomes))
+        return await self._report(lease_id, list(outcomes), bool(more_parts))
 
     async def expire_leases(self, limit: int = EXPIRE_LIMIT) -> int:
         """Expire up to ``limit`` due leases (oldest deadline first). Returns how many expired."""
@@ -283,6 +293,12 @@ class Store(abc.ABC):
         consumer = consumer or "learner"
         check_name(consumer, "consumer name")
         return await self._pull(consumer, max_groups, include_own_pending)
+
+    async def release(self, consumer: str, deliveries: Sequence[Delivery]) -> int:
+        """Hand back deliveries that were never sent (see the module docstring). Returns how many."""
+        if not deliveries:
+            return 0
+        return await self._release(consumer or "learner", list(deliveries))
 
     async def ack(self, group_ids: Sequence[str]) -> tuple[int, int]:
         """Acknowledge delivered groups. Returns (acked, unknown)."""
@@ -327,7 +343,7 @@ class Store(abc.ABC):
     async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease: ...
 
     @abc.abstractmethod
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult: ...
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], more_parts: bool) -> ReportResult: ...
 
     @abc.abstractmethod
     async def _expire_leases(self, limit: int) -> int: ...
@@ -337,6 +353,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _ack(self, group_ids: list[str]) -> int: ...
+
+    @abc.abstractmethod
+    async def _release(self, consumer: str, deliveries: list[Delivery]) -> int: ...
 
     @abc.abstractmethod
     async def _publish(self, version: int, weights_uri: str) -> tuple[int, str]: ...

@@ -63,6 +63,7 @@ class ReportResult:
     reason: str = ""
     groups_queued: int = 0
     groups_filtered: int = 0
+    skipped: int = 0  # outcomes of problems an earlier part of the report already applied
 
 
 @dataclass(frozen=True)

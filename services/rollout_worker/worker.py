@@ -13,7 +13,10 @@ One :meth:`RolloutWorker.run_once` is one lease:
 4. Every completion is scored by its problem's verifier (errors count as reward 0 and in
    ``prioreplay_worker_verifier_errors_total``).
 5. ``ReportOutcomes`` with rewards, the prompt's token ids, each completion's token ids and
-   behaviour log-probs, and the policy version that generated the group.
+   behaviour log-probs, and the policy version that generated the group. A report larger than the
+   message limit (``--max-message-mb``, this worker's or, when the server refuses it, the
+   server's) is sent in parts (``more_parts``), halved until each fits, so no generated group is
+   thrown away; only a single group larger than the limit is left out (logged, naming the setting).
 
 Only leases returned by ``SampleProblems`` are reported, each at most once.
 """
@@ -28,13 +31,17 @@ from typing import Any, Callable, TypeVar
 
 from prioreplay import models, rules
 from prioreplay.client import timed_call
-from prioreplay.errors import InvalidArgument, PrioreplayError
-from prioreplay.rollout_worker.backends.base import GenerationBackend, SamplingParams
+from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
+from prioreplay.errors import InvalidArgument, PrioreplayError, ResourceExhausted
+from prioreplay.rollout_worker.backends.base import GenerationBackend, PartialWeightsLoad, SamplingParams
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.metrics import WorkerMetrics
 from prioreplay.verifiers import verify
 
 log = logging.getLogger("prioreplay.worker")
+
+#: Bytes of a report message kept free of outcomes (lease id, worker id, framing).
+REPORT_MARGIN_BYTES = 4096
 T = TypeVar("T")
 
 
@@ -117,13 +124,18 @@ class RolloutWorker:
     def maybe_reload(self, version: int, weights_uri: str) -> float:
         """Load ``weights_uri`` if ``version`` is newer than the loaded one; returns seconds (0.0: none).
 
-        A checkpoint that cannot be loaded (InvalidArgument: missing, partial, mismatched) is
-        logged; the loaded weights stay and 0.0 is returned.
+        A checkpoint that cannot be loaded (InvalidArgument: missing or pruned, partial, altered,
+        mismatched) is logged; the loaded weights stay and 0.0 is returned.
+
+        Raises:
+            PartialWeightsLoad: the backend applied only part of the version (the worker stops).
         """
         if version <= self.backend.policy_version or not weights_uri:
             return 0.0
         try:
             seconds = self.backend.load_weights(weights_uri, version)
+        except PartialWeightsLoad:
+            raise  # mixed weights: never generate with them (run() stops the worker)
         except InvalidArgument as e:
             log.error("cannot load policy version %d from %s (%s); generating with version %d",
                       version, weights_uri, e, self.backend.policy_version)
@@ -172,8 +184,7 @@ class RolloutWorker:
                       policy_version=version, reload_s=reload_s, generation_s=generation_s,
                       verification_s=verification_s)
         try:
-            resp = self._rpc("ReportOutcomes", self.client.report, lease.lease_id, outcomes, worker_id=c.worker_id,
-                             client_source=CLIENT_SOURCE_WORKER)
+            resp = self.report(lease.lease_id, outcomes)
         except PrioreplayError as e:
             log.error("report of lease %s failed (%s); its problems return when the lease expires", lease.lease_id, e)
             return BatchResult(**result)
@@ -186,6 +197,58 @@ class RolloutWorker:
                  result["reward_mean"], resp.groups_queued, version)
         return BatchResult(reported=True, accepted=resp.accepted, reason=resp.reason, groups_queued=resp.groups_queued,
                            groups_filtered=resp.groups_filtered, **result)
+
+    def report(self, lease_id: str, outcomes: list) -> Any:
+        """Report a lease's outcomes, in parts when one message would be too large.
+
+        Parts are cut to fit this worker's ``max_message_mb``; a part the server refuses as too
+        large (its own limit) is halved and sent again. Every part but the last has
+        ``more_parts`` set, so the lease stays live until the last one. Returns one
+        ``ReportOutcomesResponse`` summing the parts (accepted when every part was).
+
+        Raises:
+            PrioreplayError: a part could not be delivered (after the client's retries).
+        """
+        from prioreplay.v1 import priority_service_pb2 as pb
+
+        settings = getattr(self.client, "settings", None)  # a PriorityClient's; test doubles may have none
+        limit = int(getattr(settings, "max_message_mb", MAX_MESSAGE_MB_DEFAULT)) * 1024 * 1024 - REPORT_MARGIN_BYTES
+        parts, part, size = [], [], 0
+        for o in outcomes:  # greedy: consecutive outcomes while the part fits
+            n = o.ByteSize() + 8
+            if part and size + n > limit:
+                parts.append(part)
+                part, size = [], 0
+            part.append(o)
+            size += n
+        parts.append(part)
+        total = pb.ReportOutcomesResponse(accepted=True)
+        pending = [(p, i == len(parts) - 1) for i, p in enumerate(parts)]
+        while pending:
+            part, last = pending.pop(0)
+            try:
+                resp = self._rpc("ReportOutcomes", self.client.report, lease_id, part, worker_id=self.config.worker_id,
+                                 client_source=pb.CLIENT_SOURCE_WORKER, more_parts=not last)
+            except ResourceExhausted as e:
+                if len(part) > 1:  # the server's limit is lower: halve and send again
+                    half = len(part) // 2
+                    pending[:0] = [(part[:half], False), (part[half:], last)]
+                    continue
+                log.error("lease %s: problem %s alone is too large to report (%s); raise --max-message-mb on the "
+                          "server and the workers; it returns unreported when the lease ends", lease_id,
+                          part[0].problem_id, e)
+                if not last:
+                    continue
+                resp = self._rpc("ReportOutcomes", self.client.report, lease_id, [], worker_id=self.config.worker_id,
+                                 client_source=pb.CLIENT_SOURCE_WORKER)  # the last part, empty: ends the lease
+            total.groups_queued += resp.groups_queued
+            total.groups_filtered += resp.groups_filtered
+            if not resp.accepted:
+                total.accepted, total.reason = False, resp.reason
+                break
+        if len(parts) > 1:
+            log.info("lease %s reported in %d parts (over %.1f MiB in one)", lease_id, len(parts), limit / 2**20)
+        return total
 
     def _score(self, problem: Any, text: str) -> float:
         try:

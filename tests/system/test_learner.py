@@ -84,7 +84,7 @@ def client(server):
 def make_config(server, tiny_dir, tmp_path, **overrides) -> LearnerConfig:
     kw = dict(server=server.address, model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt", batch_groups=2,
               micro_batch_size=3,  # 8 sequences → micro-batches of 3, 3, 2: accumulation is exercised
-              lr=1e-2, max_staleness=2, publish_every=1, keep_checkpoints=2, metrics_port=0, pull_wait_s=0.2,
+              lr=1e-2, max_staleness=2, publish_every=1, checkpoint_every=1, keep_checkpoints=2, metrics_port=0, pull_wait_s=0.2,
               batch_timeout_s=1.0, consumer="test-learner", log_file=tmp_path / "learner.jsonl", device="cpu", seed=0)
     kw.update(overrides)
     return LearnerConfig(**kw)
@@ -159,7 +159,9 @@ def test_step_trains_checkpoints_and_publishes_weights_a_worker_loads(server, cl
     assert checkpoints.latest_complete(tmp_path / "ckpt") == path
     assert ckpt.load_trainer_state(path)["step"] == 1
     stats = client.stats()
-    assert (stats.policy_version, stats.weights_uri) == (1, str(path.resolve()))
+    published = tmp_path / "ckpt" / "published" / "v-1"  # the weights only, apart from the checkpoint
+    assert (stats.policy_version, stats.weights_uri) == (1, str(published.resolve()))
+    assert checkpoints.verify_weights(published)["tensors"] > 0 and not (published / "trainer_state.pt").exists()
     assert stats.groups_acked == 2 and stats.pending_groups == 0
     line = json.loads((tmp_path / "learner.jsonl").read_text().splitlines()[-1])
     assert line["step"] == 1 and line["policy_version"] == 1 and line["published"] is True
@@ -193,7 +195,7 @@ def test_stale_groups_are_dropped_counted_and_acked(server, client, tiny_dir, tm
     assert stats.policy_version == 4  # the next version after the server's, not step 1
 
 
-def test_killed_between_pull_and_ack_gets_the_same_groups_and_loss_on_resume(server, client, tiny_dir, tmp_path):
+def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_resume(server, client, tiny_dir, tmp_path):
     from prioreplay.learner.learner import Learner
 
     cfg = make_config(server, tiny_dir, tmp_path)
@@ -203,22 +205,22 @@ def test_killed_between_pull_and_ack_gets_the_same_groups_and_loss_on_resume(ser
     assert first.step().trained  # step 1, checkpoint step-1
     feed(client, tiny_dir, 2, seed=2)
 
-    # step 2 trains, then the process "dies" before acknowledging
+    # step 2 trains, then the process "dies" before its checkpoint (so before acknowledging)
     seen: dict = {}
     train = first._train
     first._train = lambda batch: seen.setdefault("metrics", train(batch))
     pull = first.client.pull
     first.client.pull = lambda *a, **k: seen.setdefault("resp", pull(*a, **k))
 
-    def die(ids):
-        raise SystemExit("killed before ack")
+    def die():
+        raise SystemExit("killed before the checkpoint")
 
-    first.client.ack = die
+    first.checkpoint = die
     with pytest.raises(SystemExit):
         first.step()
     first.client.close()
     pulled = sorted(g.group_id for g in seen["resp"].groups)
-    assert len(pulled) == 2 and client.stats().pending_groups == 2
+    assert len(pulled) == 2 and client.stats().pending_groups == 2  # trained, yet not acknowledged
 
     # a new process with the same consumer resumes from step-1 and gets the same groups at once
     second = Learner(cfg)
@@ -228,7 +230,8 @@ def test_killed_between_pull_and_ack_gets_the_same_groups_and_loss_on_resume(ser
     assert sorted(result.group_ids) == pulled
     assert result.record["loss"] == pytest.approx(seen["metrics"]["loss"], rel=1e-5, abs=1e-7)
     assert result.record["grad_norm"] == pytest.approx(seen["metrics"]["grad_norm"], rel=1e-4)
-    assert second.step_count == 2 and client.stats().policy_version == 2
+    # version 2 was published before the crash: the retrained step is numbered after it
+    assert second.step_count == 2 and client.stats().policy_version == 3
     # the optimizer (Adam moments) and scheduler were restored too: the same update as the dead one made
     for (name, a), b in zip(second.model.state_dict().items(), first.model.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=name)
@@ -236,11 +239,35 @@ def test_killed_between_pull_and_ack_gets_the_same_groups_and_loss_on_resume(ser
     second.client.close()
 
 
+def test_killed_between_checkpoint_and_ack_acks_on_resume_without_training_again(server, client, tiny_dir, tmp_path):
+    from prioreplay.learner.learner import Learner
+
+    cfg = make_config(server, tiny_dir, tmp_path)
+    feed(client, tiny_dir, 2, seed=1)
+    first = Learner(cfg)
+    first.resume()
+
+    def die(ids):
+        raise SystemExit("killed before the ack")
+
+    first.client.ack = die
+    with pytest.raises(SystemExit):
+        first.step()  # trained, published, checkpointed step-1, then died
+    first.client.close()
+    assert client.stats().pending_groups == 2
+
+    second = Learner(cfg)
+    assert second.resume() == tmp_path / "ckpt" / "step-1"  # its update is in the checkpoint ...
+    s = client.stats()
+    assert (s.pending_groups, s.groups_acked) == (0, 2)  # ... so the groups are acknowledged, not trained again
+    second.client.close()
+
+
 def test_run_stops_at_max_steps_and_writes_json_lines(server, client, tiny_dir, tmp_path):
     from prioreplay.learner.main import run
 
     feed(client, tiny_dir, 4, seed=3)
-    cfg = make_config(server, tiny_dir, tmp_path, max_steps=2, publish_every=5, keep_checkpoints=1)
+    cfg = make_config(server, tiny_dir, tmp_path, max_steps=2, publish_every=5, checkpoint_every=5, keep_checkpoints=1)
     handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:
         assert run(cfg) == 0
@@ -250,9 +277,13 @@ def test_run_stops_at_max_steps_and_writes_json_lines(server, client, tiny_dir, 
     lines = [json.loads(x) for x in (tmp_path / "learner.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]
     assert all(x["wait_s"] >= 0 and x["compute_s"] > 0 and x["tokens_per_s"] > 0 for x in lines)
-    # publish_every=5 was not reached: the final step is still checkpointed and published
-    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["step-2"]
-    assert client.stats().policy_version == 2
+    # publish_every / checkpoint_every = 5 were not reached: the final step is still checkpointed and
+    # published, and only then are the 4 groups acknowledged
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["published", "step-2"]
+    assert [p.name for p in (tmp_path / "ckpt" / "published").iterdir()] == ["v-2"]
+    assert [x["groups_unacked"] for x in lines] == [2, 4]
+    s = client.stats()
+    assert (s.policy_version, s.groups_acked, s.pending_groups) == (2, 4, 0)
 
 
 def test_zero_variance_and_malformed_groups_are_not_trained_on(tiny_dir, tmp_path):

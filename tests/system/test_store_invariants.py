@@ -131,6 +131,48 @@ async def test_second_report_of_a_lease_changes_nothing(store_factory):
     assert (unknown.accepted, unknown.reason) == (False, "unknown lease")
 
 
+async def test_a_report_in_parts_applies_each_problem_once_and_ends_with_the_last_part(store_factory):
+    """Issue 13: a lease reported in several ReportOutcomes (a report too large for one message)."""
+    store = store_factory(StoreConfig(retest_fraction=0.0), FakeClock())
+    await store.register(make_problems(8))
+    lease = await store.sample(6, lease_timeout_s=60)
+    ids = [sp.problem.id for sp in lease.problems]
+    outs = {pid: outcome(pid, [1, 0, 1, 0]) for pid in ids}
+    one = await store.report(lease.lease_id, [outs[p] for p in ids[:2]], more_parts=True)
+    assert (one.accepted, one.groups_queued, one.skipped) == (True, 2, 0)
+    state = await store.dump()
+    assert [sorted(x) for x in state["leases"]] == [sorted(ids[2:])]  # still live for the other four
+    assert state["counters"]["groups_mixed"] == 2
+    # a retried part (its answer lost) changes nothing; a part may repeat an applied problem
+    again = await store.report(lease.lease_id, [outs[p] for p in ids[:3]], more_parts=True)
+    assert (again.accepted, again.groups_queued, again.skipped) == (True, 1, 2)
+    with pytest.raises(InvalidArgument, match="not in lease"):
+        await store.report(lease.lease_id, [outcome("p0007" if "p0007" not in ids else "p0006", [1, 0])],
+                           more_parts=True)
+    # the last part: ids[3] and ids[4]; ids[5] was never reported and returns unchanged
+    last = await store.report(lease.lease_id, [outs[p] for p in ids[3:5]])
+    assert (last.accepted, last.groups_queued) == (True, 2)
+    after = await store.dump()
+    assert after["leases"] == [] and after["counters"]["groups_mixed"] == 5
+    assert after["counters"]["completions_reported"] == 20
+    assert after["problems"][ids[5]][1] == 0  # n = 0: statistics unchanged
+    late = await store.report(lease.lease_id, [outs[ids[5]]], more_parts=True)
+    assert (late.accepted, late.reason) == (False, "already reported")
+    await check_one_place(store, [f"p{i:04d}" for i in range(8)])
+
+
+async def test_a_part_that_reports_the_last_problems_ends_the_lease(store_factory):
+    store = store_factory(StoreConfig(retest_fraction=0.0), FakeClock())
+    await store.register(make_problems(4))
+    lease = await store.sample(2, lease_timeout_s=60)
+    ids = [sp.problem.id for sp in lease.problems]
+    await store.report(lease.lease_id, [outcome(ids[0], [1, 0])], more_parts=True)
+    await store.report(lease.lease_id, [outcome(ids[1], [1, 1])], more_parts=True)
+    assert (await store.dump())["leases"] == []
+    repeat = await store.report(lease.lease_id, [outcome(ids[1], [1, 1])])
+    assert (repeat.accepted, repeat.reason) == (False, "already reported")
+
+
 # -- an expired lease returns its problems unchanged --------------------------------------------
 async def _store_with_history(store_factory, clock):
     """8 problems: 3 in the solved pool, 3 in the unsolved pool, 2 in the heap with statistics."""

@@ -224,3 +224,46 @@ def test_cli_worker_reports_then_stops_cleanly_on_sigterm(server, client, dirs):
     stats = client.stats()
     assert stats.active_leases == 0, "the batch in progress at SIGTERM must be reported"
     assert stats.completions_reported % 4 == 0 and stats.late_reports == 0
+
+
+@pytest.mark.parametrize("server_mb,worker_mb", [(1, 64), (4, 1)])
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_report_over_the_message_limit_is_sent_in_parts_and_nothing_is_lost(
+        kind, server_mb, worker_mb, redis_url, namespace, dirs, parity_verifier):
+    """Issue 13: a report refused as too large used to let the lease expire, generated work lost.
+
+    (1, 64): the server's limit refuses it, the worker halves the part and sends again;
+    (4, 1): the worker's own limit, the report is cut into parts before sending.
+    """
+    from prioreplay.priority_server.config import ServerConfig
+    from prioreplay.rollout_worker.backends.base import GeneratedCompletion
+
+    cfg = ServerConfig(store="memory", metrics_port=0, snapshot_interval_s=0, max_message_mb=server_mb)
+    srv = start_background_server(kind, redis_url, namespace, cfg)
+    c = PriorityClient(ClientSettings(server=srv.address, max_message_mb=worker_mb), max_retries=0)
+    try:
+        c.register(problem_to_proto(p) for p in PROBLEMS)
+        w = make_worker(c, dirs[0])
+        tokens = 15_000  # per completion: ≈ 0.3 MB per group of 4, ≈ 0.9 MB per batch of 3 with headers
+
+        def big_generate(prompts, n, params):
+            return [[GeneratedCompletion(token_ids=[5 + i] * tokens, logprobs=[-0.5] * tokens, text="x" * (i + 1),
+                                         truncated=False) for i in range(n)] for _ in prompts]
+
+        w.backend.generate = big_generate
+        w.config = w.config.model_copy(update={"batch_size": 6})
+        res = w.run_once()
+        assert res.reported and res.accepted, res
+        s = c.stats()
+        assert (s.completions_reported, s.groups_mixed, s.leased, s.active_leases) == (6 * G, 6, 0, 0)
+        got = []
+        while len(got) < 6:
+            resp = c.pull(6) if worker_mb > 1 else c.pull(1)
+            assert resp.groups
+            got += resp.groups
+        assert sorted(g.problem_id for g in got) == sorted(p.id for p in PROBLEMS)
+        assert all(len(comp.token_ids) == tokens for g in got for comp in g.completions)  # nothing cut
+        assert metric(w, "prioreplay_worker_rpc_seconds_count", {"method": "ReportOutcomes"}) >= 2  # in parts
+    finally:
+        c.close()
+        srv.stop()

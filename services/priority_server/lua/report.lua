@@ -11,7 +11,10 @@
 -- KEYS[10] stream       stream trajectory groups (field "p" = payload)
 -- ARGV[1]  now          unix seconds from the store's clock
 -- ARGV[2]  lease_id
--- ARGV[3]  unused       (tombstones are trimmed by sample.lua only, as in the memory store)
+-- KEYS[11] parts        set    members of this lease reported by earlier parts (expires a day
+--                              after the lease's deadline)
+-- ARGV[3]  more_parts   '1': a part; the lease stays live for the problems not yet reported, each
+--                       problem is applied at most once over all parts; '0': the last (or only) part
 -- ARGV[4]  group        consumer group name of the stream
 -- ARGV[5]  decay        lambda
 -- ARGV[6]  prior_alpha
@@ -22,12 +25,14 @@
 --                  mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
 --                  repr strings), the two flags 0/1
 --   ARGV[10 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
+-- Outcomes for members reported by an earlier part are skipped (counted in the reply).
 -- Returns {0, reason} when the lease is not live (late_reports += 1; a due lease is expired);
 -- {-1, index} when outcome #index (0-based) names a problem not in the lease (nothing changed);
--- {1, queued, filtered} when applied.
+-- {1, queued, filtered, skipped} when applied.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
-            stream = KEYS[10] }
+            stream = KEYS[10], parts = KEYS[11] }
+local more = ARGV[3] == '1'
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s, lease_id = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
@@ -50,10 +55,14 @@ end
 local leased = {}
 for i = 3, #f, 3 do leased[f[i]] = { f[i + 1], f[i + 2] } end
 local n_out = tonumber(ARGV[8])
-local outs = {}
+local outs, skip, skipped = {}, {}, 0
 for j = 0, n_out - 1 do
   local o = split_tabs(ARGV[9 + 2 * j])
-  if not leased[o[1]] then return { -1, j } end
+  if not leased[o[1]] then
+    if redis.call('SISMEMBER', k.parts, o[1]) == 0 then return { -1, j } end
+    skip[j] = true  -- reported by an earlier part: applied once only
+    skipped = skipped + 1
+  end
   outs[j] = o
 end
 
@@ -65,6 +74,7 @@ local kinds = { mixed = 0, all_correct = 0, all_wrong = 0, constant = 0 }
 local forgetting, breakthroughs = 0, 0
 local stream_ready = false
 for j = 0, n_out - 1 do
+  if not skip[j] then  -- (Lua 5.1: no continue)
   local o = outs[j]
   local member, kind, G = o[1], o[2], tonumber(o[3])
   local sr, sq = tonumber(o[4]), tonumber(o[5])
@@ -104,9 +114,21 @@ for j = 0, n_out - 1 do
   else
     filtered = filtered + 1
   end
+  end
 end
--- problems of the lease left out of the report return unchanged
-for member, t in pairs(leased) do place(k.stats, sets, member, t[1], t[2]) end
+local rest = {}
+if more then
+  for i = 3, #f, 3 do
+    if leased[f[i]] then rest[#rest + 1] = f[i] .. '\t' .. f[i + 1] .. '\t' .. f[i + 2] end
+  end
+  for j = 0, n_out - 1 do
+    if not skip[j] then redis.call('SADD', k.parts, outs[j][1]) end
+  end
+  redis.call('EXPIRE', k.parts, math.max(1, math.ceil(tonumber(f[2]) - now)) + 86400)
+else
+  -- problems of the lease left out of the report return unchanged
+  for member, t in pairs(leased) do place(k.stats, sets, member, t[1], t[2]) end
+end
 
 for kind, c in pairs(kinds) do
   if c > 0 then redis.call('HINCRBY', k.counters, 'groups_' .. kind, c) end
@@ -115,12 +137,19 @@ if completions > 0 then
   redis.call('HINCRBY', k.counters, 'completions_reported', completions)
   -- rules order: the counter adds each group's sum in request order, in doubles
   local total = tonumber(redis.call('HGET', k.counters, 'reward_sum') or '0')
-  for j = 0, n_out - 1 do total = total + tonumber(outs[j][4]) end
+  for j = 0, n_out - 1 do
+    if not skip[j] then total = total + tonumber(outs[j][4]) end
+  end
   redis.call('HSET', k.counters, 'reward_sum', fmt(total))
 end
 if forgetting > 0 then redis.call('HINCRBY', k.counters, 'forgetting_events', forgetting) end
 if breakthroughs > 0 then redis.call('HINCRBY', k.counters, 'breakthroughs', breakthroughs) end
+if #rest > 0 then  -- a part: the lease stays live for the rest
+  redis.call('HSET', k.leases, lease_id, f[1] .. '\t' .. f[2] .. '\t' .. table.concat(rest, '\t'))
+  return { 1, queued, filtered, skipped }
+end
 redis.call('HDEL', k.leases, lease_id)
 redis.call('ZREM', k.deadlines, lease_id)
 redis.call('ZADD', k.tomb_reported, now_s, lease_id)
-return { 1, queued, filtered }
+redis.call('DEL', k.parts)
+return { 1, queued, filtered, skipped }

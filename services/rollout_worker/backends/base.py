@@ -159,6 +159,36 @@ def validate_prompts(prompt_token_ids: list[list[int]], n: int, vocab_size: int)
             raise InvalidArgument(f"prompt #{i} has token id {bad} outside the vocabulary [0, {vocab_size})")
 
 
+class PartialWeightsLoad(InvalidArgument):
+    """Some but not all tensors of a version reached the engine: the loaded weights are a mix.
+
+    The worker does not keep generating with them: it stops (exit code != 0) so that its
+    supervisor restarts it from the base model and the current version.
+    """
+
+
+def verified_weights_dir(uri: str) -> tuple[Path, int | None]:
+    """The directory of ``uri`` after checking it is complete (manifest written last, every file
+    with its size and sha256; :func:`prioreplay.checkpoints.verify_weights`).
+
+    Returns:
+        (directory, tensor count from the manifest, or None for a plain model directory).
+
+    Raises:
+        InvalidArgument: a bad URI; the directory vanished (pruned) or is partial or altered. The
+            caller loads nothing then.
+    """
+    from prioreplay.checkpoints import CheckpointError, verify_weights
+
+    path = weights_path(uri)
+    try:
+        manifest = verify_weights(path)
+    except CheckpointError as e:
+        raise InvalidArgument(str(e)) from None
+    tensors = manifest.get("tensors") if manifest else None
+    return path, tensors if isinstance(tensors, int) else None
+
+
 def weights_path(uri: str) -> Path:
     """The local directory of a weights URI (a path or ``file://`` URL).
 

@@ -24,7 +24,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopP
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
 from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams,
-                                                    model_eos_token_ids, validate_prompts, weights_path)
+                                                    model_eos_token_ids, validate_prompts, verified_weights_dir)
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +127,17 @@ class TransformersBackend(LoadedPolicy):
         """Load ``uri``'s model.safetensors in place (validated first); returns seconds taken.
 
         Raises:
-            InvalidArgument: negative version; missing directory or file, missing key, wrong
-                shape (the weights and version stay as they were).
+            InvalidArgument: negative version; missing (pruned) or partial directory, a file that
+                does not match the manifest, missing key, wrong shape (the weights and version
+                stay as they were).
         """
         if not isinstance(version, int) or version < 0:
             raise InvalidArgument(f"policy version ({version}) must be an integer >= 0")
         t0 = time.perf_counter()
-        models.load_weights(self.model, weights_path(uri))
+        path, expected = verified_weights_dir(uri)
+        n = models.load_weights(self.model, path)  # all or nothing: every tensor of the model, checked first
+        if expected is not None and n != expected:  # pragma: no cover - load_weights refuses a mismatch first
+            raise InvalidArgument(f"{path}: {n} tensors applied, the manifest lists {expected}")
         self._policy_version = version
         return time.perf_counter() - t0
 

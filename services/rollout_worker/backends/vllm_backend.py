@@ -23,8 +23,9 @@ from typing import Any
 
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams,
-                                                    model_eos_token_ids, validate_prompts, weights_path)
+from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, PartialWeightsLoad,
+                                                    SamplingParams, model_eos_token_ids, validate_prompts,
+                                                    verified_weights_dir)
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +80,29 @@ def vllm_stop_token_ids(eos_ids: tuple[int, ...]) -> list[int]:
     return [int(t) for t in eos_ids]
 
 
+def check_applied(path: Path, counts: Any, expected: int) -> None:
+    """Every engine worker applied exactly ``expected`` tensors (the model's count).
+
+    Raises:
+        InvalidArgument: no worker applied any tensor (nothing changed: the directory vanished).
+        PartialWeightsLoad: some workers or tensors were applied, not all.
+    """
+    counts = [int(c) for c in (counts if isinstance(counts, (list, tuple)) else [counts])]
+    if counts and all(c == expected for c in counts):
+        return
+    if not any(counts):
+        raise InvalidArgument(f"{path}: 0 of the model's {expected} tensors were loaded (the directory vanished "
+                              "or was pruned while loading); keeping the loaded weights")
+    raise PartialWeightsLoad(f"{path}: the engine workers applied {counts} tensors, the model has {expected}: "
+                             "the weights are mixed; restart the worker")
+
+
 class WeightReloadExtension:
     """Mixed into vLLM's GPU worker (``worker_extension_cls``); ``self`` is the engine worker."""
 
     def prioreplay_reload_weights(self, directory: str) -> int:
-        """Stream the safetensors tensors of ``directory`` into the worker's model; returns the count."""
+        """Stream the safetensors tensors of ``directory`` into the worker's model; returns how many
+        tensors were applied (0 when the directory vanished: the caller compares the count)."""
         import torch
         from safetensors import safe_open
 
@@ -144,17 +163,22 @@ class VLLMBackend(LoadedPolicy):
     def load_weights(self, uri: str, version: int) -> float:
         """Reload the engine's weights from ``uri`` in place; returns seconds taken.
 
-        The checkpoint's tensor names, shapes and dtypes are compared with the initial
-        checkpoint's (file headers only) before anything is sent to the engine, so a partial or
-        mismatched checkpoint is refused whole.
+        The directory is verified first (manifest, sizes, hashes:
+        :func:`~prioreplay.rollout_worker.backends.base.verified_weights_dir`), and the
+        checkpoint's tensor names and shapes are compared with the initial checkpoint's (file
+        headers only) before anything is sent to the engine, so a partial or mismatched checkpoint
+        is refused whole. Every engine worker then reports how many tensors it applied; anything
+        but the model's count is refused (a directory pruned while loading).
 
         Raises:
-            InvalidArgument: negative version; missing or mismatched checkpoint.
+            InvalidArgument: negative version; missing (pruned), partial or mismatched checkpoint;
+                no engine worker applied a tensor (the weights stay as they were).
+            PartialWeightsLoad: some but not all tensors were applied (the weights are mixed).
         """
         if not isinstance(version, int) or version < 0:
             raise InvalidArgument(f"policy version ({version}) must be an integer >= 0")
-        path = weights_path(uri)
         t0 = time.perf_counter()
+        path, expected = verified_weights_dir(uri)
         sig = checkpoint_signature(path)
         missing = sorted(set(self._signature) - set(sig))
         extra = sorted(set(sig) - set(self._signature))
@@ -163,7 +187,10 @@ class VLLMBackend(LoadedPolicy):
         for name, (shape, _dtype) in sig.items():
             if shape != self._signature[name][0]:
                 raise InvalidArgument(f"{path}: tensor {name!r} has shape {shape}, the model expects {self._signature[name][0]}")
-        self.llm.collective_rpc("prioreplay_reload_weights", args=(str(path.resolve()),))
+        if expected is not None and expected != len(sig):
+            raise InvalidArgument(f"{path}: the manifest lists {expected} tensors, the weights file holds {len(sig)}")
+        counts = self.llm.collective_rpc("prioreplay_reload_weights", args=(str(path.resolve()),))
+        check_applied(path, counts, len(self._signature))
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         self._policy_version = version
         return time.perf_counter() - t0
