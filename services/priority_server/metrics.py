@@ -112,6 +112,10 @@ class ServerMetrics:
                                      buckets=LATENCY_BUCKETS_S, registry=self.registry)
         self.rpc_errors = Counter("prioreplay_rpc_errors_total", "RPCs that ended with a status other than OK",
                                   ["method", "code"], registry=self.registry)
+        self.store_errors = Counter(
+            "prioreplay_store_errors_total",
+            "store errors that ended an RPC, by kind (unreachable, read only, out of memory, busy: UNAVAILABLE; "
+            "logic: INTERNAL)", ["kind"], registry=self.registry)
         self.sampled_priority = Histogram("prioreplay_sampled_priority", "priority of each problem served",
                                           buckets=PRIORITY_BUCKETS, registry=self.registry)
         self.store_stats = StoreStatsCollector()

@@ -22,6 +22,7 @@ tomb:reported  zset    lease id → time it was reported (kept ``TOMBSTONE_TTL_S
 tomb:expired   zset    lease id → time it expired (kept ``TOMBSTONE_TTL_S``)
 counters       hash    ``step`` and the StoreStats counters (``reward_sum`` as ``%.17g``)
 policy         hash    ``version``, ``uri``
+health         string  the health probe's last write (expires after 60 s)
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
 ============== ======= ========================================================================
 
@@ -45,6 +46,7 @@ between, the script changes nothing and returns the current step, and the call i
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 import time
@@ -55,7 +57,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
 from prioreplay import rules
-from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound, StoreUnavailable
+from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, NotFound, PrioreplayError, StoreUnavailable
 from prioreplay.priority_server.config import NAMESPACE_RE
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
 from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
@@ -75,7 +77,7 @@ STEP_RETRIES = 32
 
 KEY_NAMES = (
     "problems", "stats", "heap", "solved", "unsolved", "leases", "deadlines",
-    "tomb:reported", "tomb:expired", "counters", "policy", "stream",
+    "tomb:reported", "tomb:expired", "counters", "policy", "stream", "health",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters",
                "tomb:reported", "tomb:expired")
@@ -83,7 +85,45 @@ _INT_COUNTERS = (
     "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "forgetting_events",
     "breakthroughs", "lease_expiries", "completions_reported", "late_reports", "groups_acked",
 )
+log = logging.getLogger(__name__)
 _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+#: How each Redis error maps to ours (``error_kind``): every kind but ``logic`` is an outage the
+#: store may recover from (UNAVAILABLE, health NOT_SERVING, clients back off and retry); ``logic``
+#: is an answer the server cannot use (INTERNAL, logged).
+ERROR_KINDS = {
+    "unreachable": "connection refused/reset/timed out, AUTH failed, Redis LOADING its data set",
+    "read_only": "READONLY: a replica, or MASTERDOWN / min-replicas-to-write unmet",
+    "out_of_memory": "OOM: used memory over maxmemory (with maxmemory-policy noeviction)",
+    "busy": "BUSY (a script over lua-time-limit), TRYAGAIN / CLUSTERDOWN (a failover)",
+    "logic": "any other error answer (WRONGTYPE, a script error, NOPERM): a bug or a foreign key",
+}
+#: What an operator does about each outage kind (in the error message).
+ERROR_FIX = {
+    "read_only": "point --store at the primary (or promote this replica: REPLICAOF NO ONE)",
+    "out_of_memory": "raise maxmemory or free memory (acknowledge trajectory groups, trim other data)",
+    "busy": "wait for the running script or failover to finish",
+}
+
+
+def error_kind(e: BaseException) -> str:
+    """The kind (a key of :data:`ERROR_KINDS`) of an exception from redis-py or the socket."""
+    if isinstance(e, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
+        return "unreachable"  # includes BusyLoadingError, AuthenticationError, MaxConnectionsError
+    if isinstance(e, redis_errors.OutOfMemoryError):
+        return "out_of_memory"
+    if isinstance(e, (redis_errors.ReadOnlyError, redis_errors.MasterDownError)):
+        return "read_only"
+    if isinstance(e, (redis_errors.TryAgainError, redis_errors.ClusterDownError)):
+        return "busy"
+    text = str(e)
+    # inside a script the prefix may follow the script's own error text; match the code words
+    for code, kind in (("OOM ", "out_of_memory"), ("READONLY ", "read_only"), ("MASTERDOWN ", "read_only"),
+                       ("NOREPLICAS ", "read_only"), ("BUSY ", "busy"), ("LOADING ", "unreachable")):
+        if text.startswith(code) or f" {code}" in text or text.startswith(code.lower()):
+            return kind
+    return "logic"
+
 
 _LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack", "rng")
@@ -137,8 +177,10 @@ class RedisStore(Store):
 
     Raises:
         InvalidArgument: a malformed URL or namespace, or a sampler without a Lua branch.
-        StoreUnavailable: (from every method) Redis cannot be reached; the message carries the
-            URL with its password redacted.
+        StoreUnavailable: (from every method) Redis cannot be reached, is read-only, out of memory
+            or busy (``kind``, :func:`error_kind`); the message carries the URL with its password
+            redacted and the fix. Nothing was changed (each change is one script).
+        Internal: (from every method) Redis answered another error (WRONGTYPE, a script error).
     """
 
     def __init__(self, config: StoreConfig, url: str, namespace: str = "default",
@@ -163,6 +205,7 @@ class RedisStore(Store):
         self._keys = {name: self.key(name) for name in KEY_NAMES}
         self._state_keys = [self._keys[n] for n in _STATE_KEYS]
         self._step_hint: int | None = None
+        self._health_error = ""
         p = config.params
         self._params_args = [_f(p.decay), _f(p.prior_alpha), _f(p.prior_beta)]
         self._initial_priority = rules.priority(rules.Stats(), p)
@@ -178,17 +221,27 @@ class RedisStore(Store):
             "check that Redis runs and the URL is right, then retry"
         )
 
+    def _error(self, e: Exception) -> PrioreplayError:
+        """Our error for a Redis error (the one place every Redis call goes through; see :data:`ERROR_KINDS`)."""
+        kind = error_kind(e)
+        if kind == "unreachable":
+            return self._unavailable(e)
+        if kind == "logic":
+            return Internal(f"Redis at {self.redacted_url} answered {type(e).__name__}: {e}")
+        return StoreUnavailable(f"Redis at {self.redacted_url} is {kind.replace('_', ' ')} ({e}); {ERROR_FIX[kind]}, then retry",
+                                kind=kind)
+
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return await self._scripts[name](keys=list(keys), args=list(args))
-        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as e:
-            raise self._unavailable(e) from None
+        except (redis_errors.RedisError, OSError) as e:
+            raise self._error(e) from None
 
     async def _do(self, coro) -> Any:
         try:
             return await coro
-        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as e:
-            raise self._unavailable(e) from None
+        except (redis_errors.RedisError, OSError) as e:
+            raise self._error(e) from None
 
     async def _pipe(self, fill: Callable[[Any], Any], transaction: bool = True) -> list:
         """Run the commands ``fill(pipe)`` queues (it may be a coroutine function) in one round trip."""
@@ -434,11 +487,23 @@ class RedisStore(Store):
 
     # -- lifecycle ------------------------------------------------------------------------
     async def healthy(self) -> bool:
-        """True when Redis answers PING."""
+        """True when Redis accepts a write: a small ``SET`` with a 60 s expiry (key ``health``).
+
+        PING alone answers while Redis refuses every write (out of memory, a read-only
+        replica), so the probe writes; the reason of a failure is logged once per change.
+        """
         try:
-            return bool(await self._r.ping())
-        except (redis_errors.RedisError, OSError):
+            await self._r.set(self._keys["health"], _f(self.clock()), px=60_000)
+        except (redis_errors.RedisError, OSError) as e:
+            reason = str(self._error(e))
+            if reason != self._health_error:
+                log.warning("store health check failed: %s", reason)
+            self._health_error = reason
             return False
+        if self._health_error:
+            log.info("Redis at %s accepts writes again", self.redacted_url)
+        self._health_error = ""
+        return True
 
     async def close(self) -> None:
         """Close the connection pool."""

@@ -60,7 +60,8 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     # so_reuseport off: a second server on a port in use must fail, not silently share the clients
     options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
-    pb_grpc.add_PriorityServiceServicer_to_server(PriorityServicer(store, metrics), server)
+    servicer = PriorityServicer(store, metrics)
+    pb_grpc.add_PriorityServiceServicer_to_server(servicer, server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), server)
@@ -68,6 +69,7 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     await server.start()
     rt = ServerRuntime(store=store, config=config, metrics=metrics, health=health, port=port)
     _RUNTIMES[server] = rt
+    servicer.on_store_unavailable = rt.store_unavailable
     await rt.refresh()
     rt.start_tasks(server)
     return server, port

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from prioreplay import rules
 from prioreplay.client import problem_to_proto
-from prioreplay.errors import InvalidArgument, PrioreplayError, StoreUnavailable
+from prioreplay.errors import Internal, InvalidArgument, PrioreplayError, StoreUnavailable
 from prioreplay.priority_server.clients import ClientTally
 from prioreplay.priority_server.store import Store
 from prioreplay.priority_server.store_types import GroupOutcome, Lease
@@ -125,7 +125,8 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     """Map whatever an RPC method raises to its status code (one place for all of them).
 
     A :mod:`prioreplay.errors` class ends the call with its ``GRPC_CODE`` and its message as
-    details (UNAVAILABLE is also logged as a warning); undecodable bytes of a streamed request
+    details (a store outage, UNAVAILABLE, and a store logic error, INTERNAL, also go to
+    :meth:`PriorityServicer.store_failed`: counted, logged, health NOT_SERVING on an outage); undecodable bytes of a streamed request
     with INVALID_ARGUMENT; anything else is logged with its traceback and answered INTERNAL.
     Cancellation and an abort the method made itself pass through unchanged.
     """
@@ -138,8 +139,8 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         except grpc.aio.AbortError:
             raise
         except PrioreplayError as e:
-            if isinstance(e, StoreUnavailable):
-                log.warning("%s: store unavailable: %s", name, e)
+            if isinstance(e, (StoreUnavailable, Internal)):
+                self.store_failed(e, name)
             await context.abort(getattr(grpc.StatusCode, e.GRPC_CODE, grpc.StatusCode.UNKNOWN), str(e))
         except DecodeError as e:  # undecodable bytes of a streamed chunk: the client's fault
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: a request message is not valid protobuf ({e})")
@@ -167,6 +168,25 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         self.store = store
         self.metrics = metrics
         self.clients = metrics.clients if metrics is not None else ClientTally()
+        #: Called (no arguments) when an RPC meets a store outage; the server factory sets it to
+        #: turn the health status NOT_SERVING at once (the periodic refresh turns it back).
+        self.on_store_unavailable: Callable[[], None] | None = None
+
+    def store_failed(self, e: PrioreplayError, method: str) -> None:
+        """A store error ended ``method``: count it by kind, log one line, report an outage.
+
+        An outage (:class:`StoreUnavailable`) is a warning and calls :attr:`on_store_unavailable`;
+        a logic error (:class:`Internal`) is an error line naming the store's answer.
+        """
+        kind = getattr(e, "kind", "logic") if isinstance(e, StoreUnavailable) else "logic"
+        if self.metrics is not None:
+            self.metrics.store_errors.labels(kind).inc()
+        if isinstance(e, StoreUnavailable):
+            log.warning("%s: store unavailable (%s): %s", method, kind, e)
+            if self.on_store_unavailable is not None:
+                self.on_store_unavailable()
+        else:
+            log.error("%s: store error answered INTERNAL: %s", method, e)
 
     @rpc
     async def RegisterProblems(self, request_iterator: AsyncIterator[pb.RegisterProblemsRequest],

@@ -31,6 +31,7 @@ local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s, lease_id = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
+refuse_when_out_of_memory(k.counters)
 
 local record = redis.call('HGET', k.leases, lease_id)
 if not record then

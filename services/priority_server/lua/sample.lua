@@ -43,6 +43,7 @@ local step = tonumber(redis.call('HGET', k.counters, 'step') or '0')
 if expected >= 0 and expected ~= step then
   return { 'STEP', step }
 end
+refuse_when_out_of_memory(k.counters)
 
 -- step' and the RNG
 local step2 = step + 1
