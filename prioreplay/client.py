@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import grpc
@@ -145,13 +146,17 @@ class PriorityClient:
             raise map_rpc_error(e, "RegisterProblems") from None
 
     def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0,
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED) -> pb.SampleProblemsResponse:
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, request_id: str | None = None) -> pb.SampleProblemsResponse:
         """Lease up to ``batch_size`` problems (see ``SampleProblems`` in the proto).
 
         ``client_source`` is a ``pb.ClientSource`` value: the kind of client, for the server's metrics.
+        ``request_id``: sent unchanged on every retry of this call, so a retry after a lost answer
+        gets the lease the first attempt made instead of a second one (default: a new random id
+        per call).
         """
         req = pb.SampleProblemsRequest(batch_size=batch_size, worker_id=worker_id, lease_timeout_s=lease_timeout_s,
-                                       client_source=client_source)
+                                       client_source=client_source,
+                                       request_id=uuid.uuid4().hex if request_id is None else request_id)
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
     def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",

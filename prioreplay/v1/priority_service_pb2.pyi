@@ -71,16 +71,18 @@ class RegisterProblemsResponse(_message.Message):
     def __init__(self, created: _Optional[int] = ..., updated: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
 
 class SampleProblemsRequest(_message.Message):
-    __slots__ = ("batch_size", "worker_id", "lease_timeout_s", "client_source")
+    __slots__ = ("batch_size", "worker_id", "lease_timeout_s", "client_source", "request_id")
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     CLIENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     batch_size: int
     worker_id: str
     lease_timeout_s: float
     client_source: ClientSource
-    def __init__(self, batch_size: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_timeout_s: _Optional[float] = ..., client_source: _Optional[_Union[ClientSource, str]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, batch_size: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_timeout_s: _Optional[float] = ..., client_source: _Optional[_Union[ClientSource, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class LeasedProblem(_message.Message):
     __slots__ = ("problem", "priority", "source")

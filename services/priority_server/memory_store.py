@@ -95,6 +95,8 @@ class MemoryStore(Store):
         for key, g in state.pending.items():
             self._by_consumer.setdefault(g.consumer, SortedList()).add(key)
         self._view = _SamplerView(self._heap, self._pools, state.problems)
+        self._requests: dict[str, tuple[str, float]] = {}  # request id -> (lease id, its deadline)
+        self._request_deadlines: SortedList = SortedList()  # (deadline, request id)
 
     # -- placement helpers ----------------------------------------------------------------
     def _container(self, pool: Pool) -> SortedList:
@@ -179,9 +181,14 @@ class MemoryStore(Store):
         self._heap.update(added)  # one sort + merge: O(k log k + N) for k new problems
         return len(added), updated, len(known)
 
-    async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease:
+    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease:
         now = self.clock()
         cfg = self.config
+        if request_id:
+            replay = self._replay(request_id, batch_size, now)
+            if replay is not None:
+                return replay
+            self._prune_requests(now)
         self._expire_due(now, EXPIRE_LIMIT)
         self._prune_tombstones(now)
         step1 = self._s.step + 1
@@ -198,7 +205,33 @@ class MemoryStore(Store):
         self._s.leases[lease.lease_id] = lease
         self._deadlines.add((lease.deadline, lease.lease_id))
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
+        if request_id:
+            self._requests[request_id] = (lease.lease_id, lease.deadline)
+            self._request_deadlines.add((lease.deadline, request_id))
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, step1)
+
+    def _replay(self, request_id: str, batch_size: int, now: float) -> Lease | None:
+        """The live lease an earlier sample with ``request_id`` made, as that sample returned it; else None."""
+        seen = self._requests.get(request_id)
+        lease = self._s.leases.get(seen[0]) if seen is not None else None
+        if lease is None or lease.deadline <= now:
+            return None
+        batch = []
+        for pid in lease.problem_ids:
+            e = self._s.problems[pid]
+            prio = e.score if e.home is Pool.HEAP else rules.priority(e.stats, self.config.params)
+            batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home))
+        version, uri = self._s.policy
+        retry = self._retry_after(now) if len(batch) < batch_size else 0.0
+        return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, lease.step)
+
+    def _prune_requests(self, now: float) -> None:
+        """Forget request ids whose lease deadline has passed (their lease is no longer live)."""
+        due = self._request_deadlines
+        while due and due[0][0] <= now:
+            deadline, rid = due.pop(0)
+            if self._requests.get(rid, ("", None))[1] == deadline:
+                del self._requests[rid]
 
     async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult:
         now = self.clock()

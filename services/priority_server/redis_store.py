@@ -23,6 +23,8 @@ tomb:expired   zset    lease id → time it expired (kept ``TOMBSTONE_TTL_S``)
 counters       hash    ``step`` and the StoreStats counters (``reward_sum`` as ``%.17g``)
 policy         hash    ``version``, ``uri``
 health         string  the health probe's last write (expires after 60 s)
+requests       hash    request id → the lease a sample with that id made (retried requests)
+requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
 ============== ======= ========================================================================
 
@@ -77,7 +79,7 @@ STEP_RETRIES = 32
 
 KEY_NAMES = (
     "problems", "stats", "heap", "solved", "unsolved", "leases", "deadlines",
-    "tomb:reported", "tomb:expired", "counters", "policy", "stream", "health",
+    "tomb:reported", "tomb:expired", "counters", "policy", "stream", "health", "requests", "requests:due",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters",
                "tomb:reported", "tomb:expired")
@@ -279,13 +281,14 @@ class RedisStore(Store):
         return created, updated, int(res[-1])
 
     # -- leases ---------------------------------------------------------------------------
-    async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease:
+    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease:
         cfg = self.config
         now = float(self.clock())
         deadline = now + lease_timeout_s
         lease_id = secrets.token_hex(16)
         quota = retest_quota(batch_size, cfg.retest_fraction) if self._sampler.retests else 0
-        keys = self._state_keys + [self._keys["problems"], self._keys["policy"]]
+        keys = self._state_keys + [self._keys["problems"], self._keys["policy"], self._keys["requests"],
+                                   self._keys["requests:due"]]
         for _ in range(STEP_RETRIES):
             expected, seed32 = -1, 1
             if self._sampler.uses_rng:
@@ -295,8 +298,11 @@ class RedisStore(Store):
                 seed32 = step_seed(cfg.seed, expected + 1)
             res = await self._run("sample", keys, [
                 _f(now), batch_size, _f(deadline), lease_id, self._sampler.lua_branch, quota, cfg.retest_interval,
-                _f(cfg.alpha), expected, seed32, EXPIRE_LIMIT, _f(TOMBSTONE_TTL_S),
+                _f(cfg.alpha), expected, seed32, EXPIRE_LIMIT, _f(TOMBSTONE_TTL_S), request_id,
             ])
+            if res[0] == b"SAME":  # a retried request: its live lease again
+                lease_id, deadline = _s(res[-2]), float(res[-1])
+                break
             if res[0] == b"STEP":
                 self._step_hint = int(res[1])
                 continue
@@ -304,7 +310,8 @@ class RedisStore(Store):
         else:
             raise StoreUnavailable(f"sample: the step kept moving under {STEP_RETRIES} attempts; retry")
         step, version, uri = int(res[1]), int(res[2]), _s(res[3])
-        self._step_hint = step
+        if res[0] != b"SAME":  # a replayed lease carries its own (older) step
+            self._step_hint = step
         earliest = [float(res[4])] if res[4] else []
         n = int(res[5])
         problems: list[SampledProblem] = []

@@ -216,7 +216,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     async def SampleProblems(self, request: pb.SampleProblemsRequest, context) -> pb.SampleProblemsResponse:
         """Lease up to ``batch_size`` problems (the store checks the size and the lease length)."""
         check_name(request.worker_id, "worker_id")
-        lease = await self.store.sample(request.batch_size, request.lease_timeout_s)
+        check_name(request.request_id, "request_id")
+        key = f"{request.worker_id}\t{request.request_id}" if request.request_id else ""  # ids are per client
+        lease = await self.store.sample(request.batch_size, request.lease_timeout_s, request_id=key)
         if lease.problems:
             self.clients.sampled(request.client_source, len(lease.problems))
             if self.metrics is not None:

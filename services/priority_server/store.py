@@ -51,6 +51,16 @@ report(lease_id, outcomes)
     rewards-only client that trains on its own) counts as neither and is not queued. Leased
     problems left out of the report return to (source, score).
     The lease becomes "already reported".
+Retried requests (``sample(..., request_id)``)
+    Before anything else: when ``request_id`` names a lease made by an earlier ``sample`` with the
+    same id and that lease is live (not reported, not expired, deadline > now), that lease is
+    returned again: its id, deadline, step and problems in batch order (priority as when
+    sampled: a heap problem's score, a pool problem's ``rules.priority``), the current policy,
+    retry_after_s as for a fresh batch of that length (0 when it has ``batch_size`` problems).
+    Nothing changes (not even the expiry of due leases). Otherwise the sample runs as above and a
+    lease it makes is remembered under the id until its deadline (so memory is bounded by the
+    leases of the last ``max_lease_timeout_s``). The memory store does not keep these ids in its
+    snapshot.
 expire_leases()
     Every lease with deadline <= now (at most ``limit``, oldest first) returns its problems to
     (source, score) with statistics unchanged, lease_expiries += 1, becomes "expired".
@@ -125,6 +135,8 @@ from prioreplay.problems import ProblemRecord, check_name, validate_problem
 
 #: Due leases one ``sample`` (or one reaper round) expires at most.
 EXPIRE_LIMIT = 64
+#: Longest request key of ``sample`` (the servicer's "worker id TAB request id"), bytes.
+MAX_REQUEST_KEY_BYTES = 256
 #: Seconds an ended lease is remembered as "already reported" / "expired" (then "unknown lease").
 TOMBSTONE_TTL_S = 86400.0
 
@@ -233,12 +245,16 @@ class Store(abc.ABC):
             return 0, 0, await self._count_problems()
         return await self._register(list(dedup.values()))
 
-    async def sample(self, batch_size: int, lease_timeout_s: float | None = None) -> Lease:
+    async def sample(self, batch_size: int, lease_timeout_s: float | None = None, request_id: str = "") -> Lease:
         """Lease up to ``batch_size`` problems (see the module docstring for the exact rule).
+
+        ``request_id`` (optional, at most 256 bytes) makes a retry safe: while
+        the lease a request with this id created is live, the same id gets that lease again
+        (same id, problems, deadline and step; nothing changes). See "Retried requests" above.
 
         Raises:
             InvalidArgument: batch_size outside [1, max_batch_size]; lease_timeout_s not a
-                finite number in (0, max_lease_timeout_s].
+                finite number in (0, max_lease_timeout_s]; request_id over 256 bytes.
         """
         if not (isinstance(batch_size, int) and 1 <= batch_size <= self.config.max_batch_size):
             raise InvalidArgument(f"batch_size ({batch_size}) must be in [1, {self.config.max_batch_size}]")
@@ -247,6 +263,12 @@ class Store(abc.ABC):
             raise InvalidArgument(
                 f"lease_timeout_s ({lease_timeout_s}) must be in (0, {self.config.max_lease_timeout_s}] seconds; 0 uses the server default"
             )
+        if request_id:
+            n = len(request_id.encode("utf-8"))
+            if n > MAX_REQUEST_KEY_BYTES:
+                raise InvalidArgument(f"request_id is {n} bytes; the limit is {MAX_REQUEST_KEY_BYTES}; "
+                                      "send a short unique id (e.g. 32 hex characters)")
+            return await self._sample(batch_size, float(timeout), request_id=request_id)
         return await self._sample(batch_size, float(timeout))
 
     async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome]) -> ReportResult:
@@ -324,7 +346,7 @@ class Store(abc.ABC):
     async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]: ...
 
     @abc.abstractmethod
-    async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease: ...
+    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease: ...
 
     @abc.abstractmethod
     async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult: ...

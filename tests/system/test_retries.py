@@ -1,0 +1,85 @@
+"""Retried SampleProblems: a client request id makes a retry get the lease the first attempt made.
+
+The input from the issue: a slow answer with ``rpc_timeout_s`` 1 and 3 retries left 4 leases and
+32 problems held for ``lease_timeout_s``; with the request id it leaves one lease of 8.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from prioreplay.client import PriorityClient, problem_to_proto
+from prioreplay.config import ClientSettings
+from prioreplay.priority_server.config import ServerConfig
+from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.stores import create_store
+from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.problems import ProblemRecord
+
+
+def _problems(n: int) -> list[ProblemRecord]:
+    return [ProblemRecord(id=f"p{i}", prompt=f"{i}+1?", answer=str(i + 1)) for i in range(n)]
+
+
+class SlowFirstSamples:
+    """A store whose first ``slow`` samples answer after ``delay_s`` (the lease is made at once)."""
+
+    def __init__(self, inner, slow: int, delay_s: float):
+        self.inner, self.slow, self.delay_s = inner, slow, delay_s
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def sample(self, *args, **kwargs):
+        lease = await self.inner.sample(*args, **kwargs)
+        if self.slow > 0:
+            self.slow -= 1
+            await asyncio.sleep(self.delay_s)  # the client's deadline passes: it retries
+        return lease
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_sample_retried_after_its_deadline_leaves_one_lease(kind, redis_url, namespace):
+    spec = "memory" if kind == "memory" else redis_url
+    config = ServerConfig(snapshot_interval_s=0)
+    factory = lambda: SlowFirstSamples(create_store(spec, StoreConfig(retest_fraction=0.0), namespace=namespace),
+                                       slow=3, delay_s=1.5)
+    with BackgroundServer(factory, config) as srv, \
+            PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=1), max_retries=3, backoff_s=0.01) as c:
+        c.register([problem_to_proto(p) for p in _problems(40)])
+        lease = c.sample(8, worker_id="w1")
+        assert len(lease.problems) == 8
+        s = c.stats()
+        assert (s.active_leases, s.leased) == (1, 8), "each retry made a lease of its own"
+        assert c.report(lease.lease_id, []).accepted  # the lease the client holds is the live one
+
+
+async def test_the_same_request_id_gets_the_same_live_lease_in_both_stores(store_factory):
+    t = [1000.0]
+    store = store_factory(StoreConfig(retest_fraction=0.0, lease_timeout_s=10), clock=lambda: t[0])
+    await store.register(_problems(10))
+    first = await store.sample(4, request_id="w1\tr1")
+    again = await store.sample(4, request_id="w1\tr1")
+    assert again == first  # same id, deadline, problems, priorities, step, policy
+    other = await store.sample(4, request_id="w2\tr1")  # another client's id: a lease of its own
+    assert other.lease_id != first.lease_id and {p.problem.id for p in other.problems}.isdisjoint(
+        {p.problem.id for p in first.problems})
+    short = await store.sample(4, request_id="w1\tr2")  # 2 left: a short batch, replayed short
+    assert len(short.problems) == 2 and short.retry_after_s > 0
+    assert await store.sample(4, request_id="w1\tr2") == short
+    stats = await store.stats()
+    assert (stats.active_leases, stats.leased, stats.step) == (3, 10, 3)
+
+    # a reported lease is not live: the id leases anew
+    await store.report(first.lease_id, [GroupOutcome(p.problem.id, (1.0, 0.0)) for p in first.problems])
+    fresh = await store.sample(2, request_id="w1\tr1")
+    assert fresh.lease_id not in ("", first.lease_id) and len(fresh.problems) == 2
+    # an expired lease neither
+    t[0] += 11.0
+    after = await store.sample(2, request_id="w1\tr2")
+    assert after.lease_id != short.lease_id
+    with pytest.raises(Exception, match="request_id is 300 bytes"):
+        await store.sample(1, request_id="x" * 300)
