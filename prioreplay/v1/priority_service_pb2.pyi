@@ -95,7 +95,7 @@ class LeasedProblem(_message.Message):
     def __init__(self, problem: _Optional[_Union[Problem, _Mapping]] = ..., priority: _Optional[float] = ..., source: _Optional[_Union[Pool, str]] = ...) -> None: ...
 
 class SampleProblemsResponse(_message.Message):
-    __slots__ = ("lease_id", "lease_deadline_unix_s", "problems", "policy_version", "weights_uri", "retry_after_s", "step")
+    __slots__ = ("lease_id", "lease_deadline_unix_s", "problems", "policy_version", "weights_uri", "retry_after_s", "step", "backpressure")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_DEADLINE_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,7 @@ class SampleProblemsResponse(_message.Message):
     WEIGHTS_URI_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    BACKPRESSURE_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     lease_deadline_unix_s: float
     problems: _containers.RepeatedCompositeFieldContainer[LeasedProblem]
@@ -110,7 +111,8 @@ class SampleProblemsResponse(_message.Message):
     weights_uri: str
     retry_after_s: float
     step: int
-    def __init__(self, lease_id: _Optional[str] = ..., lease_deadline_unix_s: _Optional[float] = ..., problems: _Optional[_Iterable[_Union[LeasedProblem, _Mapping]]] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., retry_after_s: _Optional[float] = ..., step: _Optional[int] = ...) -> None: ...
+    backpressure: bool
+    def __init__(self, lease_id: _Optional[str] = ..., lease_deadline_unix_s: _Optional[float] = ..., problems: _Optional[_Iterable[_Union[LeasedProblem, _Mapping]]] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., retry_after_s: _Optional[float] = ..., step: _Optional[int] = ..., backpressure: _Optional[bool] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("reward", "token_ids", "logprobs", "text", "truncated")

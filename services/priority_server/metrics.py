@@ -116,6 +116,9 @@ class ServerMetrics:
             "prioreplay_store_errors_total",
             "store errors that ended an RPC, by kind (unreachable, read only, out of memory, busy: UNAVAILABLE; "
             "logic: INTERNAL)", ["kind"], registry=self.registry)
+        self.backpressure_refusals = Counter(
+            "prioreplay_backpressure_refusals", "SampleProblems answered with an empty batch because the trajectory "
+            "queue was at or over --max-queue-depth", registry=self.registry)
         self.sampled_priority = Histogram("prioreplay_sampled_priority", "priority of each problem served",
                                           buckets=PRIORITY_BUCKETS, registry=self.registry)
         self.store_stats = StoreStatsCollector()

@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 
 from prioreplay.client import channel_options
 from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server.backpressure import Backpressure
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.interceptors import AuthInterceptor, MetricsInterceptor
 from prioreplay.priority_server.metrics import ServerMetrics
@@ -60,7 +61,9 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     # so_reuseport off: a second server on a port in use must fail, not silently share the clients
     options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
-    servicer = PriorityServicer(store, metrics)
+    backpressure = (Backpressure(store, config.max_queue_depth, config.backpressure_retry_s)
+                    if config.max_queue_depth > 0 else None)
+    servicer = PriorityServicer(store, metrics, backpressure)
     pb_grpc.add_PriorityServiceServicer_to_server(servicer, server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -31,6 +31,7 @@ from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prioreplay.priority_server.backpressure import Backpressure
     from prioreplay.priority_server.metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -158,15 +159,19 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         store: the problem statistics, leases and trajectory queue.
         metrics: optional; receives the priorities of served problems and the traffic per kind of
             client (without metrics the servicer keeps its own :class:`ClientTally` for GetStats).
+        backpressure: optional; when it says so, SampleProblems answers an empty batch with
+            ``backpressure = true`` and its retry hint (:mod:`.backpressure`).
 
     Every RPC ends with the status code of the :mod:`prioreplay.errors` class it raised
     (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE) and the
     error's message as details; an unexpected exception is logged and answered INTERNAL (:func:`rpc`).
     """
 
-    def __init__(self, store: Store, metrics: "ServerMetrics | None" = None):
+    def __init__(self, store: Store, metrics: "ServerMetrics | None" = None,
+                 backpressure: "Backpressure | None" = None):
         self.store = store
         self.metrics = metrics
+        self.backpressure = backpressure
         self.clients = metrics.clients if metrics is not None else ClientTally()
         #: Called (no arguments) when an RPC meets a store outage; the server factory sets it to
         #: turn the health status NOT_SERVING at once (the periodic refresh turns it back).
@@ -218,6 +223,10 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         check_name(request.worker_id, "worker_id")
         check_name(request.request_id, "request_id")
         key = f"{request.worker_id}\t{request.request_id}" if request.request_id else ""  # ids are per client
+        if self.backpressure is not None and await self.backpressure.refuse():
+            if self.metrics is not None:
+                self.metrics.backpressure_refusals.inc()
+            return pb.SampleProblemsResponse(retry_after_s=self.backpressure.retry_s, backpressure=True)
         lease = await self.store.sample(request.batch_size, request.lease_timeout_s, request_id=key)
         if lease.problems:
             self.clients.sampled(request.client_source, len(lease.problems))

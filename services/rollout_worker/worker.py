@@ -44,6 +44,8 @@ class BatchResult:
 
     Attributes:
         lease_id: the lease ("" when nothing was leased).
+        backpressure: True when the server refused the lease because its trajectory queue is
+            over its bound (the learner is behind); the loop waits ``retry_after_s``.
         problems: problems in the lease (B or fewer).
         retry_after_s: the server's hint when the lease was empty or short, seconds.
         reported: True when a report was sent (the server may still refuse it: see accepted).
@@ -59,6 +61,7 @@ class BatchResult:
     """
 
     lease_id: str = ""
+    backpressure: bool = False
     problems: int = 0
     retry_after_s: float = 0.0
     reported: bool = False
@@ -148,7 +151,11 @@ class RolloutWorker:
         lease = self._rpc("SampleProblems", self.client.sample, c.batch_size, worker_id=c.worker_id,
                           lease_timeout_s=c.lease_timeout_s, client_source=CLIENT_SOURCE_WORKER)
         if not lease.problems:
-            return BatchResult(retry_after_s=lease.retry_after_s or 1.0)
+            if lease.backpressure:
+                self.metrics.backpressure_waits.inc()
+                log.info("the server applies backpressure (its trajectory queue is full: the learner is behind); "
+                         "waiting %.1f s", lease.retry_after_s)
+            return BatchResult(retry_after_s=lease.retry_after_s or 1.0, backpressure=lease.backpressure)
         reload_s = self.maybe_reload(lease.policy_version, lease.weights_uri)
         version = self.backend.policy_version
         problems = [lp.problem for lp in lease.problems]

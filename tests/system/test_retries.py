@@ -83,3 +83,37 @@ async def test_the_same_request_id_gets_the_same_live_lease_in_both_stores(store
     assert after.lease_id != short.lease_id
     with pytest.raises(Exception, match="request_id is 300 bytes"):
         await store.sample(1, request_id="x" * 300)
+
+
+# -- backpressure: leases refused while the trajectory queue is over its bound ------------------------
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_leases_are_refused_with_a_retry_hint_while_the_queue_is_over_its_bound(kind, redis_url, namespace):
+    from prioreplay.v1 import priority_service_pb2 as pb
+
+    spec = "memory" if kind == "memory" else redis_url
+    config = ServerConfig(snapshot_interval_s=0, max_queue_depth=3, backpressure_retry_s=0.5, retest_fraction=0.0)
+    factory = lambda: create_store(spec, config.to_store_config(), namespace=namespace)
+    with BackgroundServer(factory, config) as srv, \
+            PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c:
+        c.register([problem_to_proto(p) for p in _problems(20)])
+        mixed = [pb.Completion(reward=r, token_ids=[1], logprobs=[-0.5]) for r in (1.0, 0.0)]
+
+        def lease_and_report(n: int) -> None:
+            lease = c.sample(n)
+            assert len(lease.problems) == n and not lease.backpressure
+            outs = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=mixed) for lp in lease.problems]
+            assert c.report(lease.lease_id, outs).groups_queued == n
+
+        lease_and_report(2)  # queue depth 2 < 3: still served
+        lease_and_report(2)  # depth 4 >= 3
+        refused = c.sample(4)
+        assert (len(refused.problems), refused.lease_id, refused.backpressure) == (0, "", True)
+        assert refused.retry_after_s == pytest.approx(0.5)
+        assert c.stats().leased == 0  # nothing was leased
+        text = srv.runtime.metrics.render().decode()
+        assert "prioreplay_backpressure_refusals_total 1.0" in text
+
+        pulled = c.pull(4, consumer="L")  # the learner catches up: the queue drains
+        assert len(pulled.groups) == 4
+        lease = c.sample(4)
+        assert len(lease.problems) == 4 and not lease.backpressure

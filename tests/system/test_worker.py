@@ -27,6 +27,7 @@ from prioreplay.rollout_worker.backends.transformers_backend import Transformers
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.worker import RolloutWorker
 from prioreplay.testing import make_tiny_model
+from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import VerifyResult
 from tests.conftest import start_background_server
 
@@ -224,3 +225,29 @@ def test_cli_worker_reports_then_stops_cleanly_on_sigterm(server, client, dirs):
     stats = client.stats()
     assert stats.active_leases == 0, "the batch in progress at SIGTERM must be reported"
     assert stats.completions_reported % 4 == 0 and stats.late_reports == 0
+
+
+def test_a_worker_refused_by_backpressure_waits_the_hint_and_asks_again(redis_url, namespace, dirs):
+    """While the trajectory queue is over the server's bound the worker leases nothing, counts the
+    refusal, sleeps the server's hint and keeps running (no report, no error)."""
+    from prioreplay.priority_server.config import ServerConfig
+
+    config = ServerConfig(snapshot_interval_s=0, max_queue_depth=1, backpressure_retry_s=0.7)
+    srv = start_background_server("memory", redis_url, namespace, config=config)
+    try:
+        with PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c:
+            c.register(problem_to_proto(p) for p in PROBLEMS)
+            lease = c.sample(1)  # one mixed group queued: the queue is at its bound
+            comps = [pb.Completion(reward=r, token_ids=[1], logprobs=[-0.1]) for r in (0.0, 1.0)]
+            assert c.report(lease.lease_id, [pb.ProblemOutcome(problem_id=lease.problems[0].problem.id,
+                                                               completions=comps)]).groups_queued == 1
+            slept = []
+            w = make_worker(c, dirs[0], max_retry_sleep_s=5.0)
+            w._sleep = lambda s: (slept.append(s), len(slept) >= 3 and w.stop_event.set())
+            res = w.run_once()
+            assert res.backpressure and res.lease_id == "" and res.retry_after_s == pytest.approx(0.7)
+            assert w.run() == 0 and slept == [pytest.approx(0.7)] * 3  # waited the hint, never exited
+            assert metric(w, "prioreplay_worker_backpressure_waits_total") == 4
+            assert w.batches_done == 0 and c.stats().leased == 0
+    finally:
+        srv.stop()
