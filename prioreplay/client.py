@@ -160,14 +160,17 @@ class PriorityClient:
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
     def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False) -> pb.ReportOutcomesResponse:
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False,
+               unservable: Sequence[str] = ()) -> pb.ReportOutcomesResponse:
         """Report a lease's groups. Retrying is safe: a repeated report changes nothing.
 
         ``rewards_only``: the caller trains on its own; statistics are updated, nothing is queued
-        for the learner.
+        for the learner. ``unservable``: ids of leased problems the caller cannot serve (prompt
+        longer than its model's context): quarantined until registered again.
         """
         req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id,
-                                       client_source=client_source, rewards_only=rewards_only)
+                                       client_source=client_source, rewards_only=rewards_only,
+                                       unservable_problem_ids=unservable)
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
 
     def pull(self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner",

@@ -87,8 +87,9 @@ class MemoryStore(Store):
         self._heap: SortedList = SortedList()  # (priority, member)
         self._pools: dict[Pool, SortedList] = {Pool.SOLVED: SortedList(), Pool.UNSOLVED: SortedList()}
         for e in state.problems.values():
-            if e.pool is not Pool.LEASED:
+            if e.pool not in (Pool.LEASED, Pool.QUARANTINED):
                 self._container(e.pool).add((e.score, e.member))
+        self._quarantined = {pid for pid, e in state.problems.items() if e.pool is Pool.QUARANTINED}
         self._deadlines = SortedList((lz.deadline, lz.lease_id) for lz in state.leases.values())
         state.pending = SortedDict(state.pending)  # key -> QueuedGroup, in group id order
         self._by_consumer: dict[str, SortedList] = {}  # consumer -> keys of its pending groups
@@ -173,6 +174,9 @@ class MemoryStore(Store):
             if e is not None:
                 e.record = p
                 updated += 1
+                if e.pool is Pool.QUARANTINED:  # registered again: back where it came from
+                    self._quarantined.discard(p.id)
+                    self._place(e, e.home, e.score)
                 continue
             e = Entry(record=p, member=tie_member(p.id, self.config.seed), stats=Stats(),
                       pool=Pool.HEAP, home=Pool.HEAP, score=initial)
@@ -233,7 +237,7 @@ class MemoryStore(Store):
             if self._requests.get(rid, ("", None))[1] == deadline:
                 del self._requests[rid]
 
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult:
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable=()) -> ReportResult:
         now = self.clock()
         c = self._s.counters
         lease = self._s.leases.get(lease_id)
@@ -252,12 +256,19 @@ class MemoryStore(Store):
                     f"outcomes[{i}]: problem {o.problem_id!r} is not in lease {lease_id!r}; "
                     "report only the problems that lease returned"
                 )
+        for i, pid in enumerate(unservable):
+            if pid not in members:
+                raise InvalidArgument(f"unservable[{i}]: problem {pid!r} is not in lease {lease_id!r}; "
+                                      "report only the problems that lease returned")
         # Validated: from here on nothing raises.
         kinds = [self._apply_group(o, lease.step, now) for o in outcomes]
-        self._return_problems(lease, skip={o.problem_id for o in outcomes})
+        for pid in unservable:  # keeps (home, score) to return to when registered again
+            self._s.problems[pid].pool = Pool.QUARANTINED
+            self._quarantined.add(pid)
+        self._return_problems(lease, skip={o.problem_id for o in outcomes} | set(unservable))
         self._end_lease(lease, "already reported", now)
         queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, outcomes))
-        return ReportResult(True, "", queued, sum(k is not GroupKind.MIXED for k in kinds))
+        return ReportResult(True, "", queued, sum(k is not GroupKind.MIXED for k in kinds), len(unservable))
 
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
         """One reported group: statistics, place, counters, and the queue when it is MIXED with a
@@ -375,6 +386,7 @@ class MemoryStore(Store):
             unsolved=len(self._pools[Pool.UNSOLVED]),
             leased=leased,
             active_leases=len(s.leases),
+            quarantined=len(self._quarantined),
             step=s.step,
             policy_version=s.policy[0],
             weights_uri=s.policy[1],

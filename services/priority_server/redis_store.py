@@ -23,6 +23,7 @@ tomb:expired   zset    lease id → time it expired (kept ``TOMBSTONE_TTL_S``)
 counters       hash    ``step`` and the StoreStats counters (``reward_sum`` as ``%.17g``)
 policy         hash    ``version``, ``uri``
 health         string  the health probe's last write (expires after 60 s)
+quarantine     hash    id → the pool (1..3) a quarantined problem returns to (stats pool = 5)
 requests       hash    request id → the lease a sample with that id made (retried requests)
 requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
@@ -79,7 +80,7 @@ STEP_RETRIES = 32
 
 KEY_NAMES = (
     "problems", "stats", "heap", "solved", "unsolved", "leases", "deadlines",
-    "tomb:reported", "tomb:expired", "counters", "policy", "stream", "health", "requests", "requests:due",
+    "tomb:reported", "tomb:expired", "counters", "policy", "stream", "health", "requests", "requests:due", "quarantine",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters",
                "tomb:reported", "tomb:expired")
@@ -263,7 +264,8 @@ class RedisStore(Store):
 
     async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]:
         seed = self.config.seed
-        keys = [self._keys["stats"], self._keys["heap"], self._keys["problems"]]
+        keys = [self._keys["stats"], self._keys["heap"], self._keys["problems"], self._keys["solved"],
+                self._keys["unsolved"], self._keys["quarantine"]]
         prio = _f(self._initial_priority)
         head = [f"0 0 0 {int(Pool.HEAP)} {prio}", prio]
         script = self._scripts["register"]
@@ -339,7 +341,7 @@ class RedisStore(Store):
             step=step,
         )
 
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult:
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable=()) -> ReportResult:
         seed = self.config.seed
         args: list[Any] = [_f(self.clock()), lease_id, _f(TOMBSTONE_TTL_S), CONSUMER_GROUP,
                            *self._params_args, len(outcomes)]
@@ -355,7 +357,8 @@ class RedisStore(Store):
                 f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}",
                 bytes(o.payload),
             ]
-        res = await self._run("report", self._state_keys + [self._keys["stream"]], args)
+        args += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
+        res = await self._run("report", self._state_keys + [self._keys["stream"], self._keys["quarantine"]], args)
         status = int(res[0])
         if status == 0:
             return ReportResult(accepted=False, reason=_s(res[1]))
@@ -365,7 +368,12 @@ class RedisStore(Store):
                 f"outcomes[{j}]: problem {outcomes[j].problem_id!r} is not in lease {lease_id}; "
                 "report only the problems that lease returned"
             )
-        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]))
+        if status == -2:
+            j = int(res[1])
+            raise InvalidArgument(f"unservable[{j}]: problem {unservable[j]!r} is not in lease {lease_id}; "
+                                  "report only the problems that lease returned")
+        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]),
+                            quarantined=int(res[3]))
 
     async def _expire_leases(self, limit: int) -> int:
         if limit < 1:
@@ -427,19 +435,21 @@ class RedisStore(Store):
         def fill(p):
             p.hlen(k["problems"]); p.zcard(k["heap"]); p.zcard(k["solved"]); p.zcard(k["unsolved"])
             p.hlen(k["leases"]); p.hgetall(k["counters"]); p.hmget(k["policy"], "version", "uri")
+            p.hlen(k["quarantine"])
             for i in range(histogram_buckets):
                 hi = _f(edges[i + 1]) if i == histogram_buckets - 1 else "(" + _f(edges[i + 1])
                 p.zcount(k["heap"], _f(edges[i]) if i else "-inf", hi)
 
         res = await self._pipe(fill)
-        problems, heap, solved, unsolved, leases, counters, (ver, uri) = res[:7]
+        problems, heap, solved, unsolved, leases, counters, (ver, uri), quarantined = res[:8]
         c = {_s(a): _s(b) for a, b in counters.items()}
         queue_depth, pending = await self._queue_counts()
         return StoreStats(
             problems=int(problems), heap_size=int(heap), solved=int(solved), unsolved=int(unsolved),
-            leased=int(problems) - int(heap) - int(solved) - int(unsolved), active_leases=int(leases),
+            leased=int(problems) - int(heap) - int(solved) - int(unsolved) - int(quarantined),
+            active_leases=int(leases), quarantined=int(quarantined),
             step=int(c.get("step", 0)), policy_version=int(ver or 0), weights_uri=_s(uri),
-            priority_histogram=[int(x) for x in res[7:]], priority_bucket_edges=edges,
+            priority_histogram=[int(x) for x in res[8:]], priority_bucket_edges=edges,
             reward_sum=float(c.get("reward_sum", 0.0)), queue_depth=queue_depth, pending_groups=pending,
             **{name: int(c.get(name, 0)) for name in _INT_COUNTERS},
         )

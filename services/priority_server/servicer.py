@@ -247,12 +247,20 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
                 validate_outcome(o, i)
         now = self.store.clock()
         groups = [outcome_to_group(o, now, queue=not request.rewards_only) for o in request.outcomes]
-        result = await self.store.report(request.lease_id, groups)
+        unservable = list(request.unservable_problem_ids)
+        result = await (self.store.report(request.lease_id, groups, unservable) if unservable
+                        else self.store.report(request.lease_id, groups))
+        if result.quarantined:
+            log.warning("worker %r reported %d problem(s) unservable (prompt over its model's context); quarantined "
+                        "until registered again: %s", request.worker_id, result.quarantined, ", ".join(unservable[:10]))
+            if self.metrics is not None:
+                self.metrics.problems_quarantined.inc(result.quarantined)
         self.clients.reported(request.client_source, result.accepted, (g.rewards for g in groups))
         if not result.accepted:
             log.info("late report from worker %r: %s", request.worker_id, result.reason)
         return pb.ReportOutcomesResponse(accepted=result.accepted, reason=result.reason,
-                                         groups_queued=result.groups_queued, groups_filtered=result.groups_filtered)
+                                         groups_queued=result.groups_queued, groups_filtered=result.groups_filtered,
+                                         problems_quarantined=result.quarantined)
 
     @rpc
     async def PullTrajectories(self, request: pb.PullTrajectoriesRequest, context) -> pb.PullTrajectoriesResponse:
@@ -311,7 +319,7 @@ def stats_to_proto(s, clients: ClientTally | None = None) -> pb.GetStatsResponse
         forgetting_events=s.forgetting_events, breakthroughs=s.breakthroughs, lease_expiries=s.lease_expiries,
         queue_depth=s.queue_depth, pending_groups=s.pending_groups, completions_reported=s.completions_reported,
         reward_sum=s.reward_sum, late_reports=s.late_reports, groups_acked=s.groups_acked,
-        clients=clients.to_proto() if clients is not None else [],
+        clients=clients.to_proto() if clients is not None else [], quarantined=s.quarantined,
     )
 
 

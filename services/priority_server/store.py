@@ -61,6 +61,12 @@ Retried requests (``sample(..., request_id)``)
     lease it makes is remembered under the id until its deadline (so memory is bounded by the
     leases of the last ``max_lease_timeout_s``). The memory store does not keep these ids in its
     snapshot.
+Quarantine (``report(..., unservable)``)
+    A live lease's report may name problems the client cannot serve (its prompt is longer than the
+    model's context). Each goes to QUARANTINED with statistics, (source, score) unchanged, and is
+    never sampled; ``stats().quarantined`` counts them. Registering its id again (with the same or
+    a new text) returns it to (source, score). An id not in the lease → InvalidArgument, nothing
+    changes (the same check as outcomes). A late report quarantines nothing.
 expire_leases()
     Every lease with deadline <= now (at most ``limit``, oldest first) returns its problems to
     (source, score) with statistics unchanged, lease_expiries += 1, becomes "expired".
@@ -271,13 +277,18 @@ class Store(abc.ABC):
             return await self._sample(batch_size, float(timeout), request_id=request_id)
         return await self._sample(batch_size, float(timeout))
 
-    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome]) -> ReportResult:
+    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome],
+                     unservable: Sequence[str] = ()) -> ReportResult:
         """Apply a lease's outcomes (see the module docstring).
+
+        ``unservable``: problems of the lease the client could not serve (e.g. a prompt longer than
+        its model's context); they are quarantined (see "Quarantine" above) instead of returned.
 
         Raises:
             InvalidArgument: empty lease id, an empty group, a reward NaN/inf/outside [0, 1],
-                or a problem id twice in the report (the lease membership check is the
-                implementation's, with the same error). Nothing changes.
+                a problem id twice in the report (outcomes and unservable together), or a
+                problem not in the lease (the lease membership check is the implementation's,
+                with the same error). Nothing changes.
         """
         if not lease_id:
             raise InvalidArgument("lease_id is empty; quote the lease_id returned by SampleProblems")
@@ -287,6 +298,12 @@ class Store(abc.ABC):
                 raise InvalidArgument(f"outcomes[{i}]: problem {o.problem_id!r} is reported twice in one report")
             seen.add(o.problem_id)
             rules.validate_rewards(o.rewards, where=f"outcomes[{i}] (problem {o.problem_id!r}) rewards")
+        for i, pid in enumerate(unservable):
+            if pid in seen:
+                raise InvalidArgument(f"unservable[{i}]: problem {pid!r} is reported twice in one report")
+            seen.add(pid)
+        if unservable:
+            return await self._report(lease_id, list(outcomes), unservable=list(unservable))
         return await self._report(lease_id, list(outcomes))
 
     async def expire_leases(self, limit: int = EXPIRE_LIMIT) -> int:
@@ -349,7 +366,8 @@ class Store(abc.ABC):
     async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease: ...
 
     @abc.abstractmethod
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome]) -> ReportResult: ...
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome],
+                      unservable: Sequence[str] = ()) -> ReportResult: ...
 
     @abc.abstractmethod
     async def _expire_leases(self, limit: int) -> int: ...

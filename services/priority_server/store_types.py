@@ -63,6 +63,7 @@ class ReportResult:
     reason: str = ""
     groups_queued: int = 0
     groups_filtered: int = 0
+    quarantined: int = 0  # problems of the report's ``unservable`` list, now quarantined
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class StoreStats:
     unsolved: int = 0
     leased: int = 0
     active_leases: int = 0
+    quarantined: int = 0
     step: int = 0
     policy_version: int = 0
     weights_uri: str = ""

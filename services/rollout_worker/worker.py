@@ -55,6 +55,8 @@ class BatchResult:
         completions: completions generated (B × G).
         tokens: completion tokens generated.
         reward_mean: mean reward over the completions (0.0 when none).
+        unservable: problems of the lease reported unservable (prompt too long for the model's
+            context); the server quarantines them.
         policy_version: the version that generated the batch.
         reload_s: seconds spent loading new weights before generating (0.0: none).
         generation_s / verification_s: seconds spent generating / verifying.
@@ -72,6 +74,7 @@ class BatchResult:
     completions: int = 0
     tokens: int = 0
     reward_mean: float = 0.0
+    unservable: int = 0
     policy_version: int = 0
     reload_s: float = 0.0
     generation_s: float = 0.0
@@ -160,9 +163,10 @@ class RolloutWorker:
         version = self.backend.policy_version
         problems = [lp.problem for lp in lease.problems]
         prompts = [models.apply_chat_template(self.backend.tokenizer, p.prompt) for p in problems]
+        problems, prompts, unservable = self._servable(problems, prompts)
 
         t0 = time.perf_counter()
-        groups = self.backend.generate(prompts, c.group_size, self.sampling_params())
+        groups = self.backend.generate(prompts, c.group_size, self.sampling_params()) if prompts else []
         generation_s = time.perf_counter() - t0
         self.batches_done += 1
 
@@ -174,13 +178,13 @@ class RolloutWorker:
         flat = [x for r in rewards for x in r]
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
         self._observe(rewards, tokens, generation_s, verification_s)
-        result = dict(lease_id=lease.lease_id, problems=len(problems), retry_after_s=lease.retry_after_s,
+        result = dict(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s,
                       completions=len(flat), tokens=tokens, reward_mean=sum(flat) / len(flat) if flat else 0.0,
                       policy_version=version, reload_s=reload_s, generation_s=generation_s,
-                      verification_s=verification_s)
+                      verification_s=verification_s, unservable=len(unservable))
         try:
             resp = self._rpc("ReportOutcomes", self.client.report, lease.lease_id, outcomes, worker_id=c.worker_id,
-                             client_source=CLIENT_SOURCE_WORKER)
+                             client_source=CLIENT_SOURCE_WORKER, **({"unservable": unservable} if unservable else {}))
         except PrioreplayError as e:
             log.error("report of lease %s failed (%s); its problems return when the lease expires", lease.lease_id, e)
             return BatchResult(**result)
@@ -193,6 +197,26 @@ class RolloutWorker:
                  result["reward_mean"], resp.groups_queued, version)
         return BatchResult(reported=True, accepted=resp.accepted, reason=resp.reason, groups_queued=resp.groups_queued,
                            groups_filtered=resp.groups_filtered, **result)
+
+    def _servable(self, problems: list, prompts: list[list[int]]) -> tuple[list, list[list[int]], list[str]]:
+        """Split a lease into the problems the model can serve and the ids of those it cannot: a
+        prompt (after the chat template) of at least the backend's ``max_context_tokens`` leaves no
+        room for one generated token (vLLM refuses it and the worker would die on it). Those are
+        logged, counted and reported unservable, so the server quarantines them."""
+        limit = getattr(self.backend, "max_context_tokens", None)
+        if not limit:
+            return problems, prompts, []
+        keep, keep_prompts, unservable = [], [], []
+        for p, ids in zip(problems, prompts):
+            if len(ids) >= limit:
+                log.warning("problem %s: its prompt is %d tokens, the model's context %d; reported unservable "
+                            "(quarantined until registered again with a shorter prompt)", p.id, len(ids), limit)
+                self.metrics.unservable_problems.inc()
+                unservable.append(p.id)
+            else:
+                keep.append(p)
+                keep_prompts.append(ids)
+        return keep, keep_prompts, unservable
 
     def _score(self, problem: Any, text: str) -> float:
         try:

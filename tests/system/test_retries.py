@@ -117,3 +117,36 @@ def test_leases_are_refused_with_a_retry_hint_while_the_queue_is_over_its_bound(
         assert len(pulled.groups) == 4
         lease = c.sample(4)
         assert len(lease.problems) == 4 and not lease.backpressure
+
+
+# -- quarantine: problems reported unservable are never served until registered again ---------------
+async def test_unservable_problems_are_quarantined_until_registered_again_in_both_stores(store_factory):
+    from prioreplay.errors import InvalidArgument
+    from prioreplay.rules import Pool
+
+    store = store_factory(StoreConfig(retest_fraction=0.0))
+    await store.register(_problems(6))
+    lease = await store.sample(3)
+    ids = [p.problem.id for p in lease.problems]
+    with pytest.raises(InvalidArgument, match="not in lease"):
+        await store.report(lease.lease_id, [], unservable=["p-unknown"])
+    with pytest.raises(InvalidArgument, match="twice"):
+        await store.report(lease.lease_id, [GroupOutcome(ids[0], (1.0, 0.0))], unservable=[ids[0]])
+    before = await store.problem_state(ids[1])
+    res = await store.report(lease.lease_id, [GroupOutcome(ids[0], (1.0, 0.0))], unservable=[ids[1]])
+    assert res.accepted and res.quarantined == 1
+    st = await store.problem_state(ids[1])
+    assert st.pool is Pool.QUARANTINED and st.stats == before.stats and st.score == before.score
+    s = await store.stats()
+    assert (s.quarantined, s.leased, s.heap_size) == (1, 0, 5)
+    served = set()
+    for _ in range(4):  # the heap is drained again and again: the quarantined one never comes
+        more = await store.sample(6)
+        served |= {p.problem.id for p in more.problems}
+        await store.report(more.lease_id, [])
+    assert ids[1] not in served and len(served) == 5
+    await store.register(_problems(6))  # registered again (e.g. with a shorter prompt)
+    st = await store.problem_state(ids[1])
+    assert st.pool is Pool.HEAP and st.score == before.score and st.stats == before.stats
+    assert (await store.stats()).quarantined == 0
+    assert ids[1] in {p.problem.id for p in (await store.sample(6)).problems}

@@ -251,3 +251,26 @@ def test_a_worker_refused_by_backpressure_waits_the_hint_and_asks_again(redis_ur
             assert w.batches_done == 0 and c.stats().leased == 0
     finally:
         srv.stop()
+
+
+def test_a_prompt_longer_than_the_context_is_quarantined_and_the_worker_goes_on(client, dirs, parity_verifier):
+    """The tiny model's context is 1024 tokens; one problem's prompt is longer. The worker reports
+    it unservable (counted), generates and reports the others, and keeps running; the server
+    quarantines it, so it is never leased again until it is registered again."""
+    long = ProblemRecord(id="too-long", prompt=" ".join(str(i) for i in range(1500)), answer="1", verifier="gsm8k")
+    client.register(problem_to_proto(p) for p in [*PROBLEMS[:3], long])
+    cfg = WorkerConfig(group_size=G, batch_size=4, max_new_tokens=12, seed=7, worker_id="test-worker", metrics_port=0)
+    w = RolloutWorker(cfg, TransformersBackend(dirs[0]), client, sleep=lambda s: None)
+    assert w.backend.max_context_tokens == 1024
+    res = w.run_once()
+    assert res.reported and res.accepted and res.problems == 4 and res.unservable == 1
+    assert res.completions == 3 * G  # the three others were generated and reported
+    stats = client.stats()
+    assert (stats.quarantined, stats.leased, stats.completions_reported) == (1, 0, 3 * G)
+    assert metric(w, "prioreplay_worker_unservable_problems_total") == 1
+    for _ in range(3):  # leases go on; the quarantined problem never comes back
+        res = w.run_once()
+        assert res.unservable == 0 and res.reported
+    assert client.stats().quarantined == 1
+    client.register([problem_to_proto(long)])  # registered again: served again
+    assert client.stats().quarantined == 0

@@ -9,6 +9,7 @@
 -- KEYS[8]  tomb_reported zset  lease id -> time reported (unix s, injected clock)
 -- KEYS[9]  tomb_expired zset   lease id -> time expired
 -- KEYS[10] stream       stream trajectory groups (field "p" = payload)
+-- KEYS[11] quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
 -- ARGV[1]  now          unix seconds from the store's clock
 -- ARGV[2]  lease_id
 -- ARGV[3]  unused       (tombstones are trimmed by sample.lua only, as in the memory store)
@@ -22,12 +23,15 @@
 --                  mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
 --                  repr strings), the two flags 0/1
 --   ARGV[10 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
+-- then ARGV[9 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
+--   (problems to quarantine: pool 5, score kept, their home pool in KEYS[11]).
 -- Returns {0, reason} when the lease is not live (late_reports += 1; a due lease is expired);
 -- {-1, index} when outcome #index (0-based) names a problem not in the lease (nothing changed);
--- {1, queued, filtered} when applied.
+-- {-2, index} when unservable #index names a problem not in the lease (nothing changed);
+-- {1, queued, filtered, quarantined} when applied.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
-            stream = KEYS[10] }
+            stream = KEYS[10], quarantine = KEYS[11] }
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s, lease_id = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
@@ -56,6 +60,11 @@ for j = 0, n_out - 1 do
   local o = split_tabs(ARGV[9 + 2 * j])
   if not leased[o[1]] then return { -1, j } end
   outs[j] = o
+end
+local q_base = 9 + 2 * n_out
+local n_q = tonumber(ARGV[q_base] or '0')
+for j = 1, n_q do
+  if not leased[ARGV[q_base + j]] then return { -2, j - 1 } end
 end
 
 local lam, pa, pb = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -106,6 +115,16 @@ for j = 0, n_out - 1 do
     filtered = filtered + 1
   end
 end
+-- unservable problems: quarantined, statistics and score kept (store.py, "Quarantine")
+for j = 1, n_q do
+  local member = ARGV[q_base + j]
+  local t = leased[member]
+  leased[member] = nil
+  local id = member_id(member)
+  local n, s1, s2 = split_stats(redis.call('HGET', k.stats, id))
+  redis.call('HSET', k.stats, id, n .. ' ' .. s1 .. ' ' .. s2 .. ' 5 ' .. t[2])
+  redis.call('HSET', k.quarantine, id, t[1])
+end
 -- problems of the lease left out of the report return unchanged
 for member, t in pairs(leased) do place(k.stats, sets, member, t[1], t[2]) end
 
@@ -124,4 +143,4 @@ if breakthroughs > 0 then redis.call('HINCRBY', k.counters, 'breakthroughs', bre
 redis.call('HDEL', k.leases, lease_id)
 redis.call('ZREM', k.deadlines, lease_id)
 redis.call('ZADD', k.tomb_reported, now_s, lease_id)
-return { 1, queued, filtered }
+return { 1, queued, filtered, n_q }
