@@ -47,7 +47,7 @@ def own_redis():
 
 def _server(url: str) -> BackgroundServer:
     config = ServerConfig(store=url, namespace=NAMESPACE, stats_interval_s=0.1, reaper_interval_s=0.1)
-    return BackgroundServer(lambda: create_store(url, config.to_store_config(), namespace=NAMESPACE), config).start()
+    return BackgroundServer(lambda: create_store(url, config.to_store_config(), namespace=NAMESPACE), config)
 
 
 def _health(address: str) -> int:
