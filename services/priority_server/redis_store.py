@@ -123,7 +123,7 @@ def error_kind(e: BaseException) -> str:
     # inside a script the prefix may follow the script's own error text; match the code words
     for code, kind in (("OOM ", "out_of_memory"), ("READONLY ", "read_only"), ("MASTERDOWN ", "read_only"),
                        ("NOREPLICAS ", "read_only"), ("BUSY ", "busy"), ("LOADING ", "unreachable")):
-        if text.startswith(code) or f" {code}" in text or text.startswith(code.lower()):
+        if text.startswith(code) or f" {code}" in text:
             return kind
     return "logic"
 
