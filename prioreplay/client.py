@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import grpc
@@ -155,28 +156,34 @@ class PriorityClient:
             raise map_rpc_error(e, "RegisterProblems", self.settings.max_message_mb) from None
 
     def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0,
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED) -> pb.SampleProblemsResponse:
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, request_id: str | None = None) -> pb.SampleProblemsResponse:
         """Lease up to ``batch_size`` problems (see ``SampleProblems`` in the proto).
 
         ``client_source`` is a ``pb.ClientSource`` value: the kind of client, for the server's metrics.
+        ``request_id``: sent unchanged on every retry of this call, so a retry after a lost answer
+        gets the lease the first attempt made instead of a second one (default: a new random id
+        per call).
         """
         req = pb.SampleProblemsRequest(batch_size=batch_size, worker_id=worker_id, lease_timeout_s=lease_timeout_s,
-                                       client_source=client_source)
+                                       client_source=client_source,
+                                       request_id=uuid.uuid4().hex if request_id is None else request_id)
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
     def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",
                client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False,
-               more_parts: bool = False) -> pb.ReportOutcomesResponse:
+               more_parts: bool = False, unservable: Sequence[str] = ()) -> pb.ReportOutcomesResponse:
         """Report a lease's groups. Retrying is safe: a repeated report changes nothing.
 
         ``rewards_only``: the caller trains on its own; statistics are updated, nothing is queued
         for the learner. ``more_parts``: this is one part of a report sent in several (too large
         for one message); the lease stays live for its problems not yet reported, each problem is
-        applied at most once, and the last part leaves it False.
+        applied at most once, and the last part leaves it False. ``unservable``: ids of leased
+        problems the caller cannot serve (prompt longer than its model's context): quarantined
+        until registered again.
         """
         req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id,
                                        client_source=client_source, rewards_only=rewards_only,
-                                       more_parts=more_parts)
+                                       more_parts=more_parts, unservable_problem_ids=unservable)
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
 
     def pull(self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner",

@@ -48,12 +48,33 @@ class Unauthenticated(PrioreplayError):
 
 
 class StoreUnavailable(PrioreplayError):
-    """The backing store (Redis) cannot be reached; the caller should retry with backoff."""
+    """The backing store (Redis) cannot serve writes now; the caller should retry with backoff.
+
+    ``kind`` says why (a bounded label, ``prioreplay_store_errors_total{kind}``): ``unreachable``
+    (connection refused, reset or timed out; Redis loading its data), ``read_only`` (a replica,
+    or a primary that lost its replicas under ``min-replicas-to-write``), ``out_of_memory`` (over
+    ``maxmemory``), ``busy`` (a script or a cluster failover in progress). The server answers
+    UNAVAILABLE and reports health NOT_SERVING until the store accepts writes again.
+    """
 
     GRPC_CODE = "UNAVAILABLE"
+
+    def __init__(self, message: str = "", kind: str = "unreachable"):
+        super().__init__(message)
+        self.kind = kind
+
+
+class Internal(PrioreplayError):
+    """The server met an answer it cannot use (a bug, or a store key changed by someone else).
+
+    Retrying does not help; the server logged the cause (one line naming the store's error).
+    """
+
+    GRPC_CODE = "INTERNAL"
 
 
 ERRORS_BY_CODE: dict[str, type[PrioreplayError]] = {
     cls.GRPC_CODE: cls
-    for cls in (InvalidArgument, NotFound, FailedPrecondition, ResourceExhausted, Unauthenticated, StoreUnavailable)
+    for cls in (InvalidArgument, NotFound, FailedPrecondition, ResourceExhausted, Unauthenticated, StoreUnavailable,
+                Internal)
 }

@@ -51,6 +51,9 @@ class Pool(enum.IntEnum):
     SOLVED = 2
     UNSOLVED = 3
     LEASED = 4
+    #: Reported unservable (e.g. its prompt is longer than the model's context): never sampled
+    #: until it is registered again, which returns it where it came from, statistics unchanged.
+    QUARANTINED = 5
 
 
 class GroupKind(enum.Enum):

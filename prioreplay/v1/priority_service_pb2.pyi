@@ -14,6 +14,7 @@ class Pool(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     POOL_SOLVED: _ClassVar[Pool]
     POOL_UNSOLVED: _ClassVar[Pool]
     POOL_LEASED: _ClassVar[Pool]
+    POOL_QUARANTINED: _ClassVar[Pool]
 
 class ClientSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -27,6 +28,7 @@ POOL_HEAP: Pool
 POOL_SOLVED: Pool
 POOL_UNSOLVED: Pool
 POOL_LEASED: Pool
+POOL_QUARANTINED: Pool
 CLIENT_SOURCE_UNSPECIFIED: ClientSource
 CLIENT_SOURCE_WORKER: ClientSource
 CLIENT_SOURCE_TRL: ClientSource
@@ -71,16 +73,18 @@ class RegisterProblemsResponse(_message.Message):
     def __init__(self, created: _Optional[int] = ..., updated: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
 
 class SampleProblemsRequest(_message.Message):
-    __slots__ = ("batch_size", "worker_id", "lease_timeout_s", "client_source")
+    __slots__ = ("batch_size", "worker_id", "lease_timeout_s", "client_source", "request_id")
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     CLIENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     batch_size: int
     worker_id: str
     lease_timeout_s: float
     client_source: ClientSource
-    def __init__(self, batch_size: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_timeout_s: _Optional[float] = ..., client_source: _Optional[_Union[ClientSource, str]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, batch_size: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_timeout_s: _Optional[float] = ..., client_source: _Optional[_Union[ClientSource, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class LeasedProblem(_message.Message):
     __slots__ = ("problem", "priority", "source")
@@ -93,7 +97,7 @@ class LeasedProblem(_message.Message):
     def __init__(self, problem: _Optional[_Union[Problem, _Mapping]] = ..., priority: _Optional[float] = ..., source: _Optional[_Union[Pool, str]] = ...) -> None: ...
 
 class SampleProblemsResponse(_message.Message):
-    __slots__ = ("lease_id", "lease_deadline_unix_s", "problems", "policy_version", "weights_uri", "retry_after_s", "step")
+    __slots__ = ("lease_id", "lease_deadline_unix_s", "problems", "policy_version", "weights_uri", "retry_after_s", "step", "backpressure")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_DEADLINE_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +105,7 @@ class SampleProblemsResponse(_message.Message):
     WEIGHTS_URI_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    BACKPRESSURE_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     lease_deadline_unix_s: float
     problems: _containers.RepeatedCompositeFieldContainer[LeasedProblem]
@@ -108,7 +113,8 @@ class SampleProblemsResponse(_message.Message):
     weights_uri: str
     retry_after_s: float
     step: int
-    def __init__(self, lease_id: _Optional[str] = ..., lease_deadline_unix_s: _Optional[float] = ..., problems: _Optional[_Iterable[_Union[LeasedProblem, _Mapping]]] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., retry_after_s: _Optional[float] = ..., step: _Optional[int] = ...) -> None: ...
+    backpressure: bool
+    def __init__(self, lease_id: _Optional[str] = ..., lease_deadline_unix_s: _Optional[float] = ..., problems: _Optional[_Iterable[_Union[LeasedProblem, _Mapping]]] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., retry_after_s: _Optional[float] = ..., step: _Optional[int] = ..., backpressure: _Optional[bool] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("reward", "token_ids", "logprobs", "text", "truncated")
@@ -139,32 +145,36 @@ class ProblemOutcome(_message.Message):
     def __init__(self, problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., sampling_temperature: _Optional[float] = ...) -> None: ...
 
 class ReportOutcomesRequest(_message.Message):
-    __slots__ = ("lease_id", "outcomes", "worker_id", "client_source", "rewards_only", "more_parts")
+    __slots__ = ("lease_id", "outcomes", "worker_id", "client_source", "rewards_only", "more_parts", "unservable_problem_ids")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
     REWARDS_ONLY_FIELD_NUMBER: _ClassVar[int]
     MORE_PARTS_FIELD_NUMBER: _ClassVar[int]
+    UNSERVABLE_PROBLEM_IDS_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     outcomes: _containers.RepeatedCompositeFieldContainer[ProblemOutcome]
     worker_id: str
     client_source: ClientSource
     rewards_only: bool
     more_parts: bool
-    def __init__(self, lease_id: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ProblemOutcome, _Mapping]]] = ..., worker_id: _Optional[str] = ..., client_source: _Optional[_Union[ClientSource, str]] = ..., rewards_only: _Optional[bool] = ..., more_parts: _Optional[bool] = ...) -> None: ...
+    unservable_problem_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, lease_id: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ProblemOutcome, _Mapping]]] = ..., worker_id: _Optional[str] = ..., client_source: _Optional[_Union[ClientSource, str]] = ..., rewards_only: _Optional[bool] = ..., more_parts: _Optional[bool] = ..., unservable_problem_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportOutcomesResponse(_message.Message):
-    __slots__ = ("accepted", "reason", "groups_queued", "groups_filtered")
+    __slots__ = ("accepted", "reason", "groups_queued", "groups_filtered", "problems_quarantined")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     GROUPS_QUEUED_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FILTERED_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     reason: str
     groups_queued: int
     groups_filtered: int
-    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., groups_queued: _Optional[int] = ..., groups_filtered: _Optional[int] = ...) -> None: ...
+    problems_quarantined: int
+    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., groups_queued: _Optional[int] = ..., groups_filtered: _Optional[int] = ..., problems_quarantined: _Optional[int] = ...) -> None: ...
 
 class TrajectoryGroup(_message.Message):
     __slots__ = ("group_id", "problem_id", "policy_version", "prompt_token_ids", "completions", "delivery_count", "reported_unix_s", "sampling_temperature")
@@ -245,7 +255,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, histogram_buckets: _Optional[int] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("problems", "heap_size", "solved", "unsolved", "leased", "active_leases", "step", "policy_version", "weights_uri", "priority_histogram", "priority_bucket_edges", "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "effective_group_fraction", "forgetting_events", "breakthroughs", "lease_expiries", "queue_depth", "pending_groups", "completions_reported", "reward_sum", "late_reports", "groups_acked", "clients")
+    __slots__ = ("problems", "heap_size", "solved", "unsolved", "leased", "active_leases", "step", "policy_version", "weights_uri", "priority_histogram", "priority_bucket_edges", "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "effective_group_fraction", "forgetting_events", "breakthroughs", "lease_expiries", "queue_depth", "pending_groups", "completions_reported", "reward_sum", "late_reports", "groups_acked", "clients", "quarantined")
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     HEAP_SIZE_FIELD_NUMBER: _ClassVar[int]
     SOLVED_FIELD_NUMBER: _ClassVar[int]
@@ -272,6 +282,7 @@ class GetStatsResponse(_message.Message):
     LATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_ACKED_FIELD_NUMBER: _ClassVar[int]
     CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     problems: int
     heap_size: int
     solved: int
@@ -298,7 +309,8 @@ class GetStatsResponse(_message.Message):
     late_reports: int
     groups_acked: int
     clients: _containers.RepeatedCompositeFieldContainer[ClientStats]
-    def __init__(self, problems: _Optional[int] = ..., heap_size: _Optional[int] = ..., solved: _Optional[int] = ..., unsolved: _Optional[int] = ..., leased: _Optional[int] = ..., active_leases: _Optional[int] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., priority_histogram: _Optional[_Iterable[int]] = ..., priority_bucket_edges: _Optional[_Iterable[float]] = ..., groups_mixed: _Optional[int] = ..., groups_all_correct: _Optional[int] = ..., groups_all_wrong: _Optional[int] = ..., groups_constant: _Optional[int] = ..., effective_group_fraction: _Optional[float] = ..., forgetting_events: _Optional[int] = ..., breakthroughs: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., queue_depth: _Optional[int] = ..., pending_groups: _Optional[int] = ..., completions_reported: _Optional[int] = ..., reward_sum: _Optional[float] = ..., late_reports: _Optional[int] = ..., groups_acked: _Optional[int] = ..., clients: _Optional[_Iterable[_Union[ClientStats, _Mapping]]] = ...) -> None: ...
+    quarantined: int
+    def __init__(self, problems: _Optional[int] = ..., heap_size: _Optional[int] = ..., solved: _Optional[int] = ..., unsolved: _Optional[int] = ..., leased: _Optional[int] = ..., active_leases: _Optional[int] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., priority_histogram: _Optional[_Iterable[int]] = ..., priority_bucket_edges: _Optional[_Iterable[float]] = ..., groups_mixed: _Optional[int] = ..., groups_all_correct: _Optional[int] = ..., groups_all_wrong: _Optional[int] = ..., groups_constant: _Optional[int] = ..., effective_group_fraction: _Optional[float] = ..., forgetting_events: _Optional[int] = ..., breakthroughs: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., queue_depth: _Optional[int] = ..., pending_groups: _Optional[int] = ..., completions_reported: _Optional[int] = ..., reward_sum: _Optional[float] = ..., late_reports: _Optional[int] = ..., groups_acked: _Optional[int] = ..., clients: _Optional[_Iterable[_Union[ClientStats, _Mapping]]] = ..., quarantined: _Optional[int] = ...) -> None: ...
 
 class ClientStats(_message.Message):
     __slots__ = ("source", "leases", "problems_sampled", "groups", "groups_mixed", "completions", "reward_sum", "late_reports")

@@ -93,7 +93,8 @@ class PriorityServiceServicer:
     def SampleProblems(self, request, context):
         """Leases a batch of problems: the top of the heap (or the sampler's draw) plus a retest share
         from the solved/unsolved pools. Never blocks: when nothing is available it returns a short
-        or empty batch with `retry_after_s` > 0.
+        or empty batch with `retry_after_s` > 0; while the trajectory queue is over the server's bound
+        it returns an empty batch with `backpressure` = true.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

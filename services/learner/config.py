@@ -83,6 +83,8 @@ class LearnerConfig(ClientSettings):
     max_steps: int = Field(0, ge=0, le=1_000_000_000, description="stop after this many optimizer steps in total (0: until stopped)")
 
     # -- observability -------------------------------------------------------------------------
+    max_retry_sleep_s: float = Field(30.0, gt=0, le=3600, description="longest back-off sleep while the priority "
+                                     "server or its store is unavailable (doubling from 0.5 s); the learner waits, never exits")
     metrics_port: int = Field(9102, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_file: Path | None = Field(None, description="append one JSON line of metrics per step to this file")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")

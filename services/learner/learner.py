@@ -528,6 +528,31 @@ class Learner:
                  time.perf_counter() - t0, len(ids))
         return path
 
+    def _retrying(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``; while the server answers UNAVAILABLE (store or network outage, after the client's
+        own retries) or INTERNAL, log it and back off (0.5 s doubling up to ``max_retry_sleep_s``)
+        instead of exiting. Returns None when a stop was requested while waiting.
+
+        A step that failed after its optimizer step (at the ack or the publish) leaves its groups
+        unacknowledged: they are delivered again (at least once), never lost.
+        """
+        from prioreplay.errors import Internal, StoreUnavailable
+
+        delay = 0.5
+        while True:
+            try:
+                return fn()
+            except (StoreUnavailable, Internal) as e:
+                level = logging.ERROR if isinstance(e, Internal) else logging.WARNING
+                log.log(level, "%s: %s; retrying in %.1f s", what, e, delay)
+                self.metrics.server_unavailable.inc()
+                deadline = time.monotonic() + delay
+                while not self.stop_requested and time.monotonic() < deadline:
+                    time.sleep(min(0.1, delay))
+                if self.stop_requested:
+                    return None
+                delay = min(delay * 2, self.config.max_retry_sleep_s)
+
     def _mergeable(self):
         if not self.config.lora:
             return self.model
@@ -539,10 +564,12 @@ class Learner:
     def run(self) -> int:
         """Resume, then step until ``max_steps`` (total) or :attr:`stop_requested`; the last step
         is published and checkpointed (its groups acknowledged) if it was not yet. Returns 0."""
-        self.resume()
+        self._retrying("resume", self.resume)
         cfg = self.config
         while not self.stop_requested and (cfg.max_steps == 0 or self.step_count < cfg.max_steps):
-            result = self.step()
+            result = self._retrying("step", self.step)
+            if result is None:
+                continue
             if result.trained:
                 r = result.record
                 log.info("step %d: loss %.4f, groups %d (stale %d, zero-variance %d), %.1f tok/s, %.2fs",

@@ -126,6 +126,8 @@ def format_stats(d: dict, width: int = BAR_WIDTH) -> str:
         f"  solved       {d['solved']}",
         f"  unsolved     {d['unsolved']}",
         f"  leased       {d['leased']} (in {d['active_leases']} lease(s))",
+        *([f"  quarantined  {d['quarantined']} (unservable: prompt over a worker's context; register again to "
+           "release)"] if d.get("quarantined") else []),
         "",
         "priority histogram of the heap (p(1-p), Fatemi 2026):",
     ]

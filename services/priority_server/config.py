@@ -90,6 +90,14 @@ class ServerConfig(PrioreplaySettings):
     max_batch_size: int = Field(
         4096, ge=1, le=1_000_000, description="largest SampleProblems batch_size / PullTrajectories max_groups"
     )
+    max_queue_depth: int = Field(
+        0, ge=0, le=1_000_000_000,
+        description="backpressure: refuse leases (empty batch, backpressure=true) while at least this many trajectory "
+                    "groups wait undelivered to a learner; 0: no bound. Set it to a few learner steps' worth of groups",
+    )
+    backpressure_retry_s: float = Field(
+        2.0, gt=0, le=3600, description="retry_after_s of a lease refused by backpressure, seconds"
+    )
     max_message_mb: int = Field(
         MAX_MESSAGE_MB_DEFAULT, ge=1, le=2000, description="largest gRPC message received or sent, MiB"
     )

@@ -32,7 +32,7 @@ import math
 import secrets
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from sortedcontainers import SortedDict, SortedList
 
@@ -87,8 +87,9 @@ class MemoryStore(Store):
         self._heap: SortedList = SortedList()  # (priority, member)
         self._pools: dict[Pool, SortedList] = {Pool.SOLVED: SortedList(), Pool.UNSOLVED: SortedList()}
         for e in state.problems.values():
-            if e.pool is not Pool.LEASED:
+            if e.pool not in (Pool.LEASED, Pool.QUARANTINED):
                 self._container(e.pool).add((e.score, e.member))
+        self._quarantined = {pid for pid, e in state.problems.items() if e.pool is Pool.QUARANTINED}
         self._deadlines = SortedList((lz.deadline, lz.lease_id) for lz in state.leases.values())
         state.pending = SortedDict(state.pending)  # key -> QueuedGroup, in group id order
         self._by_consumer: dict[str, SortedList] = {}  # consumer -> keys of its pending groups
@@ -96,6 +97,8 @@ class MemoryStore(Store):
         for key, g in state.pending.items():
             self._by_consumer.setdefault(g.consumer, SortedList()).add(key)
         self._view = _SamplerView(self._heap, self._pools, state.problems)
+        self._requests: dict[str, tuple[str, float]] = {}  # request id -> (lease id, its deadline)
+        self._request_deadlines: SortedList = SortedList()  # (deadline, request id)
 
     # -- placement helpers ----------------------------------------------------------------
     def _container(self, pool: Pool) -> SortedList:
@@ -173,6 +176,9 @@ class MemoryStore(Store):
             if e is not None:
                 e.record = p
                 updated += 1
+                if e.pool is Pool.QUARANTINED:  # registered again: back where it came from
+                    self._quarantined.discard(p.id)
+                    self._place(e, e.home, e.score)
                 continue
             e = Entry(record=p, member=tie_member(p.id, self.config.seed), stats=Stats(),
                       pool=Pool.HEAP, home=Pool.HEAP, score=initial)
@@ -181,9 +187,14 @@ class MemoryStore(Store):
         self._heap.update(added)  # one sort + merge: O(k log k + N) for k new problems
         return len(added), updated, len(known)
 
-    async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease:
+    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease:
         now = self.clock()
         cfg = self.config
+        if request_id:
+            replay = self._replay(request_id, batch_size, now)
+            if replay is not None:
+                return replay
+            self._prune_requests(now)
         self._expire_due(now, EXPIRE_LIMIT)
         self._prune_tombstones(now)
         step1 = self._s.step + 1
@@ -200,9 +211,36 @@ class MemoryStore(Store):
         self._s.leases[lease.lease_id] = lease
         self._deadlines.add((lease.deadline, lease.lease_id))
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
+        if request_id:
+            self._requests[request_id] = (lease.lease_id, lease.deadline)
+            self._request_deadlines.add((lease.deadline, request_id))
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, step1)
 
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], more_parts: bool) -> ReportResult:
+    def _replay(self, request_id: str, batch_size: int, now: float) -> Lease | None:
+        """The live lease an earlier sample with ``request_id`` made, as that sample returned it; else None."""
+        seen = self._requests.get(request_id)
+        lease = self._s.leases.get(seen[0]) if seen is not None else None
+        if lease is None or lease.deadline <= now:
+            return None
+        batch = []
+        for pid in lease.problem_ids:
+            e = self._s.problems[pid]
+            prio = e.score if e.home is Pool.HEAP else rules.priority(e.stats, self.config.params)
+            batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home))
+        version, uri = self._s.policy
+        retry = self._retry_after(now) if len(batch) < batch_size else 0.0
+        return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, lease.step)
+
+    def _prune_requests(self, now: float) -> None:
+        """Forget request ids whose lease deadline has passed (their lease is no longer live)."""
+        due = self._request_deadlines
+        while due and due[0][0] <= now:
+            deadline, rid = due.pop(0)
+            if self._requests.get(rid, ("", None))[1] == deadline:
+                del self._requests[rid]
+
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (),
+                      more_parts: bool = False) -> ReportResult:
         now = self.clock()
         c = self._s.counters
         lease = self._s.leases.get(lease_id)
@@ -225,9 +263,16 @@ class MemoryStore(Store):
                     f"outcomes[{i}]: problem {o.problem_id!r} is not in lease {lease_id!r}; "
                     "report only the problems that lease returned"
                 )
+        for i, pid in enumerate(unservable):
+            if pid not in members:
+                raise InvalidArgument(f"unservable[{i}]: problem {pid!r} is not in lease {lease_id!r}; "
+                                      "report only the problems that lease returned")
         # Validated: from here on nothing raises.
         kinds = [self._apply_group(o, lease.step, now) for o in fresh]
-        reported = {o.problem_id for o in fresh}
+        for pid in unservable:  # keeps (home, score) to return to when registered again
+            self._s.problems[pid].pool = Pool.QUARANTINED
+            self._quarantined.add(pid)
+        reported = {o.problem_id for o in fresh} | set(unservable)
         rest = [p for p in lease.problem_ids if p not in reported]
         if more_parts and rest:  # a part: the lease stays live for the rest
             lease.problem_ids = rest
@@ -238,7 +283,7 @@ class MemoryStore(Store):
             self._end_lease(lease, "already reported", now)
         queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, fresh))
         return ReportResult(True, "", queued, sum(k is not GroupKind.MIXED for k in kinds),
-                            skipped=len(outcomes) - len(fresh))
+                            skipped=len(outcomes) - len(fresh), quarantined=len(unservable))
 
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
         """One reported group: statistics, place, counters, and the queue when it is MIXED with a
@@ -369,6 +414,7 @@ class MemoryStore(Store):
             unsolved=len(self._pools[Pool.UNSOLVED]),
             leased=leased,
             active_leases=len(s.leases),
+            quarantined=len(self._quarantined),
             step=s.step,
             policy_version=s.policy[0],
             weights_uri=s.policy[1],

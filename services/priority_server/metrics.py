@@ -54,9 +54,10 @@ class StoreStatsCollector(Collector):
                                     value=1.0 if self.healthy else 0.0)
         if s is None:
             return
-        pools = GaugeMetricFamily("prioreplay_pool_size", "problems per place (heap/solved/unsolved/leased)",
+        pools = GaugeMetricFamily("prioreplay_pool_size", "problems per place (heap/solved/unsolved/leased/quarantined)",
                                   labels=["pool"])
-        for pool, n in (("heap", s.heap_size), ("solved", s.solved), ("unsolved", s.unsolved), ("leased", s.leased)):
+        for pool, n in (("heap", s.heap_size), ("solved", s.solved), ("unsolved", s.unsolved), ("leased", s.leased),
+                        ("quarantined", s.quarantined)):
             pools.add_metric([pool], n)
         yield pools
         yield GaugeMetricFamily("prioreplay_problems", "problems registered", value=s.problems)
@@ -112,6 +113,16 @@ class ServerMetrics:
                                      buckets=LATENCY_BUCKETS_S, registry=self.registry)
         self.rpc_errors = Counter("prioreplay_rpc_errors_total", "RPCs that ended with a status other than OK",
                                   ["method", "code"], registry=self.registry)
+        self.store_errors = Counter(
+            "prioreplay_store_errors_total",
+            "store errors that ended an RPC, by kind (unreachable, read only, out of memory, busy: UNAVAILABLE; "
+            "logic: INTERNAL)", ["kind"], registry=self.registry)
+        self.backpressure_refusals = Counter(
+            "prioreplay_backpressure_refusals", "SampleProblems answered with an empty batch because the trajectory "
+            "queue was at or over --max-queue-depth", registry=self.registry)
+        self.problems_quarantined = Counter(
+            "prioreplay_problems_quarantined", "problems reported unservable (prompt over a worker's model context) "
+            "and quarantined, since this server process started", registry=self.registry)
         self.sampled_priority = Histogram("prioreplay_sampled_priority", "priority of each problem served",
                                           buckets=PRIORITY_BUCKETS, registry=self.registry)
         self.store_stats = StoreStatsCollector()

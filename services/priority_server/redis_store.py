@@ -22,6 +22,10 @@ tomb:reported  zset    lease id → time it was reported (kept ``TOMBSTONE_TTL_S
 tomb:expired   zset    lease id → time it expired (kept ``TOMBSTONE_TTL_S``)
 counters       hash    ``step`` and the StoreStats counters (``reward_sum`` as ``%.17g``)
 policy         hash    ``version``, ``uri``
+health         string  the health probe's last write (expires after 60 s)
+quarantine     hash    id → the pool (1..3) a quarantined problem returns to (stats pool = 5)
+requests       hash    request id → the lease a sample with that id made (retried requests)
+requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
 ============== ======= ========================================================================
 
@@ -45,6 +49,7 @@ between, the script changes nothing and returns the current step, and the call i
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 import time
@@ -55,7 +60,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
 from prioreplay import rules
-from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound, StoreUnavailable
+from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, NotFound, PrioreplayError, StoreUnavailable
 from prioreplay.priority_server.config import NAMESPACE_RE
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
 from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
@@ -75,7 +80,7 @@ STEP_RETRIES = 32
 
 KEY_NAMES = (
     "problems", "stats", "heap", "solved", "unsolved", "leases", "deadlines",
-    "tomb:reported", "tomb:expired", "counters", "policy", "stream",
+    "tomb:reported", "tomb:expired", "counters", "policy", "stream", "health", "requests", "requests:due", "quarantine",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters",
                "tomb:reported", "tomb:expired")
@@ -83,7 +88,45 @@ _INT_COUNTERS = (
     "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "forgetting_events",
     "breakthroughs", "lease_expiries", "completions_reported", "late_reports", "groups_acked",
 )
+log = logging.getLogger(__name__)
 _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+#: How each Redis error maps to ours (``error_kind``): every kind but ``logic`` is an outage the
+#: store may recover from (UNAVAILABLE, health NOT_SERVING, clients back off and retry); ``logic``
+#: is an answer the server cannot use (INTERNAL, logged).
+ERROR_KINDS = {
+    "unreachable": "connection refused/reset/timed out, AUTH failed, Redis LOADING its data set",
+    "read_only": "READONLY: a replica, or MASTERDOWN / min-replicas-to-write unmet",
+    "out_of_memory": "OOM: used memory over maxmemory (with maxmemory-policy noeviction)",
+    "busy": "BUSY (a script over lua-time-limit), TRYAGAIN / CLUSTERDOWN (a failover)",
+    "logic": "any other error answer (WRONGTYPE, a script error, NOPERM): a bug or a foreign key",
+}
+#: What an operator does about each outage kind (in the error message).
+ERROR_FIX = {
+    "read_only": "point --store at the primary (or promote this replica: REPLICAOF NO ONE)",
+    "out_of_memory": "raise maxmemory or free memory (acknowledge trajectory groups, trim other data)",
+    "busy": "wait for the running script or failover to finish",
+}
+
+
+def error_kind(e: BaseException) -> str:
+    """The kind (a key of :data:`ERROR_KINDS`) of an exception from redis-py or the socket."""
+    if isinstance(e, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
+        return "unreachable"  # includes BusyLoadingError, AuthenticationError, MaxConnectionsError
+    if isinstance(e, redis_errors.OutOfMemoryError):
+        return "out_of_memory"
+    if isinstance(e, (redis_errors.ReadOnlyError, redis_errors.MasterDownError)):
+        return "read_only"
+    if isinstance(e, (redis_errors.TryAgainError, redis_errors.ClusterDownError)):
+        return "busy"
+    text = str(e)
+    # inside a script the prefix may follow the script's own error text; match the code words
+    for code, kind in (("OOM ", "out_of_memory"), ("READONLY ", "read_only"), ("MASTERDOWN ", "read_only"),
+                       ("NOREPLICAS ", "read_only"), ("BUSY ", "busy"), ("LOADING ", "unreachable")):
+        if text.startswith(code) or f" {code}" in text:
+            return kind
+    return "logic"
+
 
 _LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack", "rng")
@@ -137,8 +180,10 @@ class RedisStore(Store):
 
     Raises:
         InvalidArgument: a malformed URL or namespace, or a sampler without a Lua branch.
-        StoreUnavailable: (from every method) Redis cannot be reached; the message carries the
-            URL with its password redacted.
+        StoreUnavailable: (from every method) Redis cannot be reached, is read-only, out of memory
+            or busy (``kind``, :func:`error_kind`); the message carries the URL with its password
+            redacted and the fix. Nothing was changed (each change is one script).
+        Internal: (from every method) Redis answered another error (WRONGTYPE, a script error).
     """
 
     def __init__(self, config: StoreConfig, url: str, namespace: str = "default",
@@ -163,6 +208,7 @@ class RedisStore(Store):
         self._keys = {name: self.key(name) for name in KEY_NAMES}
         self._state_keys = [self._keys[n] for n in _STATE_KEYS]
         self._step_hint: int | None = None
+        self._health_error = ""
         p = config.params
         self._params_args = [_f(p.decay), _f(p.prior_alpha), _f(p.prior_beta)]
         self._initial_priority = rules.priority(rules.Stats(), p)
@@ -178,17 +224,27 @@ class RedisStore(Store):
             "check that Redis runs and the URL is right, then retry"
         )
 
+    def _error(self, e: Exception) -> PrioreplayError:
+        """Our error for a Redis error (the one place every Redis call goes through; see :data:`ERROR_KINDS`)."""
+        kind = error_kind(e)
+        if kind == "unreachable":
+            return self._unavailable(e)
+        if kind == "logic":
+            return Internal(f"Redis at {self.redacted_url} answered {type(e).__name__}: {e}")
+        return StoreUnavailable(f"Redis at {self.redacted_url} is {kind.replace('_', ' ')} ({e}); {ERROR_FIX[kind]}, then retry",
+                                kind=kind)
+
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return await self._scripts[name](keys=list(keys), args=list(args))
-        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as e:
-            raise self._unavailable(e) from None
+        except (redis_errors.RedisError, OSError) as e:
+            raise self._error(e) from None
 
     async def _do(self, coro) -> Any:
         try:
             return await coro
-        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as e:
-            raise self._unavailable(e) from None
+        except (redis_errors.RedisError, OSError) as e:
+            raise self._error(e) from None
 
     async def _pipe(self, fill: Callable[[Any], Any], transaction: bool = True) -> list:
         """Run the commands ``fill(pipe)`` queues (it may be a coroutine function) in one round trip."""
@@ -208,7 +264,8 @@ class RedisStore(Store):
 
     async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]:
         seed = self.config.seed
-        keys = [self._keys["stats"], self._keys["heap"], self._keys["problems"]]
+        keys = [self._keys["stats"], self._keys["heap"], self._keys["problems"], self._keys["solved"],
+                self._keys["unsolved"], self._keys["quarantine"]]
         prio = _f(self._initial_priority)
         head = [f"0 0 0 {int(Pool.HEAP)} {prio}", prio]
         script = self._scripts["register"]
@@ -226,13 +283,14 @@ class RedisStore(Store):
         return created, updated, int(res[-1])
 
     # -- leases ---------------------------------------------------------------------------
-    async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease:
+    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease:
         cfg = self.config
         now = float(self.clock())
         deadline = now + lease_timeout_s
         lease_id = secrets.token_hex(16)
         quota = retest_quota(batch_size, cfg.retest_fraction) if self._sampler.retests else 0
-        keys = self._state_keys + [self._keys["problems"], self._keys["policy"]]
+        keys = self._state_keys + [self._keys["problems"], self._keys["policy"], self._keys["requests"],
+                                   self._keys["requests:due"]]
         for _ in range(STEP_RETRIES):
             expected, seed32 = -1, 1
             if self._sampler.uses_rng:
@@ -242,8 +300,11 @@ class RedisStore(Store):
                 seed32 = step_seed(cfg.seed, expected + 1)
             res = await self._run("sample", keys, [
                 _f(now), batch_size, _f(deadline), lease_id, self._sampler.lua_branch, quota, cfg.retest_interval,
-                _f(cfg.alpha), expected, seed32, EXPIRE_LIMIT, _f(TOMBSTONE_TTL_S),
+                _f(cfg.alpha), expected, seed32, EXPIRE_LIMIT, _f(TOMBSTONE_TTL_S), request_id,
             ])
+            if res[0] == b"SAME":  # a retried request: its live lease again
+                lease_id, deadline = _s(res[-2]), float(res[-1])
+                break
             if res[0] == b"STEP":
                 self._step_hint = int(res[1])
                 continue
@@ -251,7 +312,8 @@ class RedisStore(Store):
         else:
             raise StoreUnavailable(f"sample: the step kept moving under {STEP_RETRIES} attempts; retry")
         step, version, uri = int(res[1]), int(res[2]), _s(res[3])
-        self._step_hint = step
+        if res[0] != b"SAME":  # a replayed lease carries its own (older) step
+            self._step_hint = step
         earliest = [float(res[4])] if res[4] else []
         n = int(res[5])
         problems: list[SampledProblem] = []
@@ -279,7 +341,8 @@ class RedisStore(Store):
             step=step,
         )
 
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], more_parts: bool) -> ReportResult:
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (),
+                      more_parts: bool = False) -> ReportResult:
         seed = self.config.seed
         args: list[Any] = [_f(self.clock()), lease_id, int(more_parts), CONSUMER_GROUP,
                            *self._params_args, len(outcomes)]
@@ -295,7 +358,9 @@ class RedisStore(Store):
                 f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}",
                 bytes(o.payload),
             ]
-        res = await self._run("report", self._state_keys + [self._keys["stream"], self.key(f"parts:{lease_id}")], args)
+        args += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
+        res = await self._run("report", self._state_keys + [self._keys["stream"], self.key(f"parts:{lease_id}"),
+                                                            self._keys["quarantine"]], args)
         status = int(res[0])
         if status == 0:
             return ReportResult(accepted=False, reason=_s(res[1]))
@@ -305,7 +370,12 @@ class RedisStore(Store):
                 f"outcomes[{j}]: problem {outcomes[j].problem_id!r} is not in lease {lease_id}; "
                 "report only the problems that lease returned"
             )
-        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]), skipped=int(res[3]))
+        if status == -2:
+            j = int(res[1])
+            raise InvalidArgument(f"unservable[{j}]: problem {unservable[j]!r} is not in lease {lease_id}; "
+                                  "report only the problems that lease returned")
+        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]),
+                            skipped=int(res[3]), quarantined=int(res[4]))
 
     async def _expire_leases(self, limit: int) -> int:
         if limit < 1:
@@ -382,19 +452,21 @@ class RedisStore(Store):
         def fill(p):
             p.hlen(k["problems"]); p.zcard(k["heap"]); p.zcard(k["solved"]); p.zcard(k["unsolved"])
             p.hlen(k["leases"]); p.hgetall(k["counters"]); p.hmget(k["policy"], "version", "uri")
+            p.hlen(k["quarantine"])
             for i in range(histogram_buckets):
                 hi = _f(edges[i + 1]) if i == histogram_buckets - 1 else "(" + _f(edges[i + 1])
                 p.zcount(k["heap"], _f(edges[i]) if i else "-inf", hi)
 
         res = await self._pipe(fill)
-        problems, heap, solved, unsolved, leases, counters, (ver, uri) = res[:7]
+        problems, heap, solved, unsolved, leases, counters, (ver, uri), quarantined = res[:8]
         c = {_s(a): _s(b) for a, b in counters.items()}
         queue_depth, pending = await self._queue_counts()
         return StoreStats(
             problems=int(problems), heap_size=int(heap), solved=int(solved), unsolved=int(unsolved),
-            leased=int(problems) - int(heap) - int(solved) - int(unsolved), active_leases=int(leases),
+            leased=int(problems) - int(heap) - int(solved) - int(unsolved) - int(quarantined),
+            active_leases=int(leases), quarantined=int(quarantined),
             step=int(c.get("step", 0)), policy_version=int(ver or 0), weights_uri=_s(uri),
-            priority_histogram=[int(x) for x in res[7:]], priority_bucket_edges=edges,
+            priority_histogram=[int(x) for x in res[8:]], priority_bucket_edges=edges,
             reward_sum=float(c.get("reward_sum", 0.0)), queue_depth=queue_depth, pending_groups=pending,
             **{name: int(c.get(name, 0)) for name in _INT_COUNTERS},
         )
@@ -449,11 +521,23 @@ class RedisStore(Store):
 
     # -- lifecycle ------------------------------------------------------------------------
     async def healthy(self) -> bool:
-        """True when Redis answers PING."""
+        """True when Redis accepts a write: a small ``SET`` with a 60 s expiry (key ``health``).
+
+        PING alone answers while Redis refuses every write (out of memory, a read-only
+        replica), so the probe writes; the reason of a failure is logged once per change.
+        """
         try:
-            return bool(await self._r.ping())
-        except (redis_errors.RedisError, OSError):
+            await self._r.set(self._keys["health"], _f(self.clock()), px=60_000)
+        except (redis_errors.RedisError, OSError) as e:
+            reason = str(self._error(e))
+            if reason != self._health_error:
+                log.warning("store health check failed: %s", reason)
+            self._health_error = reason
             return False
+        if self._health_error:
+            log.info("Redis at %s accepts writes again", self.redacted_url)
+        self._health_error = ""
+        return True
 
     async def close(self) -> None:
         """Close the connection pool."""

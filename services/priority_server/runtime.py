@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
+from prioreplay.errors import StoreUnavailable
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.metrics import ServerMetrics
 from prioreplay.priority_server.servicer import SERVICE_NAME
@@ -35,6 +36,7 @@ class ServerRuntime:
     health: health_aio.HealthServicer
     port: int
     tasks: list[asyncio.Task] = field(default_factory=list)
+    _outage_task: asyncio.Future | None = None
 
     async def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -42,7 +44,13 @@ class ServerRuntime:
             await self.health.set(service, status)
 
     async def refresh(self) -> None:
-        """Poll ``store.healthy()`` and ``store.stats()``; update health status and metrics."""
+        """Poll ``store.healthy()`` and ``store.stats()``; update health status and metrics.
+
+        Health follows availability only: NOT_SERVING while the store refuses writes or cannot be
+        reached (a :class:`StoreUnavailable` from ``stats`` too); a logic error of ``stats`` (an
+        :class:`Internal`: a bug, or a key changed by someone else) is logged and the previous
+        statistics stay, with health SERVING.
+        """
         try:
             healthy = bool(await self.store.healthy())
         except Exception as e:  # noqa: BLE001 - an unreachable store is "not serving"
@@ -52,11 +60,20 @@ class ServerRuntime:
         if healthy:
             try:
                 stats = await self.store.stats(10)
-            except Exception as e:  # noqa: BLE001
+            except StoreUnavailable as e:
                 log.warning("store stats failed: %s", e)
                 healthy = False
+            except Exception as e:  # noqa: BLE001
+                log.error("store stats failed: %s", e)
         self.metrics.update(stats, healthy)
         await self.set_serving(healthy)
+
+    def store_unavailable(self) -> None:
+        """An RPC met a store outage: health NOT_SERVING now (the next :meth:`refresh` that finds the
+        store writable again turns it back to SERVING). Call it on the server's event loop."""
+        self.metrics.update(None, False)
+        if self._outage_task is None or self._outage_task.done():
+            self._outage_task = asyncio.ensure_future(self.set_serving(False))
 
     async def reap(self) -> None:
         """Expire every overdue lease (in rounds of ``EXPIRE_LIMIT``)."""

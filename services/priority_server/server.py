@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 
 from prioreplay.client import channel_options
 from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server.backpressure import Backpressure
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.interceptors import AuthInterceptor, MetricsInterceptor
 from prioreplay.priority_server.metrics import ServerMetrics
@@ -60,7 +61,10 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     # so_reuseport off: a second server on a port in use must fail, not silently share the clients
     options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
-    pb_grpc.add_PriorityServiceServicer_to_server(PriorityServicer(store, metrics, config.max_message_mb), server)
+    backpressure = (Backpressure(store, config.max_queue_depth, config.backpressure_retry_s)
+                    if config.max_queue_depth > 0 else None)
+    servicer = PriorityServicer(store, metrics, config.max_message_mb, backpressure)
+    pb_grpc.add_PriorityServiceServicer_to_server(servicer, server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), server)
@@ -68,6 +72,7 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     await server.start()
     rt = ServerRuntime(store=store, config=config, metrics=metrics, health=health, port=port)
     _RUNTIMES[server] = rt
+    servicer.on_store_unavailable = rt.store_unavailable
     await rt.refresh()
     rt.start_tasks(server)
     return server, port

@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from prioreplay import rules
 from prioreplay.client import problem_to_proto
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
-from prioreplay.errors import InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
+from prioreplay.errors import Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
 from prioreplay.priority_server.clients import ClientTally
 from prioreplay.priority_server.store import Store
 from prioreplay.priority_server.store_types import GroupOutcome, Lease
@@ -32,6 +32,7 @@ from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prioreplay.priority_server.backpressure import Backpressure
     from prioreplay.priority_server.metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,8 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     """Map whatever an RPC method raises to its status code (one place for all of them).
 
     A :mod:`prioreplay.errors` class ends the call with its ``GRPC_CODE`` and its message as
-    details (UNAVAILABLE is also logged as a warning); undecodable bytes of a streamed request
+    details (a store outage, UNAVAILABLE, and a store logic error, INTERNAL, also go to
+    :meth:`PriorityServicer.store_failed`: counted, logged, health NOT_SERVING on an outage); undecodable bytes of a streamed request
     with INVALID_ARGUMENT; anything else is logged with its traceback and answered INTERNAL.
     Cancellation and an abort the method made itself pass through unchanged.
     """
@@ -141,8 +143,8 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         except grpc.aio.AbortError:
             raise
         except PrioreplayError as e:
-            if isinstance(e, StoreUnavailable):
-                log.warning("%s: store unavailable: %s", name, e)
+            if isinstance(e, (StoreUnavailable, Internal)):
+                self.store_failed(e, name)
             await context.abort(getattr(grpc.StatusCode, e.GRPC_CODE, grpc.StatusCode.UNKNOWN), str(e))
         except DecodeError as e:  # undecodable bytes of a streamed chunk: the client's fault
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: a request message is not valid protobuf ({e})")
@@ -162,6 +164,8 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             client (without metrics the servicer keeps its own :class:`ClientTally` for GetStats).
         max_message_mb: the server's gRPC message limit, MiB (``--max-message-mb``); a
             PullTrajectories answer is cut to fit it.
+        backpressure: optional; when it says so, SampleProblems answers an empty batch with
+            ``backpressure = true`` and its retry hint (:mod:`.backpressure`).
 
     Every RPC ends with the status code of the :mod:`prioreplay.errors` class it raised
     (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE) and the
@@ -169,11 +173,31 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     """
 
     def __init__(self, store: Store, metrics: "ServerMetrics | None" = None,
-                 max_message_mb: int = MAX_MESSAGE_MB_DEFAULT):
+                 max_message_mb: int = MAX_MESSAGE_MB_DEFAULT, backpressure: "Backpressure | None" = None):
         self.store = store
         self.max_message_mb = max_message_mb
         self.metrics = metrics
+        self.backpressure = backpressure
         self.clients = metrics.clients if metrics is not None else ClientTally()
+        #: Called (no arguments) when an RPC meets a store outage; the server factory sets it to
+        #: turn the health status NOT_SERVING at once (the periodic refresh turns it back).
+        self.on_store_unavailable: Callable[[], None] | None = None
+
+    def store_failed(self, e: PrioreplayError, method: str) -> None:
+        """A store error ended ``method``: count it by kind, log one line, report an outage.
+
+        An outage (:class:`StoreUnavailable`) is a warning and calls :attr:`on_store_unavailable`;
+        a logic error (:class:`Internal`) is an error line naming the store's answer.
+        """
+        kind = getattr(e, "kind", "logic") if isinstance(e, StoreUnavailable) else "logic"
+        if self.metrics is not None:
+            self.metrics.store_errors.labels(kind).inc()
+        if isinstance(e, StoreUnavailable):
+            log.warning("%s: store unavailable (%s): %s", method, kind, e)
+            if self.on_store_unavailable is not None:
+                self.on_store_unavailable()
+        else:
+            log.error("%s: store error answered INTERNAL: %s", method, e)
 
     @rpc
     async def RegisterProblems(self, request_iterator: AsyncIterator[pb.RegisterProblemsRequest],
@@ -203,7 +227,13 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     async def SampleProblems(self, request: pb.SampleProblemsRequest, context) -> pb.SampleProblemsResponse:
         """Lease up to ``batch_size`` problems (the store checks the size and the lease length)."""
         check_name(request.worker_id, "worker_id")
-        lease = await self.store.sample(request.batch_size, request.lease_timeout_s)
+        check_name(request.request_id, "request_id")
+        key = f"{request.worker_id}\t{request.request_id}" if request.request_id else ""  # ids are per client
+        if self.backpressure is not None and await self.backpressure.refuse():
+            if self.metrics is not None:
+                self.metrics.backpressure_refusals.inc()
+            return pb.SampleProblemsResponse(retry_after_s=self.backpressure.retry_s, backpressure=True)
+        lease = await self.store.sample(request.batch_size, request.lease_timeout_s, request_id=key)
         if lease.problems:
             self.clients.sampled(request.client_source, len(lease.problems))
             if self.metrics is not None:
@@ -225,12 +255,20 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
                 validate_outcome(o, i)
         now = self.store.clock()
         groups = [outcome_to_group(o, now, queue=not request.rewards_only) for o in request.outcomes]
-        result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts)
+        unservable = list(request.unservable_problem_ids)
+        result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts,
+                                         unservable=unservable)
+        if result.quarantined:
+            log.warning("worker %r reported %d problem(s) unservable (prompt over its model's context); quarantined "
+                        "until registered again: %s", request.worker_id, result.quarantined, ", ".join(unservable[:10]))
+            if self.metrics is not None:
+                self.metrics.problems_quarantined.inc(result.quarantined)
         self.clients.reported(request.client_source, result.accepted, (g.rewards for g in groups))
         if not result.accepted:
             log.info("late report from worker %r: %s", request.worker_id, result.reason)
         return pb.ReportOutcomesResponse(accepted=result.accepted, reason=result.reason,
-                                         groups_queued=result.groups_queued, groups_filtered=result.groups_filtered)
+                                         groups_queued=result.groups_queued, groups_filtered=result.groups_filtered,
+                                         problems_quarantined=result.quarantined)
 
     @rpc
     async def PullTrajectories(self, request: pb.PullTrajectoriesRequest, context) -> pb.PullTrajectoriesResponse:
@@ -314,7 +352,7 @@ def stats_to_proto(s, clients: ClientTally | None = None) -> pb.GetStatsResponse
         forgetting_events=s.forgetting_events, breakthroughs=s.breakthroughs, lease_expiries=s.lease_expiries,
         queue_depth=s.queue_depth, pending_groups=s.pending_groups, completions_reported=s.completions_reported,
         reward_sum=s.reward_sum, late_reports=s.late_reports, groups_acked=s.groups_acked,
-        clients=clients.to_proto() if clients is not None else [],
+        clients=clients.to_proto() if clients is not None else [], quarantined=s.quarantined,
     )
 
 

@@ -241,7 +241,9 @@ def _decode_problems(rows: list, member_of, state: MemoryState) -> None:
         pool, home = Pool(pool), Pool(home)
         if pool is Pool.LEASED and home is Pool.LEASED:
             raise InvalidArgument(f"leased problem {pid!r} has no pool to return to")
-        if pool is not Pool.LEASED and home is not pool:
+        if pool is Pool.QUARANTINED and home not in (Pool.HEAP, Pool.SOLVED, Pool.UNSOLVED):
+            raise InvalidArgument(f"quarantined problem {pid!r} has no pool to return to")
+        if pool not in (Pool.LEASED, Pool.QUARANTINED) and home is not pool:
             raise InvalidArgument(f"problem {pid!r} is in {pool.name} but would return to {home.name}")
         state.problems[pid] = Entry(rec, member_of(pid), Stats(_number(n, "n"), _number(s1, "s1"), _number(s2, "s2")),
                                     pool, home, _number(score, "score"))

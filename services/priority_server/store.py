@@ -57,6 +57,22 @@ report(lease_id, outcomes)
     changes nothing. The last part (``more_parts`` false), or a part that leaves no problem,
     ends the lease as above. Which problems earlier parts applied is kept for a day (Redis: a
     set per lease) and, in the memory store, not in snapshots.
+Retried requests (``sample(..., request_id)``)
+    Before anything else: when ``request_id`` names a lease made by an earlier ``sample`` with the
+    same id and that lease is live (not reported, not expired, deadline > now), that lease is
+    returned again: its id, deadline, step and problems in batch order (priority as when
+    sampled: a heap problem's score, a pool problem's ``rules.priority``), the current policy,
+    retry_after_s as for a fresh batch of that length (0 when it has ``batch_size`` problems).
+    Nothing changes (not even the expiry of due leases). Otherwise the sample runs as above and a
+    lease it makes is remembered under the id until its deadline (so memory is bounded by the
+    leases of the last ``max_lease_timeout_s``). The memory store does not keep these ids in its
+    snapshot.
+Quarantine (``report(..., unservable)``)
+    A live lease's report may name problems the client cannot serve (its prompt is longer than the
+    model's context). Each goes to QUARANTINED with statistics, (source, score) unchanged, and is
+    never sampled; ``stats().quarantined`` counts them. Registering its id again (with the same or
+    a new text) returns it to (source, score). An id not in the lease → InvalidArgument, nothing
+    changes (the same check as outcomes). A late report quarantines nothing.
 expire_leases()
     Every lease with deadline <= now (at most ``limit``, oldest first) returns its problems to
     (source, score) with statistics unchanged, lease_expiries += 1, becomes "expired".
@@ -134,6 +150,8 @@ from prioreplay.problems import ProblemRecord, check_name, validate_problem
 
 #: Due leases one ``sample`` (or one reaper round) expires at most.
 EXPIRE_LIMIT = 64
+#: Longest request key of ``sample`` (the servicer's "worker id TAB request id"), bytes.
+MAX_REQUEST_KEY_BYTES = 256
 #: Seconds an ended lease is remembered as "already reported" / "expired" (then "unknown lease").
 TOMBSTONE_TTL_S = 86400.0
 
@@ -242,12 +260,16 @@ class Store(abc.ABC):
             return 0, 0, await self._count_problems()
         return await self._register(list(dedup.values()))
 
-    async def sample(self, batch_size: int, lease_timeout_s: float | None = None) -> Lease:
+    async def sample(self, batch_size: int, lease_timeout_s: float | None = None, request_id: str = "") -> Lease:
         """Lease up to ``batch_size`` problems (see the module docstring for the exact rule).
+
+        ``request_id`` (optional, at most 256 bytes) makes a retry safe: while
+        the lease a request with this id created is live, the same id gets that lease again
+        (same id, problems, deadline and step; nothing changes). See "Retried requests" above.
 
         Raises:
             InvalidArgument: batch_size outside [1, max_batch_size]; lease_timeout_s not a
-                finite number in (0, max_lease_timeout_s].
+                finite number in (0, max_lease_timeout_s]; request_id over 256 bytes.
         """
         if not (isinstance(batch_size, int) and 1 <= batch_size <= self.config.max_batch_size):
             raise InvalidArgument(f"batch_size ({batch_size}) must be in [1, {self.config.max_batch_size}]")
@@ -256,16 +278,27 @@ class Store(abc.ABC):
             raise InvalidArgument(
                 f"lease_timeout_s ({lease_timeout_s}) must be in (0, {self.config.max_lease_timeout_s}] seconds; 0 uses the server default"
             )
+        if request_id:
+            n = len(request_id.encode("utf-8"))
+            if n > MAX_REQUEST_KEY_BYTES:
+                raise InvalidArgument(f"request_id is {n} bytes; the limit is {MAX_REQUEST_KEY_BYTES}; "
+                                      "send a short unique id (e.g. 32 hex characters)")
+            return await self._sample(batch_size, float(timeout), request_id=request_id)
         return await self._sample(batch_size, float(timeout))
 
-    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome], more_parts: bool = False) -> ReportResult:
+    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome], more_parts: bool = False,
+                     unservable: Sequence[str] = ()) -> ReportResult:
         """Apply a lease's outcomes (see the module docstring); ``more_parts``: one part of a
         report sent in several, the lease stays live for the problems not yet reported.
 
+        ``unservable``: problems of the lease the client could not serve (e.g. a prompt longer than
+        its model's context); they are quarantined (see "Quarantine" above) instead of returned.
+
         Raises:
             InvalidArgument: empty lease id, an empty group, a reward NaN/inf/outside [0, 1],
-                or a problem id twice in the report (the lease membership check is the
-                implementation's, with the same error). Nothing changes.
+                a problem id twice in the report (outcomes and unservable together), or a
+                problem not in the lease (the lease membership check is the implementation's,
+                with the same error). Nothing changes.
         """
         if not lease_id:
             raise InvalidArgument("lease_id is empty; quote the lease_id returned by SampleProblems")
@@ -275,7 +308,11 @@ class Store(abc.ABC):
                 raise InvalidArgument(f"outcomes[{i}]: problem {o.problem_id!r} is reported twice in one report")
             seen.add(o.problem_id)
             rules.validate_rewards(o.rewards, where=f"outcomes[{i}] (problem {o.problem_id!r}) rewards")
-        return await self._report(lease_id, list(outcomes), bool(more_parts))
+        for i, pid in enumerate(unservable):
+            if pid in seen:
+                raise InvalidArgument(f"unservable[{i}]: problem {pid!r} is reported twice in one report")
+            seen.add(pid)
+        return await self._report(lease_id, list(outcomes), unservable=list(unservable), more_parts=bool(more_parts))
 
     async def expire_leases(self, limit: int = EXPIRE_LIMIT) -> int:
         """Expire up to ``limit`` due leases (oldest deadline first). Returns how many expired."""
@@ -340,10 +377,11 @@ class Store(abc.ABC):
     async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]: ...
 
     @abc.abstractmethod
-    async def _sample(self, batch_size: int, lease_timeout_s: float) -> Lease: ...
+    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease: ...
 
     @abc.abstractmethod
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], more_parts: bool) -> ReportResult: ...
+    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (),
+                      more_parts: bool = False) -> ReportResult: ...
 
     @abc.abstractmethod
     async def _expire_leases(self, limit: int) -> int: ...

@@ -64,6 +64,7 @@ class ReportResult:
     groups_queued: int = 0
     groups_filtered: int = 0
     skipped: int = 0  # outcomes of problems an earlier part of the report already applied
+    quarantined: int = 0  # problems of the report's ``unservable`` list, now quarantined
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class StoreStats:
     unsolved: int = 0
     leased: int = 0
     active_leases: int = 0
+    quarantined: int = 0
     step: int = 0
     policy_version: int = 0
     weights_uri: str = ""

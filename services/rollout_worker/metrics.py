@@ -34,6 +34,11 @@ class WorkerMetrics:
         self.verifier_errors = Counter(p + "verifier_errors", "verifications that raised or timed out (reward 0)",
                                        registry=r)
         self.batches = Counter(p + "batches", "leases reported", registry=r)
+        self.unservable_problems = Counter(p + "unservable_problems", "leased problems reported unservable: "
+                                           "prompt at or over the model's context length", registry=r)
+        self.backpressure_waits = Counter(p + "backpressure_waits", "leases refused by the server's backpressure "
+                                          "(trajectory queue over its bound); the worker waited and asked again",
+                                          registry=r)
         self.rpc_seconds = Histogram(p + "rpc_seconds", "seconds spent in priority-server RPCs (retries included)",
                                      ["method"], buckets=SECONDS_BUCKETS, registry=r)
         for m in RPC_METHODS:

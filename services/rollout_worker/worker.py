@@ -51,6 +51,8 @@ class BatchResult:
 
     Attributes:
         lease_id: the lease ("" when nothing was leased).
+        backpressure: True when the server refused the lease because its trajectory queue is
+            over its bound (the learner is behind); the loop waits ``retry_after_s``.
         problems: problems in the lease (B or fewer).
         retry_after_s: the server's hint when the lease was empty or short, seconds.
         reported: True when a report was sent (the server may still refuse it: see accepted).
@@ -60,12 +62,15 @@ class BatchResult:
         completions: completions generated (B × G).
         tokens: completion tokens generated.
         reward_mean: mean reward over the completions (0.0 when none).
+        unservable: problems of the lease reported unservable (prompt too long for the model's
+            context); the server quarantines them.
         policy_version: the version that generated the batch.
         reload_s: seconds spent loading new weights before generating (0.0: none).
         generation_s / verification_s: seconds spent generating / verifying.
     """
 
     lease_id: str = ""
+    backpressure: bool = False
     problems: int = 0
     retry_after_s: float = 0.0
     reported: bool = False
@@ -76,6 +81,7 @@ class BatchResult:
     completions: int = 0
     tokens: int = 0
     reward_mean: float = 0.0
+    unservable: int = 0
     policy_version: int = 0
     reload_s: float = 0.0
     generation_s: float = 0.0
@@ -160,14 +166,19 @@ class RolloutWorker:
         lease = self._rpc("SampleProblems", self.client.sample, c.batch_size, worker_id=c.worker_id,
                           lease_timeout_s=c.lease_timeout_s, client_source=CLIENT_SOURCE_WORKER)
         if not lease.problems:
-            return BatchResult(retry_after_s=lease.retry_after_s or 1.0)
+            if lease.backpressure:
+                self.metrics.backpressure_waits.inc()
+                log.info("the server applies backpressure (its trajectory queue is full: the learner is behind); "
+                         "waiting %.1f s", lease.retry_after_s)
+            return BatchResult(retry_after_s=lease.retry_after_s or 1.0, backpressure=lease.backpressure)
         reload_s = self.maybe_reload(lease.policy_version, lease.weights_uri)
         version = self.backend.policy_version
         problems = [lp.problem for lp in lease.problems]
         prompts = [models.apply_chat_template(self.backend.tokenizer, p.prompt) for p in problems]
+        problems, prompts, unservable = self._servable(problems, prompts)
 
         t0 = time.perf_counter()
-        groups = self.backend.generate(prompts, c.group_size, self.sampling_params())
+        groups = self.backend.generate(prompts, c.group_size, self.sampling_params()) if prompts else []
         generation_s = time.perf_counter() - t0
         self.batches_done += 1
 
@@ -179,12 +190,12 @@ class RolloutWorker:
         flat = [x for r in rewards for x in r]
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
         self._observe(rewards, tokens, generation_s, verification_s)
-        result = dict(lease_id=lease.lease_id, problems=len(problems), retry_after_s=lease.retry_after_s,
+        result = dict(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s,
                       completions=len(flat), tokens=tokens, reward_mean=sum(flat) / len(flat) if flat else 0.0,
                       policy_version=version, reload_s=reload_s, generation_s=generation_s,
-                      verification_s=verification_s)
+                      verification_s=verification_s, unservable=len(unservable))
         try:
-            resp = self.report(lease.lease_id, outcomes)
+            resp = self.report(lease.lease_id, outcomes, unservable)
         except PrioreplayError as e:
             log.error("report of lease %s failed (%s); its problems return when the lease expires", lease.lease_id, e)
             return BatchResult(**result)
@@ -198,13 +209,14 @@ class RolloutWorker:
         return BatchResult(reported=True, accepted=resp.accepted, reason=resp.reason, groups_queued=resp.groups_queued,
                            groups_filtered=resp.groups_filtered, **result)
 
-    def report(self, lease_id: str, outcomes: list) -> Any:
+    def report(self, lease_id: str, outcomes: list, unservable: list[str] | None = None) -> Any:
         """Report a lease's outcomes, in parts when one message would be too large.
 
         Parts are cut to fit this worker's ``max_message_mb``; a part the server refuses as too
         large (its own limit) is halved and sent again. Every part but the last has
         ``more_parts`` set, so the lease stays live until the last one. Returns one
         ``ReportOutcomesResponse`` summing the parts (accepted when every part was).
+        ``unservable``: ids of leased problems the model cannot serve, sent with the last part.
 
         Raises:
             PrioreplayError: a part could not be delivered (after the client's retries).
@@ -228,7 +240,8 @@ class RolloutWorker:
             part, last = pending.pop(0)
             try:
                 resp = self._rpc("ReportOutcomes", self.client.report, lease_id, part, worker_id=self.config.worker_id,
-                                 client_source=pb.CLIENT_SOURCE_WORKER, more_parts=not last)
+                                 client_source=pb.CLIENT_SOURCE_WORKER, more_parts=not last,
+                                 **({"unservable": unservable} if last and unservable else {}))
             except ResourceExhausted as e:
                 if len(part) > 1:  # the server's limit is lower: halve and send again
                     half = len(part) // 2
@@ -240,7 +253,8 @@ class RolloutWorker:
                 if not last:
                     continue
                 resp = self._rpc("ReportOutcomes", self.client.report, lease_id, [], worker_id=self.config.worker_id,
-                                 client_source=pb.CLIENT_SOURCE_WORKER)  # the last part, empty: ends the lease
+                                 client_source=pb.CLIENT_SOURCE_WORKER,  # the last part, empty: ends the lease
+                                 **({"unservable": unservable} if unservable else {}))
             total.groups_queued += resp.groups_queued
             total.groups_filtered += resp.groups_filtered
             if not resp.accepted:
@@ -249,6 +263,26 @@ class RolloutWorker:
         if len(parts) > 1:
             log.info("lease %s reported in %d parts (over %.1f MiB in one)", lease_id, len(parts), limit / 2**20)
         return total
+
+    def _servable(self, problems: list, prompts: list[list[int]]) -> tuple[list, list[list[int]], list[str]]:
+        """Split a lease into the problems the model can serve and the ids of those it cannot: a
+        prompt (after the chat template) of at least the backend's ``max_context_tokens`` leaves no
+        room for one generated token (vLLM refuses it and the worker would die on it). Those are
+        logged, counted and reported unservable, so the server quarantines them."""
+        limit = getattr(self.backend, "max_context_tokens", None)
+        if not limit:
+            return problems, prompts, []
+        keep, keep_prompts, unservable = [], [], []
+        for p, ids in zip(problems, prompts):
+            if len(ids) >= limit:
+                log.warning("problem %s: its prompt is %d tokens, the model's context %d; reported unservable "
+                            "(quarantined until registered again with a shorter prompt)", p.id, len(ids), limit)
+                self.metrics.unservable_problems.inc()
+                unservable.append(p.id)
+            else:
+                keep.append(p)
+                keep_prompts.append(ids)
+        return keep, keep_prompts, unservable
 
     def _score(self, problem: Any, text: str) -> float:
         try:

@@ -316,3 +316,35 @@ def test_a_group_sampled_at_another_temperature_is_refused():
     assert "temperature 0.7" in group_problem(g, 100, temperature=1.0)
     g.sampling_temperature = 0.0  # not sent: the learner's own temperature is assumed
     assert group_problem(g, 100, temperature=1.0) is None
+
+
+def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(server, client, tiny_dir, tmp_path):
+    """A store outage (UNAVAILABLE after the client's retries) or INTERNAL at resume, pull or ack:
+    the learner logs, backs off and retries; it trains its steps and exits 0 only at max_steps."""
+    from prioreplay.errors import Internal, StoreUnavailable
+    from prioreplay.learner.learner import Learner
+
+    class Flaky:
+        """The real client, but each named RPC fails the first time it is called."""
+
+        def __init__(self, inner, failing):
+            self.inner, self.failing = inner, dict(failing)
+
+        def __getattr__(self, name):
+            fn = getattr(self.inner, name)
+            err = self.failing.pop(name, None)
+            if err is None:
+                return fn
+
+            def fail(*a, **kw):
+                raise err(f"{name}: Redis at redis://127.0.0.1:1/0 is out of memory")
+            return fail
+
+    feed(client, tiny_dir, 4, seed=5)
+    cfg = make_config(server, tiny_dir, tmp_path, max_steps=2, publish_every=1, max_retry_sleep_s=0.1)
+    learner = Learner(cfg)
+    learner.client = Flaky(learner.client, {"stats": StoreUnavailable, "pull": StoreUnavailable, "ack": Internal})
+    assert learner.run() == 0
+    assert learner.step_count >= 2 and client.stats().policy_version >= 2
+    assert learner.metrics.server_unavailable._value.get() == 3
+    learner.client.inner.close()

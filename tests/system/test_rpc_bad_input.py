@@ -245,7 +245,7 @@ class _FaultyStore(MemoryStore):
 
     error: Exception = NotFound("problem 'x' vanished")
 
-    async def _sample(self, batch_size, lease_timeout_s):
+    async def _sample(self, batch_size, lease_timeout_s, request_id=""):
         raise self.error
 
 

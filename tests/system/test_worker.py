@@ -27,6 +27,7 @@ from prioreplay.rollout_worker.backends.transformers_backend import Transformers
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.worker import RolloutWorker
 from prioreplay.testing import make_tiny_model
+from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import VerifyResult
 from tests.conftest import start_background_server
 
@@ -267,3 +268,52 @@ def test_a_report_over_the_message_limit_is_sent_in_parts_and_nothing_is_lost(
     finally:
         c.close()
         srv.stop()
+
+
+def test_a_worker_refused_by_backpressure_waits_the_hint_and_asks_again(redis_url, namespace, dirs):
+    """While the trajectory queue is over the server's bound the worker leases nothing, counts the
+    refusal, sleeps the server's hint and keeps running (no report, no error)."""
+    from prioreplay.priority_server.config import ServerConfig
+
+    config = ServerConfig(snapshot_interval_s=0, max_queue_depth=1, backpressure_retry_s=0.7)
+    srv = start_background_server("memory", redis_url, namespace, config=config)
+    try:
+        with PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c:
+            c.register(problem_to_proto(p) for p in PROBLEMS)
+            lease = c.sample(1)  # one mixed group queued: the queue is at its bound
+            comps = [pb.Completion(reward=r, token_ids=[1], logprobs=[-0.1]) for r in (0.0, 1.0)]
+            assert c.report(lease.lease_id, [pb.ProblemOutcome(problem_id=lease.problems[0].problem.id,
+                                                               completions=comps)]).groups_queued == 1
+            slept = []
+            w = make_worker(c, dirs[0], max_retry_sleep_s=5.0)
+            w._sleep = lambda s: (slept.append(s), len(slept) >= 3 and w.stop_event.set())
+            res = w.run_once()
+            assert res.backpressure and res.lease_id == "" and res.retry_after_s == pytest.approx(0.7)
+            assert w.run() == 0 and slept == [pytest.approx(0.7)] * 3  # waited the hint, never exited
+            assert metric(w, "prioreplay_worker_backpressure_waits_total") == 4
+            assert w.batches_done == 0 and c.stats().leased == 0
+    finally:
+        srv.stop()
+
+
+def test_a_prompt_longer_than_the_context_is_quarantined_and_the_worker_goes_on(client, dirs, parity_verifier):
+    """The tiny model's context is 1024 tokens; one problem's prompt is longer. The worker reports
+    it unservable (counted), generates and reports the others, and keeps running; the server
+    quarantines it, so it is never leased again until it is registered again."""
+    long = ProblemRecord(id="too-long", prompt=" ".join(str(i) for i in range(1500)), answer="1", verifier="gsm8k")
+    client.register(problem_to_proto(p) for p in [*PROBLEMS[:3], long])
+    cfg = WorkerConfig(group_size=G, batch_size=4, max_new_tokens=12, seed=7, worker_id="test-worker", metrics_port=0)
+    w = RolloutWorker(cfg, TransformersBackend(dirs[0]), client, sleep=lambda s: None)
+    assert w.backend.max_context_tokens == 1024
+    res = w.run_once()
+    assert res.reported and res.accepted and res.problems == 4 and res.unservable == 1
+    assert res.completions == 3 * G  # the three others were generated and reported
+    stats = client.stats()
+    assert (stats.quarantined, stats.leased, stats.completions_reported) == (1, 0, 3 * G)
+    assert metric(w, "prioreplay_worker_unservable_problems_total") == 1
+    for _ in range(3):  # leases go on; the quarantined problem never comes back
+        res = w.run_once()
+        assert res.unservable == 0 and res.reported
+    assert client.stats().quarantined == 1
+    client.register([problem_to_proto(long)])  # registered again: served again
+    assert client.stats().quarantined == 0

@@ -11,6 +11,14 @@
 
 local TWO32 = 4294967296
 
+-- The first write of a script that grows memory (sample, report): a denyoom command, so Redis
+-- over maxmemory refuses the whole script with OOM before it changes anything (Redis lets a
+-- script that has already written go on past maxmemory, so a later refusal would never come).
+-- A read-only replica refuses it the same way (READONLY). Field `oom_guard` of `counters` = "1".
+local function refuse_when_out_of_memory(counters)
+  redis.call('HSET', counters, 'oom_guard', '1')
+end
+
 local function fmt(x)
   return string.format('%.17g', x)
 end

@@ -2,12 +2,17 @@
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member
 -- KEYS[3]  problems     hash   id -> JSON [prompt, answer, verifier, metadata]
+-- KEYS[4]  solved       zset   score = last tested step
+-- KEYS[5]  unsolved     zset   score = last tested step
+-- KEYS[6]  quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
 -- ARGV[1]  initial      "n s1 s2 pool score" of a new problem: "0 0 0 1 <priority>"
 -- ARGV[2]  priority     rules.priority(Stats()) as a %.17g string (the heap score)
 -- ARGV[3]  chunk        one line per problem, "id\tmember\tJSON" joined by "\n" (ids hold no
 --                       control characters and compact JSON escapes them, so the split is
 --                       exact; one argument keeps the client's packing cheap). Ids are unique.
+-- A quarantined problem registered again returns to its pool with its score (stats unchanged).
 -- Returns {created, updated}.
+local sets = { KEYS[2], KEYS[4], KEYS[5] }
 local created, updated = 0, 0
 for id, member, record in string.gmatch(ARGV[3], '([^\t\n]+)\t([^\t\n]+)\t([^\n]+)') do
   redis.call('HSET', KEYS[3], id, record)
@@ -16,6 +21,12 @@ for id, member, record in string.gmatch(ARGV[3], '([^\t\n]+)\t([^\t\n]+)\t([^\n]
     created = created + 1
   else
     updated = updated + 1
+    local home = redis.call('HGET', KEYS[6], id)
+    if home then
+      local _, _, _, _, score = split_stats(redis.call('HGET', KEYS[1], id))
+      place(KEYS[1], sets, member, home, score)
+      redis.call('HDEL', KEYS[6], id)
+    end
   end
 end
 return { created, updated }

@@ -9,10 +9,11 @@
 -- KEYS[8]  tomb_reported zset  lease id -> time reported (unix s, injected clock)
 -- KEYS[9]  tomb_expired zset   lease id -> time expired
 -- KEYS[10] stream       stream trajectory groups (field "p" = payload)
--- ARGV[1]  now          unix seconds from the store's clock
--- ARGV[2]  lease_id
 -- KEYS[11] parts        set    members of this lease reported by earlier parts (expires a day
 --                              after the lease's deadline)
+-- KEYS[12] quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
+-- ARGV[1]  now          unix seconds from the store's clock
+-- ARGV[2]  lease_id
 -- ARGV[3]  more_parts   '1': a part; the lease stays live for the problems not yet reported, each
 --                       problem is applied at most once over all parts; '0': the last (or only) part
 -- ARGV[4]  group        consumer group name of the stream
@@ -26,16 +27,20 @@
 --                  repr strings), the two flags 0/1
 --   ARGV[10 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
 -- Outcomes for members reported by an earlier part are skipped (counted in the reply).
+-- then ARGV[9 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
+--   (problems to quarantine: pool 5, score kept, their home pool in KEYS[12]).
 -- Returns {0, reason} when the lease is not live (late_reports += 1; a due lease is expired);
 -- {-1, index} when outcome #index (0-based) names a problem not in the lease (nothing changed);
--- {1, queued, filtered, skipped} when applied.
+-- {-2, index} when unservable #index names a problem not in the lease (nothing changed);
+-- {1, queued, filtered, skipped, quarantined} when applied.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
-            stream = KEYS[10], parts = KEYS[11] }
+            stream = KEYS[10], parts = KEYS[11], quarantine = KEYS[12] }
 local more = ARGV[3] == '1'
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s, lease_id = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
+refuse_when_out_of_memory(k.counters)
 
 local record = redis.call('HGET', k.leases, lease_id)
 if not record then
@@ -64,6 +69,11 @@ for j = 0, n_out - 1 do
     skipped = skipped + 1
   end
   outs[j] = o
+end
+local q_base = 9 + 2 * n_out
+local n_q = tonumber(ARGV[q_base] or '0')
+for j = 1, n_q do
+  if not leased[ARGV[q_base + j]] then return { -2, j - 1 } end
 end
 
 local lam, pa, pb = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -116,6 +126,16 @@ for j = 0, n_out - 1 do
   end
   end
 end
+-- unservable problems: quarantined, statistics and score kept (store.py, "Quarantine")
+for j = 1, n_q do
+  local member = ARGV[q_base + j]
+  local t = leased[member]
+  leased[member] = nil
+  local id = member_id(member)
+  local n, s1, s2 = split_stats(redis.call('HGET', k.stats, id))
+  redis.call('HSET', k.stats, id, n .. ' ' .. s1 .. ' ' .. s2 .. ' 5 ' .. t[2])
+  redis.call('HSET', k.quarantine, id, t[1])
+end
 local rest = {}
 if more then
   for i = 3, #f, 3 do
@@ -146,10 +166,10 @@ if forgetting > 0 then redis.call('HINCRBY', k.counters, 'forgetting_events', fo
 if breakthroughs > 0 then redis.call('HINCRBY', k.counters, 'breakthroughs', breakthroughs) end
 if #rest > 0 then  -- a part: the lease stays live for the rest
   redis.call('HSET', k.leases, lease_id, f[1] .. '\t' .. f[2] .. '\t' .. table.concat(rest, '\t'))
-  return { 1, queued, filtered, skipped }
+  return { 1, queued, filtered, skipped, n_q }
 end
 redis.call('HDEL', k.leases, lease_id)
 redis.call('ZREM', k.deadlines, lease_id)
 redis.call('ZADD', k.tomb_reported, now_s, lease_id)
 redis.call('DEL', k.parts)
-return { 1, queued, filtered, skipped }
+return { 1, queued, filtered, skipped, n_q }

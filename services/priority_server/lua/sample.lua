@@ -12,6 +12,8 @@
 -- KEYS[9]  tomb_expired zset   lease id -> time expired
 -- KEYS[10] problems     hash   id -> JSON [prompt, answer, verifier, metadata]
 -- KEYS[11] policy       hash   version, uri
+-- KEYS[12] requests     hash   request id -> lease id (the lease a sample with that id made)
+-- KEYS[13] requests:due zset   score = that lease's deadline, member = request id
 -- ARGV[1]  now          unix seconds from the store's clock (a %.17g / repr string)
 -- ARGV[2]  batch_size   B >= 1
 -- ARGV[3]  deadline     now + lease timeout, unix seconds
@@ -24,12 +26,15 @@
 -- ARGV[10] seed32       samplers.step_seed(seed, expected_step + 1)
 -- ARGV[11] expire_limit leases expired at most (64)
 -- ARGV[12] tomb_ttl     seconds tombstones are kept
--- Returns {'STEP', step} when expected_step is stale (nothing changed); otherwise
+-- ARGV[13] request_id   "" or the request's id (store.py, "Retried requests")
+-- Returns {'SAME', lease step, version, uri, earliest deadline, n, then per problem: member, source,
+--  stats, problem JSON, then lease id, deadline} when request_id names a live lease (nothing
+-- changed); {'STEP', step} when expected_step is stale (nothing changed); otherwise
 -- {'OK', step, version, uri, earliest_other_deadline or '', n_taken, then per problem:
 --  member, source, stats, problem JSON}.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
-            problems = KEYS[10], policy = KEYS[11] }
+            problems = KEYS[10], policy = KEYS[11], requests = KEYS[12], requests_due = KEYS[13] }
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s = ARGV[1]
 local now = tonumber(now_s)
@@ -39,10 +44,34 @@ local interval = tonumber(ARGV[7])
 local alpha = tonumber(ARGV[8])
 local expected = tonumber(ARGV[9])
 
+local request_id = ARGV[13]
+
+-- 0. a retried request whose lease is live gets that lease again (read only)
+if request_id ~= '' then
+  local lid = redis.call('HGET', k.requests, request_id)
+  local record = lid and redis.call('HGET', k.leases, lid)
+  if record then
+    local f = split_tabs(record)
+    if tonumber(f[2]) > now then
+      local earliest = redis.call('ZRANGE', k.deadlines, 0, 0, 'WITHSCORES')
+      local pol = redis.call('HMGET', k.policy, 'version', 'uri')
+      local out = { 'SAME', f[1], pol[1] or '0', pol[2] or '', earliest[2] or '', (#f - 2) / 3 }
+      for i = 3, #f, 3 do
+        local id = member_id(f[i])
+        out[#out + 1] = f[i]; out[#out + 1] = f[i + 1]
+        out[#out + 1] = redis.call('HGET', k.stats, id); out[#out + 1] = redis.call('HGET', k.problems, id)
+      end
+      out[#out + 1] = lid; out[#out + 1] = f[2]
+      return out
+    end
+  end
+end
+
 local step = tonumber(redis.call('HGET', k.counters, 'step') or '0')
 if expected >= 0 and expected ~= step then
   return { 'STEP', step }
 end
+refuse_when_out_of_memory(k.counters)
 
 -- step' and the RNG
 local step2 = step + 1
@@ -153,6 +182,13 @@ end
 -- 1. expire due leases
 expire_due(k, sets, now_s, tonumber(ARGV[11]))
 trim_tombstones(k, now, tonumber(ARGV[12]))
+if request_id ~= '' then  -- forget request ids whose lease deadline passed
+  local done = redis.call('ZRANGEBYSCORE', k.requests_due, '-inf', now_s, 'LIMIT', 0, tonumber(ARGV[11]))
+  for _, rid in ipairs(done) do
+    redis.call('HDEL', k.requests, rid)
+    redis.call('ZREM', k.requests_due, rid)
+  end
+end
 
 -- 2.-3. the sampler takes the batch (R, H, F or a uniform draw)
 branch()
@@ -181,4 +217,8 @@ for _, t in ipairs(taken) do
 end
 redis.call('HSET', k.leases, ARGV[4], table.concat(rec, '\t'))
 redis.call('ZADD', k.deadlines, ARGV[3], ARGV[4])
+if request_id ~= '' then
+  redis.call('HSET', k.requests, request_id, ARGV[4])
+  redis.call('ZADD', k.requests_due, ARGV[3], request_id)
+end
 return out

@@ -91,6 +91,11 @@ class GenerationBackend(Protocol):
     def policy_version(self) -> int:
         """The policy version whose weights are loaded (0: the initial model)."""
 
+    @property
+    def max_context_tokens(self) -> int | None:
+        """Prompt + completion tokens the model takes at most (None: unknown). The worker reports a
+        problem whose prompt leaves no room for one generated token as unservable."""
+
     def generate(
         self, prompt_token_ids: list[list[int]], n: int, params: SamplingParams
     ) -> list[list[GeneratedCompletion]]:
@@ -128,6 +133,7 @@ class LoadedPolicy:
 
     _tokenizer: Any
     _policy_version: int
+    _max_context_tokens: int | None = None
 
     @property
     def tokenizer(self) -> Any:
@@ -138,6 +144,21 @@ class LoadedPolicy:
     def policy_version(self) -> int:
         """The policy version whose weights are loaded (0: the initial model)."""
         return self._policy_version
+
+    @property
+    def max_context_tokens(self) -> int | None:
+        """Prompt + completion tokens the model takes at most (None: unknown)."""
+        return self._max_context_tokens
+
+
+def context_limit(model_config: Any) -> int | None:
+    """The context length (tokens) a Hugging Face model config declares: ``max_position_embeddings``,
+    ``n_positions`` or ``seq_length`` (the first set); None when it declares none."""
+    for name in ("max_position_embeddings", "n_positions", "seq_length"):
+        value = getattr(model_config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def validate_prompts(prompt_token_ids: list[list[int]], n: int, vocab_size: int) -> None:

@@ -23,7 +23,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopP
 
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams,
+from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams, context_limit,
                                                     model_eos_token_ids, validate_prompts, verified_weights_dir)
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class TransformersBackend(LoadedPolicy):
         self.max_batch_sequences = max_batch_sequences
         self._policy_version = int(policy_version)
         self.vocab_size = int(self.model.get_input_embeddings().weight.shape[0])
+        self._max_context_tokens = context_limit(self.model.config)
 
     # -- weights ------------------------------------------------------------------------------
     def load_weights(self, uri: str, version: int) -> float:

@@ -159,6 +159,10 @@ class VLLMBackend(LoadedPolicy):
         )
         self._policy_version = int(policy_version)
         self.vocab_size = len(self._tokenizer)
+        try:  # the engine's limit: --max-model-len, or the model's own
+            self._max_context_tokens = int(self.llm.llm_engine.model_config.max_model_len)
+        except AttributeError:
+            self._max_context_tokens = max_model_len
 
     def load_weights(self, uri: str, version: int) -> float:
         """Reload the engine's weights from ``uri`` in place; returns seconds taken.
