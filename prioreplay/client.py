@@ -145,13 +145,16 @@ class PriorityClient:
             raise map_rpc_error(e, "RegisterProblems") from None
 
     def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0,
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED) -> pb.SampleProblemsResponse:
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED,
+               accepts_group_size: bool = False) -> pb.SampleProblemsResponse:
         """Lease up to ``batch_size`` problems (see ``SampleProblems`` in the proto).
 
         ``client_source`` is a ``pb.ClientSource`` value: the kind of client, for the server's metrics.
+        ``accepts_group_size``: this client generates ``LeasedProblem.group_size`` completions where
+        it is set (a server whose sampler probes refuses clients without it: FailedPrecondition).
         """
         req = pb.SampleProblemsRequest(batch_size=batch_size, worker_id=worker_id, lease_timeout_s=lease_timeout_s,
-                                       client_source=client_source)
+                                       client_source=client_source, accepts_group_size=accepts_group_size)
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
     def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",

@@ -490,6 +490,10 @@ SAMPLERS: dict[str, SamplerSpec] = {s.name: s for s in (
                 lua_branch="screened-posterior", help="screened probes + posterior retests", probes=True),
 )}
 
+#: The sampler every configuration starts from (chosen by the simulator, docs/BENCHMARKS.md part 2b;
+#: ``heap``, the paper's rule, stays available by name and is the reference of every figure).
+DEFAULT_SAMPLER = "heap"
+
 #: The sampler names as a type, for typed settings.
 SamplerName = Literal[tuple(SAMPLERS)]  # type: ignore[valid-type]
 #: One line naming every sampler, for a ``--sampler`` description.

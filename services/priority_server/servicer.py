@@ -21,8 +21,9 @@ from google.protobuf.message import DecodeError
 
 from prioreplay import rules
 from prioreplay.client import problem_to_proto
-from prioreplay.errors import InvalidArgument, PrioreplayError, StoreUnavailable
+from prioreplay.errors import FailedPrecondition, InvalidArgument, PrioreplayError, StoreUnavailable
 from prioreplay.priority_server.clients import ClientTally
+from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
 from prioreplay.priority_server.store_types import GroupOutcome, Lease
 from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, logprobs_all_valid
@@ -60,7 +61,8 @@ def lease_to_proto(lease: Lease) -> pb.SampleProblemsResponse:
     return pb.SampleProblemsResponse(
         lease_id=lease.lease_id,
         lease_deadline_unix_s=lease.deadline if lease.problems else 0.0,
-        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source))
+        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source),
+                                   group_size=s.group_size or 0)
                   for s in lease.problems],
         policy_version=lease.policy_version,
         weights_uri=lease.weights_uri,
@@ -196,11 +198,18 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     async def SampleProblems(self, request: pb.SampleProblemsRequest, context) -> pb.SampleProblemsResponse:
         """Lease up to ``batch_size`` problems (the store checks the size and the lease length)."""
         check_name(request.worker_id, "worker_id")
+        sampler = self.store.config.sampler
+        if SAMPLERS[sampler].probes and not request.accepts_group_size:
+            raise FailedPrecondition(
+                f"the server's sampler {sampler!r} asks for screening probes (a per-problem group_size) and this "
+                "client does not declare accepts_group_size; upgrade the worker, or run the server with a "
+                "sampler without probes (e.g. --sampler heap)")
         lease = await self.store.sample(request.batch_size, request.lease_timeout_s)
         if lease.problems:
             self.clients.sampled(request.client_source, len(lease.problems))
             if self.metrics is not None:
-                self.metrics.observe_sampled([s.priority for s in lease.problems])
+                self.metrics.observe_sampled([s.priority for s in lease.problems],
+                                             sum(1 for s in lease.problems if s.group_size))
         return lease_to_proto(lease)
 
     @rpc

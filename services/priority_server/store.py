@@ -112,7 +112,7 @@ from typing import Callable, Sequence
 
 from prioreplay import rules
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.samplers import SAMPLERS, SamplerName
+from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLERS, SamplerName
 from prioreplay.priority_server.store_types import (
     Delivery,
     GroupOutcome,
@@ -151,7 +151,7 @@ class StoreConfig:
         posterior_prior: α₀ = β₀ of the posterior retests (> 0).
     """
 
-    sampler: SamplerName = "heap"
+    sampler: SamplerName = DEFAULT_SAMPLER
     alpha: float = 1.0
     retest_fraction: float = 0.1
     retest_interval: int = 4

@@ -34,6 +34,8 @@ class WorkerMetrics:
         self.verifier_errors = Counter(p + "verifier_errors", "verifications that raised or timed out (reward 0)",
                                        registry=r)
         self.batches = Counter(p + "batches", "leases reported", registry=r)
+        self.probes = Counter(p + "probes", "groups generated as screening probes (the lease's group_size < G)",
+                              registry=r)
         self.rpc_seconds = Histogram(p + "rpc_seconds", "seconds spent in priority-server RPCs (retries included)",
                                      ["method"], buckets=SECONDS_BUCKETS, registry=r)
         for m in RPC_METHODS:
