@@ -4,6 +4,7 @@ Parts (docs/BENCHMARKS.md explains each figure):
   service   1. throughput and latency of the gRPC service vs the in-process ceiling, both stores;
                Redis memory per problem and time to register 10^6 problems
   simulate  2. learning efficiency of the samplers in a simulated GRPO learner (many seeds)
+  samplers  2b. the samplers beyond the paper (issue 12) in four populations, paired seeds
   overhead  4. priority-RPC share of the worker's and learner's step time, from a demo run dir
   integration 5. what the TRL integration adds to a GRPOTrainer step (tiny model, CPU)
   --real    3. real GRPO on CPU, heap vs uniform (``prioreplay demo``; long; off by default)
@@ -100,6 +101,35 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
         out["redis_memory"] = mem
     if args.plot_dir:
         service.plot_service(out, str(Path(args.plot_dir) / "bench_service.png"))
+    return out
+
+
+# -- part 2b: the samplers of issue 12 across populations ------------------------------------
+def part_samplers(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    """Every candidate sampler against ``heap`` and ``uniform`` in each population of
+    ``simulate.POPULATIONS``, paired seeds; figures ``samplers.<population>.<method>.<metric>``."""
+    from benchmarks import simulate
+
+    out = {}
+    names = [m.strip() for m in args.methods.split(",")] if args.methods else None
+    methods = [m for m in (*simulate.METHODS, *simulate.CANDIDATES)
+               if (m.name in names if names else m.name in ("uniform", "heap") or m in simulate.CANDIDATES)]
+    pops = ["default"] if args.quick else args.populations.split(",")
+    for v in pops:
+        params = simulate.quick_params() if args.quick else replace(simulate.SimParams(), **simulate.POPULATIONS[v])
+        seeds = range(args.seeds if args.seeds else (2 if args.quick else 10))
+        r = simulate.run_simulation(params, seeds, methods=methods, progress=_log)
+        out[v] = r
+        for name, m in r["methods"].items():
+            for key, unit in (("rollouts_to_target", "rollouts"), ("effective_group_fraction", "fraction"),
+                              ("useful_rollout_fraction", "fraction"), ("final_success", "pass@1"),
+                              ("probes", "groups"), ("rollouts_ratio_vs_uniform", "ratio"),
+                              ("rollouts_ratio_vs_heap", "ratio"), ("efg_ratio_vs_uniform", "ratio")):
+                if key in m:
+                    s = m[key]
+                    res.add(f"samplers.{v}.{name}.{key}", s["mean"], unit, ci95=[s["lo"], s["hi"]], n=s["n"],
+                            seeds=len(r["seeds"]), reached=m["reached"])
+        res.add(f"samplers.{v}.wall_s", r["wall_s"], "s", params=r["params"])
     return out
 
 
@@ -238,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny versions of every part (seconds)")
     ap.add_argument("--note", default=SHARED_NOTE, help="a note stored with every figure (measurement conditions)")
     ap.add_argument("--parts", default="service,simulate,overhead,integration",
-                    help="comma-separated: service, simulate, overhead, integration")
+                    help="comma-separated: service, simulate, samplers, overhead, integration")
     ap.add_argument("--real", action="store_true", help="also part 3: two `prioreplay demo` runs (long)")
     ap.add_argument("--real-args", default="", help="extra `prioreplay demo` flags for --real, one string")
     ap.add_argument("--real-from", default=None,
@@ -250,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-big-register", action="store_true", help="skip the 10^6-problem Redis test")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per method in part 2 (default 20; quick 2)")
     ap.add_argument("--sim-variants", default="default,hard", help="part-2 populations: default, hard")
+    ap.add_argument("--populations", default="default,hard,forgetting,dilute",
+                    help="part samplers: populations of simulate.POPULATIONS")
+    ap.add_argument("--methods", default=None,
+                    help="part samplers: method names (default uniform, heap and every candidate)")
     ap.add_argument("--run-dir", default=None, help="demo run directory for part 4 (default: newest runs/*)")
     ap.add_argument("--out", default=None, help="results file (default benchmarks/results.json; quick: none)")
     ap.add_argument("--plot-dir", default=None, help="where PNGs go (default docs/; quick: none)")
@@ -265,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {}
     if "simulate" in parts:
         summary["simulate"] = part_simulate(args, res)
+    if "samplers" in parts:
+        summary["samplers"] = part_samplers(args, res)
     if "service" in parts:
         summary["service"] = part_service(args, res)
     if "overhead" in parts:

@@ -201,7 +201,8 @@ def grpc_fns(stub: Any, params: ServiceParams, seed: int) -> tuple[SampleFn, Rep
     gen = Outcomes(params, seed)
 
     async def sample() -> tuple[str, list[str]]:
-        r = await stub.SampleProblems(pb.SampleProblemsRequest(batch_size=params.batch_size, worker_id="bench"))
+        r = await stub.SampleProblems(pb.SampleProblemsRequest(batch_size=params.batch_size, worker_id="bench",
+                                                               accepts_group_size=True))
         return r.lease_id, [lp.problem.id for lp in r.problems]
 
     async def report(lease_id: str, ids: list[str]) -> None:

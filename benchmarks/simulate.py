@@ -65,6 +65,9 @@ class SimParams:
         forget_drift: δ, logit decrease of every untrained problem per optimizer step (logits).
         target_success: mean pass@1 over the population that counts as "reached".
         retest_interval: StoreConfig.retest_interval of the methods with retests (batches).
+        dilute: zero-variance groups dilute the step: every update of a step is scaled by
+            (completions in its mixed groups) / (completions in the step), as a token-mean loss
+            over the whole batch does.
     """
 
     n_problems: int = 2000
@@ -80,6 +83,7 @@ class SimParams:
     forget_drift: float = 0.002
     target_success: float = 0.65
     retest_interval: int = 4
+    dilute: bool = False
 
     def __post_init__(self) -> None:
         if self.n_problems < self.batch_size:
@@ -104,6 +108,8 @@ class Method:
     retest_fraction: float
     dynamic_sampling: bool = False
     alpha: float = 1.0
+    train_probes: bool = False  # mixed probe groups (fewer than G completions) go to the learner
+    store: tuple[tuple[str, Any], ...] = ()  # further StoreConfig fields (temperature, posterior_decay...)
 
 
 METHODS: tuple[Method, ...] = (
@@ -113,6 +119,33 @@ METHODS: tuple[Method, ...] = (
     Method("heap", "heap + retest (the paper, retest_fraction=0.1)", "heap", 0.1),
     Method("weighted", "weighted (alpha=1) + retest 0.1", "weighted", 0.1),
 )
+
+#: The candidates of issue 12 (beyond the paper), each against ``heap`` and ``uniform``.
+CANDIDATES: tuple[Method, ...] = (
+    Method("gumbel_t1", "Gumbel-top-k T=1 + retest 0.1", "gumbel", 0.1, store=(("temperature", 1.0),)),
+    Method("gumbel_t03", "Gumbel-top-k T=0.3 + retest 0.1", "gumbel", 0.1, store=(("temperature", 0.3),)),
+    Method("posterior_l1", "posterior retests, decay 1 (no step decay)", "posterior", 0.1,
+           store=(("posterior_decay", 1.0),)),
+    Method("posterior_l095", "posterior retests, decay 0.95/step", "posterior", 0.1,
+           store=(("posterior_decay", 0.95),)),
+    Method("posterior_l08", "posterior retests, decay 0.8/step", "posterior", 0.1,
+           store=(("posterior_decay", 0.8),)),
+    Method("thompson_l095", "Thompson retests, decay 0.95/step", "thompson", 0.1,
+           store=(("posterior_decay", 0.95),)),
+    Method("screened", "screened: probes of 2 for unseen, probes not trained", "screened", 0.1),
+    Method("screened_train", "screened, mixed probes trained", "screened", 0.1, train_probes=True),
+    Method("screened_pools", "screened-pools: unseen and retests probed", "screened-pools", 0.1),
+    Method("screened_posterior", "screened probes + posterior retests (0.95)", "screened-posterior", 0.1,
+           store=(("posterior_decay", 0.95),)),
+)
+
+#: The populations of issue 12 (assumptions in docs/BENCHMARKS.md, stated before the runs).
+POPULATIONS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "hard": {"logit_mean": -2.0, "target_success": 0.45},
+    "forgetting": {"forget_drift": 0.006, "target_success": 0.55},
+    "dilute": {"dilute": True, "target_success": 0.60},
+}
 
 
 class Population:
@@ -134,7 +167,7 @@ class Population:
         return 1.0 / (1.0 + np.exp(-logit))
 
     def train(self, idx: np.ndarray, omega: np.ndarray) -> None:
-        """One optimizer step on the groups of problems ``idx`` with empirical priorities ``omega``."""
+        """One optimizer step on the groups of problems ``idx`` with (scaled) updates ``omega``."""
         p = self.params
         np.add.at(self.base, idx, p.lr_problem * omega)
         np.add.at(self.skill, self.skill_of[idx], p.lr_skill * omega)
@@ -173,6 +206,8 @@ class RunResult:
     breakthroughs: int  # store: unsolved problems that passed a retest
     forgotten_at_end: int  # ground truth: final pass@1 at least 0.1 below the problem's peak
     optimizer_steps: int
+    useful_rollout_fraction: float = 0.0  # completions in groups the learner trained on / generated
+    probes: int = 0  # probe groups generated (fewer than G completions)
     curve_rollouts: list[int] = field(default_factory=list)
     curve_success: list[float] = field(default_factory=list)
 
@@ -184,39 +219,50 @@ async def run_one(params: SimParams, method: Method, seed: int,
     rng = np.random.default_rng([seed, 1])
     clock = _Clock()
     config = StoreConfig(sampler=method.sampler, alpha=method.alpha, retest_fraction=method.retest_fraction,
-                         retest_interval=params.retest_interval, seed=seed)
+                         retest_interval=params.retest_interval, seed=seed, **dict(method.store))
     store = store_factory(config, clock)
     await store.register([ProblemRecord(id=f"p{j:07d}", prompt=f"problem {j}", answer="0") for j in range(params.n_problems)])
 
     B, G = params.batch_size, params.group_size
-    rollouts, steps, reached = 0, 0, math.nan
+    rollouts, steps, reached, trained_rollouts, probes = 0, 0, math.nan, 0, 0
     peak = pop.success()
     buf_idx: list[np.ndarray] = []  # dynamic sampling: mixed groups waiting for a full batch
     buf_omega: list[np.ndarray] = []
     curve_r, curve_s = [0], [float(peak.mean())]
     while rollouts + B * G <= params.budget_rollouts:
-        # -- generate: lease a batch, draw G rewards per problem, report them ----------------
+        # -- generate: lease a batch, draw g_j rewards per problem, report them ---------------
         lease = await store.sample(B)
         idx = np.fromiter((int(sp.problem.id[1:]) for sp in lease.problems), dtype=np.int64)  # (b,)
-        rewards = rng.random((idx.size, G)) < pop.success(idx)[:, None]  # (b, G) bool
-        await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, tuple(map(float, row)))
-                                            for sp, row in zip(lease.problems, rewards)])
-        rollouts += idx.size * G
+        sizes = np.fromiter((sp.group_size or G for sp in lease.problems), dtype=np.int64)  # (b,) g_j
+        u = rng.random((idx.size, G))  # (b, G): the same draws whatever g_j, columns >= g_j unused
+        hits = u < pop.success(idx)[:, None]
+        groups = [tuple(map(float, hits[j, :sizes[j]])) for j in range(idx.size)]
+        await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, g) for sp, g in zip(lease.problems, groups)])
+        rollouts += int(sizes.sum())
+        probes += int(np.sum(sizes < G))
         clock.t += 1.0
-        phat = rewards.mean(axis=1)  # (b,)
+        phat = np.array([sum(g) / len(g) for g in groups])  # (b,)
         omega = phat * (1.0 - phat)  # (b,) empirical priority ω̂
         mixed = omega > 0
+        if not method.train_probes:
+            mixed &= sizes == G
+        # a group's update scales with its completions (token-mean loss): ω̂ · g_j / G
+        update = omega * sizes / G
+        if params.dilute:  # zero-variance groups dilute the step (token mean over the whole batch)
+            update = update * (sizes[mixed].sum() / sizes.sum())
 
         # -- learn: one optimizer step per batch (dynamic sampling: per B mixed groups) -------
         if method.dynamic_sampling:
             buf_idx.append(idx[mixed])
-            buf_omega.append(omega[mixed])
+            buf_omega.append(update[mixed])
+            trained_rollouts += int(sizes[mixed].sum())
             if sum(a.size for a in buf_idx) >= B:
                 pop.train(np.concatenate(buf_idx)[:B], np.concatenate(buf_omega)[:B])
                 steps += 1
                 buf_idx, buf_omega = [], []
         elif mixed.any():
-            pop.train(idx[mixed], omega[mixed])
+            pop.train(idx[mixed], update[mixed])
+            trained_rollouts += int(sizes[mixed].sum())
             steps += 1
 
         success = pop.success()
@@ -233,7 +279,8 @@ async def run_one(params: SimParams, method: Method, seed: int,
     return RunResult(method=method.name, seed=seed, rollouts_to_target=reached, final_success=float(final.mean()),
                      effective_group_fraction=st.effective_group_fraction, forgetting_events=st.forgetting_events,
                      breakthroughs=st.breakthroughs, forgotten_at_end=int(np.sum(final < peak - 0.1)),
-                     optimizer_steps=steps, curve_rollouts=curve_r, curve_success=curve_s)
+                     optimizer_steps=steps, useful_rollout_fraction=trained_rollouts / max(rollouts, 1),
+                     probes=probes, curve_rollouts=curve_r, curve_success=curve_s)
 
 
 def summarize(values: Sequence[float], seed: int = 0, resamples: int = 10_000) -> dict[str, float]:
@@ -286,7 +333,14 @@ def run_simulation(params: SimParams = SimParams(), seeds: Sequence[int] = range
             "breakthroughs": summarize([r.breakthroughs for r in rs]),
             "forgotten_at_end": summarize([r.forgotten_at_end for r in rs]),
             "optimizer_steps": summarize([r.optimizer_steps for r in rs]),
+            "useful_rollout_fraction": summarize([r.useful_rollout_fraction for r in rs]),
+            "probes": summarize([r.probes for r in rs]),
         }
+        for ref in ("heap",):
+            if ref in runs and m.name != ref:
+                rb = {r.seed: r for r in runs[ref]}
+                entry[f"rollouts_ratio_vs_{ref}"] = summarize(
+                    [r.rollouts_to_target / rb[r.seed].rollouts_to_target for r in rs if r.seed in rb])
         if base:
             entry["rollouts_ratio_vs_uniform"] = summarize(
                 [r.rollouts_to_target / base[r.seed].rollouts_to_target for r in rs if r.seed in base])

@@ -156,16 +156,19 @@ class PriorityClient:
             raise map_rpc_error(e, "RegisterProblems", self.settings.max_message_mb) from None
 
     def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0,
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, request_id: str | None = None) -> pb.SampleProblemsResponse:
+               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, request_id: str | None = None,
+               accepts_group_size: bool = False) -> pb.SampleProblemsResponse:
         """Lease up to ``batch_size`` problems (see ``SampleProblems`` in the proto).
 
         ``client_source`` is a ``pb.ClientSource`` value: the kind of client, for the server's metrics.
         ``request_id``: sent unchanged on every retry of this call, so a retry after a lost answer
         gets the lease the first attempt made instead of a second one (default: a new random id
-        per call).
+        per call). ``accepts_group_size``: this client generates ``LeasedProblem.group_size``
+        completions where it is set (a server whose sampler probes refuses clients without it:
+        FailedPrecondition).
         """
         req = pb.SampleProblemsRequest(batch_size=batch_size, worker_id=worker_id, lease_timeout_s=lease_timeout_s,
-                                       client_source=client_source,
+                                       client_source=client_source, accepts_group_size=accepts_group_size,
                                        request_id=uuid.uuid4().hex if request_id is None else request_id)
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 

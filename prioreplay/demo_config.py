@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from prioreplay.config import PrioreplaySettings
-from prioreplay.priority_server.samplers import SAMPLER_HELP, SamplerName
+from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLER_HELP, SamplerName
 
 
 class DemoConfig(PrioreplaySettings):
@@ -26,7 +26,7 @@ class DemoConfig(PrioreplaySettings):
     eval_size: int = Field(32, ge=0, le=10_000, description="held-out problems scored before and after training (0 skips)")
     steps: int = Field(10, ge=1, le=1_000_000, description="learner steps (optimizer updates) to run")
     workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
-    sampler: SamplerName = Field("heap", description=SAMPLER_HELP)
+    sampler: SamplerName = Field(DEFAULT_SAMPLER, description=SAMPLER_HELP)
     group_size: int = Field(4, ge=1, le=64, description="completions per problem G")
     batch_size: int = Field(8, ge=1, le=4096, description="problems per worker lease B")
     batch_groups: int = Field(4, ge=1, le=4096, description="groups per learner step")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$prioreplay/v1/priority_service.proto\x12\rprioreplay.v1\"\xb0\x01\n\x07Problem\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x03 \x01(\t\x12\x10\n\x08verifier\x18\x04 \x01(\t\x12\x36\n\x08metadata\x18\x05 \x03(\x0b\x32$.prioreplay.v1.Problem.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"C\n\x17RegisterProblemsRequest\x12(\n\x08problems\x18\x01 \x03(\x0b\x32\x16.prioreplay.v1.Problem\"K\n\x18RegisterProblemsResponse\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x04\x12\x0f\n\x07updated\x18\x02 \x01(\x04\x12\r\n\x05total\x18\x03 \x01(\x04\"\x9f\x01\n\x15SampleProblemsRequest\x12\x12\n\nbatch_size\x18\x01 \x01(\r\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x17\n\x0flease_timeout_s\x18\x03 \x01(\x01\x12\x32\n\rclient_source\x18\x04 \x01(\x0e\x32\x1b.prioreplay.v1.ClientSource\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"o\n\rLeasedProblem\x12\'\n\x07problem\x18\x01 \x01(\x0b\x32\x16.prioreplay.v1.Problem\x12\x10\n\x08priority\x18\x02 \x01(\x01\x12#\n\x06source\x18\x03 \x01(\x0e\x32\x13.prioreplay.v1.Pool\"\xe1\x01\n\x16SampleProblemsResponse\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x1d\n\x15lease_deadline_unix_s\x18\x02 \x01(\x01\x12.\n\x08problems\x18\x03 \x03(\x0b\x32\x1c.prioreplay.v1.LeasedProblem\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12\x13\n\x0bweights_uri\x18\x05 \x01(\t\x12\x15\n\rretry_after_s\x18\x06 \x01(\x01\x12\x0c\n\x04step\x18\x07 \x01(\x04\x12\x14\n\x0c\x62\x61\x63kpressure\x18\x08 \x01(\x08\"b\n\nCompletion\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x11\n\ttruncated\x18\x05 \x01(\x08\"\xa4\x01\n\x0eProblemOutcome\x12\x12\n\nproblem_id\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\r\x12.\n\x0b\x63ompletions\x18\x04 \x03(\x0b\x32\x19.prioreplay.v1.Completion\x12\x1c\n\x14sampling_temperature\x18\x05 \x01(\x01\"\xeb\x01\n\x15ReportOutcomesRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\x08outcomes\x18\x02 \x03(\x0b\x32\x1d.prioreplay.v1.ProblemOutcome\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x32\n\rclient_source\x18\x04 \x01(\x0e\x32\x1b.prioreplay.v1.ClientSource\x12\x14\n\x0crewards_only\x18\x05 \x01(\x08\x12\x12\n\nmore_parts\x18\x06 \x01(\x08\x12\x1e\n\x16unservable_problem_ids\x18\x07 \x03(\t\"\x88\x01\n\x16ReportOutcomesResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\rgroups_queued\x18\x03 \x01(\r\x12\x17\n\x0fgroups_filtered\x18\x04 \x01(\r\x12\x1c\n\x14problems_quarantined\x18\x05 \x01(\r\"\xe8\x01\n\x0fTrajectoryGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\nproblem_id\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x18\n\x10prompt_token_ids\x18\x04 \x03(\r\x12.\n\x0b\x63ompletions\x18\x05 \x03(\x0b\x32\x19.prioreplay.v1.Completion\x12\x16\n\x0e\x64\x65livery_count\x18\x06 \x01(\r\x12\x17\n\x0freported_unix_s\x18\x07 \x01(\x01\x12\x1c\n\x14sampling_temperature\x18\x08 \x01(\x01\"\x88\x01\n\x17PullTrajectoriesRequest\x12\x12\n\nmax_groups\x18\x01 \x01(\r\x12\x0e\n\x06wait_s\x18\x02 \x01(\x01\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12\x1b\n\x13include_own_pending\x18\x04 \x01(\x08\x12\x1a\n\x12max_response_bytes\x18\x05 \x01(\x04\"_\n\x18PullTrajectoriesResponse\x12.\n\x06groups\x18\x01 \x03(\x0b\x32\x1e.prioreplay.v1.TrajectoryGroup\x12\x13\n\x0bqueue_depth\x18\x02 \x01(\x04\"+\n\x16\x41\x63kTrajectoriesRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\"9\n\x17\x41\x63kTrajectoriesResponse\x12\r\n\x05\x61\x63ked\x18\x01 \x01(\r\x12\x0f\n\x07unknown\x18\x02 \x01(\r\"<\n\x14PublishPolicyRequest\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x13\n\x0bweights_uri\x18\x02 \x01(\t\"=\n\x15PublishPolicyResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x13\n\x0bweights_uri\x18\x02 \x01(\t\",\n\x0fGetStatsRequest\x12\x19\n\x11histogram_buckets\x18\x01 \x01(\r\"\x94\x05\n\x10GetStatsResponse\x12\x10\n\x08problems\x18\x01 \x01(\x04\x12\x11\n\theap_size\x18\x02 \x01(\x04\x12\x0e\n\x06solved\x18\x03 \x01(\x04\x12\x10\n\x08unsolved\x18\x04 \x01(\x04\x12\x0e\n\x06leased\x18\x05 \x01(\x04\x12\x15\n\ractive_leases\x18\x06 \x01(\x04\x12\x0c\n\x04step\x18\x07 \x01(\x04\x12\x16\n\x0epolicy_version\x18\x08 \x01(\x03\x12\x13\n\x0bweights_uri\x18\t \x01(\t\x12\x1a\n\x12priority_histogram\x18\n \x03(\x04\x12\x1d\n\x15priority_bucket_edges\x18\x0b \x03(\x01\x12\x14\n\x0cgroups_mixed\x18\x0c \x01(\x04\x12\x1a\n\x12groups_all_correct\x18\r \x01(\x04\x12\x18\n\x10groups_all_wrong\x18\x0e \x01(\x04\x12\x17\n\x0fgroups_constant\x18\x0f \x01(\x04\x12 \n\x18\x65\x66\x66\x65\x63tive_group_fraction\x18\x10 \x01(\x01\x12\x19\n\x11\x66orgetting_events\x18\x11 \x01(\x04\x12\x15\n\rbreakthroughs\x18\x12 \x01(\x04\x12\x16\n\x0elease_expiries\x18\x13 \x01(\x04\x12\x13\n\x0bqueue_depth\x18\x14 \x01(\x04\x12\x16\n\x0epending_groups\x18\x15 \x01(\x04\x12\x1c\n\x14\x63ompletions_reported\x18\x16 \x01(\x04\x12\x12\n\nreward_sum\x18\x17 \x01(\x01\x12\x14\n\x0clate_reports\x18\x18 \x01(\x04\x12\x14\n\x0cgroups_acked\x18\x19 \x01(\x04\x12+\n\x07\x63lients\x18\x1a \x03(\x0b\x32\x1a.prioreplay.v1.ClientStats\x12\x13\n\x0bquarantined\x18\x1b \x01(\x04\"\xc9\x01\n\x0b\x43lientStats\x12+\n\x06source\x18\x01 \x01(\x0e\x32\x1b.prioreplay.v1.ClientSource\x12\x0e\n\x06leases\x18\x02 \x01(\x04\x12\x18\n\x10problems_sampled\x18\x03 \x01(\x04\x12\x0e\n\x06groups\x18\x04 \x01(\x04\x12\x14\n\x0cgroups_mixed\x18\x05 \x01(\x04\x12\x13\n\x0b\x63ompletions\x18\x06 \x01(\x04\x12\x12\n\nreward_sum\x18\x07 \x01(\x01\x12\x14\n\x0clate_reports\x18\x08 \x01(\x04*v\n\x04Pool\x12\x14\n\x10POOL_UNSPECIFIED\x10\x00\x12\r\n\tPOOL_HEAP\x10\x01\x12\x0f\n\x0bPOOL_SOLVED\x10\x02\x12\x11\n\rPOOL_UNSOLVED\x10\x03\x12\x0f\n\x0bPOOL_LEASED\x10\x04\x12\x14\n\x10POOL_QUARANTINED\x10\x05*\x8f\x01\n\x0c\x43lientSource\x12\x1d\n\x19\x43LIENT_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43LIENT_SOURCE_WORKER\x10\x01\x12\x15\n\x11\x43LIENT_SOURCE_TRL\x10\x02\x12\x16\n\x12\x43LIENT_SOURCE_VERL\x10\x03\x12\x17\n\x13\x43LIENT_SOURCE_TORCH\x10\x04\x32\xa6\x05\n\x0fPriorityService\x12\x65\n\x10RegisterProblems\x12&.prioreplay.v1.RegisterProblemsRequest\x1a\'.prioreplay.v1.RegisterProblemsResponse(\x01\x12]\n\x0eSampleProblems\x12$.prioreplay.v1.SampleProblemsRequest\x1a%.prioreplay.v1.SampleProblemsResponse\x12]\n\x0eReportOutcomes\x12$.prioreplay.v1.ReportOutcomesRequest\x1a%.prioreplay.v1.ReportOutcomesResponse\x12\x63\n\x10PullTrajectories\x12&.prioreplay.v1.PullTrajectoriesRequest\x1a\'.prioreplay.v1.PullTrajectoriesResponse\x12`\n\x0f\x41\x63kTrajectories\x12%.prioreplay.v1.AckTrajectoriesRequest\x1a&.prioreplay.v1.AckTrajectoriesResponse\x12Z\n\rPublishPolicy\x12#.prioreplay.v1.PublishPolicyRequest\x1a$.prioreplay.v1.PublishPolicyResponse\x12K\n\x08GetStats\x12\x1e.prioreplay.v1.GetStatsRequest\x1a\x1f.prioreplay.v1.GetStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$prioreplay/v1/priority_service.proto\x12\rprioreplay.v1\"\xb0\x01\n\x07Problem\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x03 \x01(\t\x12\x10\n\x08verifier\x18\x04 \x01(\t\x12\x36\n\x08metadata\x18\x05 \x03(\x0b\x32$.prioreplay.v1.Problem.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"C\n\x17RegisterProblemsRequest\x12(\n\x08problems\x18\x01 \x03(\x0b\x32\x16.prioreplay.v1.Problem\"K\n\x18RegisterProblemsResponse\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x04\x12\x0f\n\x07updated\x18\x02 \x01(\x04\x12\r\n\x05total\x18\x03 \x01(\x04\"\xbb\x01\n\x15SampleProblemsRequest\x12\x12\n\nbatch_size\x18\x01 \x01(\r\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x17\n\x0flease_timeout_s\x18\x03 \x01(\x01\x12\x32\n\rclient_source\x18\x04 \x01(\x0e\x32\x1b.prioreplay.v1.ClientSource\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x1a\n\x12\x61\x63\x63\x65pts_group_size\x18\x06 \x01(\x08\"\x83\x01\n\rLeasedProblem\x12\'\n\x07problem\x18\x01 \x01(\x0b\x32\x16.prioreplay.v1.Problem\x12\x10\n\x08priority\x18\x02 \x01(\x01\x12#\n\x06source\x18\x03 \x01(\x0e\x32\x13.prioreplay.v1.Pool\x12\x12\n\ngroup_size\x18\x04 \x01(\r\"\xe1\x01\n\x16SampleProblemsResponse\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x1d\n\x15lease_deadline_unix_s\x18\x02 \x01(\x01\x12.\n\x08problems\x18\x03 \x03(\x0b\x32\x1c.prioreplay.v1.LeasedProblem\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12\x13\n\x0bweights_uri\x18\x05 \x01(\t\x12\x15\n\rretry_after_s\x18\x06 \x01(\x01\x12\x0c\n\x04step\x18\x07 \x01(\x04\x12\x14\n\x0c\x62\x61\x63kpressure\x18\x08 \x01(\x08\"b\n\nCompletion\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x11\n\ttruncated\x18\x05 \x01(\x08\"\xa4\x01\n\x0eProblemOutcome\x12\x12\n\nproblem_id\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\r\x12.\n\x0b\x63ompletions\x18\x04 \x03(\x0b\x32\x19.prioreplay.v1.Completion\x12\x1c\n\x14sampling_temperature\x18\x05 \x01(\x01\"\xeb\x01\n\x15ReportOutcomesRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\x08outcomes\x18\x02 \x03(\x0b\x32\x1d.prioreplay.v1.ProblemOutcome\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x32\n\rclient_source\x18\x04 \x01(\x0e\x32\x1b.prioreplay.v1.ClientSource\x12\x14\n\x0crewards_only\x18\x05 \x01(\x08\x12\x12\n\nmore_parts\x18\x06 \x01(\x08\x12\x1e\n\x16unservable_problem_ids\x18\x07 \x03(\t\"\x88\x01\n\x16ReportOutcomesResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\rgroups_queued\x18\x03 \x01(\r\x12\x17\n\x0fgroups_filtered\x18\x04 \x01(\r\x12\x1c\n\x14problems_quarantined\x18\x05 \x01(\r\"\xe8\x01\n\x0fTrajectoryGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\nproblem_id\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x18\n\x10prompt_token_ids\x18\x04 \x03(\r\x12.\n\x0b\x63ompletions\x18\x05 \x03(\x0b\x32\x19.prioreplay.v1.Completion\x12\x16\n\x0e\x64\x65livery_count\x18\x06 \x01(\r\x12\x17\n\x0freported_unix_s\x18\x07 \x01(\x01\x12\x1c\n\x14sampling_temperature\x18\x08 \x01(\x01\"\x88\x01\n\x17PullTrajectoriesRequest\x12\x12\n\nmax_groups\x18\x01 \x01(\r\x12\x0e\n\x06wait_s\x18\x02 \x01(\x01\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12\x1b\n\x13include_own_pending\x18\x04 \x01(\x08\x12\x1a\n\x12max_response_bytes\x18\x05 \x01(\x04\"_\n\x18PullTrajectoriesResponse\x12.\n\x06groups\x18\x01 \x03(\x0b\x32\x1e.prioreplay.v1.TrajectoryGroup\x12\x13\n\x0bqueue_depth\x18\x02 \x01(\x04\"+\n\x16\x41\x63kTrajectoriesRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\"9\n\x17\x41\x63kTrajectoriesResponse\x12\r\n\x05\x61\x63ked\x18\x01 \x01(\r\x12\x0f\n\x07unknown\x18\x02 \x01(\r\"<\n\x14PublishPolicyRequest\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x13\n\x0bweights_uri\x18\x02 \x01(\t\"=\n\x15PublishPolicyResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x13\n\x0bweights_uri\x18\x02 \x01(\t\",\n\x0fGetStatsRequest\x12\x19\n\x11histogram_buckets\x18\x01 \x01(\r\"\x94\x05\n\x10GetStatsResponse\x12\x10\n\x08problems\x18\x01 \x01(\x04\x12\x11\n\theap_size\x18\x02 \x01(\x04\x12\x0e\n\x06solved\x18\x03 \x01(\x04\x12\x10\n\x08unsolved\x18\x04 \x01(\x04\x12\x0e\n\x06leased\x18\x05 \x01(\x04\x12\x15\n\ractive_leases\x18\x06 \x01(\x04\x12\x0c\n\x04step\x18\x07 \x01(\x04\x12\x16\n\x0epolicy_version\x18\x08 \x01(\x03\x12\x13\n\x0bweights_uri\x18\t \x01(\t\x12\x1a\n\x12priority_histogram\x18\n \x03(\x04\x12\x1d\n\x15priority_bucket_edges\x18\x0b \x03(\x01\x12\x14\n\x0cgroups_mixed\x18\x0c \x01(\x04\x12\x1a\n\x12groups_all_correct\x18\r \x01(\x04\x12\x18\n\x10groups_all_wrong\x18\x0e \x01(\x04\x12\x17\n\x0fgroups_constant\x18\x0f \x01(\x04\x12 \n\x18\x65\x66\x66\x65\x63tive_group_fraction\x18\x10 \x01(\x01\x12\x19\n\x11\x66orgetting_events\x18\x11 \x01(\x04\x12\x15\n\rbreakthroughs\x18\x12 \x01(\x04\x12\x16\n\x0elease_expiries\x18\x13 \x01(\x04\x12\x13\n\x0bqueue_depth\x18\x14 \x01(\x04\x12\x16\n\x0epending_groups\x18\x15 \x01(\x04\x12\x1c\n\x14\x63ompletions_reported\x18\x16 \x01(\x04\x12\x12\n\nreward_sum\x18\x17 \x01(\x01\x12\x14\n\x0clate_reports\x18\x18 \x01(\x04\x12\x14\n\x0cgroups_acked\x18\x19 \x01(\x04\x12+\n\x07\x63lients\x18\x1a \x03(\x0b\x32\x1a.prioreplay.v1.ClientStats\x12\x13\n\x0bquarantined\x18\x1b \x01(\x04\"\xc9\x01\n\x0b\x43lientStats\x12+\n\x06source\x18\x01 \x01(\x0e\x32\x1b.prioreplay.v1.ClientSource\x12\x0e\n\x06leases\x18\x02 \x01(\x04\x12\x18\n\x10problems_sampled\x18\x03 \x01(\x04\x12\x0e\n\x06groups\x18\x04 \x01(\x04\x12\x14\n\x0cgroups_mixed\x18\x05 \x01(\x04\x12\x13\n\x0b\x63ompletions\x18\x06 \x01(\x04\x12\x12\n\nreward_sum\x18\x07 \x01(\x01\x12\x14\n\x0clate_reports\x18\x08 \x01(\x04*v\n\x04Pool\x12\x14\n\x10POOL_UNSPECIFIED\x10\x00\x12\r\n\tPOOL_HEAP\x10\x01\x12\x0f\n\x0bPOOL_SOLVED\x10\x02\x12\x11\n\rPOOL_UNSOLVED\x10\x03\x12\x0f\n\x0bPOOL_LEASED\x10\x04\x12\x14\n\x10POOL_QUARANTINED\x10\x05*\x8f\x01\n\x0c\x43lientSource\x12\x1d\n\x19\x43LIENT_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43LIENT_SOURCE_WORKER\x10\x01\x12\x15\n\x11\x43LIENT_SOURCE_TRL\x10\x02\x12\x16\n\x12\x43LIENT_SOURCE_VERL\x10\x03\x12\x17\n\x13\x43LIENT_SOURCE_TORCH\x10\x04\x32\xa6\x05\n\x0fPriorityService\x12\x65\n\x10RegisterProblems\x12&.prioreplay.v1.RegisterProblemsRequest\x1a\'.prioreplay.v1.RegisterProblemsResponse(\x01\x12]\n\x0eSampleProblems\x12$.prioreplay.v1.SampleProblemsRequest\x1a%.prioreplay.v1.SampleProblemsResponse\x12]\n\x0eReportOutcomes\x12$.prioreplay.v1.ReportOutcomesRequest\x1a%.prioreplay.v1.ReportOutcomesResponse\x12\x63\n\x10PullTrajectories\x12&.prioreplay.v1.PullTrajectoriesRequest\x1a\'.prioreplay.v1.PullTrajectoriesResponse\x12`\n\x0f\x41\x63kTrajectories\x12%.prioreplay.v1.AckTrajectoriesRequest\x1a&.prioreplay.v1.AckTrajectoriesResponse\x12Z\n\rPublishPolicy\x12#.prioreplay.v1.PublishPolicyRequest\x1a$.prioreplay.v1.PublishPolicyResponse\x12K\n\x08GetStats\x12\x1e.prioreplay.v1.GetStatsRequest\x1a\x1f.prioreplay.v1.GetStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PROBLEM_METADATAENTRY']._loaded_options = None
   _globals['_PROBLEM_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_POOL']._serialized_start=3140
-  _globals['_POOL']._serialized_end=3258
-  _globals['_CLIENTSOURCE']._serialized_start=3261
-  _globals['_CLIENTSOURCE']._serialized_end=3404
+  _globals['_POOL']._serialized_start=3189
+  _globals['_POOL']._serialized_end=3307
+  _globals['_CLIENTSOURCE']._serialized_start=3310
+  _globals['_CLIENTSOURCE']._serialized_end=3453
   _globals['_PROBLEM']._serialized_start=56
   _globals['_PROBLEM']._serialized_end=232
   _globals['_PROBLEM_METADATAENTRY']._serialized_start=185
@@ -46,39 +46,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGISTERPROBLEMSRESPONSE']._serialized_start=303
   _globals['_REGISTERPROBLEMSRESPONSE']._serialized_end=378
   _globals['_SAMPLEPROBLEMSREQUEST']._serialized_start=381
-  _globals['_SAMPLEPROBLEMSREQUEST']._serialized_end=540
-  _globals['_LEASEDPROBLEM']._serialized_start=542
-  _globals['_LEASEDPROBLEM']._serialized_end=653
-  _globals['_SAMPLEPROBLEMSRESPONSE']._serialized_start=656
-  _globals['_SAMPLEPROBLEMSRESPONSE']._serialized_end=881
-  _globals['_COMPLETION']._serialized_start=883
-  _globals['_COMPLETION']._serialized_end=981
-  _globals['_PROBLEMOUTCOME']._serialized_start=984
-  _globals['_PROBLEMOUTCOME']._serialized_end=1148
-  _globals['_REPORTOUTCOMESREQUEST']._serialized_start=1151
-  _globals['_REPORTOUTCOMESREQUEST']._serialized_end=1386
-  _globals['_REPORTOUTCOMESRESPONSE']._serialized_start=1389
-  _globals['_REPORTOUTCOMESRESPONSE']._serialized_end=1525
-  _globals['_TRAJECTORYGROUP']._serialized_start=1528
-  _globals['_TRAJECTORYGROUP']._serialized_end=1760
-  _globals['_PULLTRAJECTORIESREQUEST']._serialized_start=1763
-  _globals['_PULLTRAJECTORIESREQUEST']._serialized_end=1899
-  _globals['_PULLTRAJECTORIESRESPONSE']._serialized_start=1901
-  _globals['_PULLTRAJECTORIESRESPONSE']._serialized_end=1996
-  _globals['_ACKTRAJECTORIESREQUEST']._serialized_start=1998
-  _globals['_ACKTRAJECTORIESREQUEST']._serialized_end=2041
-  _globals['_ACKTRAJECTORIESRESPONSE']._serialized_start=2043
-  _globals['_ACKTRAJECTORIESRESPONSE']._serialized_end=2100
-  _globals['_PUBLISHPOLICYREQUEST']._serialized_start=2102
-  _globals['_PUBLISHPOLICYREQUEST']._serialized_end=2162
-  _globals['_PUBLISHPOLICYRESPONSE']._serialized_start=2164
-  _globals['_PUBLISHPOLICYRESPONSE']._serialized_end=2225
-  _globals['_GETSTATSREQUEST']._serialized_start=2227
-  _globals['_GETSTATSREQUEST']._serialized_end=2271
-  _globals['_GETSTATSRESPONSE']._serialized_start=2274
-  _globals['_GETSTATSRESPONSE']._serialized_end=2934
-  _globals['_CLIENTSTATS']._serialized_start=2937
-  _globals['_CLIENTSTATS']._serialized_end=3138
-  _globals['_PRIORITYSERVICE']._serialized_start=3407
-  _globals['_PRIORITYSERVICE']._serialized_end=4085
+  _globals['_SAMPLEPROBLEMSREQUEST']._serialized_end=568
+  _globals['_LEASEDPROBLEM']._serialized_start=571
+  _globals['_LEASEDPROBLEM']._serialized_end=702
+  _globals['_SAMPLEPROBLEMSRESPONSE']._serialized_start=705
+  _globals['_SAMPLEPROBLEMSRESPONSE']._serialized_end=930
+  _globals['_COMPLETION']._serialized_start=932
+  _globals['_COMPLETION']._serialized_end=1030
+  _globals['_PROBLEMOUTCOME']._serialized_start=1033
+  _globals['_PROBLEMOUTCOME']._serialized_end=1197
+  _globals['_REPORTOUTCOMESREQUEST']._serialized_start=1200
+  _globals['_REPORTOUTCOMESREQUEST']._serialized_end=1435
+  _globals['_REPORTOUTCOMESRESPONSE']._serialized_start=1438
+  _globals['_REPORTOUTCOMESRESPONSE']._serialized_end=1574
+  _globals['_TRAJECTORYGROUP']._serialized_start=1577
+  _globals['_TRAJECTORYGROUP']._serialized_end=1809
+  _globals['_PULLTRAJECTORIESREQUEST']._serialized_start=1812
+  _globals['_PULLTRAJECTORIESREQUEST']._serialized_end=1948
+  _globals['_PULLTRAJECTORIESRESPONSE']._serialized_start=1950
+  _globals['_PULLTRAJECTORIESRESPONSE']._serialized_end=2045
+  _globals['_ACKTRAJECTORIESREQUEST']._serialized_start=2047
+  _globals['_ACKTRAJECTORIESREQUEST']._serialized_end=2090
+  _globals['_ACKTRAJECTORIESRESPONSE']._serialized_start=2092
+  _globals['_ACKTRAJECTORIESRESPONSE']._serialized_end=2149
+  _globals['_PUBLISHPOLICYREQUEST']._serialized_start=2151
+  _globals['_PUBLISHPOLICYREQUEST']._serialized_end=2211
+  _globals['_PUBLISHPOLICYRESPONSE']._serialized_start=2213
+  _globals['_PUBLISHPOLICYRESPONSE']._serialized_end=2274
+  _globals['_GETSTATSREQUEST']._serialized_start=2276
+  _globals['_GETSTATSREQUEST']._serialized_end=2320
+  _globals['_GETSTATSRESPONSE']._serialized_start=2323
+  _globals['_GETSTATSRESPONSE']._serialized_end=2983
+  _globals['_CLIENTSTATS']._serialized_start=2986
+  _globals['_CLIENTSTATS']._serialized_end=3187
+  _globals['_PRIORITYSERVICE']._serialized_start=3456
+  _globals['_PRIORITYSERVICE']._serialized_end=4134
 # @@protoc_insertion_point(module_scope)

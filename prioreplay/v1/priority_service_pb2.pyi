@@ -73,28 +73,32 @@ class RegisterProblemsResponse(_message.Message):
     def __init__(self, created: _Optional[int] = ..., updated: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
 
 class SampleProblemsRequest(_message.Message):
-    __slots__ = ("batch_size", "worker_id", "lease_timeout_s", "client_source", "request_id")
+    __slots__ = ("batch_size", "worker_id", "lease_timeout_s", "client_source", "request_id", "accepts_group_size")
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     CLIENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     batch_size: int
     worker_id: str
     lease_timeout_s: float
     client_source: ClientSource
     request_id: str
-    def __init__(self, batch_size: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_timeout_s: _Optional[float] = ..., client_source: _Optional[_Union[ClientSource, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    accepts_group_size: bool
+    def __init__(self, batch_size: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_timeout_s: _Optional[float] = ..., client_source: _Optional[_Union[ClientSource, str]] = ..., request_id: _Optional[str] = ..., accepts_group_size: _Optional[bool] = ...) -> None: ...
 
 class LeasedProblem(_message.Message):
-    __slots__ = ("problem", "priority", "source")
+    __slots__ = ("problem", "priority", "source", "group_size")
     PROBLEM_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     problem: Problem
     priority: float
     source: Pool
-    def __init__(self, problem: _Optional[_Union[Problem, _Mapping]] = ..., priority: _Optional[float] = ..., source: _Optional[_Union[Pool, str]] = ...) -> None: ...
+    group_size: int
+    def __init__(self, problem: _Optional[_Union[Problem, _Mapping]] = ..., priority: _Optional[float] = ..., source: _Optional[_Union[Pool, str]] = ..., group_size: _Optional[int] = ...) -> None: ...
 
 class SampleProblemsResponse(_message.Message):
     __slots__ = ("lease_id", "lease_deadline_unix_s", "problems", "policy_version", "weights_uri", "retry_after_s", "step", "backpressure")

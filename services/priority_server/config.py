@@ -20,7 +20,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT, ClientSettings, PrioreplaySettings, read_token
-from prioreplay.priority_server.samplers import SAMPLER_HELP, SamplerName
+from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLER_HELP, SamplerName
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,8 +56,13 @@ class ServerConfig(PrioreplaySettings):
     port: int = Field(50051, ge=0, le=65535, description="gRPC port (0: an ephemeral port, logged at start)")
     metrics_port: int = Field(9100, ge=0, le=65535, description="Prometheus /metrics port (0 disables it)")
     # -- sampler -------------------------------------------------------------------------
-    sampler: SamplerName = Field("heap", description=SAMPLER_HELP)
+    sampler: SamplerName = Field(DEFAULT_SAMPLER, description=SAMPLER_HELP)
     alpha: float = Field(1.0, gt=0, le=100, description="exponent of the weighted sampler (priority^alpha)")
+    temperature: float = Field(1.0, gt=0, le=100, description="temperature T of the gumbel sampler")
+    probe_size: int = Field(2, ge=1, le=1024, description="completions of a screening probe (screened samplers)")
+    posterior_decay: float = Field(
+        0.95, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
+    posterior_prior: float = Field(1.0, gt=0, le=1e6, description="symmetric Beta prior α₀ = β₀ of the posterior retests")
     retest_fraction: float = Field(
         0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests"
     )
@@ -161,6 +166,10 @@ class ServerConfig(PrioreplaySettings):
         return StoreConfig(
             sampler=self.sampler,
             alpha=self.alpha,
+            temperature=self.temperature,
+            probe_size=self.probe_size,
+            posterior_decay=self.posterior_decay,
+            posterior_prior=self.posterior_prior,
             retest_fraction=self.retest_fraction,
             retest_interval=self.retest_interval,
             params=PriorityParams(decay=self.decay, prior_alpha=self.prior_alpha, prior_beta=self.prior_beta),

@@ -97,7 +97,8 @@ class MemoryStore(Store):
         for key, g in state.pending.items():
             self._by_consumer.setdefault(g.consumer, SortedList()).add(key)
         self._view = _SamplerView(self._heap, self._pools, state.problems)
-        self._requests: dict[str, tuple[str, float]] = {}  # request id -> (lease id, its deadline)
+        # request id -> (lease id, its deadline, problem id -> group_size as sampled)
+        self._requests: dict[str, tuple[str, float, dict[str, int | None]]] = {}
         self._request_deadlines: SortedList = SortedList()  # (deadline, request id)
 
     # -- placement helpers ----------------------------------------------------------------
@@ -212,7 +213,8 @@ class MemoryStore(Store):
         self._deadlines.add((lease.deadline, lease.lease_id))
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
         if request_id:
-            self._requests[request_id] = (lease.lease_id, lease.deadline)
+            self._requests[request_id] = (lease.lease_id, lease.deadline,
+                                          {sp.problem.id: sp.group_size for sp in batch})
             self._request_deadlines.add((lease.deadline, request_id))
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, step1)
 
@@ -226,7 +228,8 @@ class MemoryStore(Store):
         for pid in lease.problem_ids:
             e = self._s.problems[pid]
             prio = e.score if e.home is Pool.HEAP else rules.priority(e.stats, self.config.params)
-            batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home))
+            batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home,
+                                        group_size=seen[2].get(pid)))
         version, uri = self._s.policy
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, lease.step)
@@ -236,7 +239,7 @@ class MemoryStore(Store):
         due = self._request_deadlines
         while due and due[0][0] <= now:
             deadline, rid = due.pop(0)
-            if self._requests.get(rid, ("", None))[1] == deadline:
+            if self._requests.get(rid, ("", None, None))[1] == deadline:
                 del self._requests[rid]
 
     async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (),

@@ -3,8 +3,9 @@
 Two kinds (names as in ``docs/INTERFACES.md``):
 
 * Process-local instruments, updated as RPCs run: ``prioreplay_rpc_latency_seconds{method}``,
-  ``prioreplay_rpc_errors_total{method,code}`` and ``prioreplay_sampled_priority`` (the
-  priorities served by SampleProblems).
+  ``prioreplay_rpc_errors_total{method,code}``, ``prioreplay_sampled_priority`` (the
+  priorities served by SampleProblems) and ``prioreplay_probes_total`` (problems served as
+  screening probes).
 * Store-derived metrics, exported by a custom collector from the latest ``store.stats()``
   (refreshed by the server every ``stats_interval_s``): pool sizes, the priority distribution,
   the step, the policy version, the trajectory queue and the counters that live in the store
@@ -125,6 +126,8 @@ class ServerMetrics:
             "and quarantined, since this server process started", registry=self.registry)
         self.sampled_priority = Histogram("prioreplay_sampled_priority", "priority of each problem served",
                                           buckets=PRIORITY_BUCKETS, registry=self.registry)
+        self.probes = Counter("prioreplay_probes", "problems served as screening probes (a group_size below the "
+                              "worker's G, set by the sampler)", registry=self.registry)
         self.store_stats = StoreStatsCollector()
         self.registry.register(self.store_stats)
         self.clients = ClientTally()
@@ -136,10 +139,12 @@ class ServerMetrics:
         if code != "OK":
             self.rpc_errors.labels(method, code).inc()
 
-    def observe_sampled(self, priorities: list[float]) -> None:
-        """Record the priorities of the problems of one served batch."""
+    def observe_sampled(self, priorities: list[float], probes: int = 0) -> None:
+        """Record the priorities of the problems of one served batch and how many were probes."""
         for p in priorities:
             self.sampled_priority.observe(p)
+        if probes:
+            self.probes.inc(probes)
 
     def update(self, stats: "StoreStats | None", healthy: bool) -> None:
         """Replace the exported store statistics (None keeps the previous ones) and health."""

@@ -300,7 +300,10 @@ class RedisStore(Store):
                 seed32 = step_seed(cfg.seed, expected + 1)
             res = await self._run("sample", keys, [
                 _f(now), batch_size, _f(deadline), lease_id, self._sampler.lua_branch, quota, cfg.retest_interval,
-                _f(cfg.alpha), expected, seed32, EXPIRE_LIMIT, _f(TOMBSTONE_TTL_S), request_id,
+                _f(cfg.alpha), expected, seed32, EXPIRE_LIMIT, _f(TOMBSTONE_TTL_S), _f(cfg.temperature),
+                _f(cfg.posterior_decay), _f(cfg.posterior_prior), cfg.probe_size,
+                int(getattr(self._sampler.memory, "probe_unseen", False)),
+                int(getattr(self._sampler.memory, "probe_retests", False)), request_id,
             ])
             if res[0] == b"SAME":  # a retried request: its live lease again
                 lease_id, deadline = _s(res[-2]), float(res[-1])
@@ -317,14 +320,16 @@ class RedisStore(Store):
         earliest = [float(res[4])] if res[4] else []
         n = int(res[5])
         problems: list[SampledProblem] = []
-        for i in range(6, 6 + 4 * n, 4):
+        for i in range(6, 6 + 5 * n, 5):
             member, source, stats_value, record = _s(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
+            group_size = int(res[i + 4]) or None
             pid = member_id(member)
             stats, _, score = _parse_stats(stats_value)
             problems.append(SampledProblem(
                 problem=_decode_problem(pid, record),
                 priority=score if source == Pool.HEAP else rules.priority(stats, cfg.params),
                 source=Pool(source),
+                group_size=group_size,
             ))
         if problems:
             earliest.append(deadline)

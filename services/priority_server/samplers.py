@@ -24,20 +24,13 @@ What it returns
     The :class:`Pick` of every problem it took, in batch order. A pick may set ``group_size``:
     how many completions the worker should generate for that problem (None: the worker's own G).
 
-Planned samplers and where they plug in (none is implemented yet)
-    * Decayed Beta posterior, priority = expected variance under a Beta posterior whose evidence
-      decays with the steps since the problem was last tested: a :class:`RetestThenHeap` whose
-      ``take_from_heap`` scores heap problems from ``view.problem_stats(member)`` and ``request.step``.
-      The step of a heap problem's last report is not stored yet (a pooled problem's score is
-      its last tested step); the statistics record (memory ``_Entry``, Redis ``stats`` value)
-      gains that one column.
-    * Thompson-sampling or UCB retests instead of least-recently-first: override
-      :meth:`RetestThenHeap.retests`, reading ``view.pool_entry``/``view.problem_stats`` and drawing
-      from ``request.rng``.
-    * Screening probes: return picks with a smaller ``group_size``. The SampleProblems response
-      and the worker then carry it (``LeasedProblem`` needs the field).
-    * Gumbel-top-k over log-priority with a temperature: override ``take_from_heap``; add the
-      temperature to :class:`StoreConfig` next to ``alpha``.
+Samplers beyond the paper (issue 12; formulas in :func:`posterior_variance`, :class:`GumbelHeap`)
+    * ``gumbel``: H is a Gumbel-top-k draw over the top of the heap (stochastic top-k).
+    * ``posterior``: R scores the oldest due pooled problems by their step-decayed Beta posterior
+      (MoPPS) and retests the most uncertain ones; ``thompson`` draws instead (memory store only).
+    * ``screened``: the paper's heap, but a problem never tested is first probed with
+      ``probe_size`` completions (SPEED-RL); ``screened-pools`` probes the retests too;
+      ``screened-posterior`` combines the probes with posterior retests.
 
 The Redis store runs the sampler's Lua branch (``lua_branch``, a function in ``sample.lua``)
 inside one script call, with the same RNG draws in the same order; the differential test checks
@@ -52,7 +45,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from prioreplay.rules import MAX_PRIORITY, Pool, Stats
@@ -209,9 +203,20 @@ class RetestThenHeap(MemorySampler):
     B − |R| − |H| from the pools regardless of score, in the same order as R.
     """
 
+    #: Probe problems never tested (statistics n == 0) with ``config.probe_size`` completions.
+    probe_unseen = False
+    #: Probe the retests R (not the fill F) with ``config.probe_size`` completions.
+    probe_retests = False
+
     def sample(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
         picks = self.retests(view, request)
-        picks += self.take_from_heap(view, request, request.batch_size - len(picks))
+        if self.probe_retests:
+            picks = [replace(p, group_size=self.config.probe_size) for p in picks]
+        heap = self.take_from_heap(view, request, request.batch_size - len(picks))
+        if self.probe_unseen:
+            heap = [replace(p, group_size=self.config.probe_size) if view.problem_stats(p.member).n == 0.0 else p
+                    for p in heap]
+        picks += heap
         picks += take_from_pools(view, request.batch_size - len(picks), None)
         return picks
 
@@ -274,6 +279,170 @@ class UniformSampler(MemorySampler):
         return picks
 
 
+def posterior_variance(stats: Stats, age: float, decay: float, prior: float) -> float:
+    """Expected reward variance of a problem under its step-decayed Beta posterior.
+
+    The evidence decays with the global steps since the problem was last tested (MoPPS: Qu et
+    al. 2025, "Can Prompt Difficulty be Online Predicted for Accelerating RL Finetuning of
+    Reasoning Models?", arXiv 2507.04632, a discounted Beta posterior per prompt):
+    w = decay^age, a = prior + w·s1, b = prior + w·(n − s1), and for p ~ Beta(a, b)
+    E[p(1 − p)] = a·b / ((a + b)·(a + b + 1)).
+
+    Evaluated in exactly this operation order by ``lua/sample.lua`` (``posterior_variance``).
+
+    Args:
+        stats: the problem's (report-decayed) sums; s1 counts successes for binary rewards.
+        age: steps since it was last tested (>= 0).
+        decay: per-step evidence decay in (0, 1] (1: no decay between tests).
+        prior: α₀ = β₀ > 0, the symmetric Beta prior.
+
+    Returns:
+        A float in (0, 0.25).
+    """
+    w = decay ** age
+    a = prior + w * stats.s1
+    b = prior + w * (stats.n - stats.s1)
+    t = a + b
+    return a * b / (t * (t + 1.0))
+
+
+def due_window(view: SamplerView, request: SampleRequest, size: int) -> list[tuple[float, Pool, int, str]]:
+    """The ``size`` least recently tested due pooled problems (score <= step − interval), in merged
+    pool order, as (score, pool, index in its pool, member); nothing is taken."""
+    thr = float(request.step - request.retest_interval)
+    out: list[tuple[float, Pool, int, str]] = []
+    pos = {Pool.SOLVED: 0, Pool.UNSOLVED: 0}
+    while len(out) < size:
+        head: tuple[tuple[float, int, str], Pool] | None = None
+        for pool in (Pool.SOLVED, Pool.UNSOLVED):
+            if pos[pool] < view.pool_size(pool):
+                score, member = view.pool_entry(pool, pos[pool])
+                key = (score, _POOL_RANK[pool], member)
+                if head is None or key < head[0]:
+                    head = (key, pool)
+        if head is None or head[0][0] > thr:
+            break
+        (score, _, member), pool = head
+        out.append((score, pool, pos[pool], member))
+        pos[pool] += 1
+    return out
+
+
+def take_chosen(view: SamplerView, chosen: list[tuple[float, Pool, int, str]]) -> list[Pick]:
+    """Lease the window entries ``chosen`` (in that batch order): popped from the highest pool
+    index down, so the indices of the others stay valid."""
+    picks: dict[str, Pick] = {}
+    for _, pool, index, member in sorted(chosen, key=lambda c: c[2], reverse=True):
+        picks[member] = view.take_pool(pool, index)
+    return [picks[c[3]] for c in chosen]
+
+
+class PosteriorRetests(RetestThenHeap):
+    """R by the decayed posterior (``posterior``): the window is the ``4·quota`` least recently
+    tested due pooled problems; its first (the oldest) is always retested, which bounds
+    starvation (a due problem at position i of the merged pool order is retested within i + 1
+    batches); the other quota − 1 slots go to the window's highest :func:`posterior_variance`
+    (ties: pool order). Batch order: the oldest, then by that score descending."""
+
+    def score(self, view: SamplerView, request: SampleRequest, entry: tuple[float, Pool, int, str]) -> float:
+        c = self.config
+        return posterior_variance(view.problem_stats(entry[3]), request.step - entry[0], c.posterior_decay,
+                                  c.posterior_prior)
+
+    def retests(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
+        if request.quota <= 0:
+            return []
+        window = due_window(view, request, 4 * request.quota)
+        if not window:
+            return []
+        scored = [(self.score(view, request, e), i) for i, e in enumerate(window[1:], start=1)]
+        scored.sort(key=lambda t: (-t[0], t[1]))
+        chosen = [window[0]] + [window[i] for _, i in scored[:request.quota - 1]]
+        return take_chosen(view, chosen)
+
+
+class ThompsonRetests(PosteriorRetests):
+    """``thompson``: as ``posterior``, but each window problem's score is p(1 − p) for one draw
+    p ~ Beta(a, b) of its decayed posterior (Thompson sampling, as in MoPPS). The Beta draws use
+    Python's ``random.Random`` seeded from this step's RNG: memory store only."""
+
+    def retests(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
+        self._draw = random.Random(request.rng.next_u32()) if request.quota > 0 else None
+        return super().retests(view, request)
+
+    def score(self, view: SamplerView, request: SampleRequest, entry: tuple[float, Pool, int, str]) -> float:
+        c = self.config
+        st = view.problem_stats(entry[3])
+        w = c.posterior_decay ** (request.step - entry[0])
+        p = self._draw.betavariate(c.posterior_prior + w * st.s1, c.posterior_prior + w * (st.n - st.s1))
+        return p * (1.0 - p)
+
+
+class GumbelHeap(RetestThenHeap):
+    """``gumbel``: H is a Gumbel-top-k draw (Kool et al. 2019, "Stochastic Beams and Where to Find
+    Them", arXiv 1903.06059) over the window of the top ``4·count`` of the heap: each window
+    problem at rank i gets key_i = log(max(priority_i, 1e-12)) / T − log(−log(u_i)) with
+    u_i = max(rng.random(), 2⁻³²) drawn in rank order; the ``count`` largest keys are taken, in key
+    order (ties: rank). This samples without replacement ∝ priority^(1/T) within the window, so a
+    mixed problem of lower priority is still served; T = ``config.temperature``."""
+
+    def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
+        size = min(4 * count, view.heap_size())
+        if size <= 0 or count <= 0:
+            return []
+        t = self.config.temperature
+        keys = []
+        for rank in range(size):
+            u = max(request.rng.random(), 2.0 ** -32)
+            prio = view.heap_entry(rank)[0]
+            keys.append((math.log(max(prio, 1e-12)) / t - math.log(-math.log(u)), rank))
+        keys.sort(key=lambda k: (-k[0], k[1]))
+        chosen = [rank for _, rank in keys[:count]]
+        taken: dict[int, Pick] = {}
+        for rank in sorted(chosen, reverse=True):  # highest rank first: the lower ranks stay valid
+            taken[rank] = view.take_heap(rank)
+        return [taken[rank] for rank in chosen]
+
+
+class ScreenedSampler(HeapSampler):
+    """``screened``: the paper's heap + retests, with problems never tested probed first
+    (SPEED-RL: Zhang et al. 2025, "SPEED-RL: Faster Training of Reasoning Models via Online
+    Curriculum Learning", arXiv 2506.09016, screening rollouts). A probe group of ``probe_size``
+    completions updates the statistics like any report; all-correct / all-wrong probes go to the
+    pools, a mixed probe stays at the top of the heap, so a full group follows only there."""
+
+    probe_unseen = True
+
+
+class ScreenedPoolsSampler(ScreenedSampler):
+    """``screened-pools``: ``screened``, and the retests are probes too."""
+
+    probe_retests = True
+
+
+class ScreenedPosteriorSampler(PosteriorRetests):
+    """``screened-posterior``: probes of problems never tested, the heap's top, posterior retests."""
+
+    probe_unseen = True
+
+    def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
+        return HeapSampler.take_from_heap(self, view, request, count)
+
+
+class PosteriorSampler(PosteriorRetests):
+    """``posterior``: the heap's top, retests by the decayed posterior."""
+
+    def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
+        return HeapSampler.take_from_heap(self, view, request, count)
+
+
+class ThompsonSampler(ThompsonRetests):
+    """``thompson``: the heap's top, retests by Thompson draws of the decayed posterior."""
+
+    def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
+        return HeapSampler.take_from_heap(self, view, request, count)
+
+
 # -- the registry -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SamplerSpec:
@@ -286,6 +455,8 @@ class SamplerSpec:
         retests: gets a retest quota (``retest_fraction`` of each batch); False: quota 0.
         lua_branch: its function in ``lua/sample.lua``; None: memory store only.
         help: one line for ``--help``.
+        probes: may ask for fewer completions than the worker's G (``Pick.group_size``): only
+            clients that declare ``accepts_group_size`` may lease from it.
     """
 
     name: str
@@ -294,6 +465,7 @@ class SamplerSpec:
     retests: bool
     lua_branch: str | None
     help: str
+    probes: bool = False
 
 
 SAMPLERS: dict[str, SamplerSpec] = {s.name: s for s in (
@@ -303,7 +475,24 @@ SAMPLERS: dict[str, SamplerSpec] = {s.name: s for s in (
                 help="draws ∝ priority^alpha"),
     SamplerSpec("uniform", UniformSampler, uses_rng=True, retests=False, lua_branch="uniform",
                 help="uniform over all problems (the baseline)"),
+    SamplerSpec("gumbel", GumbelHeap, uses_rng=True, retests=True, lua_branch="gumbel",
+                help="Gumbel-top-k over the top 4B of the heap, temperature T"),
+    SamplerSpec("posterior", PosteriorSampler, uses_rng=False, retests=True, lua_branch="posterior",
+                help="heap top; retests by the step-decayed Beta posterior (MoPPS)"),
+    SamplerSpec("thompson", ThompsonSampler, uses_rng=True, retests=True, lua_branch=None,
+                help="heap top; retests by Thompson draws of the decayed posterior (memory store only)"),
+    SamplerSpec("screened", ScreenedSampler, uses_rng=False, retests=True, lua_branch="screened",
+                help="heap + retests; problems never tested are probed with probe_size completions first",
+                probes=True),
+    SamplerSpec("screened-pools", ScreenedPoolsSampler, uses_rng=False, retests=True, lua_branch="screened-pools",
+                help="screened, and retests are probes too", probes=True),
+    SamplerSpec("screened-posterior", ScreenedPosteriorSampler, uses_rng=False, retests=True,
+                lua_branch="screened-posterior", help="screened probes + posterior retests", probes=True),
 )}
+
+#: The sampler every configuration starts from (chosen by the simulator, docs/BENCHMARKS.md part 2b;
+#: ``heap``, the paper's rule, stays available by name and is the reference of every figure).
+DEFAULT_SAMPLER = "heap"
 
 #: The sampler names as a type, for typed settings.
 SamplerName = Literal[tuple(SAMPLERS)]  # type: ignore[valid-type]

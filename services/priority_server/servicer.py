@@ -22,8 +22,10 @@ from google.protobuf.message import DecodeError
 from prioreplay import rules
 from prioreplay.client import problem_to_proto
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
-from prioreplay.errors import Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
+from prioreplay.errors import (FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted,
+                               StoreUnavailable)
 from prioreplay.priority_server.clients import ClientTally
+from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
 from prioreplay.priority_server.store_types import GroupOutcome, Lease
 from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, logprobs_all_valid
@@ -64,7 +66,8 @@ def lease_to_proto(lease: Lease) -> pb.SampleProblemsResponse:
     return pb.SampleProblemsResponse(
         lease_id=lease.lease_id,
         lease_deadline_unix_s=lease.deadline if lease.problems else 0.0,
-        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source))
+        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source),
+                                   group_size=s.group_size or 0)
                   for s in lease.problems],
         policy_version=lease.policy_version,
         weights_uri=lease.weights_uri,
@@ -228,6 +231,12 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         """Lease up to ``batch_size`` problems (the store checks the size and the lease length)."""
         check_name(request.worker_id, "worker_id")
         check_name(request.request_id, "request_id")
+        sampler = self.store.config.sampler
+        if SAMPLERS[sampler].probes and not request.accepts_group_size:
+            raise FailedPrecondition(
+                f"the server's sampler {sampler!r} asks for screening probes (a per-problem group_size) and this "
+                "client does not declare accepts_group_size; upgrade the worker, or run the server with a "
+                "sampler without probes (e.g. --sampler heap)")
         key = f"{request.worker_id}\t{request.request_id}" if request.request_id else ""  # ids are per client
         if self.backpressure is not None and await self.backpressure.refuse():
             if self.metrics is not None:
@@ -237,7 +246,8 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         if lease.problems:
             self.clients.sampled(request.client_source, len(lease.problems))
             if self.metrics is not None:
-                self.metrics.observe_sampled([s.priority for s in lease.problems])
+                self.metrics.observe_sampled([s.priority for s in lease.problems],
+                                             sum(1 for s in lease.problems if s.group_size))
         return lease_to_proto(lease)
 
     @rpc

@@ -137,7 +137,7 @@ from typing import Callable, Sequence
 
 from prioreplay import rules
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.samplers import SAMPLERS, SamplerName
+from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLERS, SamplerName
 from prioreplay.priority_server.store_types import (
     Delivery,
     GroupOutcome,
@@ -172,9 +172,13 @@ class StoreConfig:
         max_lease_timeout_s: largest lease a client may ask for, seconds.
         redelivery_timeout_s: a delivered, unacknowledged group is re-delivered after this long.
         max_batch_size: largest batch_size / max_groups accepted.
+        temperature: T of ``gumbel`` (> 0; keys are log-priority / T).
+        probe_size: completions of a screening probe (``screened*``), >= 1.
+        posterior_decay: per-step evidence decay of the posterior retests, in (0, 1].
+        posterior_prior: α₀ = β₀ of the posterior retests (> 0).
     """
 
-    sampler: SamplerName = "heap"
+    sampler: SamplerName = DEFAULT_SAMPLER
     alpha: float = 1.0
     retest_fraction: float = 0.1
     retest_interval: int = 4
@@ -184,6 +188,10 @@ class StoreConfig:
     max_lease_timeout_s: float = 86400.0
     redelivery_timeout_s: float = 300.0
     max_batch_size: int = 4096
+    temperature: float = 1.0
+    probe_size: int = 2
+    posterior_decay: float = 0.95
+    posterior_prior: float = 1.0
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -202,6 +210,14 @@ class StoreConfig:
             raise InvalidArgument(
                 f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
             )
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise InvalidArgument(f"temperature ({self.temperature}) must be a finite number > 0")
+        if not (1 <= self.probe_size <= 1024):
+            raise InvalidArgument(f"probe_size ({self.probe_size}) must be in [1, 1024] completions")
+        if not (0.0 < self.posterior_decay <= 1.0):
+            raise InvalidArgument(f"posterior_decay ({self.posterior_decay}) must be in (0, 1]; 1: no decay")
+        if not (self.posterior_prior > 0 and math.isfinite(self.posterior_prior)):
+            raise InvalidArgument(f"posterior_prior ({self.posterior_prior}) must be a finite number > 0")
         if self.max_batch_size < 1:
             raise InvalidArgument(f"max_batch_size ({self.max_batch_size}) must be >= 1")
 

@@ -39,6 +39,8 @@ class WorkerMetrics:
         self.backpressure_waits = Counter(p + "backpressure_waits", "leases refused by the server's backpressure "
                                           "(trajectory queue over its bound); the worker waited and asked again",
                                           registry=r)
+        self.probes = Counter(p + "probes", "groups generated as screening probes (the lease's group_size < G)",
+                              registry=r)
         self.rpc_seconds = Histogram(p + "rpc_seconds", "seconds spent in priority-server RPCs (retries included)",
                                      ["method"], buckets=SECONDS_BUCKETS, registry=r)
         for m in RPC_METHODS:

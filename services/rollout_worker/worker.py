@@ -164,7 +164,8 @@ class RolloutWorker:
 
         c = self.config
         lease = self._rpc("SampleProblems", self.client.sample, c.batch_size, worker_id=c.worker_id,
-                          lease_timeout_s=c.lease_timeout_s, client_source=CLIENT_SOURCE_WORKER)
+                          lease_timeout_s=c.lease_timeout_s, client_source=CLIENT_SOURCE_WORKER,
+                          accepts_group_size=True)
         if not lease.problems:
             if lease.backpressure:
                 self.metrics.backpressure_waits.inc()
@@ -178,7 +179,8 @@ class RolloutWorker:
         problems, prompts, unservable = self._servable(problems, prompts)
 
         t0 = time.perf_counter()
-        groups = self.backend.generate(prompts, c.group_size, self.sampling_params()) if prompts else []
+        sizes = {lp.problem.id: lp.group_size or c.group_size for lp in lease.problems}
+        groups = self.generate_groups(prompts, [sizes[p.id] for p in problems]) if prompts else []
         generation_s = time.perf_counter() - t0
         self.batches_done += 1
 
@@ -203,7 +205,7 @@ class RolloutWorker:
         if not resp.accepted:
             log.warning("lease %s not accepted (%s): generation took %.1f s; consider a longer --lease-timeout-s",
                         lease.lease_id, resp.reason, generation_s)
-        log.info("lease %s: %d problems × G=%d, %d tokens in %.2f s (%.0f tok/s), mean reward %.3f, queued %d, v%d",
+        log.info("lease %s: %d problems × G≤%d, %d tokens in %.2f s (%.0f tok/s), mean reward %.3f, queued %d, v%d",
                  lease.lease_id[:8], len(problems), c.group_size, tokens, generation_s, tokens / max(generation_s, 1e-9),
                  result["reward_mean"], resp.groups_queued, version)
         return BatchResult(reported=True, accepted=resp.accepted, reason=resp.reason, groups_queued=resp.groups_queued,
@@ -283,6 +285,25 @@ class RolloutWorker:
                 keep.append(p)
                 keep_prompts.append(ids)
         return keep, keep_prompts, unservable
+
+    def generate_groups(self, prompts: list[list[int]], sizes: list[int]) -> list[list]:
+        """One group per prompt, of ``sizes[i]`` completions (the lease's ``group_size``, else G):
+        one ``backend.generate`` call per distinct size, results back in lease order.
+
+        Args:
+            prompts: the B prompts as token ids (after the chat template).
+            sizes: completions per prompt, each >= 1.
+        """
+        params = self.sampling_params()
+        groups: list[list] = [[] for _ in prompts]
+        for size in sorted(set(sizes), reverse=True):
+            where = [i for i, s in enumerate(sizes) if s == size]
+            for i, group in zip(where, self.backend.generate([prompts[i] for i in where], size, params)):
+                groups[i] = group
+        probes = sum(1 for s in sizes if s < self.config.group_size)
+        if probes:
+            self.metrics.probes.inc(probes)
+        return groups
 
     def _score(self, problem: Any, text: str) -> float:
         try:

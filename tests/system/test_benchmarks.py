@@ -64,6 +64,29 @@ def test_run_simulation_summaries_and_paired_ratios():
         assert s["lo"] <= s["mean"] <= s["hi"] and s["n"] == 2
 
 
+async def test_probes_count_in_the_budget_and_are_trained_only_when_asked():
+    by = {m.name: m for m in simulate.CANDIDATES}
+    heap = await simulate.run_one(TINY_SIM, simulate.METHODS[3], seed=2)
+    scr = await simulate.run_one(TINY_SIM, by["screened"], seed=2)
+    tr = await simulate.run_one(TINY_SIM, by["screened_train"], seed=2)
+    assert heap.probes == 0 and scr.probes >= TINY_SIM.n_problems  # every problem is probed once first
+    assert scr.curve_rollouts[1] == TINY_SIM.batch_size * 2  # the first batch: B probes of 2 completions
+    assert scr.curve_rollouts[-1] > heap.curve_rollouts[-1] - TINY_SIM.batch_size * TINY_SIM.group_size
+    assert tr.useful_rollout_fraction > scr.useful_rollout_fraction  # mixed probes reach the learner
+    # in the first batch every group is a probe: only screened_train learns from it
+    assert scr.curve_success[1] < tr.curve_success[1]
+
+
+def test_dilution_scales_each_update_by_the_mixed_share_of_the_step():
+    plain = asyncio.run(simulate.run_one(TINY_SIM, simulate.METHODS[0], seed=4))
+    diluted = asyncio.run(simulate.run_one(replace(TINY_SIM, dilute=True), simulate.METHODS[0], seed=4))
+    assert diluted.curve_success[0] == plain.curve_success[0]  # paired population
+    assert diluted.final_success < plain.final_success  # the same draws, smaller steps
+    assert set(simulate.POPULATIONS) == {"default", "hard", "forgetting", "dilute"}
+    for overrides in simulate.POPULATIONS.values():
+        replace(simulate.SimParams(), **overrides)  # every population is a valid SimParams
+
+
 def test_summarize_drops_nan_and_brackets_the_mean():
     s = simulate.summarize([1.0, 2.0, 3.0, math.nan])
     assert s["n"] == 3 and s["mean"] == 2.0 and 1.0 <= s["lo"] < 2.0 < s["hi"] <= 3.0

@@ -25,6 +25,7 @@ from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
+from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.priority_server.store_types import GroupOutcome
 from prioreplay.problems import ProblemRecord
@@ -34,7 +35,7 @@ NON_BINARY = (0.1, 0.25, 1 / 3, 0.5, 0.7, 0.9)
 
 configs = st.builds(
     StoreConfig,
-    sampler=st.sampled_from(["heap", "weighted", "uniform"]),
+    sampler=st.sampled_from([name for name, spec in SAMPLERS.items() if spec.lua_branch]),
     alpha=st.sampled_from([0.5, 1.0, 2.0]),
     retest_fraction=st.sampled_from([0.0, 0.25, 0.5]),
     retest_interval=st.sampled_from([0, 1, 3]),
@@ -47,6 +48,10 @@ configs = st.builds(
     seed=st.integers(0, 2**31),
     lease_timeout_s=st.just(20.0),
     redelivery_timeout_s=st.just(1e7),
+    temperature=st.sampled_from([1.0, 0.3]),
+    probe_size=st.sampled_from([1, 2]),
+    posterior_decay=st.sampled_from([1.0, 0.9]),
+    posterior_prior=st.sampled_from([1.0, 0.5]),
 )
 
 rewards = st.one_of(
@@ -71,7 +76,7 @@ ops = st.one_of(
 
 def _lease_view(lease):
     return (
-        [(p.problem, p.priority, p.source) for p in lease.problems],
+        [(p.problem, p.priority, p.source, p.group_size) for p in lease.problems],
         lease.deadline, lease.policy_version, lease.weights_uri, lease.retry_after_s, lease.step,
         bool(lease.lease_id),
     )
@@ -170,13 +175,16 @@ def test_memory_and_redis_stores_agree(config, operations, redis_url, namespace)
     asyncio.run(_scenario(config, operations, redis_url, f"{namespace}-{uuid.uuid4().hex[:6]}"))
 
 
-def test_weighted_and_uniform_draws_agree_on_a_larger_run(redis_url, namespace):
-    """A longer fixed run over 200 problems: the RNG-driven samplers pick identical batches."""
+@pytest.mark.parametrize("sampler", [name for name, spec in SAMPLERS.items() if spec.lua_branch and name != "heap"])
+def test_every_sampler_agrees_on_a_larger_run(sampler, redis_url, namespace):
+    """A longer fixed run over 200 problems: every sampler with a Lua branch picks identical
+    batches (problems, sources, group sizes) in both stores."""
 
     async def run(sampler: str) -> None:
         now = [1_700_000_000.0]
         config = StoreConfig(sampler=sampler, alpha=1.5, retest_fraction=0.2, retest_interval=2, seed=7,
-                             params=rules.PriorityParams(decay=0.9, prior_alpha=0.5, prior_beta=0.5))
+                             params=rules.PriorityParams(decay=0.9, prior_alpha=0.5, prior_beta=0.5),
+                             temperature=0.5, posterior_decay=0.9)
         mem = MemoryStore(config, None, clock=lambda: now[0])
         red = RedisStore(config, redis_url, f"{namespace}-{sampler}", clock=lambda: now[0])
         try:
@@ -196,8 +204,7 @@ def test_weighted_and_uniform_draws_agree_on_a_larger_run(redis_url, namespace):
             await red._r.delete(*[red.key(n) for n in KEY_NAMES])
             await red.close()
 
-    for sampler in ("weighted", "uniform"):
-        asyncio.run(run(sampler))
+    asyncio.run(run(sampler))
 
 
 @pytest.mark.parametrize("value", [0.1, 0.3, 0.7, 0.9])

@@ -41,7 +41,7 @@ def _lua_branches() -> set[str]:
 
     text = (Path(ps.__file__).with_name("lua") / "sample.lua").read_text(encoding="utf-8")
     table = re.search(r"local branches = \{(.*?)\n\}", text, re.S).group(1)
-    return set(re.findall(r"^\s*(\w+) = ", table, re.M))
+    return {a or b for a, b in re.findall(r"^\s*(?:(\w+)|\['([\w-]+)'\]) = ", table, re.M)}
 
 
 def test_every_registered_sampler_has_its_lua_branch_and_every_branch_a_sampler():
@@ -172,3 +172,111 @@ def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
     assert draws == [x / 2**32 for x in expected]
     assert all(0.0 <= d < 1.0 for d in draws)
     assert 0.4 < sum(draws) / len(draws) < 0.6
+
+
+# -- the samplers beyond the paper (issue 12) ---------------------------------------------------------
+from prioreplay.priority_server.samplers import posterior_variance  # noqa: E402
+from prioreplay.priority_server.store_types import GroupOutcome  # noqa: E402
+from prioreplay.rules import Stats  # noqa: E402
+
+
+def test_posterior_variance_by_hand_and_its_decay_toward_the_prior():
+    # n = 4 successes of 4, prior 1: Beta(5, 1): E[p(1-p)] = 5*1 / (6*7)
+    assert posterior_variance(Stats(4.0, 4.0, 4.0), 0, 0.9, 1.0) == pytest.approx(5 / 42, abs=1e-15)
+    # age 3, decay 0.5: w = 1/8, Beta(1.5, 1): 1.5 / (2.5 * 3.5)
+    assert posterior_variance(Stats(4.0, 4.0, 4.0), 3, 0.5, 1.0) == pytest.approx(1.5 / 8.75, abs=1e-15)
+    # uncertainty grows with the steps since the last test, toward the prior's 1/6
+    v = [posterior_variance(Stats(16.0, 16.0, 16.0), age, 0.95, 1.0) for age in (0, 10, 50, 400)]
+    assert v == sorted(v) and v[0] < 0.06 and abs(v[-1] - 1 / 6) < 1e-3
+    # decay 1: no change with age
+    assert posterior_variance(Stats(4.0, 1.0, 1.0), 0, 1.0, 1.0) == posterior_variance(Stats(4.0, 1.0, 1.0), 99, 1.0, 1.0)
+
+
+async def _store(sampler: str, n: int = 10, **kw) -> MemoryStore:
+    store = MemoryStore(StoreConfig(sampler=sampler, seed=3, **kw), clock=lambda: 1_700_000_000.0)
+    await store.register([ProblemRecord(f"p{i}", f"q {i}", "1") for i in range(n)])
+    return store
+
+
+async def test_screened_probes_problems_never_tested_and_a_mixed_probe_gets_a_full_group():
+    store = await _store("screened", retest_fraction=0.0, probe_size=2)
+    lease = await store.sample(4)
+    assert [sp.group_size for sp in lease.problems] == [2, 2, 2, 2]
+    a, b, c, d = (sp.problem.id for sp in lease.problems)
+    await store.report(lease.lease_id, [GroupOutcome(a, (1.0, 0.0)), GroupOutcome(b, (1.0, 1.0)),
+                                        GroupOutcome(c, (0.0, 0.0)), GroupOutcome(d, (0.0, 1.0))])
+    assert (await store.problem_state(b)).pool is Pool.SOLVED
+    assert (await store.problem_state(c)).pool is Pool.UNSOLVED
+    lease = await store.sample(8)
+    sizes = {sp.problem.id: sp.group_size for sp in lease.problems}
+    assert sizes[a] is None and sizes[d] is None  # mixed probes: a full group (the worker's G) next
+    assert sum(g == 2 for g in sizes.values()) == 6  # the six still untested are probed
+
+
+async def test_screened_pools_probes_the_retests_and_heap_probes_nothing():
+    store = await _store("screened-pools", retest_fraction=0.5, retest_interval=0, probe_size=3)
+    lease = await store.sample(2)
+    await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, (1.0, 1.0, 1.0)) for sp in lease.problems])
+    lease = await store.sample(4)
+    retests = [sp for sp in lease.problems if sp.source is Pool.SOLVED]
+    assert len(retests) == 2 and all(sp.group_size == 3 for sp in retests)
+    plain = await _store("heap")
+    assert all(sp.group_size is None for sp in (await plain.sample(5)).problems)
+
+
+async def test_gumbel_serves_lower_priority_problems_and_a_cold_temperature_is_the_heap():
+    async def top(sampler: str, seed_steps: int, **kw) -> tuple[set[str], list[list[str]]]:
+        store = await _store(sampler, n=40, retest_fraction=0.0, **kw)
+        lease = await store.sample(40)  # every problem once
+        # five problems at p = 1/2 (priority 0.25), the rest mixed at p = 7/8 (priority 7/64)
+        await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, (1.0, 0.0) * 4 if j < 5 else (1.0,) * 7 + (0.0,))
+                                            for j, sp in enumerate(lease.problems)])
+        out = []
+        for _ in range(seed_steps):
+            lz = await store.sample(5)
+            out.append([sp.problem.id for sp in lz.problems])
+            await store.report(lz.lease_id, [])  # returned unchanged
+        return {sp.problem.id for sp in lease.problems[:5]}, out
+
+    best, heap = await top("heap", 6)
+    assert all(set(h) == best for h in heap)
+    best, cold = await top("gumbel", 6, temperature=1e-3)
+    assert all(set(c) == best for c in cold)
+    best, warm = await top("gumbel", 6, temperature=1.0)
+    assert any(set(w) != best for w in warm)
+
+
+async def test_posterior_retests_take_the_oldest_then_the_most_uncertain():
+    async def retests(sampler: str) -> tuple[list[str], list[str], list[str]]:
+        store = await _store(sampler, n=12, retest_fraction=0.25, retest_interval=1, posterior_decay=1.0)
+        lease = await store.sample(6)
+        ids = sorted((sp.problem.id for sp in lease.problems), key=lambda i: tie_member(i, 3))  # pool order
+        much, little = ids[:3], ids[3:]  # the three first in pool order solved 16/16, the others 2/2
+        await store.report(lease.lease_id, [GroupOutcome(i, (1.0,) * (16 if i in much else 2)) for i in ids])
+        nxt = await store.sample(8)  # quota floor(8 * 0.25) = 2, all six due
+        return [sp.problem.id for sp in nxt.problems if sp.source is Pool.SOLVED], much, little
+
+    got, much, little = await retests("posterior")
+    assert got[0] == much[0]  # the oldest in pool order: always retested (no starvation)
+    assert got[1] in little  # then the most uncertain posterior: 2/2 is less sure than 16/16
+    got, much, _ = await retests("heap")
+    assert got == much[:2]  # the paper: least recently tested first, i.e. pool order
+
+
+async def test_thompson_is_deterministic_per_seed_and_memory_only():
+    async def run() -> list[str]:
+        store = await _store("thompson", n=12, retest_fraction=0.5, retest_interval=0)
+        lz = await store.sample(6)
+        await store.report(lz.lease_id, [GroupOutcome(sp.problem.id, (1.0, 1.0)) for sp in lz.problems])
+        return [sp.problem.id for sp in (await store.sample(6)).problems]
+
+    assert await run() == await run()
+    with pytest.raises(InvalidArgument, match="memory store only"):
+        RedisStore(StoreConfig(sampler="thompson"), "redis://127.0.0.1:1/0", "ns")
+
+
+@pytest.mark.parametrize("field, value", [("temperature", 0.0), ("probe_size", 0), ("posterior_decay", 0.0),
+                                          ("posterior_decay", 1.5), ("posterior_prior", 0.0)])
+def test_new_sampler_parameters_are_validated(field, value):
+    with pytest.raises(InvalidArgument, match=field):
+        StoreConfig(**{field: value})

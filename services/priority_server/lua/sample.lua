@@ -12,13 +12,15 @@
 -- KEYS[9]  tomb_expired zset   lease id -> time expired
 -- KEYS[10] problems     hash   id -> JSON [prompt, answer, verifier, metadata]
 -- KEYS[11] policy       hash   version, uri
--- KEYS[12] requests     hash   request id -> lease id (the lease a sample with that id made)
+-- KEYS[12] requests     hash   request id -> "lease id\tmember\tgroup_size..." (the lease a sample with
+--                              that id made, and each problem's group_size)
 -- KEYS[13] requests:due zset   score = that lease's deadline, member = request id
 -- ARGV[1]  now          unix seconds from the store's clock (a %.17g / repr string)
 -- ARGV[2]  batch_size   B >= 1
 -- ARGV[3]  deadline     now + lease timeout, unix seconds
 -- ARGV[4]  lease_id     random 128-bit hex id
--- ARGV[5]  sampler      the sampler's branch (samplers.SAMPLERS[name].lua_branch): heap | weighted | uniform
+-- ARGV[5]  sampler      the sampler's branch (samplers.SAMPLERS[name].lua_branch): heap | weighted | uniform |
+--                       gumbel | posterior | screened | screened-pools | screened-posterior
 -- ARGV[6]  quota        samplers.retest_quota(B, f) (0 for a sampler without retests)
 -- ARGV[7]  interval     retest_interval, batches
 -- ARGV[8]  alpha        exponent of the weighted sampler
@@ -26,12 +28,18 @@
 -- ARGV[10] seed32       samplers.step_seed(seed, expected_step + 1)
 -- ARGV[11] expire_limit leases expired at most (64)
 -- ARGV[12] tomb_ttl     seconds tombstones are kept
--- ARGV[13] request_id   "" or the request's id (store.py, "Retried requests")
+-- ARGV[13] temperature  T of the gumbel sampler
+-- ARGV[14] posterior_decay  per-step evidence decay of the posterior retests
+-- ARGV[15] posterior_prior  alpha0 = beta0 of the posterior retests
+-- ARGV[16] probe_size   completions of a screening probe
+-- ARGV[17] probe_unseen 1: heap problems never tested (n == 0) are probes (RetestThenHeap.probe_unseen)
+-- ARGV[18] probe_retests 1: the retests R are probes (RetestThenHeap.probe_retests)
+-- ARGV[19] request_id   "" or the request's id (store.py, "Retried requests")
 -- Returns {'SAME', lease step, version, uri, earliest deadline, n, then per problem: member, source,
---  stats, problem JSON, then lease id, deadline} when request_id names a live lease (nothing
+--  stats, problem JSON, group_size, then lease id, deadline} when request_id names a live lease (nothing
 -- changed); {'STEP', step} when expected_step is stale (nothing changed); otherwise
 -- {'OK', step, version, uri, earliest_other_deadline or '', n_taken, then per problem:
---  member, source, stats, problem JSON}.
+--  member, source, stats, problem JSON, group_size (0: the worker's own G)}.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
             problems = KEYS[10], policy = KEYS[11], requests = KEYS[12], requests_due = KEYS[13] }
@@ -43,12 +51,25 @@ local quota = tonumber(ARGV[6])
 local interval = tonumber(ARGV[7])
 local alpha = tonumber(ARGV[8])
 local expected = tonumber(ARGV[9])
+local temperature = tonumber(ARGV[13])
+local pdecay = tonumber(ARGV[14])
+local pprior = tonumber(ARGV[15])
+local probe_size = tonumber(ARGV[16])
+local probe_unseen = ARGV[17] == '1'
+local probe_retests = ARGV[18] == '1'
+local n_retests = 0  -- the first n_retests of `taken` are the retests R
 
-local request_id = ARGV[13]
+local request_id = ARGV[19]
 
 -- 0. a retried request whose lease is live gets that lease again (read only)
 if request_id ~= '' then
-  local lid = redis.call('HGET', k.requests, request_id)
+  local seen = redis.call('HGET', k.requests, request_id)
+  local lid, sizes = nil, {}
+  if seen then
+    local parts = split_tabs(seen)
+    lid = parts[1]
+    for i = 2, #parts - 1, 2 do sizes[parts[i]] = parts[i + 1] end
+  end
   local record = lid and redis.call('HGET', k.leases, lid)
   if record then
     local f = split_tabs(record)
@@ -60,6 +81,7 @@ if request_id ~= '' then
         local id = member_id(f[i])
         out[#out + 1] = f[i]; out[#out + 1] = f[i + 1]
         out[#out + 1] = redis.call('HGET', k.stats, id); out[#out + 1] = redis.call('HGET', k.problems, id)
+        out[#out + 1] = sizes[f[i]] or '0'
       end
       out[#out + 1] = lid; out[#out + 1] = f[2]
       return out
@@ -106,6 +128,51 @@ local function take_retests()
   end
 end
 
+-- Python twin: samplers.posterior_variance, operation for operation (MoPPS, arXiv 2507.04632):
+-- expected p(1 - p) under Beta(prior + w*s1, prior + w*(n - s1)), w = decay^age.
+local function posterior_variance(n, s1, age)
+  local w = pdecay ^ age
+  local a = pprior + w * s1
+  local b = pprior + w * (n - s1)
+  local t = a + b
+  return a * b / (t * (t + 1.0))
+end
+
+-- R of `posterior`: window = the 4*quota oldest due pooled problems (merged order); its first is
+-- always taken, then the quota - 1 highest posterior_variance (ties: window order)
+-- (samplers.PosteriorRetests.retests)
+local function take_retests_posterior()
+  if quota <= 0 then return end
+  local thr = step2 - interval
+  local W = 4 * quota
+  local s = redis.call('ZRANGEBYSCORE', k.solved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, W)
+  local u = redis.call('ZRANGEBYSCORE', k.unsolved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, W)
+  local win = {}
+  local i, j = 1, 1
+  while #win < W and (i <= #s or j <= #u) do
+    if j > #u or (i <= #s and tonumber(s[i + 1]) <= tonumber(u[j + 1])) then
+      win[#win + 1] = { s[i], 2, s[i + 1] }; i = i + 2
+    else
+      win[#win + 1] = { u[j], 3, u[j + 1] }; j = j + 2
+    end
+  end
+  if #win == 0 then return end
+  local scored = {}
+  for x = 2, #win do
+    local n, s1 = split_stats(redis.call('HGET', k.stats, member_id(win[x][1])))
+    scored[#scored + 1] = { posterior_variance(tonumber(n), tonumber(s1), step2 - tonumber(win[x][3])), x }
+  end
+  table.sort(scored, function(a, b)
+    if a[1] ~= b[1] then return a[1] > b[1] end
+    return a[2] < b[2]
+  end)
+  take(win[1][1], win[1][2], win[1][3])
+  for q = 1, math.min(quota - 1, #scored) do
+    local e = win[scored[q][2]]
+    take(e[1], e[2], e[3])
+  end
+end
+
 -- F: fill from the pools regardless of score (samplers.take_from_pools)
 local function take_fill()
   local want = B - #taken
@@ -117,8 +184,9 @@ local function take_fill()
 end
 
 -- R, then H = take_heap(B - |R|), then F (samplers.RetestThenHeap.sample)
-local function retests_then_heap(take_heap)
-  take_retests()
+local function retests_then_heap(take_heap, retests)
+  (retests or take_retests)()
+  n_retests = #taken
   local want = B - #taken
   if want > 0 then take_heap(want) end
   take_fill()
@@ -148,6 +216,31 @@ local function heap_weighted(want)
   end
 end
 
+-- H of `gumbel`: Gumbel-top-k over the top 4*want of the heap (samplers.GumbelHeap): key of rank r
+-- = log(max(priority, 1e-12)) / T - log(-log(max(u, 2^-32))), u drawn in rank order; the `want`
+-- largest keys, in key order (ties: rank)
+local function heap_gumbel(want)
+  local top = redis.call('ZREVRANGE', k.heap, 0, 4 * want - 1, 'WITHSCORES')
+  local size = #top / 2
+  if size == 0 then return end
+  local keys = {}
+  for r = 1, size do
+    local u = xs_random(rng)
+    if u < 2.0 ^ -32 then u = 2.0 ^ -32 end
+    local prio = tonumber(top[2 * r])
+    if prio < 1e-12 then prio = 1e-12 end
+    keys[r] = { math.log(prio) / temperature - math.log(-math.log(u)), r }
+  end
+  table.sort(keys, function(a, b)
+    if a[1] ~= b[1] then return a[1] > b[1] end
+    return a[2] < b[2]
+  end)
+  for x = 1, math.min(want, size) do
+    local r = keys[x][2]
+    take(top[2 * r - 1], 1, top[2 * r])
+  end
+end
+
 -- `uniform`: idx uniform over [heap in heap order, solved, unsolved] (samplers.UniformSampler)
 local function sample_uniform()
   for _ = 1, B do
@@ -173,6 +266,11 @@ local branches = {
   heap = function() retests_then_heap(heap_top) end,
   weighted = function() retests_then_heap(heap_weighted) end,
   uniform = sample_uniform,
+  gumbel = function() retests_then_heap(heap_gumbel) end,
+  posterior = function() retests_then_heap(heap_top, take_retests_posterior) end,
+  screened = function() retests_then_heap(heap_top) end,
+  ['screened-pools'] = function() retests_then_heap(heap_top) end,
+  ['screened-posterior'] = function() retests_then_heap(heap_top, take_retests_posterior) end,
 }
 local branch = branches[ARGV[5]]
 if branch == nil then
@@ -205,20 +303,27 @@ end
 redis.call('HSET', k.counters, 'step', step2)
 local out = { 'OK', step2, version, uri, earliest_s, #taken }
 local rec = { tostring(step2), ARGV[3] }
-for _, t in ipairs(taken) do
+local sizes = {}
+for x, t in ipairs(taken) do
   local member, source, score = t[1], t[2], t[3]
   local id = member_id(member)
   local st = redis.call('HGET', k.stats, id)
   local n, s1, s2 = split_stats(st)
+  local gs = 0
+  if (probe_retests and x <= n_retests) or (probe_unseen and source == 1 and tonumber(n) == 0) then
+    gs = probe_size
+  end
   redis.call('HSET', k.stats, id, n .. ' ' .. s1 .. ' ' .. s2 .. ' 4 ' .. score)
   rec[#rec + 1] = member; rec[#rec + 1] = tostring(source); rec[#rec + 1] = score
   out[#out + 1] = member; out[#out + 1] = source; out[#out + 1] = st
   out[#out + 1] = redis.call('HGET', k.problems, id)
+  out[#out + 1] = gs
+  sizes[#sizes + 1] = member; sizes[#sizes + 1] = tostring(gs)
 end
 redis.call('HSET', k.leases, ARGV[4], table.concat(rec, '\t'))
 redis.call('ZADD', k.deadlines, ARGV[3], ARGV[4])
 if request_id ~= '' then
-  redis.call('HSET', k.requests, request_id, ARGV[4])
+  redis.call('HSET', k.requests, request_id, ARGV[4] .. '\t' .. table.concat(sizes, '\t'))
   redis.call('ZADD', k.requests_due, ARGV[3], request_id)
 end
 return out
