@@ -126,6 +126,7 @@ def format_stats(d: dict, width: int = BAR_WIDTH) -> str:
         f"  solved       {d['solved']}",
         f"  unsolved     {d['unsolved']}",
         f"  leased       {d['leased']} (in {d['active_leases']} lease(s))",
+        f"  unseen       {d.get('unseen', 0)} (never tested yet)",
         "",
         "priority histogram of the heap (p(1-p), Fatemi 2026):",
     ]
