@@ -25,12 +25,16 @@ class DemoConfig(PrioreplaySettings):
     )
     eval_size: int = Field(32, ge=0, le=10_000, description="held-out problems scored before and after training (0 skips)")
     steps: int = Field(10, ge=1, le=1_000_000, description="learner steps (optimizer updates) to run")
+    rollouts: int = Field(0, ge=0, le=10**12, description="also end the run once this many completions were "
+                          "reported (a rollout budget, as `prioreplay compare` sets; 0: learner steps only)")
     workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
     sampler: SamplerName = Field("heap", description=SAMPLER_HELP)
     group_size: int = Field(4, ge=1, le=64, description="completions per problem G")
     batch_size: int = Field(8, ge=1, le=4096, description="problems per worker lease B")
     batch_groups: int = Field(4, ge=1, le=4096, description="groups per learner step")
     max_new_tokens: int = Field(40, ge=1, le=4096, description="tokens generated per completion at most")
+    stop: list[str] = Field(default_factory=list, description="strings that end a completion, for the workers and "
+                            "the held-out scoring (e.g. a newline after an 'Answer: N' line)")
     temperature: float = Field(0.7, gt=0, le=10, description="sampling temperature (workers and learner)")
     lr: float = Field(1e-5, gt=0, le=1, description="learning rate (AdamW)")
     max_staleness: int = Field(4, ge=0, le=1000, description="drop groups more than this many policy versions old")
