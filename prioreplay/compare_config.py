@@ -32,10 +32,6 @@ class CompareConfig(DemoConfig):
                                 description="samplers to compare (comma list or repeated flag; default: the "
                                             "registry's default, heap and uniform)")
     seeds: int = Field(3, ge=1, le=100, description="runs per sampler, seeds seed .. seed+N-1 (intervals across seeds)")
-    rollouts: int = Field(6000, ge=0, le=10**12, description="the rollout budget of every arm: completions reported "
-                          "before the arm ends (0: learner steps only)")
-    steps: int = Field(1_000_000, ge=1, le=1_000_000, description="learner steps at most per arm (the rollout budget "
-                       "ends an arm first unless this is lower)")
     runs: list[Path] = Field(default_factory=list, description="compare these finished demo run directories instead "
                              "of running new arms")
     run_dir: Path | None = Field(None, description="where the comparison goes (default runs/compare-<date>)")

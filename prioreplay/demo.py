@@ -349,7 +349,7 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
         seen_lines = len(lines)
         if learner.proc.poll() is not None:
             break
-        if cfg.rollouts and prev and prev["completions"] >= cfg.rollouts:
+        if cfg.rollouts and client.stats(histogram_buckets=1).completions_reported >= cfg.rollouts:
             _end_at_budget(demo, client, learner, workers, last_metrics)
             break
         if time.time() - demo.t0 > cfg.timeout_s:

@@ -63,8 +63,9 @@ def evaluate_each(model_dir: Path, problems: Sequence, *, weights_dir: Path | No
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)  # (B, T) left-padded
         attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)  # (B, T)
         with torch.no_grad():
+            extra = {"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}  # ends the batch early
             out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=False,
-                                 max_new_tokens=max_new_tokens, pad_token_id=pad)  # (B, T + new)
+                                 max_new_tokens=max_new_tokens, pad_token_id=pad, **extra)  # (B, T + new)
         for p, row in zip(chunk, out[:, width:]):
             text = tokenizer.decode(row, skip_special_tokens=True)
             cuts = [text.find(s) + len(s) for s in stop if s in text]
