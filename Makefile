@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-fast bench proto clean
+.PHONY: install demo compare test test-fast bench proto clean
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>: a new folder reinstalls.
 $(STAMP): pyproject.toml setup.py $(wildcard services/*/__init__.py services/*/*/__init__.py)
@@ -24,6 +24,10 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/prioreplay demo $(ARGS)
+
+# samplers side by side (default: the registry's default, heap, uniform; 3 seeds; one rollout budget)
+compare: install
+	$(BIN)/prioreplay compare $(ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q $(ARGS)

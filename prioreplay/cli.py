@@ -40,6 +40,8 @@ COMMANDS: dict[str, Command] = {
                        "pull trajectory groups, run GRPO steps, publish policy versions", extra="learner"),
     "demo": Command("prioreplay.demo_config:DemoConfig", "prioreplay.demo:run",
                     "the whole system on one machine: server, workers, learner, report", extra="demo"),
+    "compare": Command("prioreplay.compare_config:CompareConfig", "prioreplay.compare:run",
+                       "samplers side by side: demo runs with one rollout budget, compare.json/png", extra="demo"),
 }
 
 

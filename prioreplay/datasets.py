@@ -5,7 +5,8 @@ One entry point, :func:`iter_problems`, reads
 * JSON Lines files (``*.jsonl``, ``*.jsonl.gz``) and ``*.json`` files (JSON Lines, or one JSON
   array of objects),
 * Parquet files (``*.parquet``, read in record batches with pyarrow),
-* ``arithmetic:N[:seed]``: N generated arithmetic problems (no file needed),
+* ``arithmetic:N[:seed[:level[:style]]]``: N generated arithmetic problems (no file needed;
+  level ``mixed`` or ``easy``, prompt style ``plain``, ``line`` or ``short``),
 * a local dataset directory (saved with ``Dataset.save_to_disk``, or a folder of data files),
   or a Hugging Face ``datasets`` name ``name`` / ``name:config`` (loaded with
   ``datasets.load_dataset``; names already in the local cache work offline).
@@ -67,7 +68,7 @@ __all__ = [
 
 _NUMBER_RE = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?$")
 _UNBRACED_BOX_RE = re.compile(r"\\(?:boxed|fbox)[ \t]+([^\s${}]+)")
-_ARITH_RE = re.compile(r"^arithmetic:(\d+)(?::(-?\d+))?$")
+_ARITH_RE = re.compile(r"^arithmetic:(\d+)(?::(-?\d+))?(?::([a-z]+))?(?::([a-z]+))?$")
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".ndjson")
 
 
@@ -394,9 +395,30 @@ def _operand(rng: random.Random, digits: int) -> int:
     return rng.randint(1 if digits == 1 else 10 ** (digits - 1), 10 ** digits - 1)
 
 
-def _arithmetic_problem(rng: random.Random, problem_id: str) -> ProblemRecord:
-    """One problem: a single +, −, × on 1–4 digit operands, or (1 in 5) two operations."""
-    if rng.random() < 0.2:
+#: Difficulty levels of ``arithmetic:N:seed:LEVEL``.
+ARITH_LEVELS = ("mixed", "easy")
+#: Prompt styles of ``arithmetic:N:seed:LEVEL:STYLE`` (``{expr}`` is the expression).
+ARITH_STYLES = {
+    "plain": "Compute {expr}. Give only the final number.",
+    "line": "Compute {expr}. Reply with one line: Answer: <number>",
+    "short": "{expr} =",
+}
+
+
+def _easy_operands(rng: random.Random) -> tuple[list[str], list[int]]:
+    """``easy``: one +, − or × ; sums and differences of 1–2 digit operands, 1-digit products."""
+    op = rng.choice(_OPS)
+    digits = [1, 1] if op == "*" else [rng.choice((1, 2)) for _ in range(2)]
+    return [op], digits
+
+
+def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed",
+                        style: str = "plain") -> ProblemRecord:
+    """One problem. ``mixed``: a single +, −, × on 1–4 digit operands, or (1 in 5) two
+    operations; ``easy``: see :func:`_easy_operands`. ``style`` picks the prompt's wording."""
+    if level == "easy":
+        ops, digits = _easy_operands(rng)
+    elif rng.random() < 0.2:
         ops = [rng.choice(_OPS), rng.choice(("+", "-"))]
         digits = [rng.choices((1, 2), weights=(0.6, 0.4))[0] for _ in range(3)]
     else:
@@ -423,31 +445,45 @@ def _arithmetic_problem(rng: random.Random, problem_id: str) -> ProblemRecord:
         "operation": ",".join(_OP_NAMES[o] for o in ops),
         "digits": ",".join(map(str, digits)),
         "max_digits": str(max(digits)),
+        "level": level,
     }
-    return ProblemRecord(id=problem_id, prompt=f"Compute {expr}. Give only the final number.",
+    return ProblemRecord(id=problem_id, prompt=ARITH_STYLES[style].format(expr=expr),
                          answer=str(answer), verifier="gsm8k", metadata=metadata)
 
 
-def arithmetic_problems(n: int, seed: int = 0, *, namespace: str = "arith") -> Iterator[ProblemRecord]:
-    """``n`` generated arithmetic problems with ids ``<namespace>-<seed>-<i>``, i = 0..n−1.
+def arithmetic_problems(n: int, seed: int = 0, *, namespace: str = "arith", level: str = "mixed",
+                        style: str = "plain") -> Iterator[ProblemRecord]:
+    """``n`` generated arithmetic problems with ids ``<namespace>-<seed>-<i>``, i = 0..n−1
+    (``<namespace>-<level>-<style>-<seed>-<i>`` for another level or style than the defaults).
 
     Problem i depends only on (namespace, seed, i) (the RNG is seeded per block of 1,024), so ``arithmetic:100:7`` is a prefix of
     ``arithmetic:1000:7``. The mix runs from 1-digit sums to 4-digit products; about one in five
     has two operations (``a * b + c`` or ``a + b - c``). Answers are exact integers (possibly
     negative for two-operation problems); the verifier is ``gsm8k`` (final number in the
     completion). ``metadata`` gives ``operation`` (e.g. ``multiply`` or ``add,subtract``),
-    ``digits`` (per operand) and ``max_digits``.
+    ``digits`` (per operand), ``max_digits`` and ``level``.
+
+    ``level="easy"`` draws one +, − (1–2 digit operands) or × (1-digit operands): the level
+    at which a 135M-parameter model is right about half of the time (docs/BENCHMARKS.md, pass
+    rates), so that many GRPO groups are mixed. ``style`` words the prompt (``ARITH_STYLES``):
+    ``line`` asks for one ``Answer: <number>`` line, which pairs with stop string ``\n``.
 
     Raises:
-        InvalidArgument: n < 0.
+        InvalidArgument: n < 0, an unknown level or style.
     """
     if n < 0:
         raise InvalidArgument(f"arithmetic problem count ({n}) must be >= 0")
+    if level not in ARITH_LEVELS:
+        raise InvalidArgument(f"arithmetic level {level!r} is unknown; use one of {', '.join(ARITH_LEVELS)}")
+    if style not in ARITH_STYLES:
+        raise InvalidArgument(f"arithmetic prompt style {style!r} is unknown; use one of {', '.join(ARITH_STYLES)}")
+    if (level, style) != ("mixed", "plain"):
+        namespace = f"{namespace}-{level}-{style}"
     rng = random.Random()
     for i in range(n):
         if i % _ARITH_BLOCK == 0:  # one seeding per block: problem i depends on (seed, i) only
             rng = random.Random(f"{namespace}/{seed}/{i // _ARITH_BLOCK}")
-        yield _arithmetic_problem(rng, f"{namespace}-{seed}-{i}")
+        yield _arithmetic_problem(rng, f"{namespace}-{seed}-{i}", level, style)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -514,15 +550,16 @@ def _iter_all(source: str, split: str | None, columns: ColumnMapping, verifier: 
               id_prefix: str | None) -> Iterator[ProblemRecord]:
     m = _ARITH_RE.match(source.strip())
     if m:
-        for p in arithmetic_problems(int(m.group(1)), int(m.group(2) or 0)):
+        for p in arithmetic_problems(int(m.group(1)), int(m.group(2) or 0), **_arith_kw(m)):
             if verifier or id_prefix:
                 p = ProblemRecord(id=f"{id_prefix}-{p.id}" if id_prefix else p.id, prompt=p.prompt,
                                   answer=p.answer, verifier=verifier or p.verifier, metadata=p.metadata)
             yield p
         return
     if source.startswith("arithmetic:"):
-        raise InvalidArgument(f"{source!r}: expected arithmetic:N or arithmetic:N:seed with integers, "
-                              "e.g. arithmetic:1000:0")
+        raise InvalidArgument(f"{source!r}: expected arithmetic:N[:seed[:level[:style]]] with integers N and "
+                              f"seed, level one of {', '.join(ARITH_LEVELS)} and style one of "
+                              f"{', '.join(ARITH_STYLES)}, e.g. arithmetic:1000:0 or arithmetic:256:0:easy:line")
 
     path = Path(source)
     is_file_source = _is_json_file(source) or source.lower().endswith(".parquet")
@@ -540,6 +577,11 @@ def _iter_all(source: str, split: str | None, columns: ColumnMapping, verifier: 
         conv = _RowConverter(stem, columns, verifier, id_prefix, location=source, unit="row")
     for index, row in rows:
         yield conv.convert(row, index)
+
+
+def _arith_kw(m: re.Match) -> dict[str, str]:
+    """level / style keyword arguments of a matched ``arithmetic:`` spec."""
+    return {"level": m.group(3) or "mixed", "style": m.group(4) or "plain"}
 
 
 def _held_out_file(path: Path) -> Path:
@@ -578,9 +620,10 @@ def evaluation_slice(source: str, n: int, seed: int = 0, *, split: str | None = 
         raise InvalidArgument(f"evaluation slice size n ({n}) must be >= 1")
     m = _ARITH_RE.match(source.strip())
     if m:
-        train_prompts = {p.prompt for p in arithmetic_problems(int(m.group(1)), int(m.group(2) or 0))}
+        kw = _arith_kw(m)
+        train_prompts = {p.prompt for p in arithmetic_problems(int(m.group(1)), int(m.group(2) or 0), **kw)}
         out: list[ProblemRecord] = []
-        candidates = arithmetic_problems(10 * n + len(train_prompts) + 1000, seed, namespace="arith-eval")
+        candidates = arithmetic_problems(10 * n + len(train_prompts) + 1000, seed, namespace="arith-eval", **kw)
         for p in candidates:
             if p.prompt not in train_prompts:
                 out.append(p)

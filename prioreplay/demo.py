@@ -125,6 +125,24 @@ class Demo:
         return out
 
 
+def scrape_histogram(text: str, name: str) -> dict[str, list[float]]:
+    """One unlabelled histogram of a /metrics text: ``{"le": upper edges, "count": per bucket}``
+    (per bucket, not cumulative; the +Inf bucket last). Empty lists when it is absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    les, cum = [], []
+    for fam in text_string_to_metric_families(text):
+        if fam.name != name:
+            continue
+        for s in fam.samples:
+            if s.name == name + "_bucket":
+                les.append(float(s.labels["le"]))
+                cum.append(s.value)
+    order = sorted(range(len(les)), key=les.__getitem__)
+    les, cum = [les[i] for i in order], [cum[i] for i in order]
+    return {"le": les, "count": [c - (cum[i - 1] if i else 0.0) for i, c in enumerate(cum)]}
+
+
 def _threads(cfg: DemoConfig) -> int:
     if cfg.threads:
         return cfg.threads
@@ -142,7 +160,7 @@ def _record_step(demo: Demo, step: int, stats, prev, learner_line: dict[str, Any
         "step": step,
         "time_s": round(time.time() - demo.t0, 2),
         "heap": stats.heap_size, "solved": stats.solved, "unsolved": stats.unsolved, "leased": stats.leased,
-        "policy_version": stats.policy_version,
+        "unseen": stats.unseen, "policy_version": stats.policy_version,
         "priority_histogram": list(stats.priority_histogram),
         "priority_bucket_edges": list(stats.priority_bucket_edges),
         "groups": groups, "groups_mixed": stats.groups_mixed, "completions": stats.completions_reported,
@@ -156,12 +174,36 @@ def _record_step(demo: Demo, step: int, stats, prev, learner_line: dict[str, Any
     return rec
 
 
-def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, problems) -> float | None:
+def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, problems) -> list[bool] | None:
+    """Per-problem greedy correctness on the held-out slice (None when there is none)."""
     if not problems:
         return None
-    from prioreplay.evaluate import evaluate
+    from prioreplay.evaluate import evaluate_each
 
-    return evaluate(model_dir, problems, weights_dir=weights_dir, max_new_tokens=cfg.max_new_tokens)
+    return evaluate_each(model_dir, problems, weights_dir=weights_dir, max_new_tokens=cfg.max_new_tokens,
+                         stop=cfg.stop)
+
+
+def held_out_summary(before: list[bool] | None, after: list[bool] | None) -> dict[str, Any]:
+    """Held-out accuracy before/after with 95% intervals: Wilson for each accuracy, Newcombe's
+    paired interval (1998, method 10) for the change, since the same problems are scored twice.
+
+    Returns a dict: ``accuracy_before``/``accuracy_after`` (or None), their ``*_ci95``,
+    ``accuracy_change``, ``accuracy_change_ci95`` and ``change_excludes_zero`` (None without
+    held-out problems)."""
+    from prioreplay.intervals import paired_difference, wilson
+
+    if not before or not after:
+        return {"accuracy_before": None, "accuracy_after": None, "accuracy_change": None,
+                "accuracy_change_ci95": None, "change_excludes_zero": None}
+    n = len(before)
+    diff, lo, hi = paired_difference(before, after)
+    return {
+        "accuracy_before": sum(before) / n, "accuracy_before_ci95": list(wilson(sum(before), n)),
+        "accuracy_after": sum(after) / n, "accuracy_after_ci95": list(wilson(sum(after), n)),
+        "accuracy_change": diff, "accuracy_change_ci95": [lo, hi], "change_excludes_zero": lo > 0 or hi < 0,
+        "eval_correct_before": [bool(x) for x in before], "eval_correct_after": [bool(x) for x in after],
+    }
 
 
 def run(cfg: DemoConfig) -> int:
@@ -202,14 +244,14 @@ def _run(demo: Demo, name: str) -> int:
     server, client = _start_server(demo)
     eval_problems = _register_dataset(demo, client)
     log.info("scoring %d held-out problems before training", len(eval_problems))
-    acc_before = _evaluate(cfg, model_dir, None, eval_problems)
+    right_before = _evaluate(cfg, model_dir, None, eval_problems)
     learner, workers = _start_trainers(demo, client.settings.server, model_dir)
     worker_metrics = _follow_learner(demo, client, learner, workers)
     final, server_metrics = _stop_children(demo, client, server, workers, worker_metrics)
     final_ckpt = latest_complete(demo.run_dir / "checkpoints")
     log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
-    acc_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
-    report = _report(demo, name, final, len(eval_problems), (acc_before, acc_after), final_ckpt,
+    right_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
+    report = _report(demo, name, final, len(eval_problems), held_out_summary(right_before, right_after), final_ckpt,
                      worker_metrics, server_metrics)
     _write_report(demo.run_dir, report, final)
     return 0
@@ -277,8 +319,14 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
             "worker", "--server", address, "--model", str(model_dir), "--group-size", str(cfg.group_size),
             "--batch-size", str(cfg.batch_size), "--max-new-tokens", str(cfg.max_new_tokens),
             "--temperature", str(cfg.temperature), "--seed", str(cfg.seed * 1000 + w), "--worker-id", f"worker-{w}",
-            "--metrics-port", str(wport), "--log-level", cfg.log_level], wport, threads))
+            "--metrics-port", str(wport), "--log-level", cfg.log_level,
+            *[a for s in cfg.stop for a in ("--stop", _escape(s))]], wport, threads))
     return learner, workers
+
+
+def _escape(s: str) -> str:
+    """A stop string as the worker's ``--stop`` reads it (it decodes \\n, \\t and \\\\)."""
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
 
 
 def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) -> dict[str, dict[str, float]]:
@@ -301,6 +349,9 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
         seen_lines = len(lines)
         if learner.proc.poll() is not None:
             break
+        if cfg.rollouts and client.stats(histogram_buckets=1).completions_reported >= cfg.rollouts:
+            _end_at_budget(demo, client, learner, workers, last_metrics)
+            break
         if time.time() - demo.t0 > cfg.timeout_s:
             raise ChildFailed(f"the run passed its time limit ({cfg.timeout_s:.0f} s); learner log tail:\n{learner.tail()}")
         for c in workers:
@@ -310,6 +361,16 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
     if learner.proc.returncode != 0:
         raise ChildFailed(f"learner exited with code {learner.proc.returncode}:\n{learner.tail()}")
     return last_metrics
+
+
+def _end_at_budget(demo: Demo, client, learner: Child, workers: list[Child], last_metrics: dict) -> None:
+    """The rollout budget is spent: stop the workers (no more reports), then the learner (it
+    finishes its step, checkpoints and exits 0); record the last server state as a step."""
+    log.info("rollout budget of %d completions reached: stopping workers and learner", demo.cfg.rollouts)
+    for c in workers:
+        last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
+        demo.stop(c)
+    demo.stop(learner, grace_s=120.0)
 
 
 def _step_lines(lines: list[str]) -> list[dict[str, Any]]:
@@ -341,12 +402,17 @@ def _stop_children(demo: Demo, client, server: Child, workers: list[Child],
         demo.stop(c)
     final = client.stats(histogram_buckets=HIST_BUCKETS)
     server_metrics = demo.scrape(server)
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+        server_metrics["served_priority"] = scrape_histogram(text, "prioreplay_sampled_priority")
+    except OSError:
+        pass
     demo.stop(server)
     client.close()
     return final, server_metrics
 
 
-def _report(demo: Demo, name: str, final, eval_size: int, accuracy: tuple[float | None, float | None],
+def _report(demo: Demo, name: str, final, eval_size: int, held_out: dict[str, Any],
             final_ckpt: Path | None, worker_metrics: dict, server_metrics: dict[str, float]) -> dict[str, Any]:
     """The ``report.json`` dictionary of a finished run."""
     return {
@@ -361,15 +427,16 @@ def _report(demo: Demo, name: str, final, eval_size: int, accuracy: tuple[float 
             "groups_mixed": final.groups_mixed, "groups_all_correct": final.groups_all_correct,
             "groups_all_wrong": final.groups_all_wrong, "effective_group_fraction": final.effective_group_fraction,
             "completions_reported": final.completions_reported, "lease_expiries": final.lease_expiries,
+            "unseen": final.unseen, "reward_sum": final.reward_sum,
         },
         "forgetting_events": final.forgetting_events,
         "breakthroughs": final.breakthroughs,
         "eval_size": eval_size,
-        "accuracy_before": accuracy[0],
-        "accuracy_after": accuracy[1],
+        **held_out,
         "final_checkpoint": str(final_ckpt) if final_ckpt else None,
         "worker_metrics": worker_metrics,
         "server_metrics": {k: v for k, v in server_metrics.items() if k.startswith("prioreplay_")},
+        "served_priority": server_metrics.get("served_priority"),
         "children_exit_codes": {c.name: c.proc.returncode for c in demo.children},
     }
 
@@ -381,9 +448,22 @@ def _write_report(run_dir: Path, report: dict[str, Any], final) -> None:
     (run_dir / "report.json").write_text(json.dumps(report, indent=1))
     render(report, run_dir / "report.png")
     print(f"\nrun report: {run_dir / 'report.json'}\npicture:    {run_dir / 'report.png'}")
-    print(f"held-out accuracy: before {_pct(report['accuracy_before'])}, after {_pct(report['accuracy_after'])}; "
-          f"effective-group fraction {final.effective_group_fraction:.2f}; pools heap={final.heap_size} "
-          f"solved={final.solved} unsolved={final.unsolved}; forgetting events {final.forgetting_events}")
+    print(held_out_line(report))
+    print(f"effective-group fraction {final.effective_group_fraction:.2f} over {final.completions_reported} rollouts; "
+          f"pools heap={final.heap_size} solved={final.solved} unsolved={final.unsolved}; still unseen "
+          f"{final.unseen} of {final.problems}; forgetting events {final.forgetting_events}")
+
+
+def held_out_line(report: dict[str, Any]) -> str:
+    """The summary line of held-out accuracy: never a before/after without the interval of the change."""
+    if report.get("accuracy_change") is None:
+        return "held-out accuracy: not measured (--eval-size 0)"
+    lo, hi = report["accuracy_change_ci95"]
+    verdict = ("the interval excludes zero" if report["change_excludes_zero"]
+               else "the interval includes zero: no measurable change")
+    return (f"held-out accuracy ({report['eval_size']} problems, greedy): {_pct(report['accuracy_before'])} -> "
+            f"{_pct(report['accuracy_after'])}, change {report['accuracy_change'] * 100:+.1f} points, "
+            f"95% CI [{lo * 100:+.1f}, {hi * 100:+.1f}] (Newcombe paired); {verdict}")
 
 
 def _pct(v: float | None) -> str:

@@ -14,23 +14,30 @@ class DemoConfig(PrioreplaySettings):
     """Run the whole system on this machine: a priority server, W rollout workers and a learner as
     separate processes, training a real model with prioritized sampling, then write a run report.
 
-    The defaults train SmolLM2-135M-Instruct on 512 generated arithmetic problems for about ten
-    minutes on 2 CPU cores.
+    The defaults train SmolLM2-135M-Instruct on 64 generated easy arithmetic problems (1-2 digit
+    sums and differences, 1-digit products: the model is right about a fifth of the time, so
+    many groups are mixed) with a budget of 768 rollouts, three passes over the dataset at G = 4,
+    so prioritized sampling has revisits to prioritize (docs/BENCHMARKS.md, "Choosing the demo's
+    defaults"). Completions end at a newline.
     """
 
     model: str = Field("smollm2-135m", description="model alias, local directory or cached Hugging Face id")
-    dataset: str = Field("arithmetic:512", description="any `prioreplay load` source, e.g. a GSM8K .jsonl file")
+    dataset: str = Field("arithmetic:64:0:easy", description="any `prioreplay load` source, e.g. a GSM8K .jsonl file")
     eval_dataset: str | None = Field(
         None, description="held-out evaluation source (default: the same kind of data with another seed, or the GSM8K test split)"
     )
-    eval_size: int = Field(32, ge=0, le=10_000, description="held-out problems scored before and after training (0 skips)")
-    steps: int = Field(10, ge=1, le=1_000_000, description="learner steps (optimizer updates) to run")
+    eval_size: int = Field(128, ge=0, le=10_000, description="held-out problems scored before and after training (0 skips)")
+    steps: int = Field(1000, ge=1, le=1_000_000, description="learner steps (optimizer updates) at most")
+    rollouts: int = Field(768, ge=0, le=10**12, description="end the run once this many completions were "
+                          "reported (the rollout budget; 0: learner steps only)")
     workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
     sampler: SamplerName = Field(DEFAULT_SAMPLER, description=SAMPLER_HELP)
     group_size: int = Field(4, ge=1, le=64, description="completions per problem G")
     batch_size: int = Field(8, ge=1, le=4096, description="problems per worker lease B")
     batch_groups: int = Field(4, ge=1, le=4096, description="groups per learner step")
-    max_new_tokens: int = Field(40, ge=1, le=4096, description="tokens generated per completion at most")
+    max_new_tokens: int = Field(24, ge=1, le=4096, description="tokens generated per completion at most")
+    stop: list[str] = Field(["\n"], description="strings that end a completion, for the workers and "
+                            "the held-out scoring (e.g. a newline after an 'Answer: N' line)")
     temperature: float = Field(0.7, gt=0, le=10, description="sampling temperature (workers and learner)")
     lr: float = Field(1e-5, gt=0, le=1, description="learning rate (AdamW)")
     max_staleness: int = Field(4, ge=0, le=1000, description="drop groups more than this many policy versions old")

@@ -11,8 +11,17 @@ from typing import Sequence
 
 
 def evaluate(model_dir: Path, problems: Sequence, *, weights_dir: Path | None = None, max_new_tokens: int = 32,
-             batch_size: int = 16, device: str = "cpu") -> float:
-    """Fraction of ``problems`` a model answers correctly with greedy decoding.
+             batch_size: int = 16, device: str = "cpu", stop: Sequence[str] = ()) -> float:
+    """Fraction of ``problems`` a model answers correctly with greedy decoding (the mean of
+    :func:`evaluate_each`; same arguments)."""
+    right = evaluate_each(model_dir, problems, weights_dir=weights_dir, max_new_tokens=max_new_tokens,
+                          batch_size=batch_size, device=device, stop=stop)
+    return sum(right) / len(right)
+
+
+def evaluate_each(model_dir: Path, problems: Sequence, *, weights_dir: Path | None = None, max_new_tokens: int = 32,
+                  batch_size: int = 16, device: str = "cpu", stop: Sequence[str] = ()) -> list[bool]:
+    """Whether a model answers each of ``problems`` correctly with greedy decoding.
 
     Args:
         model_dir: the base model directory (config, tokenizer, weights) from ``resolve_model``.
@@ -20,9 +29,11 @@ def evaluate(model_dir: Path, problems: Sequence, *, weights_dir: Path | None = 
         weights_dir: a published checkpoint (``step-N``) whose safetensors replace the base weights.
         max_new_tokens: tokens generated per problem at most.
         batch_size: prompts per forward batch (left-padded).
+        stop: strings that end an answer, as the rollout workers' ``--stop`` (the text after the
+            first one is not scored).
 
     Returns:
-        Accuracy in [0, 1].
+        One bool per problem, in order (paired before/after: ``intervals.paired_difference``).
 
     Raises:
         InvalidArgument: an empty problem list, or a tampered/partial ``weights_dir``.
@@ -44,7 +55,7 @@ def evaluate(model_dir: Path, problems: Sequence, *, weights_dir: Path | None = 
         load_weights(model, weights_dir)
     model.eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    correct = 0
+    right: list[bool] = []
     for start in range(0, len(problems), batch_size):
         chunk = problems[start:start + batch_size]
         ids = [apply_chat_template(tokenizer, p.prompt) for p in chunk]
@@ -52,9 +63,13 @@ def evaluate(model_dir: Path, problems: Sequence, *, weights_dir: Path | None = 
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)  # (B, T) left-padded
         attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)  # (B, T)
         with torch.no_grad():
+            extra = {"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}  # ends the batch early
             out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=False,
-                                 max_new_tokens=max_new_tokens, pad_token_id=pad)  # (B, T + new)
+                                 max_new_tokens=max_new_tokens, pad_token_id=pad, **extra)  # (B, T + new)
         for p, row in zip(chunk, out[:, width:]):
             text = tokenizer.decode(row, skip_special_tokens=True)
-            correct += verify(p.verifier, text, p.answer).reward == 1.0
-    return correct / len(problems)
+            cuts = [text.find(s) + len(s) for s in stop if s in text]
+            if cuts:
+                text = text[:min(cuts)]
+            right.append(verify(p.verifier, text, p.answer).reward == 1.0)
+    return right

@@ -59,6 +59,13 @@ def _priority_panel(fig, ax, steps: list[dict], xs: list[int]) -> None:
         ax.set_xticks(range(len(xs))[:: max(1, len(xs) // 10)])
         ax.set_xticklabels([str(x) for x in xs][:: max(1, len(xs) // 10)])
         fig.colorbar(mesh, ax=ax, label="problems in the heap")
+    unseen = [s.get("unseen") for s in steps]
+    if steps and unseen[-1] is not None:
+        problems = steps[-1].get("heap", 0) + steps[-1].get("solved", 0) + steps[-1].get("unsolved", 0) + steps[-1].get("leased", 0)
+        ax.text(0.01, 0.02, f"never tested: {unseen[0]} after step {xs[0]} → {unseen[-1]} of {problems} at the end"
+                + ("\n(still a first pass: 'heap' ≈ uniform until it ends)" if unseen[-1] > problems / 4 else ""),
+                transform=ax.transAxes, fontsize=9, va="bottom", color="white",
+                bbox={"facecolor": "black", "alpha": 0.5, "pad": 3})
     ax.set_title("Priority p(1−p) of heap problems over learner steps (unseen start at 0.25)")
     ax.set_xlabel("learner step")
     ax.set_ylabel("priority")
@@ -68,6 +75,8 @@ def _pools_panel(ax, steps: list[dict], xs: list[int]) -> None:
     """How many problems sit in the heap, each pool and leases, per step."""
     for key, label in (("heap", "heap"), ("solved", "solved pool"), ("unsolved", "unsolved pool"), ("leased", "leased")):
         ax.plot(xs, [s.get(key, 0) for s in steps], marker=".", label=label)
+    if steps and steps[0].get("unseen") is not None:
+        ax.plot(xs, [s["unseen"] for s in steps], linestyle="--", color="black", label="never tested (unseen)")
     ax.set_title("Where the problems are")
     ax.set_xlabel("learner step")
     ax.set_ylabel("problems")
@@ -88,10 +97,19 @@ def _accuracy_panel(ax, report: dict[str, Any]) -> None:
     """Held-out greedy accuracy before and after training; forgetting events and breakthroughs."""
     before, after = report.get("accuracy_before"), report.get("accuracy_after")
     vals = [v if v is not None else 0.0 for v in (before, after)]
-    bars = ax.bar(["before", "after"], vals, color=["#999999", "#2a7ab9"])
-    for bar, v in zip(bars, (before, after)):
-        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.01, "n/a" if v is None else f"{v:.1%}", ha="center")
+    cis = [report.get("accuracy_before_ci95"), report.get("accuracy_after_ci95")]
+    err = [[v - ci[0] if ci else 0.0 for v, ci in zip(vals, cis)], [ci[1] - v if ci else 0.0 for v, ci in zip(vals, cis)]]
+    bars = ax.bar(["before", "after"], vals, color=["#999999", "#2a7ab9"], yerr=err, capsize=8)
+    for bar, v, ci in zip(bars, (before, after), cis):
+        top = ci[1] if ci else bar.get_height()
+        ax.text(bar.get_x() + bar.get_width() / 2, top + 0.01, "n/a" if v is None else f"{v:.1%}", ha="center")
     ax.set_ylim(0, 1.05)
-    ax.set_title(f"Held-out accuracy ({report.get('eval_size', 0)} problems, greedy)")
+    change = report.get("accuracy_change")
+    title = f"Held-out accuracy ({report.get('eval_size', 0)} problems, greedy; bars: Wilson 95% CI)"
+    if change is not None:
+        lo, hi = report["accuracy_change_ci95"]
+        title += (f"\nchange {change * 100:+.1f} pts, 95% CI [{lo * 100:+.1f}, {hi * 100:+.1f}] "
+                  + ("excludes 0" if report.get("change_excludes_zero") else "includes 0: no measurable change"))
+    ax.set_title(title)
     fe, bt = report.get("forgetting_events", 0), report.get("breakthroughs", 0)
     ax.set_xlabel(f"forgetting events: {fe}   breakthroughs: {bt}")

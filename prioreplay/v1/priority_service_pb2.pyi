@@ -259,7 +259,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, histogram_buckets: _Optional[int] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("problems", "heap_size", "solved", "unsolved", "leased", "active_leases", "step", "policy_version", "weights_uri", "priority_histogram", "priority_bucket_edges", "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "effective_group_fraction", "forgetting_events", "breakthroughs", "lease_expiries", "queue_depth", "pending_groups", "completions_reported", "reward_sum", "late_reports", "groups_acked", "clients", "quarantined")
+    __slots__ = ("problems", "heap_size", "solved", "unsolved", "leased", "active_leases", "step", "policy_version", "weights_uri", "priority_histogram", "priority_bucket_edges", "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "effective_group_fraction", "forgetting_events", "breakthroughs", "lease_expiries", "queue_depth", "pending_groups", "completions_reported", "reward_sum", "late_reports", "groups_acked", "clients", "quarantined", "unseen")
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     HEAP_SIZE_FIELD_NUMBER: _ClassVar[int]
     SOLVED_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +287,7 @@ class GetStatsResponse(_message.Message):
     GROUPS_ACKED_FIELD_NUMBER: _ClassVar[int]
     CLIENTS_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    UNSEEN_FIELD_NUMBER: _ClassVar[int]
     problems: int
     heap_size: int
     solved: int
@@ -314,7 +315,8 @@ class GetStatsResponse(_message.Message):
     groups_acked: int
     clients: _containers.RepeatedCompositeFieldContainer[ClientStats]
     quarantined: int
-    def __init__(self, problems: _Optional[int] = ..., heap_size: _Optional[int] = ..., solved: _Optional[int] = ..., unsolved: _Optional[int] = ..., leased: _Optional[int] = ..., active_leases: _Optional[int] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., priority_histogram: _Optional[_Iterable[int]] = ..., priority_bucket_edges: _Optional[_Iterable[float]] = ..., groups_mixed: _Optional[int] = ..., groups_all_correct: _Optional[int] = ..., groups_all_wrong: _Optional[int] = ..., groups_constant: _Optional[int] = ..., effective_group_fraction: _Optional[float] = ..., forgetting_events: _Optional[int] = ..., breakthroughs: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., queue_depth: _Optional[int] = ..., pending_groups: _Optional[int] = ..., completions_reported: _Optional[int] = ..., reward_sum: _Optional[float] = ..., late_reports: _Optional[int] = ..., groups_acked: _Optional[int] = ..., clients: _Optional[_Iterable[_Union[ClientStats, _Mapping]]] = ..., quarantined: _Optional[int] = ...) -> None: ...
+    unseen: int
+    def __init__(self, problems: _Optional[int] = ..., heap_size: _Optional[int] = ..., solved: _Optional[int] = ..., unsolved: _Optional[int] = ..., leased: _Optional[int] = ..., active_leases: _Optional[int] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., priority_histogram: _Optional[_Iterable[int]] = ..., priority_bucket_edges: _Optional[_Iterable[float]] = ..., groups_mixed: _Optional[int] = ..., groups_all_correct: _Optional[int] = ..., groups_all_wrong: _Optional[int] = ..., groups_constant: _Optional[int] = ..., effective_group_fraction: _Optional[float] = ..., forgetting_events: _Optional[int] = ..., breakthroughs: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., queue_depth: _Optional[int] = ..., pending_groups: _Optional[int] = ..., completions_reported: _Optional[int] = ..., reward_sum: _Optional[float] = ..., late_reports: _Optional[int] = ..., groups_acked: _Optional[int] = ..., clients: _Optional[_Iterable[_Union[ClientStats, _Mapping]]] = ..., quarantined: _Optional[int] = ..., unseen: _Optional[int] = ...) -> None: ...
 
 class ClientStats(_message.Message):
     __slots__ = ("source", "leases", "problems_sampled", "groups", "groups_mixed", "completions", "reward_sum", "late_reports")

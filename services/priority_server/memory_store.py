@@ -100,6 +100,8 @@ class MemoryStore(Store):
         # request id -> (lease id, its deadline, problem id -> group_size as sampled)
         self._requests: dict[str, tuple[str, float, dict[str, int | None]]] = {}
         self._request_deadlines: SortedList = SortedList()  # (deadline, request id)
+        # problems some accepted report has covered (derived, not snapshotted: n > 0 from then on)
+        self._seen = sum(1 for e in state.problems.values() if e.stats.n > 0)
 
     # -- placement helpers ----------------------------------------------------------------
     def _container(self, pool: Pool) -> SortedList:
@@ -295,6 +297,7 @@ class MemoryStore(Store):
         e = self._s.problems[o.problem_id]
         source = e.home
         kind = rules.classify(o.rewards)
+        self._seen += e.stats.n == 0
         e.stats = rules.update_stats(e.stats, o.rewards, params)
         dest = rules.destination(kind)
         self._place(e, dest, rules.priority(e.stats, params) if dest is Pool.HEAP else float(lease_step))
@@ -425,6 +428,7 @@ class MemoryStore(Store):
             priority_bucket_edges=edges,
             queue_depth=len(s.new),
             pending_groups=len(s.pending),
+            unseen=len(s.problems) - self._seen,
             **{name: s.counters[name] for name in COUNTER_NAMES},
         )
 

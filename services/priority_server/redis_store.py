@@ -473,6 +473,7 @@ class RedisStore(Store):
             step=int(c.get("step", 0)), policy_version=int(ver or 0), weights_uri=_s(uri),
             priority_histogram=[int(x) for x in res[8:]], priority_bucket_edges=edges,
             reward_sum=float(c.get("reward_sum", 0.0)), queue_depth=queue_depth, pending_groups=pending,
+            unseen=max(0, int(problems) - int(c.get("problems_seen", 0))),
             **{name: int(c.get(name, 0)) for name in _INT_COUNTERS},
         )
 

@@ -362,7 +362,7 @@ def stats_to_proto(s, clients: ClientTally | None = None) -> pb.GetStatsResponse
         forgetting_events=s.forgetting_events, breakthroughs=s.breakthroughs, lease_expiries=s.lease_expiries,
         queue_depth=s.queue_depth, pending_groups=s.pending_groups, completions_reported=s.completions_reported,
         reward_sum=s.reward_sum, late_reports=s.late_reports, groups_acked=s.groups_acked,
-        clients=clients.to_proto() if clients is not None else [], quarantined=s.quarantined,
+        unseen=s.unseen, clients=clients.to_proto() if clients is not None else [], quarantined=s.quarantined,
     )
 
 

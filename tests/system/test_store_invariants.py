@@ -75,6 +75,7 @@ async def check_one_place(store, ids) -> dict:
     assert set(leased) == {pid for pid, v in d["problems"].items() if v[0] == Pool.LEASED}
     assert len(d["leases"]) == st.active_leases
     assert sum(st.priority_histogram) == st.heap_size
+    assert st.unseen == sum(1 for v in d["problems"].values() if v[1] == 0), "unseen = problems never reported"
     return d
 
 
@@ -113,6 +114,23 @@ async def test_problem_is_in_exactly_one_place_through_a_random_workload(store_f
     before = await store.dump()
     assert await store.register(make_problems(60)) == (0, 60, 60)
     assert (await store.dump())["problems"] == before["problems"]
+
+
+async def test_unseen_counts_problems_no_report_has_covered(store_factory):
+    clock = FakeClock()
+    store = store_factory(StoreConfig(seed=1), clock)
+    await store.register(make_problems(10))
+    assert (await store.stats()).unseen == 10
+    lease = await store.sample(4, lease_timeout_s=50)
+    assert (await store.stats()).unseen == 10, "a leased problem is not seen until reported"
+    ids = [sp.problem.id for sp in lease.problems]
+    assert (await store.report(lease.lease_id, [outcome(ids[0], [1, 0]), outcome(ids[1], [0, 0])])).accepted
+    assert (await store.stats()).unseen == 8, "reported problems count once, whatever their kind"
+    clock.advance(51)  # the other two expire unreported: still unseen
+    lease = await store.sample(10, lease_timeout_s=50)
+    outs = [outcome(sp.problem.id, [1, 1]) for sp in lease.problems]
+    assert (await store.report(lease.lease_id, outs)).accepted
+    assert (await store.stats()).unseen == 10 - len({*ids[:2], *(o.problem_id for o in outs)})
 
 
 # -- a lease is reported at most once -----------------------------------------------------------

@@ -21,7 +21,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = REPO / "services"
-ENTRY_POINTS = {"prioreplay.cli", "prioreplay.demo", "prioreplay.demo_config", "prioreplay.evaluate", "prioreplay.report"}
+ENTRY_POINTS = {"prioreplay.cli", "prioreplay.demo", "prioreplay.demo_config", "prioreplay.compare", "prioreplay.compare_config",
+                "prioreplay.compare_report", "prioreplay.evaluate", "prioreplay.report"}
 #: Role modules an entry point may import at module level: settings and the sampler names only.
 LIGHT_ROLE_MODULES = {"config", "samplers"}
 ROLES = sorted(p.name for p in SERVICES.iterdir() if (p / "__init__.py").is_file())

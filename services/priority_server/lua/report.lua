@@ -82,6 +82,7 @@ local queued, filtered = 0, 0
 local completions = 0
 local kinds = { mixed = 0, all_correct = 0, all_wrong = 0, constant = 0 }
 local forgetting, breakthroughs = 0, 0
+local first_seen = 0
 local stream_ready = false
 for j = 0, n_out - 1 do
   if not skip[j] then  -- (Lua 5.1: no continue)
@@ -92,6 +93,7 @@ for j = 0, n_out - 1 do
   leased[member] = nil
   local id = member_id(member)
   local n, s1, s2 = split_stats(redis.call('HGET', k.stats, id))
+  if tonumber(n) == 0 then first_seen = first_seen + 1 end
   -- Python twin: rules.update_stats (prioreplay/rules.py): n <- lam*n + G, s1 <- lam*s1 + sum r,
   -- s2 <- lam*s2 + sum r^2 (the sums come from rules.reward_sums)
   n = lam * tonumber(n) + G
@@ -162,6 +164,7 @@ if completions > 0 then
   end
   redis.call('HSET', k.counters, 'reward_sum', fmt(total))
 end
+if first_seen > 0 then redis.call('HINCRBY', k.counters, 'problems_seen', first_seen) end
 if forgetting > 0 then redis.call('HINCRBY', k.counters, 'forgetting_events', forgetting) end
 if breakthroughs > 0 then redis.call('HINCRBY', k.counters, 'breakthroughs', breakthroughs) end
 if #rest > 0 then  -- a part: the lease stays live for the rest

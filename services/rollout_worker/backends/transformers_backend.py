@@ -1,7 +1,10 @@
 """Generation with Hugging Face transformers (CPU or one GPU): batched, left-padded, KV cache.
 
 G completions per prompt are produced by repeating each prompt G times in one left-padded batch
-and sampling with ``model.generate(do_sample=True)``. Behaviour log-probs: temperature and top-p
+and sampling with ``model.generate(do_sample=True)``. The prompt is run through the model once per
+prompt, not once per completion: its KV cache (all prompt tokens but the last) is computed for
+the distinct prompts and repeated G times before decoding (``share_prompt_cache``), which on a
+CPU removes most of the work when prompts are longer than completions. Behaviour log-probs: temperature and top-p
 are applied by a logits processor of ours (built from transformers' own ``TemperatureLogitsWarper``
 and ``TopPLogitsWarper``) that is the last processor before sampling, so the scores it returns
 are the ones sampled from; it keeps the log-softmax of one step and gathers the sampled token at
@@ -100,10 +103,11 @@ class TransformersBackend(LoadedPolicy):
         max_batch_sequences: most sequences (prompts × n) decoded together; larger requests run
             in chunks (memory bound: KV cache and one (N, V) log-prob tensor).
         policy_version: version of the weights in ``model_dir``.
+        share_prompt_cache: compute each distinct prompt's KV cache once for its n completions.
     """
 
     def __init__(self, model_dir: Path, device: str = "cpu", dtype: torch.dtype | None = None,
-                 max_batch_sequences: int = 256, policy_version: int = 0):
+                 max_batch_sequences: int = 256, policy_version: int = 0, share_prompt_cache: bool = True):
         if max_batch_sequences < 1:
             raise InvalidArgument(f"max_batch_sequences ({max_batch_sequences}) must be >= 1")
         self.model_dir = Path(model_dir)
@@ -119,6 +123,7 @@ class TransformersBackend(LoadedPolicy):
             bos_token_id=tok.bos_token_id, eos_token_id=list(self.eos_token_ids), pad_token_id=tok.pad_token_id
         )
         self.max_batch_sequences = max_batch_sequences
+        self.share_prompt_cache = share_prompt_cache
         self._policy_version = int(policy_version)
         self.vocab_size = int(self.model.get_input_embeddings().weight.shape[0])
         self._max_context_tokens = context_limit(self.model.config)
@@ -185,8 +190,10 @@ class TransformersBackend(LoadedPolicy):
             eos_token_id=list(self.eos_token_ids), pad_token_id=self._tokenizer.pad_token_id,
             bos_token_id=self._tokenizer.bos_token_id, use_cache=True,
         )
+        cache = self._shared_prompt_cache(seqs, input_ids, attention_mask) if self.share_prompt_cache else None
         sequences = self.model.generate(
             input_ids=input_ids, attention_mask=attention_mask, generation_config=gen_config,
+            **({"past_key_values": cache} if cache is not None else {}),
             logits_processor=LogitsProcessorList([recorder]),
             stopping_criteria=StoppingCriteriaList([stops]) if stops else None,
         )  # (N, T_prompt + T_gen)
@@ -194,6 +201,22 @@ class TransformersBackend(LoadedPolicy):
         generated = sequences[:, prompt_len:].cpu()  # (N, T_gen)
         return [self._completion(generated[i].tolist(), logprobs[i].tolist(),
                                  stops.first_hit[i] if stops else 0, params) for i in range(len(seqs))]
+
+    def _shared_prompt_cache(self, seqs: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        """The KV cache of ``input_ids[:, :-1]`` (N, T−1), computed once per distinct prompt and
+        repeated, when the chunk is runs of r > 1 equal prompts (prompt-major); else None."""
+        r = 1
+        while r < len(seqs) and seqs[r] == seqs[0]:
+            r += 1
+        if r == 1 or input_ids.shape[1] < 2 or len(seqs) % r or any(
+                seqs[i] != seqs[i - i % r] for i in range(len(seqs))):
+            return None
+        ids, mask = input_ids[::r, :-1], attention_mask[::r, :-1]  # (N/r, T−1)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() derives them for left padding
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True)
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(r)
+        return cache
 
     def _completion(self, tokens: list[int], logprobs: list[float], stop_hit: int, params: SamplingParams) -> GeneratedCompletion:
         """Cut one generated row at its first EOS id or stop string (whichever comes first)."""

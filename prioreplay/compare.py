@@ -1,0 +1,207 @@
+"""``prioreplay compare``: samplers side by side, same model, data, seed and rollout budget.
+
+Runs ``prioreplay demo`` once per (seed, sampler), seed-major (every sampler of seed k before
+seed k+1, so a comparison cut short still holds whole pairs), each arm a normal demo run
+directory ``<sampler>-seed<k>`` under the compare directory, then writes
+
+* ``compare.json``: per run and per arm (mean and 95% Student-t interval across seeds) the
+  effective-group fraction, mixed groups per 1,000 rollouts, useful (mixed-group) rollouts, mean
+  reward, held-out accuracy change (with each run's Newcombe interval), forgetting events,
+  breakthroughs and unseen problems; per arm against the baseline (``uniform`` when compared,
+  else the last arm) the ratio of effective-group fractions with a paired bootstrap interval
+  across seeds;
+* ``compare.png``: those figures over rollouts consumed, the served-priority distribution per
+  arm, and the held-out changes with their intervals.
+
+The files are rewritten after every arm, so a long comparison can be read while it runs.
+``--runs DIR ...`` compares finished runs; arms whose settings differ in anything but the
+sampler and the seed are refused (:func:`check_arms`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from prioreplay.compare_config import CompareConfig
+from prioreplay.errors import InvalidArgument
+
+log = logging.getLogger("prioreplay.compare")
+
+#: Settings that may differ between the runs of one comparison (they do not change what is measured).
+ARM_KEYS = ("sampler", "seed", "run_dir", "timeout_s", "log_level", "threads")
+
+
+def check_arms(reports: list[dict[str, Any]]) -> None:
+    """Refuse runs that are not the same experiment but for the sampler (and the seed).
+
+    Raises:
+        InvalidArgument: two runs differ in a setting outside :data:`ARM_KEYS` (the message names
+            the setting, both values and both runs), or a sampler's runs repeat a seed.
+    """
+    if not reports:
+        raise InvalidArgument("compare needs at least one run")
+    ref = reports[0]
+    ref_cfg = {k: v for k, v in ref["config"].items() if k not in ARM_KEYS}
+    for rep in reports[1:]:
+        cfg = {k: v for k, v in rep["config"].items() if k not in ARM_KEYS}
+        for key in sorted(set(ref_cfg) | set(cfg)):
+            if ref_cfg.get(key) != cfg.get(key):
+                raise InvalidArgument(
+                    f"runs {ref.get('name')!r} and {rep.get('name')!r} differ in {key} ({ref_cfg.get(key)!r} vs "
+                    f"{cfg.get(key)!r}); a comparison changes only the sampler (and the seed)")
+    seen: set[tuple[str, int]] = set()
+    for rep in reports:
+        arm = (rep["config"]["sampler"], rep["config"]["seed"])
+        if arm in seen:
+            raise InvalidArgument(f"two runs of sampler {arm[0]} with seed {arm[1]}; give each (sampler, seed) once")
+        seen.add(arm)
+
+
+def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one demo run that a comparison puts side by side."""
+    final, cfg = report["final"], report["config"]
+    completions = final["completions_reported"]
+    reward_sum = final.get("reward_sum", report["steps"][-1]["reward_sum"] if report.get("steps") else 0.0)
+    curve = [{"rollouts": s["completions"], "effective_group_fraction": s["groups_mixed"] / s["groups"] if s["groups"] else None,
+              "useful_rollouts": s["groups_mixed"] * cfg["group_size"],
+              "mean_reward_window": s.get("mean_reward_window"), "unseen": s.get("unseen")}
+             for s in report.get("steps", [])]
+    return {
+        "name": report.get("name"), "sampler": cfg["sampler"], "seed": cfg["seed"],
+        "rollouts": completions,
+        "effective_group_fraction": final["effective_group_fraction"],
+        "mixed_groups_per_1000_rollouts": 1000.0 * final["groups_mixed"] / completions if completions else 0.0,
+        "useful_rollouts": final["groups_mixed"] * cfg["group_size"],
+        "mean_reward": reward_sum / completions if completions else 0.0,
+        "learner_steps": report["steps"][-1]["step"] if report.get("steps") else 0,
+        "unseen_at_end": final.get("unseen"),
+        "problems": final["problems"],
+        "accuracy_before": report.get("accuracy_before"), "accuracy_after": report.get("accuracy_after"),
+        "accuracy_change": report.get("accuracy_change"), "accuracy_change_ci95": report.get("accuracy_change_ci95"),
+        "forgetting_events": report.get("forgetting_events", 0), "breakthroughs": report.get("breakthroughs", 0),
+        "served_priority": report.get("served_priority"),
+        "duration_s": report.get("duration_s"),
+        "curve": curve,
+    }
+
+
+_SUMMED = ("effective_group_fraction", "mixed_groups_per_1000_rollouts", "useful_rollouts", "mean_reward",
+           "accuracy_change", "forgetting_events", "breakthroughs", "rollouts", "unseen_at_end")
+
+
+def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]:
+    """Per-arm means with 95% intervals across seeds, and each arm's effective-group-fraction ratio
+    against the baseline over the seeds every arm finished (paired bootstrap)."""
+    from prioreplay.intervals import bootstrap_ratio, mean_interval
+
+    by_arm = {s: {r["seed"]: r for r in runs if r["sampler"] == s} for s in samplers}
+    common = sorted(set.intersection(*(set(v) for v in by_arm.values()))) if by_arm else []
+    arms: dict[str, Any] = {}
+    for s, seeds in by_arm.items():
+        arm: dict[str, Any] = {"seeds": sorted(seeds)}
+        for key in _SUMMED:
+            vals = [seeds[k][key] for k in sorted(seeds) if seeds[k][key] is not None]
+            if vals:
+                m, lo, hi = mean_interval(vals)
+                arm[key] = {"mean": m, "ci95": [lo, hi], "values": vals}
+        arms[s] = arm
+    baseline = "uniform" if "uniform" in samplers else samplers[-1]
+    ratios = {}
+    for s in samplers:
+        if s == baseline or not common:
+            continue
+        num = [by_arm[s][k]["effective_group_fraction"] for k in common]
+        den = [by_arm[baseline][k]["effective_group_fraction"] for k in common]
+        r, lo, hi = bootstrap_ratio(num, den, paired=True)
+        ratios[s] = {"vs": baseline, "seeds": common, "ratio": r, "ci95": [lo, hi], "above_1": lo > 1.0}
+    return {"arms": arms, "baseline": baseline, "paired_seeds": common,
+            "effective_group_fraction_ratio": ratios}
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The comparison's headline, one line per arm plus one per ratio."""
+    lines = []
+    for s, arm in summary["arms"].items():
+        if "effective_group_fraction" not in arm:
+            continue
+        e = arm["effective_group_fraction"]
+        line = (f"{s:<10} seeds {arm['seeds']}: effective-group fraction {e['mean']:.3f} "
+                f"[{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}], mixed groups per 1,000 rollouts "
+                f"{arm['mixed_groups_per_1000_rollouts']['mean']:.1f}, mean reward {arm['mean_reward']['mean']:.3f}")
+        if "accuracy_change" in arm:
+            a = arm["accuracy_change"]
+            line += f", held-out change {a['mean'] * 100:+.1f} pts [{a['ci95'][0] * 100:+.1f}, {a['ci95'][1] * 100:+.1f}]"
+        lines.append(line)
+    for s, r in summary["effective_group_fraction_ratio"].items():
+        verdict = "the interval is above 1" if r["above_1"] else "the interval does not exclude 1"
+        lines.append(f"{s} / {r['vs']} effective-group fraction: {r['ratio']:.2f}x, 95% CI [{r['ci95'][0]:.2f}, "
+                     f"{r['ci95'][1]:.2f}] over seeds {r['seeds']} (paired bootstrap); {verdict}")
+    return lines
+
+
+def write(root: Path, cfg: dict[str, Any], samplers: list[str], reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write compare.json and compare.png from the finished runs; returns the compare.json dict."""
+    from prioreplay.compare_report import render
+
+    runs = [run_metrics(r) for r in reports]
+    out = {"config": cfg, "samplers": samplers, "runs": runs, **summarize(runs, samplers)}
+    (root / "compare.json").write_text(json.dumps(out, indent=1, default=str))
+    render(out, root / "compare.png")
+    return out
+
+
+def _arm_config(cfg: CompareConfig, sampler: str, seed: int, root: Path):
+    from prioreplay.demo_config import DemoConfig
+
+    values = {k: getattr(cfg, k) for k in DemoConfig.model_fields}
+    values.update(sampler=sampler, seed=seed, run_dir=root / f"{sampler}-seed{seed}")
+    return DemoConfig(_cli_parse_args=[], **values)
+
+
+def _load_report(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / "report.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise InvalidArgument(f"{path}: not a finished demo run ({e}); give directories that hold a report.json") from None
+
+
+def run(cfg: CompareConfig) -> int:
+    """Run (or read) every arm, then write the comparison; returns the exit code."""
+    from prioreplay import demo
+    from prioreplay.process import setup_logging
+
+    setup_logging("INFO")
+    root = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / f"compare-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    root.mkdir(parents=True, exist_ok=True)
+    settings = json.loads(cfg.model_dump_json())
+    if cfg.runs:
+        reports = [_load_report(d) for d in cfg.runs]
+        check_arms(reports)
+        samplers = list(dict.fromkeys(r["config"]["sampler"] for r in reports))
+        if len(samplers) < 2:
+            raise InvalidArgument(f"the runs use one sampler only ({samplers[0]}); compare needs two or more")
+    else:
+        samplers, reports = cfg.samplers, []
+        for k in range(cfg.seeds):
+            for sampler in samplers:
+                arm = _arm_config(cfg, sampler, cfg.seed + k, root)
+                print(f"\n== arm {sampler}, seed {cfg.seed + k} -> {arm.run_dir}", flush=True)
+                rc = demo.run(arm)
+                if rc != 0:
+                    print(f"prioreplay compare: arm {sampler} seed {cfg.seed + k} failed (exit {rc}); "
+                          f"see {arm.run_dir}/logs", file=sys.stderr)
+                    return rc
+                reports.append(_load_report(arm.run_dir))
+                check_arms(reports)
+                write(root, settings, samplers, reports)
+    out = write(root, settings, samplers, reports)
+    print(f"\ncomparison: {root / 'compare.json'}\npicture:    {root / 'compare.png'}")
+    for line in summary_lines(out):
+        print(line)
+    return 0

@@ -1,0 +1,111 @@
+"""``prioreplay compare``: arms that differ beyond the sampler are refused; the report's fields.
+
+The end-to-end test runs the real command on a tiny random Llama (built in the test): two
+samplers, one seed, a rollout budget of 48 completions, 4 held-out problems, 8 new tokens.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from prioreplay.compare import check_arms, run_metrics, summarize
+from prioreplay.cli import parse
+from prioreplay.compare_config import default_samplers
+from prioreplay.errors import InvalidArgument
+from prioreplay.testing import make_tiny_model
+
+
+def _report(sampler: str, seed: int, mixed: int, groups: int, **cfg) -> dict:
+    config = {"model": "m", "dataset": "arithmetic:64:0:easy:line", "group_size": 4, "rollouts": 400,
+              "sampler": sampler, "seed": seed, "run_dir": f"runs/{sampler}-{seed}", "lr": 1e-5, **cfg}
+    steps = [{"step": 1, "completions": groups * 2, "groups": groups // 2, "groups_mixed": mixed // 2,
+              "reward_sum": 10.0, "mean_reward_window": 0.3, "unseen": 10}]
+    return {"name": f"{sampler}-{seed}", "config": config, "steps": steps,
+            "final": {"completions_reported": groups * 4, "effective_group_fraction": mixed / groups,
+                      "groups_mixed": mixed, "problems": 64, "unseen": 0, "reward_sum": groups * 2.0, "step": 9},
+            "accuracy_change": 0.05, "accuracy_change_ci95": [-0.02, 0.12], "forgetting_events": 1, "breakthroughs": 2}
+
+
+def test_arms_that_differ_beyond_the_sampler_are_refused():
+    a, b = _report("heap", 0, 50, 100), _report("uniform", 0, 30, 100)
+    check_arms([a, b])  # sampler, seed and run directory may differ
+    check_arms([a, _report("uniform", 1, 30, 100)])
+    for key, value in (("lr", 1e-4), ("dataset", "arithmetic:512"), ("rollouts", 800), ("group_size", 8)):
+        other = copy.deepcopy(b)
+        other["config"][key] = value
+        with pytest.raises(InvalidArgument, match=f"differ in {key}"):
+            check_arms([a, other])
+    with pytest.raises(InvalidArgument, match="two runs of sampler heap with seed 0"):
+        check_arms([a, copy.deepcopy(a)])
+
+
+def test_summary_gives_per_arm_intervals_and_a_paired_ratio():
+    runs = [run_metrics(_report(s, k, m + k, 100)) for k in range(3) for s, m in (("heap", 50), ("uniform", 30))]
+    out = summarize(runs, ["heap", "uniform"])
+    heap = out["arms"]["heap"]["effective_group_fraction"]
+    assert heap["mean"] == pytest.approx(0.51) and heap["ci95"][0] < 0.51 < heap["ci95"][1]
+    r = out["effective_group_fraction_ratio"]["heap"]
+    assert r["vs"] == "uniform" and r["seeds"] == [0, 1, 2] and r["ratio"] == pytest.approx(0.51 / 0.31)
+    assert r["above_1"] and r["ci95"][0] > 1
+    assert runs[0]["mixed_groups_per_1000_rollouts"] == pytest.approx(1000 * 50 / 400)
+    assert runs[0]["useful_rollouts"] == 200
+    # a seed only one arm finished is left out of the ratio
+    out = summarize(runs[:-1], ["heap", "uniform"])
+    assert out["effective_group_fraction_ratio"]["heap"]["seeds"] == [0, 1]
+
+
+def test_default_arms_are_the_registry_default_then_heap_and_uniform():
+    names = default_samplers()
+    assert names[-2:] == ["heap", "uniform"] or names[-1:] == ["uniform"]
+    assert len(names) == len(set(names)) and {"heap", "uniform"} <= set(names)
+    with pytest.raises(InvalidArgument, match="unknown sampler"):
+        parse("compare", ["--samplers", "heap,nope"])
+    with pytest.raises(InvalidArgument, match="two or more"):
+        parse("compare", ["--samplers", "heap"])
+    assert parse("compare", ["--samplers", "uniform,heap"]).samplers == ["uniform", "heap"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
+    model = make_tiny_model(tmp_path / "tiny", seed=0)
+    root = tmp_path / "cmp"
+    cmd = [sys.executable, "-m", "prioreplay.cli", "compare", "--model", str(model), "--dataset", "arithmetic:24",
+           "--samplers", "heap,uniform", "--seeds", "1", "--rollouts", "48", "--eval-size", "4",
+           "--batch-groups", "1", "--batch-size", "4", "--group-size", "4", "--max-new-tokens", "8",
+           "--run-dir", str(root), "--timeout-s", "400"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=880)
+    assert proc.returncode == 0, f"compare failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    out = json.loads((root / "compare.json").read_text())
+    assert (root / "compare.png").stat().st_size > 10_000
+    assert out["samplers"] == ["heap", "uniform"] and out["paired_seeds"] == [0]
+    for s in ("heap", "uniform"):
+        report = json.loads((root / f"{s}-seed0" / "report.json").read_text())  # a normal demo run directory
+        assert report["config"]["sampler"] == s and report["config"]["rollouts"] == 48
+        assert report["final"]["completions_reported"] >= 48
+        assert "accuracy_change_ci95" in report and report["final"]["unseen"] <= 24
+    run = out["runs"][0]
+    for key in ("effective_group_fraction", "mixed_groups_per_1000_rollouts", "useful_rollouts", "mean_reward",
+                "accuracy_change", "accuracy_change_ci95", "forgetting_events", "breakthroughs", "served_priority",
+                "curve"):
+        assert key in run, key
+    assert sum(run["served_priority"]["count"]) >= 12  # every served problem counted
+    assert "heap" in out["effective_group_fraction_ratio"]
+    assert "heap / uniform effective-group fraction" in proc.stdout
+    # the finished runs compare again from their directories; a run with other settings is refused
+    again = subprocess.run([sys.executable, "-m", "prioreplay.cli", "compare", "--runs", str(root / "heap-seed0"),
+                            "--runs", str(root / "uniform-seed0"), "--run-dir", str(tmp_path / "again")],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    changed = json.loads((root / "uniform-seed0" / "report.json").read_text())
+    changed["config"]["lr"] = 1.0
+    (root / "uniform-seed0" / "report.json").write_text(json.dumps(changed))
+    refused = subprocess.run([sys.executable, "-m", "prioreplay.cli", "compare", "--runs", str(root / "heap-seed0"),
+                              "--runs", str(root / "uniform-seed0"), "--run-dir", str(tmp_path / "refused")],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "differ in lr" in refused.stderr
