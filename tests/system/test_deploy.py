@@ -577,6 +577,26 @@ def test_every_referenced_metric_is_exported():
     assert not missing, f"referenced but not exported: {missing}"
 
 
+#: Counters of failures: a healthy run never creates a child, so a panel over them alone shows
+#: "No data" (found querying a live Prometheus). Their expressions need a zero fallback.
+FAILURE_ONLY_METRICS = ("prioreplay_rpc_errors_total",)
+
+
+def test_failure_counters_have_a_zero_fallback_in_the_dashboard():
+    if not _module_available("prioreplay.priority_server.main"):
+        pytest.skip("prioreplay.priority_server.main does not exist yet")
+    server_text, _port = _scrape_server()
+    samples = {s.name for fam in __import__("prometheus_client.parser", fromlist=["x"]).text_string_to_metric_families(
+        server_text) for s in fam.samples}
+    for name in FAILURE_ONLY_METRICS:
+        assert name not in samples, f"{name} has samples before any failure: drop it from FAILURE_ONLY_METRICS"
+        exprs = [t["expr"] for targets in _dashboard_exprs().values() for t in targets if name in t["expr"]]
+        assert exprs, f"no panel uses {name}"
+        for expr in exprs:
+            assert re.search(r"\bor on\(\)\s*(label_replace\()?vector\(0\)", expr), (
+                f"{expr!r} returns no data until the first failure: append `or on() vector(0)`")
+
+
 def test_exported_name_matching():
     exported = exported_names(
         "# TYPE a_seconds histogram\na_seconds_bucket{le=\"1.0\"} 1\na_seconds_bucket{le=\"+Inf\"} 1\n"
