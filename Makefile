@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo compare test test-fast bench proto clean
+.PHONY: install demo compare test test-fast bench proto clean compose-smoke
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>: a new folder reinstalls.
 $(STAMP): pyproject.toml setup.py $(wildcard services/*/__init__.py services/*/*/__init__.py)
@@ -35,6 +35,11 @@ test: install
 # tests/unit and the system tests not marked slow or soak (about 50 s of CPU time; `make test` runs all)
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not soak" $(ARGS)
+
+# docker compose up of the CPU profile, checked live (tests/system/test_compose.py; needs a Docker
+# daemon with Compose v2 and the base images; fails, rather than skips, without them). <= 15 min.
+compose-smoke: install
+	PRIOREPLAY_COMPOSE_SMOKE=1 $(BIN)/python -m pytest -q -s -m compose tests/system/test_compose.py $(ARGS)
 
 bench: install
 	$(BIN)/python -m benchmarks.run $(ARGS)

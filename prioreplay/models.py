@@ -173,6 +173,30 @@ def _package_dir(package: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def share_by_umask(path: str | os.PathLike) -> None:
+    """Give ``path`` the mode a plain ``open``/``mkdir`` would have under the process umask.
+
+    ``safetensors`` writes its files 0600 and ``tempfile`` makes 0700 directories whatever the
+    umask: a learner's checkpoint or a converted model in a volume shared with workers running as
+    another user would be unreadable to them. Files get ``0o666 & ~umask``, directories (and their
+    files, recursively) ``0o777 & ~umask``.
+    """
+    mask = _umask()
+    path = Path(path)
+    if path.is_dir():
+        os.chmod(path, 0o777 & ~mask)
+        for p in path.rglob("*"):
+            os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
+    else:
+        os.chmod(path, 0o666 & ~mask)
+
+
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock (flock) so concurrent processes convert an alias once."""
@@ -222,6 +246,7 @@ def _resolve_alias(name: str, cache_dir: Path) -> Path:
         with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{name}.tmp-") as tmp:
             out = Path(tmp) / name
             convert_gguf(gguf, out)
+            share_by_umask(out)
             os.rename(out, target)
         log.info("converted %s to %s in %.1f s", gguf.name, target, time.perf_counter() - t0)
     return target.resolve()
@@ -385,6 +410,7 @@ def save_weights(model: Any, tokenizer: Any, directory: str | os.PathLike, dtype
            .contiguous() for name, t in tensors.items()}
     tmp = directory / f".{WEIGHTS_FILE}.tmp"
     save_file(cpu, str(tmp), metadata={"format": "pt"})
+    share_by_umask(tmp)  # safetensors writes 0600: readers running as another user need the umask's mode
     os.replace(tmp, directory / WEIGHTS_FILE)
     if not getattr(model.config, "architectures", None):  # as save_pretrained does: loaders by path (TRL,
         model.config.architectures = [type(model).__name__]  # vLLM) pick the model class from it

@@ -184,6 +184,9 @@ class Learner:
         client: the trajectory source and weight publisher (:class:`~.interfaces.LearnerClient`;
             default: a :class:`prioreplay.client.PriorityClient` built from ``config``).
         model_dir: the base model directory (default: ``resolve_model(config.model)``).
+        metrics: where to count (default: a fresh :class:`LearnerMetrics` with ``config.log_file``);
+            ``prioreplay learner`` passes one it already serves, so /metrics answers while the
+            model loads.
 
     Raises:
         InvalidArgument: the model cannot be resolved or loaded; ``lora`` without peft installed.
@@ -191,7 +194,8 @@ class Learner:
             :meth:`load_checkpoint` when an explicitly given one is incomplete.
     """
 
-    def __init__(self, config: LearnerConfig, client: LearnerClient | None = None, model_dir: str | Path | None = None):
+    def __init__(self, config: LearnerConfig, client: LearnerClient | None = None, model_dir: str | Path | None = None,
+                 metrics: LearnerMetrics | None = None):
         from prioreplay import models
 
         self.config = config
@@ -221,7 +225,7 @@ class Learner:
         warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0)
-        self.metrics = LearnerMetrics(config.log_file)
+        self.metrics = metrics if metrics is not None else LearnerMetrics(config.log_file)
         self.step_count = 0  # optimizer steps done
         self.version = 0  # newest policy version this learner published (or resumed)
         self.last_checkpoint_step = -1

@@ -24,13 +24,21 @@ def run(config: LearnerConfig) -> int:
     setup_logging(config.log_level)
     from prioreplay.errors import InvalidArgument
     from prioreplay.learner.learner import Learner
+    from prioreplay.learner.metrics import LearnerMetrics
 
-    learner = Learner(config)
-    try:
-        server = learner.metrics.serve(config.metrics_port)
+    metrics = LearnerMetrics(config.log_file)
+    try:  # before the model loads: a taken port fails at once, and health checks and scrapes answer
+        server = metrics.serve(config.metrics_port)
     except OSError as e:
         raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
                               "choose another --metrics-port, or 0 to disable") from None
+    try:
+        learner = Learner(config, metrics=metrics)
+    except BaseException:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        raise
     log.info("learner: model %s, %d groups per step, checkpoints in %s; waiting for trajectory groups from %s",
              config.model, config.batch_groups, config.checkpoint_dir, config.server)
     if server is not None:

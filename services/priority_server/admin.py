@@ -44,7 +44,8 @@ def _chunks(records: Iterator, chunk_size: int, failure: list[BaseException]) ->
 def run_load(config: LoadConfig) -> int:
     """Register a dataset's problems with a running server, streamed in chunks.
 
-    Prints ``created=… updated=… total=…``. A malformed line fails with its file:line before
+    Prints ``registered SOURCE: N problem(s) sent, created=… updated=… total=…`` (the loader
+    service's log says what it registered). A malformed line fails with its file:line before
     anything of its chunk is sent; the chunks before it stay registered (the count is printed).
 
     Returns:
@@ -82,7 +83,8 @@ def run_load(config: LoadConfig) -> int:
         print(f"registered {sent} problem(s) before the error (created={resp.created} updated={resp.updated} "
               f"total={resp.total})", file=sys.stderr)
         raise failure[0]
-    print(f"created={resp.created} updated={resp.updated} total={resp.total}")
+    print(f"registered {config.source}: {sent} problem(s) sent, created={resp.created} updated={resp.updated} "
+          f"total={resp.total}", flush=True)
     return 0
 
 

@@ -225,7 +225,7 @@ def test_server_load_stats_processes(tmp_path):
     try:
         r = _prioreplay("load", str(good), "--server", srv.address, "--chunk-size", "2")
         assert r.returncode == 0, r.stderr
-        assert r.stdout.strip().splitlines()[-1] == "created=5 updated=0 total=5"
+        assert r.stdout.strip().splitlines()[-1] == f"registered {good}: 5 problem(s) sent, created=5 updated=0 total=5"
         # a malformed line 4: the chunk (lines 3-4) is never sent, the one before is registered
         r = _prioreplay("load", str(bad), "--server", srv.address, "--chunk-size", "2")
         assert r.returncode == 2
@@ -308,3 +308,14 @@ def test_server_token_from_file_and_secret_hidden(tmp_path, monkeypatch):
     cfg = cli.parse("server", ["--auth-token", "flag-token-456"])
     assert cfg.token() == "flag-token-456" and "flag-token-456" not in repr(cfg)
     assert cli.main(["server", "--auth-token", "a", "--auth-token-file", str(tok)]) == 2
+
+
+def test_load_says_what_it_registered(memory_server, capsys):
+    """The compose loader's log must name the source and the counts (its only output)."""
+    from prioreplay.priority_server.admin import run_load
+    from prioreplay.priority_server.config import LoadConfig
+
+    server = memory_server()
+    assert run_load(LoadConfig(source="arithmetic:12:3", server=server.address, chunk_size=5)) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "registered arithmetic:12:3: 12 problem(s) sent, created=12 updated=0 total=12")

@@ -348,3 +348,34 @@ def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(ser
     assert learner.step_count >= 2 and client.stats().policy_version >= 2
     assert learner.metrics.server_unavailable._value.get() == 3
     learner.client.inner.close()
+
+
+def test_metrics_answer_while_the_model_loads(monkeypatch, tiny_dir, tmp_path):
+    """`prioreplay learner` serves /metrics before loading the model (compose health checks and
+    Prometheus scrape it during a slow CPU load), and frees the port when the load fails."""
+    import urllib.request
+
+    from prioreplay.errors import InvalidArgument
+    from prioreplay.learner import learner as learner_module
+    from prioreplay.learner.main import run
+    from tests.conftest import free_port
+
+    port = free_port()
+    seen = {}
+
+    class Loading:
+        def __init__(self, config, metrics=None, **kw):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                seen["body"] = resp.read().decode()
+            raise InvalidArgument("the model cannot be loaded")
+
+    monkeypatch.setattr(learner_module, "Learner", Loading)
+    cfg = LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt",
+                        metrics_port=port, device="cpu")
+    with pytest.raises(InvalidArgument, match="cannot be loaded"):
+        run(cfg)
+    assert "prioreplay_learner_step" in seen["body"]
+    import socket
+
+    with socket.socket() as s:  # released: the port can be bound again
+        s.bind(("0.0.0.0", port))

@@ -208,3 +208,31 @@ def test_load_weights_casts_floating_dtypes(tiny, tiny_other, tmp_path):
     ref = models.load_causal_lm(tiny_other)
     w = ref.model.norm.weight.to(torch.bfloat16).float()
     assert model.model.norm.weight.dtype == torch.float32 and torch.equal(model.model.norm.weight, w)
+
+
+@pytest.fixture
+def umask_022():
+    import os
+
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_saved_weights_and_converted_models_are_readable_by_other_users(tiny, tmp_path, monkeypatch, umask_022):
+    """Found running the compose stack: safetensors writes 0600 and tempfile makes 0700
+    directories, so workers running as another user than the learner (or than the process that
+    converted an alias) on a shared volume could not read them. Modes follow the umask now."""
+    import os
+    import stat
+
+    model = models.load_causal_lm(tiny, dtype=torch.float32, device="cpu")
+    out = models.save_weights(model, models.load_tokenizer(tiny), tmp_path / "saved")
+    assert stat.S_IMODE(os.stat(out / models.WEIGHTS_FILE).st_mode) == 0o644
+
+    monkeypatch.setitem(models.ALIASES, "smollm2-135m", models.GGUFAlias("json", "__init__.py", "a test model"))
+    monkeypatch.setattr(models, "convert_gguf", lambda gguf, out: models.save_weights(
+        model, models.load_tokenizer(tiny), out))
+    converted = models.resolve_model("smollm2-135m", cache_dir=tmp_path / "cache")
+    assert stat.S_IMODE(os.stat(converted).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(converted / models.WEIGHTS_FILE).st_mode) == 0o644
