@@ -228,6 +228,44 @@ def store_fns(store: Store, params: ServiceParams, seed: int) -> tuple[SampleFn,
     return sample, report
 
 
+# -- the report path, before/after ------------------------------------------------------------
+def run_report_path(params: ServiceParams, reports: int = 20, rounds: int = 7, seed: int = 0) -> dict[str, Any]:
+    """Server-side handling of ReportOutcomes(B) without the store: the per-field path (the
+    server before the lean path; still the fallback) against the lean path, on the same request
+    bytes, interleaved round by round in one process (so machine load hits both alike).
+
+    Each path decodes the received bytes and turns them into the store's groups (validation and
+    mixed-group payloads included). Returns medians over rounds of ms per report and the ratio.
+    """
+    from prioreplay.priority_server.servicer import checked_groups
+    from prioreplay.priority_server.wire import lean_report
+
+    gen = Outcomes(params, seed)
+    ids = [make_problem(i).id for i in range(params.batch_size)]
+    raws = [pb.ReportOutcomesRequest(lease_id="L" * 32, outcomes=gen.proto(ids), worker_id="bench").SerializeToString()
+            for _ in range(reports)]
+
+    def per_field(raw: bytes) -> Any:
+        return checked_groups(pb.ReportOutcomesRequest.FromString(raw), 1.0, True)
+
+    def lean(raw: bytes) -> Any:
+        out = lean_report(raw, pb.ReportOutcomesRequest.FromString(raw), 1.0, True)
+        assert out is not None
+        return out
+
+    assert [(g.problem_id, g.rewards, g.payload) for g in per_field(raws[0])] == lean(raws[0])
+    times: dict[str, list[float]] = {"per_field": [], "lean": []}
+    for _ in range(rounds):
+        for name, fn in (("per_field", per_field), ("lean", lean)):
+            t = time.perf_counter()
+            for raw in raws:
+                fn(raw)
+            times[name].append((time.perf_counter() - t) / reports * 1e3)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {"per_field_ms": med["per_field"], "lean_ms": med["lean"], "speedup": med["per_field"] / med["lean"],
+            "request_bytes": len(raws[0]), "rounds": rounds, "reports_per_round": reports}
+
+
 # -- servers, stores, cleanup -----------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:

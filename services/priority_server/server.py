@@ -23,7 +23,6 @@ from prioreplay.priority_server.metrics import ServerMetrics
 from prioreplay.priority_server.runtime import SHUTDOWN_STEP_S, ServerRuntime, bounded
 from prioreplay.priority_server.servicer import SERVICE_NAME, PriorityServicer
 from prioreplay.priority_server.store import Store
-from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
 _RUNTIMES: "weakref.WeakKeyDictionary[grpc.aio.Server, ServerRuntime]" = weakref.WeakKeyDictionary()
 
@@ -60,7 +59,9 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     # so_reuseport off: a second server on a port in use must fail, not silently share the clients
     options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
-    pb_grpc.add_PriorityServiceServicer_to_server(PriorityServicer(store, metrics), server)
+    handlers = method_handlers(PriorityServicer(store, metrics))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), server)
@@ -71,6 +72,37 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     await rt.refresh()
     rt.start_tasks(server)
     return server, port
+
+
+#: Methods registered without a request deserializer: the servicer gets the received bytes.
+RAW_REQUEST_METHODS = frozenset({"ReportOutcomes"})
+
+
+def method_handlers(servicer: PriorityServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """The handlers of every ``PriorityService`` method, as the generated
+    ``add_PriorityServiceServicer_to_server`` makes them, except that the methods in
+    :data:`RAW_REQUEST_METHODS` get the request bytes undecoded (the servicer decodes them and
+    also reads the packed fields straight from the bytes, see :func:`.wire.lean_report`)."""
+    from prioreplay.v1 import priority_service_pb2 as pb
+
+    handlers = {}
+    for m in pb.DESCRIPTOR.services_by_name["PriorityService"].methods:
+        req = message_class(m.input_type)
+        resp = message_class(m.output_type)
+        make = {(False, False): grpc.unary_unary_rpc_method_handler, (True, False): grpc.stream_unary_rpc_method_handler,
+                (False, True): grpc.unary_stream_rpc_method_handler,
+                (True, True): grpc.stream_stream_rpc_method_handler}[(m.client_streaming, m.server_streaming)]
+        handlers[m.name] = make(getattr(servicer, m.name),
+                                request_deserializer=None if m.name in RAW_REQUEST_METHODS else req.FromString,
+                                response_serializer=resp.SerializeToString)
+    return handlers
+
+
+def message_class(descriptor) -> type:
+    """The generated class of a message descriptor of ``priority_service.proto``."""
+    from prioreplay.v1 import priority_service_pb2 as pb
+
+    return getattr(pb, descriptor.name)
 
 
 def _bind(server: grpc.aio.Server, address: str, config: ServerConfig) -> int:
