@@ -34,7 +34,7 @@ def runtime_of(server: grpc.aio.Server) -> ServerRuntime:
 
 # -- the factory ----------------------------------------------------------------------------
 async def create_server(address: str, store: Store, config: ServerConfig | None = None, *,
-                        metrics: ServerMetrics | None = None) -> tuple[grpc.aio.Server, int]:
+                        metrics: ServerMetrics | None = None, reuse_port: bool = False) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start the priority server.
 
     Args:
@@ -42,6 +42,8 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
         store: the store the servicer uses (the caller closes it after :func:`stop_server`).
         config: limits, auth, TLS and task intervals (defaults: :class:`ServerConfig` defaults).
         metrics: the metrics to update (default: a fresh registry; reach it via :func:`runtime_of`).
+        reuse_port: share the port with other processes (SO_REUSEPORT; the kernel spreads incoming
+            connections over them). Off by default, so a second server on a port in use fails.
 
     Returns:
         (the started server, the bound port). With TLS only a secure port is opened, so
@@ -56,8 +58,8 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     interceptors: list[grpc.aio.ServerInterceptor] = [MetricsInterceptor(metrics)]
     if token:
         interceptors.append(AuthInterceptor(token))
-    # so_reuseport off: a second server on a port in use must fail, not silently share the clients
-    options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 0)]
+    # so_reuseport off unless asked: a second server on a port in use must fail, not silently share the clients
+    options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 1 if reuse_port else 0)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
     handlers = method_handlers(PriorityServicer(store, metrics))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
