@@ -187,3 +187,33 @@ def test_a_port_in_use_is_refused(redis_url, namespace):
                             namespace, "--processes", "2", "--port", str(port), "--metrics-port", "0"],
                            capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
+
+
+def test_a_dns_or_address_list_target_spreads_rpcs_round_robin():
+    """A client of ``ipv4:A,B`` (as of ``dns:///name:port`` resolving to several replicas) calls
+    both servers; a plain HOST:PORT client stays on one."""
+    from prioreplay.client import PriorityClient
+    from prioreplay.config import ClientSettings
+    from prioreplay.priority_server.config import ServerConfig
+    from prioreplay.priority_server.store import StoreConfig
+    from prioreplay.priority_server.stores import create_store
+    from prioreplay.priority_server.testing import BackgroundServer
+
+    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0)
+    with BackgroundServer(lambda: create_store("memory", StoreConfig()), cfg) as a, \
+            BackgroundServer(lambda: create_store("memory", StoreConfig()), cfg) as b:
+        for srv, n in ((a, 1), (b, 2)):  # tell the replicas apart by their problem counts
+            c = PriorityClient(ClientSettings(server=srv.address))
+            c.register([pb.Problem(id=f"p{i}", prompt="q", answer="1") for i in range(n)])
+            c.close()
+        both = PriorityClient(ClientSettings(server=f"ipv4:127.0.0.1:{a.port},127.0.0.1:{b.port}"))
+        both.wait_ready()
+        time.sleep(0.5)  # round_robin connects to every address; let both subchannels become ready
+        assert {both.stats().problems for _ in range(20)} == {1, 2}
+        both.close()
+        one = PriorityClient(ClientSettings(server=a.address))
+        assert {one.stats().problems for _ in range(20)} == {1}
+        one.close()
+        dns = PriorityClient(ClientSettings(server=f"dns:///localhost:{a.port}"))
+        assert dns.stats().problems == 1  # the dns resolver with the round_robin policy
+        dns.close()
