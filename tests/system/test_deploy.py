@@ -250,7 +250,7 @@ def test_loader_registers_a_dataset_from_the_data_volume(compose, monkeypatch):
     config = parse_command(loader, monkeypatch)
     assert any(config.source.startswith(t.rstrip("/") + "/") for t in data_targets), (
         f"the default dataset {config.source!r} must lie on a mounted volume ({data_targets})")
-    assert config.server == f"priority-server:{GRPC_PORT}"
+    assert config.server == f"dns:///priority-server:{GRPC_PORT}"  # every replica (--scale), round_robin
 
 
 @pytest.mark.parametrize("name", GPU_SERVICES)
@@ -266,7 +266,7 @@ def test_rollout_worker_is_scalable(compose, monkeypatch):
     assert not worker.get("ports"), "a fixed host port breaks --scale (Prometheus reaches workers by DNS)"
     config = parse_command(worker, monkeypatch)
     assert config.backend == "vllm"
-    assert config.server == f"priority-server:{GRPC_PORT}"
+    assert config.server == f"dns:///priority-server:{GRPC_PORT}"  # every replica (--scale), round_robin
     assert config.metrics_port == METRICS_PORTS["rollout-worker"]
     assert str(METRICS_PORTS["rollout-worker"]) in [str(p) for p in worker.get("expose", [])]
 
@@ -274,7 +274,7 @@ def test_rollout_worker_is_scalable(compose, monkeypatch):
 def test_learner_shape(compose, monkeypatch):
     learner = compose["services"]["learner"]
     config = parse_command(learner, monkeypatch)
-    assert config.server == f"priority-server:{GRPC_PORT}"
+    assert config.server == f"dns:///priority-server:{GRPC_PORT}"  # every replica (--scale), round_robin
     assert config.metrics_port == METRICS_PORTS["learner"]
     assert METRICS_PORTS["learner"] in {_container_port(p) for p in learner.get("ports", [])}
     # The checkpoint volume is mounted at the learner's checkpoint_dir, at the same path in workers.
