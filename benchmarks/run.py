@@ -1,8 +1,11 @@
 """``python -m benchmarks.run`` (``make bench``): run the benchmarks, write results.json and plots.
 
 Parts (docs/BENCHMARKS.md explains each figure):
-  service   1. throughput and latency of the gRPC service vs the in-process ceiling, both stores;
-               Redis memory per problem and time to register 10^6 problems
+  service   1. throughput and latency of the gRPC service vs the in-process ceiling, both stores
+               (``--processes 1,2``: also 2 server processes on Redis); Redis memory per problem
+               and time to register 10^6 problems
+  openloop  1b. open-loop latency at fixed offered loads (not in the default parts)
+  reportpath 1c. ReportOutcomes handling, per-field vs lean path (not in the default parts)
   simulate  2. learning efficiency of the samplers in a simulated GRPO learner (many seeds)
   samplers  2b. the samplers beyond the paper (issue 12) in four populations, paired seeds
   overhead  4. priority-RPC share of the worker's and learner's step time, from a demo run dir
@@ -36,15 +39,16 @@ SHARED_NOTE = ""  # set with --note, e.g. what else ran on the machine during th
 class Results:
     """Figures of one invocation, merged into results.json by name (other figures are kept)."""
 
-    def __init__(self, command: str, note: str = ""):
+    def __init__(self, command: str, note: str = "", prefix: str = ""):
         self.command = command
         self.note = note
+        self.prefix = prefix
         self.date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         self.cores = os.cpu_count() or 0
         self.items: list[dict[str, Any]] = []
 
     def add(self, name: str, value: float | int | None, unit: str, **extra: Any) -> None:
-        item = {"name": name, "value": value, "unit": unit, "command": self.command, "date": self.date,
+        item = {"name": self.prefix + name, "value": value, "unit": unit, "command": self.command, "date": self.date,
                 "machine_cores": self.cores}
         if self.note:
             item["note"] = self.note
@@ -74,18 +78,32 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
         params = replace(params, server=args.server)
     if args.no_big_register:
         params = replace(params, big_register=0)
-    out = asyncio.run(service.run_throughput(params, args.redis_url, progress=_log))
+    procs = tuple(int(x) for x in args.processes.split(","))
+    out = asyncio.run(service.run_throughput(params, args.redis_url, progress=_log, processes=procs))
     for kind, secs in out["register_s"].items():
         res.add(f"service.{kind}.register_{params.problems}_s", secs, "s", problems=params.problems)
     for row in out["rows"]:
-        pre = f"service.{row['store']}.{row['path']}.c{row['clients']}"
+        x = f".x{row['processes']}" if row["processes"] > 1 else ""
+        pre = f"service.{row['store']}.{row['path']}{x}.c{row['clients']}"
         res.add(f"{pre}.sampled_per_s", row["sampled_per_s"], "problems/s")
         res.add(f"{pre}.reported_per_s", row["reported_per_s"], "outcomes/s")
         for k in ("sample_p50_ms", "sample_p99_ms", "report_p50_ms", "report_p99_ms"):
             res.add(f"{pre}.{k}", row[k], "ms", rpcs=row["rpcs"])
+        res.add(f"{pre}.client_cores", row["client_cores"], "cores", how="benchmark process CPU s / wall s")
+        if row["server_cores"] is not None:
+            res.add(f"{pre}.server_cores", row["server_cores"], "cores", how="server process tree CPU s / wall s")
     for r in out["ratios"]:
-        res.add(f"service.{r['store']}.c{r['clients']}.e2e_over_ceiling_sampled", r["sampled_ratio"], "ratio")
-        res.add(f"service.{r['store']}.c{r['clients']}.e2e_over_ceiling_reported", r["reported_ratio"], "ratio")
+        x = f".x{r['processes']}" if r["processes"] > 1 else ""
+        res.add(f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_sampled", r["sampled_ratio"], "ratio")
+        res.add(f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_reported", r["reported_ratio"], "ratio")
+    for kind in params.stores:
+        for c in params.concurrency:
+            one = next((x for x in out["rows"] if x["store"] == kind and x["path"] == "grpc" and x["processes"] == 1
+                        and x["clients"] == c), None)
+            for row in out["rows"]:
+                if one and row["store"] == kind and row["path"] == "grpc" and row["processes"] > 1 and row["clients"] == c:
+                    res.add(f"service.{kind}.x{row['processes']}_over_x1.c{c}.sampled",
+                            row["sampled_per_s"] / one["sampled_per_s"], "ratio")
     if "redis" in params.stores and params.big_register:
         mem = asyncio.run(service.run_redis_memory(params, args.redis_url, progress=_log))
         n = mem["problems"]
@@ -130,6 +148,49 @@ def part_samplers(args: argparse.Namespace, res: Results) -> dict[str, Any]:
                     res.add(f"samplers.{v}.{name}.{key}", s["mean"], unit, ci95=[s["lo"], s["hi"]], n=s["n"],
                             seeds=len(r["seeds"]), reached=m["reached"])
         res.add(f"samplers.{v}.wall_s", r["wall_s"], "s", params=r["params"])
+
+
+def part_openloop(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    """Part 1b: open-loop latency at fixed offered loads (and the highest load with p99 <= 50 ms)."""
+    from benchmarks import service
+
+    params = service.QUICK if args.quick else service.ServiceParams(duration_s=30.0, warmup_s=5.0)
+    params = replace(params, stores=tuple(args.stores.split(",")))
+    if args.duration_s:
+        params = replace(params, duration_s=args.duration_s)
+    loads = tuple(float(x) for x in args.open_loads.split(","))
+    procs = tuple(int(x) for x in args.processes.split(","))
+    out = asyncio.run(service.run_open_loop(params, args.redis_url, progress=_log, workers=args.open_workers,
+                                            period_s=args.open_period_s, loads=loads, processes=procs))
+    for row in out["rows"]:
+        pre = f"openloop.{row['store']}.x{row['processes']}.load{row['load']:g}"
+        extra = {"workers": row["workers"], "period_s": args.open_period_s, "batch_size": params.batch_size,
+                 "ticks": row["ticks"]}
+        res.add(f"{pre}.offered_problems_per_s", row["offered_problems_per_s"], "problems/s", **extra)
+        res.add(f"{pre}.sampled_per_s", row["sampled_per_s"], "problems/s", **extra)
+        for k in ("sample_p50_ms", "sample_p99_ms", "sample_p999_ms", "report_p50_ms", "report_p99_ms",
+                  "report_p999_ms", "lag_p99_ms"):
+            res.add(f"{pre}.{k}", row[k], "ms", **extra)
+        res.add(f"{pre}.client_cores", row["client_cores"], "cores", **extra)
+        res.add(f"{pre}.server_cores", row["server_cores"], "cores", **extra)
+    for r in out["sustained"]:
+        res.add(f"openloop.{r['store']}.x{r['processes']}.max_sustained_problems_per_s", r["max_offered_problems_per_s"],
+                "problems/s", how=f"highest offered load with Sample and Report p99 <= {out['p99_limit_ms']:g} ms "
+                "and >= 95% of it served", loads=list(loads))
+    return out
+
+
+def part_reportpath(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    """Part 1c: server-side ReportOutcomes handling, per-field path vs lean path, side by side."""
+    from benchmarks import service
+
+    params = service.QUICK if args.quick else service.ServiceParams()
+    out = service.run_report_path(params, reports=5 if args.quick else 20, rounds=3 if args.quick else 9)
+    extra = {"batch_size": params.batch_size, "group_size": params.group_size, "tokens": params.tokens,
+             "request_bytes": out["request_bytes"], "rounds": out["rounds"]}
+    res.add("reportpath.per_field_ms_per_report", out["per_field_ms"], "ms", **extra)
+    res.add("reportpath.lean_ms_per_report", out["lean_ms"], "ms", **extra)
+    res.add("reportpath.speedup", out["speedup"], "ratio", **extra)
     return out
 
 
@@ -266,14 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny versions of every part (seconds)")
+    ap.add_argument("--prefix", default="", help="prepended to every figure name (keeps a side run's figures apart)")
     ap.add_argument("--note", default=SHARED_NOTE, help="a note stored with every figure (measurement conditions)")
     ap.add_argument("--parts", default="service,simulate,overhead,integration",
-                    help="comma-separated: service, simulate, samplers, overhead, integration")
+                    help="comma-separated: service, simulate, samplers, overhead, integration, openloop, reportpath")
     ap.add_argument("--real", action="store_true", help="also part 3: two `prioreplay demo` runs (long)")
     ap.add_argument("--real-args", default="", help="extra `prioreplay demo` flags for --real, one string")
     ap.add_argument("--real-from", default=None,
                     help="read part 3 from finished runs DIR/heap and DIR/uniform instead of running them")
     ap.add_argument("--stores", default="memory,redis", help="stores of part 1")
+    ap.add_argument("--processes", default="1", help="part 1 / openloop: server process counts, e.g. 1,2 (>1: Redis)")
+    ap.add_argument("--open-loads", default="1,2,4,6,8,10", help="openloop: multiples of the base offered load")
+    ap.add_argument("--open-workers", type=int, default=64, help="openloop: simulated workers at load 1")
+    ap.add_argument("--open-period-s", type=float, default=10.0, help="openloop: seconds between a worker's leases")
     ap.add_argument("--redis-url", default=None, help="Redis of part 1 (default PRIOREPLAY_BENCH_REDIS_URL or local)")
     ap.add_argument("--server", choices=("subprocess", "inprocess"), default=None, help="how part 1 runs the server")
     ap.add_argument("--duration-s", type=float, default=None, help="measured seconds per part-1 configuration")
@@ -294,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         args.out = args.out or str(RESULTS)
         args.plot_dir = args.plot_dir or str(DOCS)
-    res = Results("python -m benchmarks.run" + (" " + " ".join(argv) if argv else ""), note=args.note)
+    res = Results("python -m benchmarks.run" + (" " + " ".join(argv) if argv else ""), note=args.note, prefix=args.prefix)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     summary: dict[str, Any] = {}
     if "simulate" in parts:
@@ -303,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
         summary["samplers"] = part_samplers(args, res)
     if "service" in parts:
         summary["service"] = part_service(args, res)
+    if "reportpath" in parts:
+        summary["reportpath"] = part_reportpath(args, res)
+    if "openloop" in parts:
+        summary["openloop"] = part_openloop(args, res)
     if "overhead" in parts:
         summary["overhead"] = part_overhead(args, res)
     if "integration" in parts:

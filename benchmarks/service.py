@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import numpy as np
@@ -132,6 +132,52 @@ class Outcomes:
         return out
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _bytes_field(number: int, value: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+class RawReports(Outcomes):
+    """The same synthetic reports as :class:`Outcomes`, built as request bytes by concatenation.
+
+    Each group's outcome is ``problem_id`` + the pre-serialized prompt ids and completions of its
+    reward pattern (2^G patterns, built once), so the benchmark client spends microseconds, not
+    milliseconds, per report and leaves the shared cores to the server. The bytes are exactly
+    what ``pb.ReportOutcomesRequest(...).SerializeToString()`` gives (checked at construction).
+    """
+
+    def __init__(self, params: ServiceParams, seed: int):
+        super().__init__(params, seed)
+        if params.group_size > 12:
+            raise ValueError(f"group_size ({params.group_size}) > 12: too many reward patterns to pre-serialize")
+        g = params.group_size
+        self.weights = 1 << np.arange(g)
+        self.suffix = [pb.ProblemOutcome(prompt_token_ids=self.prompt_ids, completions=[
+            self.completion[float(bits >> j & 1)] for j in range(g)]).SerializeToString() for bits in range(1 << g)]
+        ids = ["bench-0000001", "bench-0000002"]
+        rng_state = self.rng.bit_generator.state
+        raw = self.request("L", ids, "w")
+        self.rng.bit_generator.state = rng_state
+        assert raw == pb.ReportOutcomesRequest(lease_id="L", outcomes=self.proto(ids), worker_id="w").SerializeToString()
+
+    def request(self, lease_id: str, ids: list[str], worker_id: str = "bench") -> bytes:
+        """Serialized ``ReportOutcomesRequest`` of one report of ``ids``."""
+        bits = (self.rewards(len(ids)) @ self.weights).astype(int).tolist()
+        parts = [_bytes_field(1, lease_id.encode())]
+        for pid, b in zip(ids, bits):
+            parts.append(_bytes_field(2, _bytes_field(1, pid.encode()) + self.suffix[b]))
+        parts.append(_bytes_field(3, worker_id.encode()))
+        return b"".join(parts)
+
+
 # -- the load loop ----------------------------------------------------------------------------
 @dataclass
 class LoadResult:
@@ -160,8 +206,10 @@ SampleFn = Callable[[], Awaitable[tuple[str, list[str]]]]
 ReportFn = Callable[[str, list[str]], Awaitable[None]]
 
 
-async def load(clients: int, sample: SampleFn, report: ReportFn, duration_s: float, warmup_s: float) -> LoadResult:
+async def load(clients: int, fns: list[tuple[SampleFn, ReportFn]], duration_s: float, warmup_s: float) -> LoadResult:
     """Run ``clients`` concurrent sample→report loops; measure the window after ``warmup_s``.
+
+    Loop ``i`` uses ``fns[i % len(fns)]`` (e.g. one pair per connection).
 
     A call counts (rate and latency) when it started inside the window; the window ends at
     ``warmup_s + duration_s`` and every loop finishes its current pair before stopping.
@@ -170,7 +218,7 @@ async def load(clients: int, sample: SampleFn, report: ReportFn, duration_s: flo
     t0 = time.perf_counter()
     start, stop = t0 + warmup_s, t0 + warmup_s + duration_s
 
-    async def one() -> None:
+    async def one(sample: SampleFn, report: ReportFn) -> None:
         while True:
             a = time.perf_counter()
             if a >= stop:
@@ -190,15 +238,18 @@ async def load(clients: int, sample: SampleFn, report: ReportFn, duration_s: flo
                 res.report_lat.append(d - c)
                 res.reported += len(ids)
 
-    await asyncio.gather(*(one() for _ in range(clients)))
+    await asyncio.gather(*(one(*fns[i % len(fns)]) for i in range(clients)))
     res.window_s = max(1e-9, min(time.perf_counter(), stop + 0.0) - start)
     return res
 
 
-def grpc_fns(stub: Any, params: ServiceParams, seed: int) -> tuple[SampleFn, ReportFn]:
-    """Sample/report callables over gRPC (one ``Outcomes`` per client loop is not needed:
-    the generator is shared and single-threaded)."""
-    gen = Outcomes(params, seed)
+def grpc_fns(ch: Any, params: ServiceParams, seed: int) -> tuple[SampleFn, ReportFn]:
+    """Sample/report callables over the gRPC channel ``ch``; reports are sent as bytes built by
+    :class:`RawReports` (the same messages a worker sends, at a fraction of the client's CPU)."""
+    gen = RawReports(params, seed)
+    stub = pb_grpc.PriorityServiceStub(ch)
+    report_raw = ch.unary_unary("/prioreplay.v1.PriorityService/ReportOutcomes", request_serializer=None,
+                                response_deserializer=pb.ReportOutcomesResponse.FromString)
 
     async def sample() -> tuple[str, list[str]]:
         r = await stub.SampleProblems(pb.SampleProblemsRequest(batch_size=params.batch_size, worker_id="bench",
@@ -206,7 +257,7 @@ def grpc_fns(stub: Any, params: ServiceParams, seed: int) -> tuple[SampleFn, Rep
         return r.lease_id, [lp.problem.id for lp in r.problems]
 
     async def report(lease_id: str, ids: list[str]) -> None:
-        r = await stub.ReportOutcomes(pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=gen.proto(ids), worker_id="bench"))
+        r = await report_raw(gen.request(lease_id, ids))
         if not r.accepted:
             raise RuntimeError(f"report refused: {r.reason}")
 
@@ -227,6 +278,44 @@ def store_fns(store: Store, params: ServiceParams, seed: int) -> tuple[SampleFn,
             raise RuntimeError(f"report refused: {r.reason}")
 
     return sample, report
+
+
+# -- the report path, before/after ------------------------------------------------------------
+def run_report_path(params: ServiceParams, reports: int = 20, rounds: int = 7, seed: int = 0) -> dict[str, Any]:
+    """Server-side handling of ReportOutcomes(B) without the store: the per-field path (the
+    server before the lean path; still the fallback) against the lean path, on the same request
+    bytes, interleaved round by round in one process (so machine load hits both alike).
+
+    Each path decodes the received bytes and turns them into the store's groups (validation and
+    mixed-group payloads included). Returns medians over rounds of ms per report and the ratio.
+    """
+    from prioreplay.priority_server.servicer import checked_groups
+    from prioreplay.priority_server.wire import lean_report
+
+    gen = Outcomes(params, seed)
+    ids = [make_problem(i).id for i in range(params.batch_size)]
+    raws = [pb.ReportOutcomesRequest(lease_id="L" * 32, outcomes=gen.proto(ids), worker_id="bench").SerializeToString()
+            for _ in range(reports)]
+
+    def per_field(raw: bytes) -> Any:
+        return checked_groups(pb.ReportOutcomesRequest.FromString(raw), 1.0, True)
+
+    def lean(raw: bytes) -> Any:
+        out = lean_report(raw, pb.ReportOutcomesRequest.FromString(raw), 1.0, True)
+        assert out is not None
+        return out
+
+    assert [(g.problem_id, g.rewards, g.payload) for g in per_field(raws[0])] == lean(raws[0])
+    times: dict[str, list[float]] = {"per_field": [], "lean": []}
+    for _ in range(rounds):
+        for name, fn in (("per_field", per_field), ("lean", lean)):
+            t = time.perf_counter()
+            for raw in raws:
+                fn(raw)
+            times[name].append((time.perf_counter() - t) / reports * 1e3)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {"per_field_ms": med["per_field"], "lean_ms": med["lean"], "speedup": med["per_field"] / med["lean"],
+            "request_bytes": len(raws[0]), "rounds": rounds, "reports_per_round": reports}
 
 
 # -- servers, stores, cleanup -----------------------------------------------------------------
@@ -262,9 +351,14 @@ async def delete_namespace(redis_url: str, namespace: str) -> int:
 
 
 @contextlib.asynccontextmanager
-async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str) -> AsyncIterator[str]:
-    """A priority server on a free port for the duration of the block; yields its address."""
-    if params.server == "inprocess":
+async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str,
+                processes: int = 1, pids: list[int] | None = None) -> AsyncIterator[str]:
+    """A priority server on a free port for the duration of the block; yields its address.
+
+    ``processes`` > 1: ``prioreplay server --processes N`` (a subprocess, Redis only). ``pids``
+    receives the server's process id (subprocess servers), for CPU accounting.
+    """
+    if params.server == "inprocess" and processes == 1:
         from prioreplay.priority_server.server import create_server, stop_server
 
         store = make_store(kind, redis_url, namespace)
@@ -277,12 +371,16 @@ async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str
         return
     import tempfile
 
+    import grpc
+
     port = free_port()
     args = [sys.executable, "-m", "prioreplay.cli", "server", "--store", store_spec(kind, redis_url),
             "--namespace", namespace, "--port", str(port), "--metrics-port", "0", "--log-level", "WARNING",
-            "--max-message-mb", str(MAX_MESSAGE_BYTES // (1024 * 1024))]
+            "--max-message-mb", str(MAX_MESSAGE_BYTES // (1024 * 1024)), "--processes", str(processes)]
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        if pids is not None:
+            pids.append(proc.pid)
         try:
             address = f"127.0.0.1:{port}"
             deadline = time.monotonic() + 60.0
@@ -291,10 +389,12 @@ async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str
                     err.seek(0)
                     raise RuntimeError(f"prioreplay server exited with {proc.returncode}: {err.read().decode()[-2000:]}")
                 try:
-                    ch = await channel(address, timeout_s=1.0)
-                    await ch.close()
+                    for _ in range(processes * 4):  # each connection may land on another process
+                        ch = await channel(address, timeout_s=1.0)
+                        await pb_grpc.PriorityServiceStub(ch).GetStats(pb.GetStatsRequest(), timeout=1.0)
+                        await ch.close()
                     break
-                except (asyncio.TimeoutError, TimeoutError):
+                except (asyncio.TimeoutError, TimeoutError, grpc.aio.AioRpcError):
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"prioreplay server on {address} did not answer within 60 s") from None
             yield address
@@ -308,9 +408,12 @@ async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str
 
 
 async def channel(address: str, timeout_s: float = 60.0):
+    """A ready grpc.aio channel with its own connection (a local subchannel pool: with
+    ``--processes N`` each connection may be served by another process)."""
     import grpc
 
-    opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.use_local_subchannel_pool", 1)]
     ch = grpc.aio.insecure_channel(address, options=opts)
     try:
         await asyncio.wait_for(ch.channel_ready(), timeout_s)
@@ -318,6 +421,45 @@ async def channel(address: str, timeout_s: float = 60.0):
         await ch.close()
         raise
     return ch
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its live descendants (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return total
+
+
+class CpuMeter:
+    """CPU use over a window, in cores: this (benchmark client) process and the server processes."""
+
+    def __init__(self, server_pids: list[int]):
+        self.server_pids = server_pids
+
+    def __enter__(self) -> "CpuMeter":
+        self.t0 = time.perf_counter()
+        self.c0 = time.process_time()
+        self.s0 = sum(tree_cpu_s(p) for p in self.server_pids)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall = max(1e-9, time.perf_counter() - self.t0)
+        self.client_cores = (time.process_time() - self.c0) / wall
+        self.server_cores = (sum(tree_cpu_s(p) for p in self.server_pids) - self.s0) / wall if self.server_pids else None
+
+
+async def connections(address: str, n: int) -> list[Any]:
+    return [await channel(address) for _ in range(n)]
 
 
 async def register_grpc(stub: Any, n: int, chunk: int = 512) -> tuple[pb.RegisterProblemsResponse, float]:
@@ -334,37 +476,50 @@ async def register_grpc(stub: Any, n: int, chunk: int = 512) -> tuple[pb.Registe
 
 # -- the benchmark ----------------------------------------------------------------------------
 async def run_throughput(params: ServiceParams, redis_url: str = DEFAULT_REDIS_URL,
-                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                         progress: Callable[[str], None] | None = None,
+                         processes: tuple[int, ...] = (1,)) -> dict[str, Any]:
     """End-to-end (gRPC) and ceiling (in-process) loops for each store and C, side by side.
 
+    ``processes``: server process counts to measure end to end (values > 1 on Redis only). The
+    clients use ``min(C, 16)`` connections, so SO_REUSEPORT can spread them over the processes.
+    Each row also has the CPU cores used by the benchmark client and by the server processes.
+
     Returns:
-        {"params", "register_s": {store: s}, "rows": [{store, path, clients, sampled_per_s, ...}],
-         "ratios": [{store, clients, sampled_ratio, reported_ratio}]}.
+        {"params", "register_s": {store: s}, "rows": [{store, path, processes, clients,
+        sampled_per_s, ..., client_cores, server_cores}], "ratios": [{store, processes, clients,
+        sampled_ratio, reported_ratio}]}.
     """
     out: dict[str, Any] = {"register_s": {}, "rows": [], "ratios": []}
     say = progress or (lambda s: None)
     for kind in params.stores:
         # -- end to end: gRPC clients against a server -----------------------------------------
-        ns = f"bench-{uuid.uuid4().hex[:12]}"
-        try:
-            async with serve(kind, params, redis_url, ns) as address:
-                ch = await channel(address)
-                try:
-                    stub = pb_grpc.PriorityServiceStub(ch)
-                    resp, secs = await register_grpc(stub, params.problems)
-                    assert resp.total == params.problems, resp
-                    out["register_s"][kind] = secs
-                    say(f"service: {kind}: registered {params.problems} problems over gRPC in {secs:.1f}s")
-                    for c in params.concurrency:
-                        s, r = grpc_fns(stub, params, seed=c)
-                        res = await load(c, s, r, params.duration_s, params.warmup_s)
-                        out["rows"].append({"store": kind, "path": "grpc", "clients": c, **res.summary()})
-                        say(f"service: {kind} grpc C={c}: {out['rows'][-1]}")
-                finally:
-                    await ch.close()
-        finally:
-            if kind == "redis":
-                await delete_namespace(redis_url, ns)
+        for n_proc in processes:
+            if n_proc > 1 and kind != "redis":
+                continue
+            ns = f"bench-{uuid.uuid4().hex[:12]}"
+            pids: list[int] = []
+            try:
+                async with serve(kind, params, redis_url, ns, processes=n_proc, pids=pids) as address:
+                    chans = await connections(address, min(max(params.concurrency), 16))
+                    try:
+                        resp, secs = await register_grpc(pb_grpc.PriorityServiceStub(chans[0]), params.problems)
+                        assert resp.total == params.problems, resp
+                        out["register_s"].setdefault(kind, secs)
+                        say(f"service: {kind} x{n_proc}: registered {params.problems} problems over gRPC in {secs:.1f}s")
+                        for c in params.concurrency:
+                            fns = [grpc_fns(ch, params, seed=c * 100 + i) for i, ch in enumerate(chans[:min(c, 16)])]
+                            with CpuMeter(pids) as cpu:
+                                res = await load(c, fns, params.duration_s, params.warmup_s)
+                            out["rows"].append({"store": kind, "path": "grpc", "processes": n_proc, "clients": c,
+                                                **res.summary(), "client_cores": cpu.client_cores,
+                                                "server_cores": cpu.server_cores})
+                            say(f"service: {kind} grpc x{n_proc} C={c}: {out['rows'][-1]}")
+                    finally:
+                        for ch in chans:
+                            await ch.close()
+            finally:
+                if kind == "redis":
+                    await delete_namespace(redis_url, ns)
         # -- ceiling: the same operations on the store in-process --------------------------------
         ns = f"bench-{uuid.uuid4().hex[:12]}"
         store = make_store(kind, redis_url, ns)
@@ -372,21 +527,146 @@ async def run_throughput(params: ServiceParams, redis_url: str = DEFAULT_REDIS_U
             await store.register([make_problem(i) for i in range(params.problems)])
             for c in params.concurrency:
                 s, r = store_fns(store, params, seed=c)
-                res = await load(c, s, r, params.duration_s, params.warmup_s)
-                out["rows"].append({"store": kind, "path": "inprocess", "clients": c, **res.summary()})
+                with CpuMeter([]) as cpu:
+                    res = await load(c, [(s, r)], params.duration_s, params.warmup_s)
+                out["rows"].append({"store": kind, "path": "inprocess", "processes": 0, "clients": c, **res.summary(),
+                                    "client_cores": cpu.client_cores, "server_cores": None})
                 say(f"service: {kind} in-process C={c}: {out['rows'][-1]}")
         finally:
             await store.close()
             if kind == "redis":
                 await delete_namespace(redis_url, ns)
         for c in params.concurrency:
-            e2e = next(x for x in out["rows"] if x["store"] == kind and x["path"] == "grpc" and x["clients"] == c)
             ceil = next(x for x in out["rows"] if x["store"] == kind and x["path"] == "inprocess" and x["clients"] == c)
-            out["ratios"].append({
-                "store": kind, "clients": c,
-                "sampled_ratio": e2e["sampled_per_s"] / ceil["sampled_per_s"] if ceil["sampled_per_s"] else float("nan"),
-                "reported_ratio": e2e["reported_per_s"] / ceil["reported_per_s"] if ceil["reported_per_s"] else float("nan"),
-            })
+            for e2e in (x for x in out["rows"] if x["store"] == kind and x["path"] == "grpc" and x["clients"] == c):
+                out["ratios"].append({
+                    "store": kind, "processes": e2e["processes"], "clients": c,
+                    "sampled_ratio": e2e["sampled_per_s"] / ceil["sampled_per_s"] if ceil["sampled_per_s"] else float("nan"),
+                    "reported_ratio": e2e["reported_per_s"] / ceil["reported_per_s"] if ceil["reported_per_s"] else float("nan"),
+                })
+    return out
+
+
+# -- open loop --------------------------------------------------------------------------------
+async def open_loop(fns: list[tuple[SampleFn, ReportFn]], workers: int, period_s: float, duration_s: float,
+                    warmup_s: float, seed: int = 0) -> dict[str, Any]:
+    """A fixed offered load: ``workers`` simulated workers, each leasing a batch every ``period_s``.
+
+    Worker ``w`` starts at a random phase in [0, period_s) and then ticks every ``period_s``
+    whatever the server's answers (open loop: a slow answer does not lower the offered load). At
+    each tick it calls SampleProblems and, as soon as the lease arrives, ReportOutcomes for it
+    (the report a worker would send after generating). Ticks scheduled in the measured window
+    count. SampleProblems latency is measured from the *scheduled* tick (client-side delay
+    included, so no coordinated omission); ``lag`` is how late the client's loop issued the call.
+
+    Returns:
+        {"sampled_per_s", "ticks", "sample_p50_ms", "sample_p99_ms",
+        "sample_p999_ms", "report_p50_ms", "report_p99_ms", "report_p999_ms", "lag_p99_ms",
+        "unfinished"}: ``unfinished`` ticks were still running 30 s after the window.
+    """
+    rng = np.random.default_rng(seed)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time() + 0.1
+    start, stop = t0 + warmup_s, t0 + warmup_s + duration_s
+    ticks = sorted((t0 + ph + k * period_s, w) for w, ph in enumerate(rng.random(workers) * period_s)
+                   for k in range(int((warmup_s + duration_s) / period_s) + 1)
+                   if t0 + ph + k * period_s < stop)
+    sample_lat: list[float] = []
+    report_lat: list[float] = []
+    lag: list[float] = []
+    sampled = 0
+
+    async def tick(t_sched: float, w: int) -> None:
+        nonlocal sampled
+        sample, report = fns[w % len(fns)]
+        issued = loop.time()
+        lease_id, ids = await sample()
+        got = loop.time()
+        if ids:
+            await report(lease_id, ids)
+        done = loop.time()
+        if t_sched >= start:
+            lag.append(issued - t_sched)
+            sample_lat.append(got - t_sched)
+            sampled += len(ids)
+            if ids:
+                report_lat.append(done - got)
+
+    tasks = []
+    for t_sched, w in ticks:
+        delay = t_sched - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(tick(t_sched, w)))
+    done, pending = await asyncio.wait(tasks, timeout=30.0) if tasks else (set(), set())
+    for t in pending:
+        t.cancel()
+    for t in done:
+        t.result()  # a refused report is a benchmark error
+    pct = lambda a, q: float(np.percentile(np.asarray(a) * 1e3, q)) if a else float("nan")  # noqa: E731
+    return {"sampled_per_s": sampled / duration_s,
+            "ticks": len(sample_lat), "sample_p50_ms": pct(sample_lat, 50), "sample_p99_ms": pct(sample_lat, 99),
+            "sample_p999_ms": pct(sample_lat, 99.9), "report_p50_ms": pct(report_lat, 50),
+            "report_p99_ms": pct(report_lat, 99), "report_p999_ms": pct(report_lat, 99.9),
+            "lag_p99_ms": pct(lag, 99), "unfinished": len(pending)}
+
+
+async def run_open_loop(params: ServiceParams, redis_url: str = DEFAULT_REDIS_URL,
+                        progress: Callable[[str], None] | None = None, workers: int = 64, period_s: float = 10.0,
+                        loads: tuple[float, ...] = (1, 2, 4, 6, 8, 10), processes: tuple[int, ...] = (1,),
+                        p99_limit_ms: float = 50.0) -> dict[str, Any]:
+    """Open-loop sweeps: ``workers`` × each of ``loads`` simulated workers leasing ``batch_size``
+    problems every ``period_s`` (offered load = workers × load × B / period_s problems/s), per
+    store and server process count. A sweep stops after the first load whose SampleProblems p99
+    exceeds 20 × ``p99_limit_ms`` (saturated: higher loads only queue more).
+
+    Returns:
+        {"rows": [{store, processes, load, workers, offered_problems_per_s, ...open_loop keys,
+        client_cores, server_cores}], "sustained": [{store, processes, max_offered_problems_per_s}]}:
+        the highest offered load whose SampleProblems and ReportOutcomes p99 were both <= ``p99_limit_ms``
+        and whose achieved rate was >= 95% of the offered one.
+    """
+    say = progress or (lambda s: None)
+    out: dict[str, Any] = {"rows": [], "sustained": [], "workers": workers, "period_s": period_s,
+                           "p99_limit_ms": p99_limit_ms}
+    for kind in params.stores:
+        for n_proc in processes:
+            if n_proc > 1 and kind != "redis":
+                continue
+            ns = f"bench-{uuid.uuid4().hex[:12]}"
+            pids: list[int] = []
+            best = 0.0
+            try:
+                async with serve(kind, replace(params, server="subprocess"), redis_url, ns, processes=n_proc,
+                                 pids=pids) as address:
+                    chans = await connections(address, 16)
+                    try:
+                        resp, _ = await register_grpc(pb_grpc.PriorityServiceStub(chans[0]), params.problems)
+                        assert resp.total == params.problems, resp
+                        for load_x in loads:
+                            w = int(round(workers * load_x))
+                            fns = [grpc_fns(ch, params, seed=i) for i, ch in enumerate(chans)]
+                            with CpuMeter(pids) as cpu:
+                                r = await open_loop(fns, w, period_s, params.duration_s, params.warmup_s, seed=w)
+                            offered = w * params.batch_size / period_s
+                            row = {"store": kind, "processes": n_proc, "load": load_x, "workers": w,
+                                   "offered_problems_per_s": offered, **r, "client_cores": cpu.client_cores,
+                                   "server_cores": cpu.server_cores}
+                            out["rows"].append(row)
+                            say(f"service open loop: {kind} x{n_proc} load {load_x}: {row}")
+                            ok = (r["sample_p99_ms"] <= p99_limit_ms and r["report_p99_ms"] <= p99_limit_ms
+                                  and r["sampled_per_s"] >= 0.95 * offered and not r["unfinished"])
+                            if ok:
+                                best = max(best, offered)
+                            if not (r["sample_p99_ms"] <= 20 * p99_limit_ms):
+                                break
+                    finally:
+                        for ch in chans:
+                            await ch.close()
+            finally:
+                if kind == "redis":
+                    await delete_namespace(redis_url, ns)
+            out["sustained"].append({"store": kind, "processes": n_proc, "max_offered_problems_per_s": best})
     return out
 
 

@@ -7,6 +7,7 @@ backoff and jitter, and maps status codes back to :mod:`prioreplay.errors`.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -31,6 +32,24 @@ def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
     """gRPC channel/server options with explicit send/receive limits (MiB → bytes)."""
     n = max_message_mb * 1024 * 1024
     return [("grpc.max_send_message_length", n), ("grpc.max_receive_message_length", n)]
+
+
+#: Target schemes whose addresses the client spreads RPCs over (gRPC's round_robin policy).
+BALANCED_SCHEMES = ("dns:", "ipv4:", "ipv6:")
+_ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+
+
+def client_channel_options(target: str, max_message_mb: int) -> list[tuple[str, int | str]]:
+    """Channel options of a client of ``target``: the message limits, and for a target with a
+    resolver scheme (``dns:///priority-server:50051``, ``ipv4:10.0.0.1:50051,10.0.0.2:50051``)
+    gRPC's ``round_robin`` policy, which keeps a connection to every address the name resolves to
+    (e.g. each replica of ``docker compose --scale priority-server=N``) and spreads RPCs over them.
+    A plain ``HOST:PORT`` keeps gRPC's default (one connection to the first address that answers).
+    """
+    opts: list[tuple[str, int | str]] = list(channel_options(max_message_mb))
+    if target.startswith(BALANCED_SCHEMES):
+        opts.append(("grpc.service_config", _ROUND_ROBIN))
+    return opts
 
 
 def problem_to_proto(problem: ProblemRecord) -> pb.Problem:
@@ -89,7 +108,7 @@ class PriorityClient:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self._sleep = sleep
-        opts = channel_options(self.settings.max_message_mb)
+        opts = client_channel_options(self.settings.server, self.settings.max_message_mb)
         token = self.settings.token()
         self._metadata: tuple[tuple[str, str], ...] = ()
         if self.settings.tls_ca_file is not None:

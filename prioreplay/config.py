@@ -95,7 +95,8 @@ class PrioreplaySettings(BaseSettings):
 class ClientSettings(PrioreplaySettings):
     """How a client (worker, learner, load, stats) reaches the priority server."""
 
-    server: str = Field(DEFAULT_SERVER, description="priority server address HOST:PORT")
+    server: str = Field(DEFAULT_SERVER, description="priority server address HOST:PORT, or dns:///HOST:PORT to "
+                        "spread RPCs over every address HOST resolves to (round_robin; scaled servers)")
     auth_token: SecretStr | None = Field(
         None, description="bearer token (env PRIOREPLAY_AUTH_TOKEN); never logged"
     )

@@ -114,6 +114,11 @@ class ServerConfig(PrioreplaySettings):
     tls_cert_file: Path | None = Field(None, description="server certificate chain (PEM); with --tls-key-file enables TLS")
     tls_key_file: Path | None = Field(None, description="server private key (PEM); with --tls-cert-file enables TLS")
     # -- process -------------------------------------------------------------------------
+    processes: int = Field(
+        1, ge=1, le=64,
+        description="server processes sharing --port (SO_REUSEPORT, each its own event loop; one /metrics for all); "
+        "more than 1 needs a Redis --store",
+    )
     grace_s: float = Field(10.0, ge=0, le=3600, description="on SIGTERM/SIGINT: seconds in-flight RPCs get to finish")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="logging level")
 
@@ -139,6 +144,12 @@ class ServerConfig(PrioreplaySettings):
             )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("TLS needs both tls_cert_file and tls_key_file (or neither for plaintext)")
+        if self.processes > 1 and self.store == "memory":
+            raise ValueError(
+                f"processes ({self.processes}) > 1 needs a Redis store: the memory store lives inside one process, "
+                "so each process would have its own problems, leases and queue. Use --store redis://HOST:PORT/DB "
+                "or --processes 1"
+            )
         if self.auth_token is not None and self.auth_token_file is not None:
             raise ValueError("give auth_token or auth_token_file, not both")
         if self.auth_token is not None and not self.auth_token.get_secret_value().strip():

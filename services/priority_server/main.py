@@ -26,7 +26,8 @@ def run(config: ServerConfig) -> int:
     """Run the priority server until SIGTERM/SIGINT.
 
     Logs where it listens (the bound port, also when ``--port 0``), the store with its password
-    hidden, and the sampler. On a signal: health turns NOT_SERVING, new RPCs are refused,
+    hidden, and the sampler. With ``processes`` > 1, :func:`.processes.run_processes` runs that
+    many copies of this server on one port (SO_REUSEPORT) under a supervising parent. On a signal: health turns NOT_SERVING, new RPCs are refused,
     in-flight RPCs get ``grace_s`` seconds, then the store is closed (the memory store writes
     its snapshot).
 
@@ -38,10 +39,31 @@ def run(config: ServerConfig) -> int:
             port cannot be bound.
     """
     setup_logging(config.log_level)
+    if config.processes > 1:
+        from prioreplay.priority_server.processes import run_processes
+
+        return run_processes(config, _child)
     return asyncio.run(_serve(config))
 
 
-async def _serve(config: ServerConfig) -> int:
+def _child(config: ServerConfig, index: int) -> None:
+    """One process of ``--processes N`` (spawned): the same server, bound with SO_REUSEPORT, its
+    /metrics on a private 127.0.0.1 port that the parent aggregates."""
+    from prioreplay.errors import InvalidArgument
+
+    setup_logging(config.log_level)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into one SIGTERM per process
+    try:
+        code = asyncio.run(_serve(config, reuse_port=True, label=f"process {index + 1}/{config.processes}",
+                                  metrics_host="127.0.0.1"))
+    except InvalidArgument as e:
+        log.error("%s", e)
+        code = 2
+    raise SystemExit(code)
+
+
+async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str = "",
+                 metrics_host: str | None = None) -> int:
     from prioreplay.priority_server.metrics import ServerMetrics
     from prioreplay.priority_server.server import create_server, stop_server
     from prioreplay.priority_server.stores import create_store
@@ -51,7 +73,8 @@ async def _serve(config: ServerConfig) -> int:
                          snapshot_path=config.snapshot_path)
     metrics = ServerMetrics()
     try:
-        server, port = await create_server(_grpc_address(config.host, config.port), store, config, metrics=metrics)
+        server, port = await create_server(_grpc_address(config.host, config.port), store, config, metrics=metrics,
+                                           reuse_port=reuse_port)
     except BaseException:
         await store.close()
         raise
@@ -59,11 +82,12 @@ async def _serve(config: ServerConfig) -> int:
     try:
         if config.metrics_port:
             try:
-                http, _ = metrics.serve(config.metrics_port, addr=config.host)
+                http, _ = metrics.serve(config.metrics_port, addr=metrics_host or config.host)
             except OSError as e:
                 log.error("cannot serve /metrics on port %d: %s", config.metrics_port, e.strerror)
                 raise
-        log.info("prioreplay server listening on %s:%d (%s, auth %s); metrics %s", config.host, port,
+        log.info("prioreplay server%s listening on %s:%d (%s, auth %s); metrics %s", f" {label}" if label else "",
+                 config.host, port,
                  "TLS" if config.tls_enabled else "plaintext", "on" if config.token() else "off",
                  f"on :{config.metrics_port}/metrics" if http else "off")
         if config.store == "memory" and config.snapshot_path is None:

@@ -438,12 +438,24 @@ class RedisStore(Store):
 
     # -- inspection -----------------------------------------------------------------------
     async def _queue_counts(self) -> tuple[int, int]:
-        """(undelivered, pending) groups of the stream."""
+        """(undelivered, pending) groups of the stream, read in one MULTI/EXEC.
+
+        One snapshot: read in two round trips, a pull or an ack by another client (or another
+        server process) in between could make undelivered = length - pending negative.
+        """
         k = self._keys["stream"]
-        length, exists = await self._pipe(lambda p: (p.xlen(k), p.exists(k)))
-        if not exists:
+
+        async def go():
+            async with self._r.pipeline(transaction=True) as p:
+                p.xlen(k)
+                p.xpending(k, CONSUMER_GROUP)
+                return await p.execute(raise_on_error=False)
+
+        length, pending = await self._do(go())
+        if isinstance(pending, Exception):  # no stream (nothing reported yet), hence no group
+            if int(length):
+                raise pending
             return 0, 0
-        pending = await self._do(self._r.xpending(k, CONSUMER_GROUP))
         n_pending = int(pending["pending"])
         return int(length) - n_pending, n_pending
 

@@ -24,7 +24,6 @@ from prioreplay.priority_server.metrics import ServerMetrics
 from prioreplay.priority_server.runtime import SHUTDOWN_STEP_S, ServerRuntime, bounded
 from prioreplay.priority_server.servicer import SERVICE_NAME, PriorityServicer
 from prioreplay.priority_server.store import Store
-from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
 _RUNTIMES: "weakref.WeakKeyDictionary[grpc.aio.Server, ServerRuntime]" = weakref.WeakKeyDictionary()
 
@@ -36,7 +35,7 @@ def runtime_of(server: grpc.aio.Server) -> ServerRuntime:
 
 # -- the factory ----------------------------------------------------------------------------
 async def create_server(address: str, store: Store, config: ServerConfig | None = None, *,
-                        metrics: ServerMetrics | None = None) -> tuple[grpc.aio.Server, int]:
+                        metrics: ServerMetrics | None = None, reuse_port: bool = False) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start the priority server.
 
     Args:
@@ -44,6 +43,8 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
         store: the store the servicer uses (the caller closes it after :func:`stop_server`).
         config: limits, auth, TLS and task intervals (defaults: :class:`ServerConfig` defaults).
         metrics: the metrics to update (default: a fresh registry; reach it via :func:`runtime_of`).
+        reuse_port: share the port with other processes (SO_REUSEPORT; the kernel spreads incoming
+            connections over them). Off by default, so a second server on a port in use fails.
 
     Returns:
         (the started server, the bound port). With TLS only a secure port is opened, so
@@ -58,13 +59,15 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     interceptors: list[grpc.aio.ServerInterceptor] = [MetricsInterceptor(metrics)]
     if token:
         interceptors.append(AuthInterceptor(token))
-    # so_reuseport off: a second server on a port in use must fail, not silently share the clients
-    options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 0)]
+    # so_reuseport off unless asked: a second server on a port in use must fail, not silently share the clients
+    options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 1 if reuse_port else 0)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
     backpressure = (Backpressure(store, config.max_queue_depth, config.backpressure_retry_s)
                     if config.max_queue_depth > 0 else None)
     servicer = PriorityServicer(store, metrics, config.max_message_mb, backpressure)
-    pb_grpc.add_PriorityServiceServicer_to_server(servicer, server)
+    handlers = method_handlers(servicer)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), server)
@@ -76,6 +79,37 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     await rt.refresh()
     rt.start_tasks(server)
     return server, port
+
+
+#: Methods registered without a request deserializer: the servicer gets the received bytes.
+RAW_REQUEST_METHODS = frozenset({"ReportOutcomes"})
+
+
+def method_handlers(servicer: PriorityServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """The handlers of every ``PriorityService`` method, as the generated
+    ``add_PriorityServiceServicer_to_server`` makes them, except that the methods in
+    :data:`RAW_REQUEST_METHODS` get the request bytes undecoded (the servicer decodes them and
+    also reads the packed fields straight from the bytes, see :func:`.wire.lean_report`)."""
+    from prioreplay.v1 import priority_service_pb2 as pb
+
+    handlers = {}
+    for m in pb.DESCRIPTOR.services_by_name["PriorityService"].methods:
+        req = message_class(m.input_type)
+        resp = message_class(m.output_type)
+        make = {(False, False): grpc.unary_unary_rpc_method_handler, (True, False): grpc.stream_unary_rpc_method_handler,
+                (False, True): grpc.unary_stream_rpc_method_handler,
+                (True, True): grpc.stream_stream_rpc_method_handler}[(m.client_streaming, m.server_streaming)]
+        handlers[m.name] = make(getattr(servicer, m.name),
+                                request_deserializer=None if m.name in RAW_REQUEST_METHODS else req.FromString,
+                                response_serializer=resp.SerializeToString)
+    return handlers
+
+
+def message_class(descriptor) -> type:
+    """The generated class of a message descriptor of ``priority_service.proto``."""
+    from prioreplay.v1 import priority_service_pb2 as pb
+
+    return getattr(pb, descriptor.name)
 
 
 def _bind(server: grpc.aio.Server, address: str, config: ServerConfig) -> int:

@@ -28,7 +28,7 @@ from prioreplay.priority_server.clients import ClientTally
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
 from prioreplay.priority_server.store_types import GroupOutcome, Lease
-from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, logprobs_all_valid
+from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, lean_report, logprobs_all_valid
 from prioreplay.problems import ProblemRecord, check_name, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -126,6 +126,21 @@ def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float, queue: bool =
                                      reported_unix_s=reported_unix_s,
                                      sampling_temperature=o.sampling_temperature).SerializeToString()
     return GroupOutcome(problem_id=o.problem_id, rewards=rewards, payload=payload)
+
+
+def checked_groups(request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool) -> list[GroupOutcome]:
+    """The per-field path of ReportOutcomes: :func:`validate_outcome` and :func:`outcome_to_group`
+    for each outcome (the lean path, :func:`.wire.lean_report`, must give the same result).
+
+    Raises:
+        InvalidArgument: the first bad outcome, named by index (see :func:`validate_outcome`).
+    """
+    for i, o in enumerate(request.outcomes):
+        validate_outcome(o, i, check_values=False)
+    if not logprobs_all_valid(request.outcomes):
+        for i, o in enumerate(request.outcomes):  # find the bad value for the message
+            validate_outcome(o, i)
+    return [outcome_to_group(o, reported_unix_s, queue=queue) for o in request.outcomes]
 
 
 def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -251,20 +266,30 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         return lease_to_proto(lease)
 
     @rpc
-    async def ReportOutcomes(self, request: pb.ReportOutcomesRequest, context) -> pb.ReportOutcomesResponse:
+    async def ReportOutcomes(self, request: pb.ReportOutcomesRequest | bytes, context) -> pb.ReportOutcomesResponse:
         """Apply a lease's groups; late or repeated reports answer ``accepted = false``.
 
-        ``more_parts``: one part of a report sent in several (see ``Store.report``)."""
+        The server registers this method without a request deserializer (:func:`.server.method_handlers`),
+        so ``request`` arrives as the received bytes: a canonical, valid report takes the lean
+        path (:func:`.wire.lean_report`); any other report the per-field checks. A decoded
+        message (a direct call) is handled the same way. ``more_parts``: one part of a report
+        sent in several (see ``Store.report``).
+        """
+        if isinstance(request, bytes):
+            raw = request
+            request = pb.ReportOutcomesRequest.FromString(raw)  # DecodeError: INVALID_ARGUMENT (rpc)
+        else:
+            raw = request.SerializeToString()
         check_name(request.worker_id, "worker_id")
         if not request.lease_id:
             raise InvalidArgument("lease_id is empty; quote the lease_id returned by SampleProblems")
-        for i, o in enumerate(request.outcomes):
-            validate_outcome(o, i, check_values=False)
-        if not logprobs_all_valid(request.outcomes):
-            for i, o in enumerate(request.outcomes):  # find the bad value for the message
-                validate_outcome(o, i)
         now = self.store.clock()
-        groups = [outcome_to_group(o, now, queue=not request.rewards_only) for o in request.outcomes]
+        queue = not request.rewards_only
+        lean = lean_report(raw, request, now, queue)
+        if lean is not None:
+            groups = [GroupOutcome(problem_id=pid, rewards=rewards, payload=payload) for pid, rewards, payload in lean]
+        else:
+            groups = checked_groups(request, now, queue)
         unservable = list(request.unservable_problem_ids)
         result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts,
                                          unservable=unservable)
@@ -367,4 +392,4 @@ def stats_to_proto(s, clients: ClientTally | None = None) -> pb.GetStatsResponse
 
 
 __all__ = ["PriorityServicer", "rpc", "lease_to_proto", "stats_to_proto", "validate_outcome",
-           "outcome_to_group", "problem_from_proto"]
+           "outcome_to_group", "checked_groups", "problem_from_proto"]

@@ -1,9 +1,11 @@
-"""Reading the protobuf wire format directly, for the one check where decoding costs too much.
+"""Reading the protobuf wire format directly, where decoding into Python objects costs too much.
 
 ``ReportOutcomes`` carries every completion's behaviour log-probabilities (G × tokens floats per
 problem). Turning repeated protobuf floats into Python floats one by one costs ~0.5 µs each,
 which at 256 problems × G = 8 × 128 tokens is most of a report's handling time; reading the
 packed float32 bytes and checking them with numpy in one go is ~100 times cheaper.
+:func:`lean_report` does that for a whole report and also queues each mixed group from the bytes
+as received instead of rebuilding a ``TrajectoryGroup`` message from its fields.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from prioreplay import rules
 from prioreplay.v1 import priority_service_pb2 as pb
 
 #: A behaviour log-probability may exceed 0 by this much (float32 rounding of log-softmax), nats.
@@ -68,3 +71,111 @@ def logprobs_all_valid(outcomes: Iterable[pb.ProblemOutcome]) -> bool:
         return True
     a = np.frombuffer(b"".join(parts), dtype="<f4")
     return bool(np.isfinite(a).all() and a.max() <= LOGPROB_TOLERANCE)
+
+
+# -- the lean ReportOutcomes path ---------------------------------------------------------------
+# Views of the same wire bytes with other declared types, in a private descriptor pool: a packed
+# repeated scalar field and a sub-message are both length-delimited on the wire, so declaring them
+# ``bytes`` makes the C parser hand over the packed values / the sub-message as received, without
+# creating a Python object per value. Only valid for canonical encodings (each packed field once,
+# packed), which :func:`lean_report` checks first.
+def _views() -> dict[str, type]:
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="prioreplay_wire_views.proto", package="prioreplay_wire_views",
+                                             syntax="proto3")
+
+    def message(name: str, fields: list[tuple[str, int, int, bool, str]]) -> None:
+        m = fdp.message_type.add(name=name)
+        for fname, number, ftype, repeated, type_name in fields:
+            f = m.field.add(name=fname, number=number, type=ftype,
+                            label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+            if type_name:
+                f.type_name = f".prioreplay_wire_views.{type_name}"
+
+    # Completion as received: reward, and the packed token ids / float32 log-probs as bytes
+    message("CompletionView", [("reward", 1, F.TYPE_DOUBLE, False, ""), ("token_ids", 2, F.TYPE_BYTES, False, ""),
+                               ("logprobs", 3, F.TYPE_BYTES, False, "")])
+    message("CheckOutcomeView", [("completions", 4, F.TYPE_MESSAGE, True, "CompletionView")])
+    message("CheckReportView", [("outcomes", 2, F.TYPE_MESSAGE, True, "CheckOutcomeView")])
+    # ProblemOutcome with its completions as serialized bytes
+    message("OutcomeView", [("problem_id", 1, F.TYPE_STRING, False, ""), ("policy_version", 2, F.TYPE_INT64, False, ""),
+                            ("prompt_token_ids", 3, F.TYPE_BYTES, False, ""), ("completions", 4, F.TYPE_BYTES, True, ""),
+                            ("sampling_temperature", 5, F.TYPE_DOUBLE, False, "")])
+    message("ReportView", [("outcomes", 2, F.TYPE_MESSAGE, True, "OutcomeView")])
+    # TrajectoryGroup with the same bytes: serializes to exactly what pb.TrajectoryGroup would
+    message("GroupView", [("problem_id", 2, F.TYPE_STRING, False, ""), ("policy_version", 3, F.TYPE_INT64, False, ""),
+                          ("prompt_token_ids", 4, F.TYPE_BYTES, False, ""), ("completions", 5, F.TYPE_BYTES, True, ""),
+                          ("reported_unix_s", 7, F.TYPE_DOUBLE, False, ""),
+                          ("sampling_temperature", 8, F.TYPE_DOUBLE, False, "")])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return {m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"prioreplay_wire_views.{m.name}"))
+            for m in fdp.message_type}
+
+
+_VIEWS = _views()
+
+#: Reports smaller than this (bytes) take the per-field path: for a few completions its fixed
+#: cost (a few Python calls) is below the lean path's (numpy calls, two extra parses).
+LEAN_MIN_BYTES = 8192
+
+
+def _varint_counts(chunks: list[bytes]) -> np.ndarray:
+    """Number of varints in each of ``chunks`` (packed uint32 fields, each complete), int64 array."""
+    lens = np.fromiter(map(len, chunks), np.int64, len(chunks))
+    ends = np.cumsum(lens)
+    buf = np.frombuffer(b"".join(chunks), np.uint8)
+    cum = np.concatenate((np.zeros(1, np.int64), np.cumsum(buf < 0x80, dtype=np.int64)))
+    return cum[ends] - cum[ends - lens]
+
+
+def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float,
+                queue: bool) -> list[tuple[str, tuple[float, ...], bytes]] | None:
+    """The groups of a valid report, read from its received bytes; None when the slow path must decide.
+
+    ``request`` is ``raw`` decoded (the decode is what proves the bytes are valid protobuf). When
+    ``request`` re-serializes to exactly ``raw`` (a canonical encoding: what every protobuf
+    library writes), the packed log-probabilities of all completions are checked in one numpy
+    pass (finite, <= :data:`LOGPROB_TOLERANCE`), the number of log-probabilities of each
+    completion is compared with its number of token ids from the packed varints, and each mixed
+    group's payload is made from the received bytes of its prompt token ids and completions (a
+    ``TrajectoryGroup``, byte for byte what rebuilding it from the message would give).
+
+    Returns:
+        [(problem_id, rewards, payload)] in report order (payload b"" unless the group is mixed and
+        ``queue``), or None when the report is under :data:`LEAN_MIN_BYTES`, the encoding is not
+        canonical or any message-level check fails: the caller then runs the per-field checks,
+        which name the bad value.
+    """
+    if len(raw) < LEAN_MIN_BYTES or not request.outcomes or request.SerializeToString() != raw:
+        return None
+    check = _VIEWS["CheckReportView"].FromString(raw)
+    comps = [c for o in check.outcomes for c in o.completions]
+    if comps:
+        lps = [c.logprobs for c in comps]
+        n_lps = np.fromiter(map(len, lps), np.int64, len(lps))
+        if (n_lps % 4).any() or not (_varint_counts([c.token_ids for c in comps]) * 4 == n_lps).all():
+            return None
+        a = np.frombuffer(b"".join(lps), dtype="<f4")
+        if a.size and not (np.isfinite(a).all() and a.max() <= LOGPROB_TOLERANCE):
+            return None
+    view = _VIEWS["ReportView"].FromString(raw)
+    group = _VIEWS["GroupView"]
+    out = []
+    for o, c in zip(view.outcomes, check.outcomes):
+        if not o.problem_id or o.policy_version < 0 or not (o.sampling_temperature >= 0 and o.sampling_temperature != _INF):
+            return None  # NaN fails >= 0
+        rewards = tuple([x.reward for x in c.completions])
+        payload = b""
+        if queue and rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
+            payload = group(problem_id=o.problem_id, policy_version=o.policy_version,
+                            prompt_token_ids=o.prompt_token_ids, completions=o.completions,
+                            reported_unix_s=reported_unix_s,
+                            sampling_temperature=o.sampling_temperature).SerializeToString()
+        out.append((o.problem_id, rewards, payload))
+    return out
+
+
+_INF = float("inf")

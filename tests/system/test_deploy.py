@@ -254,7 +254,7 @@ def test_loader_registers_a_dataset_that_needs_no_file(compose, monkeypatch):
     config = parse_command(loader, monkeypatch)
     assert config.source.startswith("arithmetic:"), f"the default dataset {config.source!r} needs a file"
     assert sum(1 for _ in iter_problems(config.source)) >= 1000
-    assert config.server == f"priority-server:{GRPC_PORT}"
+    assert config.server == f"dns:///priority-server:{GRPC_PORT}"  # every replica (--scale), round_robin
 
 
 @pytest.mark.parametrize("name", GPU_SERVICES)
@@ -270,7 +270,7 @@ def test_rollout_worker_is_scalable(compose, monkeypatch):
     assert not worker.get("ports"), "a fixed host port breaks --scale (Prometheus reaches workers by DNS)"
     config = parse_command(worker, monkeypatch)
     assert config.backend == "vllm"
-    assert config.server == f"priority-server:{GRPC_PORT}"
+    assert config.server == f"dns:///priority-server:{GRPC_PORT}"  # every replica (--scale), round_robin
     assert config.metrics_port == METRICS_PORTS["rollout-worker"]
     assert str(METRICS_PORTS["rollout-worker"]) in [str(p) for p in worker.get("expose", [])]
 
@@ -278,7 +278,7 @@ def test_rollout_worker_is_scalable(compose, monkeypatch):
 def test_learner_shape(compose, monkeypatch):
     learner = compose["services"]["learner"]
     config = parse_command(learner, monkeypatch)
-    assert config.server == f"priority-server:{GRPC_PORT}"
+    assert config.server == f"dns:///priority-server:{GRPC_PORT}"  # every replica (--scale), round_robin
     assert config.metrics_port == METRICS_PORTS["learner"]
     assert METRICS_PORTS["learner"] in {_container_port(p) for p in learner.get("ports", [])}
     # The checkpoint volume is mounted at the learner's checkpoint_dir, at the same path in workers.

@@ -1,0 +1,202 @@
+"""``prioreplay server --processes N``: N server processes on one port, one ``/metrics`` for all.
+
+Each process is a full priority server (its own event loop, gRPC server, Redis connection pool,
+lease reaper and stats refresh) bound with SO_REUSEPORT to the same port; the kernel spreads
+incoming *connections* over them, so each client connection (a worker, a learner) is served by
+one process. The Redis store keeps every change atomic in its Lua scripts, so leases, reports,
+pulls, acknowledgements and publishing stay exactly-once whichever process answers. The memory
+store lives inside one process and is refused (:class:`~.config.ServerConfig`).
+
+The parent process only supervises: it checks that the port is free, starts the N processes
+(``spawn``), serves the aggregated ``/metrics`` on ``--metrics-port`` and forwards SIGTERM/SIGINT.
+Each child serves its own metrics on a private port on 127.0.0.1; the parent's ``/metrics`` sums
+the process-local series (RPC latency histograms, error counters, served priorities, client
+traffic) over the children and takes the store-derived series (pools, counters kept in Redis),
+identical in every process, from one of them. ``prioreplay_server_processes`` is the number of
+children that answered the scrape and ``prioreplay_server_process_rpcs_total{process}`` the RPCs
+each has handled (the balance). If a child exits on its own, the parent stops the others and
+exits 1, so an orchestrator restarts the whole server.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import time
+import urllib.request
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server.config import ServerConfig
+
+log = logging.getLogger("prioreplay.server")
+
+#: Metric families derived from ``store.stats()``: the same in every process, taken from one.
+STORE_FAMILIES = frozenset({
+    "prioreplay_store_healthy", "prioreplay_pool_size", "prioreplay_problems", "prioreplay_priority_bucket",
+    "prioreplay_groups", "prioreplay_effective_group_fraction", "prioreplay_forgetting_events",
+    "prioreplay_breakthroughs", "prioreplay_lease_expiries", "prioreplay_late_reports",
+    "prioreplay_completions_reported", "prioreplay_groups_acked", "prioreplay_trajectory_queue_depth",
+    "prioreplay_trajectory_pending", "prioreplay_policy_version", "prioreplay_sampler_step",
+    "prioreplay_active_leases",
+})
+#: Seconds the parent waits for one child's /metrics.
+SCRAPE_TIMEOUT_S = 2.0
+
+
+def merge_exposition(texts: list[str]) -> list[Metric]:
+    """Merge the text expositions of several processes into one set of metric families.
+
+    Samples of :data:`STORE_FAMILIES` come from the first text that has the family; every other
+    sample is summed over the texts by (sample name, labels), except ``*_created`` timestamps
+    (the earliest is kept).
+    """
+    merged: dict[str, Metric] = {}
+    values: dict[str, dict[tuple, float]] = {}
+    for text in texts:
+        for fam in text_string_to_metric_families(text):
+            first = fam.name not in merged
+            if first:
+                merged[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+                values[fam.name] = {}
+            elif fam.name in STORE_FAMILIES:
+                continue
+            acc = values[fam.name]
+            for smp in fam.samples:
+                key = (smp.name, tuple(sorted(smp.labels.items())))
+                if key not in acc:
+                    acc[key] = smp.value
+                elif smp.name.endswith("_created"):
+                    acc[key] = min(acc[key], smp.value)
+                else:
+                    acc[key] += smp.value
+    for name, fam in merged.items():
+        for (sname, labels), v in values[name].items():
+            fam.add_sample(sname, dict(labels), v)
+    return list(merged.values())
+
+
+class AggregateCollector(Collector):
+    """Scrapes the children's ``/metrics`` at each collect and yields the merged families."""
+
+    def __init__(self, urls: list[str]):
+        self.urls = urls
+
+    def collect(self) -> Iterator[Metric]:
+        texts = []
+        rpcs = CounterMetricFamily("prioreplay_server_process_rpcs", "RPCs handled by each server process "
+                                   "(how evenly SO_REUSEPORT spreads the connections)", labels=["process"])
+        for i, url in enumerate(self.urls):
+            try:
+                with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as r:  # noqa: S310 - our own 127.0.0.1 URLs
+                    texts.append(r.read().decode("utf-8"))
+            except OSError as e:
+                log.warning("metrics of %s not available: %s", url, e)
+                continue
+            rpcs.add_metric([str(i + 1)], sum(smp.value for fam in text_string_to_metric_families(texts[-1])
+                                              if fam.name == "prioreplay_rpc_latency_seconds"
+                                              for smp in fam.samples if smp.name.endswith("_count")))
+        yield from merge_exposition(texts)
+        yield GaugeMetricFamily("prioreplay_server_processes", "server processes whose /metrics answered this scrape",
+                                value=len(texts))
+        yield rpcs
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host.strip("[]"), port))
+        except OSError as e:
+            raise InvalidArgument(f"cannot listen on {host}:{port} ({e.strerror}); choose a free --port or another "
+                                  "--host") from e
+
+
+def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], None]) -> int:
+    """Run ``config.processes`` server processes on one port until SIGTERM/SIGINT.
+
+    Args:
+        config: the server configuration (``port`` 0: a free port is chosen for all processes).
+        child: the entry point of process ``i`` (a module-level function, as ``spawn`` needs):
+            ``child(config, i)`` runs one server with SO_REUSEPORT and the private metrics port
+            given in its ``config``.
+
+    Returns:
+        0 after a clean shutdown of every process; 1 when a process exited on its own (the
+        others are stopped).
+
+    Raises:
+        InvalidArgument: the port is in use, or ``/metrics`` cannot be served.
+    """
+    port = config.port or _free_port(config.host if ":" not in config.host else "127.0.0.1")
+    _check_port_free(config.host, port)
+    private = [_free_port() for _ in range(config.processes)] if config.metrics_port else []
+    ctx = multiprocessing.get_context("spawn")
+    procs = []
+    for i in range(config.processes):
+        child_cfg = config.model_copy(update={"port": port, "metrics_port": private[i] if private else 0})
+        p = ctx.Process(target=child, args=(child_cfg, i), name=f"prioreplay-server-{i + 1}", daemon=False)
+        p.start()
+        procs.append(p)
+    http = None
+    stop = {"signum": 0}
+
+    def on_signal(signum, _frame):
+        stop["signum"] = signum
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    code = 0
+    try:
+        if config.metrics_port:
+            registry = CollectorRegistry()
+            registry.register(AggregateCollector([f"http://127.0.0.1:{p}/metrics" for p in private]))
+            from prometheus_client import start_http_server
+
+            try:
+                http, _ = start_http_server(config.metrics_port, addr=config.host, registry=registry)
+            except OSError as e:
+                raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port}: {e.strerror}") from e
+        log.info("prioreplay server: %d processes on %s:%d (SO_REUSEPORT), pids %s; metrics %s", config.processes,
+                 config.host, port, ", ".join(str(p.pid) for p in procs),
+                 f"on :{config.metrics_port}/metrics (all processes)" if http else "off")
+        while not stop["signum"]:
+            multiprocessing.connection.wait([p.sentinel for p in procs], timeout=0.5)
+            dead = [p for p in procs if p.exitcode is not None]
+            if dead and not stop["signum"]:
+                log.error("server process %s exited with %s; stopping the others", dead[0].name, dead[0].exitcode)
+                code = 1
+                break
+    finally:
+        for p in procs:
+            if p.exitcode is None:
+                os.kill(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + config.grace_s + 20.0
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.exitcode is None:
+                log.warning("%s did not stop in time; killing it", p.name)
+                p.kill()
+                p.join(5)
+        if http is not None:
+            http.shutdown()
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    if code == 0 and any(p.exitcode not in (0, -signal.SIGTERM) for p in procs):
+        code = 1
+    log.info("stopped (%d processes)", len(procs))
+    return code
