@@ -127,8 +127,8 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 
     A :mod:`prioreplay.errors` class ends the call with its ``GRPC_CODE`` and its message as
     details (a store outage, UNAVAILABLE, and a store logic error, INTERNAL, also go to
-    :meth:`PriorityServicer.store_failed`: counted, logged, health NOT_SERVING on an outage); undecodable bytes of a streamed request
-    with INVALID_ARGUMENT; anything else is logged with its traceback and answered INTERNAL.
+    :meth:`PriorityServicer.store_failed`: counted, logged, health NOT_SERVING on an outage);
+    undecodable bytes of a streamed request with INVALID_ARGUMENT; anything else is logged with its traceback and answered INTERNAL.
     Cancellation and an abort the method made itself pass through unchanged.
     """
     name = method.__name__
@@ -248,8 +248,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         now = self.store.clock()
         groups = [outcome_to_group(o, now, queue=not request.rewards_only) for o in request.outcomes]
         unservable = list(request.unservable_problem_ids)
-        result = await (self.store.report(request.lease_id, groups, unservable) if unservable
-                        else self.store.report(request.lease_id, groups))
+        result = await self.store.report(request.lease_id, groups, unservable)
         if result.quarantined:
             log.warning("worker %r reported %d problem(s) unservable (prompt over its model's context); quarantined "
                         "until registered again: %s", request.worker_id, result.quarantined, ", ".join(unservable[:10]))
