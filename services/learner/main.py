@@ -17,9 +17,11 @@ def run(config: LearnerConfig) -> int:
     ack, checkpoint), publishes the last step if it was not yet, and exits 0. A second signal
     exits at once (the groups of an unfinished step come back on the next start).
 
+    An unavailable server or store (UNAVAILABLE after the client's retries, or INTERNAL) is logged
+    and waited out with backoff (``max_retry_sleep_s``); the learner does not exit on it.
+
     Raises:
         InvalidArgument: the model cannot be loaded, or LoRA is asked for without peft.
-        StoreUnavailable: the priority server cannot be reached (after the client's retries).
     """
     setup_logging(config.log_level)
     from prioreplay.errors import InvalidArgument

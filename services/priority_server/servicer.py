@@ -148,8 +148,8 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 
     A :mod:`prioreplay.errors` class ends the call with its ``GRPC_CODE`` and its message as
     details (a store outage, UNAVAILABLE, and a store logic error, INTERNAL, also go to
-    :meth:`PriorityServicer.store_failed`: counted, logged, health NOT_SERVING on an outage); undecodable bytes of a streamed request
-    with INVALID_ARGUMENT; anything else is logged with its traceback and answered INTERNAL.
+    :meth:`PriorityServicer.store_failed`: counted, logged, health NOT_SERVING on an outage);
+    undecodable bytes of a streamed request with INVALID_ARGUMENT; anything else is logged with its traceback and answered INTERNAL.
     Cancellation and an abort the method made itself pass through unchanged.
     """
     name = method.__name__

@@ -317,3 +317,28 @@ def test_a_prompt_longer_than_the_context_is_quarantined_and_the_worker_goes_on(
     assert client.stats().quarantined == 1
     client.register([problem_to_proto(long)])  # registered again: served again
     assert client.stats().quarantined == 0
+
+
+def test_a_worker_backs_off_on_unavailable_and_internal_and_goes_on(client, dirs, parity_verifier):
+    """UNAVAILABLE (a store outage, after the client's own retries) and INTERNAL from the server:
+    the worker logs, sleeps max_retry_sleep_s and leases again; it never exits on them."""
+    from prioreplay.errors import Internal, StoreUnavailable
+
+    client.register(problem_to_proto(p) for p in PROBLEMS)
+    errors = [StoreUnavailable("SampleProblems: Redis is out of memory", kind="out_of_memory"),
+              Internal("SampleProblems: Redis answered WRONGTYPE")]
+
+    class Flaky:
+        def __getattr__(self, name):
+            return getattr(client, name)
+
+        def sample(self, *a, **kw):
+            if errors:
+                raise errors.pop(0)
+            return client.sample(*a, **kw)
+
+    w = make_worker(Flaky(), dirs[0], max_batches=1, max_retry_sleep_s=3.0)
+    slept = []
+    w._sleep = slept.append
+    assert w.run() == 0 and w.batches_done == 1
+    assert slept == [3.0, 3.0] and client.stats().completions_reported == B * G
