@@ -32,6 +32,8 @@ class LearnerConfig(ClientSettings):
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'")
     temperature: float = Field(1.0, gt=0, le=10, description="the workers' sampling temperature: logits are divided by it "
                                "before the log-softmax so new log-probs match the behaviour log-probs' distribution")
+    top_p: float = Field(1.0, gt=0, le=1, description="the workers' top-p: new log-probs are renormalised over the same "
+                         "nucleus as the behaviour log-probs (groups sampled at another top-p are dropped as invalid)")
     max_sequence_tokens: int = Field(4096, ge=2, le=1_000_000, description="prompt + completion tokens per sequence at most; "
                                      "longer groups are dropped (counted as invalid)")
 

@@ -208,7 +208,8 @@ class RolloutWorker:
             for comp, r in zip(group, rewards)
         ]
         return pb.ProblemOutcome(problem_id=problem.id, policy_version=version, prompt_token_ids=prompt_ids,
-                                 completions=completions, sampling_temperature=self.config.temperature)
+                                 completions=completions, sampling_temperature=self.config.temperature,
+                                 sampling_top_p=self.config.top_p)
 
     def _observe(self, rewards: list[list[float]], tokens: int, generation_s: float, verification_s: float) -> None:
         m = self.metrics

@@ -285,3 +285,45 @@ def test_a_group_sampled_at_another_temperature_is_refused():
     assert "temperature 0.7" in group_problem(g, 100, temperature=1.0)
     g.sampling_temperature = 0.0  # not sent: the learner's own temperature is assumed
     assert group_problem(g, 100, temperature=1.0) is None
+
+
+# --- top-p (issue 13) -------------------------------------------------------------------------------
+
+def test_a_group_sampled_at_another_top_p_is_refused():
+    from prioreplay.learner.learner import group_problem
+
+    comp = pb.Completion(reward=1.0, token_ids=[5, 6], logprobs=[-0.1, -0.2])
+    g = pb.TrajectoryGroup(problem_id="p", prompt_token_ids=[1, 2], completions=[comp, comp], sampling_top_p=0.9)
+    assert group_problem(g, 100, top_p=0.9) is None
+    assert "top-p 0.9" in group_problem(g, 100, top_p=1.0) and "--top-p" in group_problem(g, 100, top_p=1.0)
+    g.sampling_top_p = 0.0  # not sent: read as 1 (no nucleus)
+    assert group_problem(g, 100, top_p=1.0) is None
+    assert "top-p 1" in group_problem(g, 100, top_p=0.9)
+
+
+def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
+    """Workers at top-p 0.9 report log-probs renormalised over the nucleus; the learner's
+    teacher-forced log-probs at the same top-p equal them (ratio 1 at step 0), while plain
+    log_softmax(logits / T) does not (issue 13: mean |ratio − 1| was 0.098)."""
+    from prioreplay.learner.learner import collate, token_logprobs
+    from prioreplay.models import apply_chat_template
+    from prioreplay.rollout_worker.backends.base import SamplingParams
+    from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(tiny_dir)
+    prompts = [apply_chat_template(backend.tokenizer, p) for p in ("What is 2+3?", "Hi", "Count to 4")]
+    groups_out = backend.generate(prompts, 4, SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=16, seed=3))
+    groups = [pb.TrajectoryGroup(prompt_token_ids=p, completions=[
+        pb.Completion(reward=1.0, token_ids=c.token_ids, logprobs=c.logprobs) for c in g]) for p, g in zip(prompts, groups_out)]
+    batch = collate(groups, [torch.zeros(4)] * 3, backend.tokenizer.pad_token_id)
+    mask = batch.completion_mask
+    with torch.no_grad():
+        nucleus, entropy = token_logprobs(backend.model, batch.input_ids, batch.attention_mask, 0.8, top_p=0.9,
+                                          with_entropy=True)
+        plain, _ = token_logprobs(backend.model, batch.input_ids, batch.attention_mask, 0.8)
+    ratio_nucleus = (nucleus - batch.behaviour_logprobs).exp()[mask]
+    ratio_plain = (plain - batch.behaviour_logprobs).exp()[mask]
+    assert (ratio_nucleus - 1).abs().mean().item() < 1e-4
+    assert (ratio_plain - 1).abs().mean().item() > 1e-2
+    assert torch.isfinite(entropy[mask]).all()
+    assert torch.isfinite(nucleus[mask]).all()

@@ -104,6 +104,7 @@ def test_one_batch_is_leased_generated_verified_and_reported(client, dirs, parit
     by_id = {p.id: p for p in PROBLEMS}
     for g in pulled:
         assert g.policy_version == 0 and len(g.completions) == G
+        assert g.sampling_top_p == w.config.top_p and g.sampling_temperature == w.config.temperature
         assert list(g.prompt_token_ids) == models.apply_chat_template(w.backend.tokenizer, by_id[g.problem_id].prompt)
         rewards = {c.reward for c in g.completions}
         assert rewards == {0.0, 1.0}
