@@ -51,7 +51,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Callable
 
-from prioreplay.datasets import last_boxed
+from prioreplay.answers import last_boxed
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import KNOWN_VERIFIERS
 
