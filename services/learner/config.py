@@ -55,6 +55,10 @@ class LearnerConfig(ClientSettings):
     eps_high: float = Field(0.28, ge=0, le=10, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
     dual_clip_c: float = Field(3.0, ge=0, le=1e6, description="dual-clip cap c on the ratio for negative advantages "
                                "(Ye et al. 2020, eq. 5; > 1; 0 turns it off)")
+    truncated: Literal["mask", "zero", "keep"] = Field(
+        "mask", description="completions cut at the workers' max_new_tokens: 'mask' (default) keeps their reward in the "
+        "group's advantages but leaves their tokens out of the loss; 'zero' scores them 0 before the advantages; "
+        "'keep' trains on them like finished ones. Counted in prioreplay_learner_truncated_completions_total")
     kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model (0: no reference model is loaded)")
 
     # -- trajectories and versions -------------------------------------------------------------

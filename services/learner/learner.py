@@ -106,20 +106,23 @@ def group_problem(group, max_tokens: int, temperature: float | None = None, top_
     return None
 
 
-def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int) -> Batch:
+def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int, mask_truncated: bool = False) -> Batch:
     """Padded prompt + completion tensors of every completion of ``groups``.
 
     Args:
         groups: ``TrajectoryGroup`` messages (validated with :func:`group_problem`).
         advantages: per group a (G,) tensor of its completions' advantages.
         pad_id: the tokenizer's pad token id (padding is masked out everywhere).
+        mask_truncated: completions flagged ``truncated`` (cut at max_new_tokens) get an all-zero
+            completion mask: they take part in their group's advantages but give no gradient.
     """
-    seqs, behaviour, starts, adv, rewards = [], [], [], [], []
+    seqs, behaviour, starts, adv, rewards, counted = [], [], [], [], [], []
     for g, a in zip(groups, advantages):
         for c, a_i in zip(g.completions, a.tolist()):
             seqs.append(list(g.prompt_token_ids) + list(c.token_ids))
             behaviour.append(list(c.logprobs))
             starts.append(len(g.prompt_token_ids))
+            counted.append(not (mask_truncated and c.truncated))
             adv.append(a_i)
             rewards.append(c.reward)
     B, T = len(seqs), max(2, max(len(s) for s in seqs))
@@ -130,7 +133,7 @@ def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int) -
     for b, (s, lp, p) in enumerate(zip(seqs, behaviour, starts)):
         input_ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
         attention_mask[b, : len(s)] = 1
-        completion_mask[b, p - 1 : len(s) - 1] = True  # token j+1 is a completion token
+        completion_mask[b, p - 1 : len(s) - 1] = counted[b]  # token j+1 is a completion token
         behaviour_lp[b, p - 1 : len(s) - 1] = torch.tensor(lp, dtype=torch.float32)
     return Batch(input_ids, attention_mask, completion_mask, behaviour_lp,
                  torch.tensor(adv, dtype=torch.float32), torch.tensor(rewards, dtype=torch.float32))
@@ -325,7 +328,7 @@ class Learner:
             return StepResult(False, record)
 
         # --- collate, forward/backward in micro-batches, optimizer step ----------------------
-        batch = collate(used, advantages, self._pad_id)
+        batch = collate(used, advantages, self._pad_id, mask_truncated=self.config.truncated == "mask")
         metrics = self._train(batch)
         compute_s = time.perf_counter() - t_compute
 
@@ -377,6 +380,13 @@ class Learner:
         for g in groups:
             age = self.current_version - g.policy_version
             problem = group_problem(g, cfg.max_sequence_tokens, cfg.temperature, cfg.top_p)
+            truncated = sum(1 for c in g.completions if c.truncated)
+            if truncated:
+                self.metrics.truncated_completions.inc(truncated)
+                if cfg.truncated == "zero":  # scored 0 before the advantages (and the zero-variance test)
+                    for c in g.completions:
+                        if c.truncated:
+                            c.reward = 0.0
             rewards = [c.reward for c in g.completions]
             if problem is not None:
                 log.warning("dropping group %s of problem %r: %s", g.group_id, g.problem_id, problem)

@@ -166,6 +166,7 @@ class RolloutWorker:
         outcomes = [self._outcome(p, version, ids, group, r) for p, ids, group, r in zip(problems, prompts, groups, rewards)]
         flat = [x for r in rewards for x in r]
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
+        self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
         self._observe(rewards, tokens, generation_s, verification_s)
         result = dict(lease_id=lease.lease_id, problems=len(problems), retry_after_s=lease.retry_after_s,
                       completions=len(flat), tokens=tokens, reward_mean=sum(flat) / len(flat) if flat else 0.0,

@@ -327,3 +327,57 @@ def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
     assert (ratio_plain - 1).abs().mean().item() > 1e-2
     assert torch.isfinite(entropy[mask]).all()
     assert torch.isfinite(nucleus[mask]).all()
+
+
+# --- truncated completions (issue 13) -----------------------------------------------------------------
+
+def _truncation_group():
+    """The issue's case: a completion cut at max_new_tokens whose last number happens to be right
+    (reward 1, truncated) next to a finished wrong one."""
+    comps = [pb.Completion(reward=1.0, token_ids=[7, 8, 9], logprobs=[-1.0] * 3, truncated=True),
+             pb.Completion(reward=0.0, token_ids=[7, 8], logprobs=[-1.0] * 2),
+             pb.Completion(reward=0.0, token_ids=[9], logprobs=[-1.0])]
+    return pb.TrajectoryGroup(group_id="g", problem_id="p", prompt_token_ids=[4, 5, 6], completions=comps)
+
+
+def _learner(tiny_dir, tmp_path, **kw):
+    from prioreplay.learner.learner import Learner
+
+    return Learner(LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt",
+                                 metrics_port=0, device="cpu", **kw))
+
+
+def _truncated_total(learner) -> float:
+    return learner.metrics.registry.get_sample_value("prioreplay_learner_truncated_completions_total") or 0.0
+
+
+def test_truncated_completions_are_masked_from_the_loss_by_default(tiny_dir, tmp_path):
+    from prioreplay.learner.learner import collate
+
+    learner = _learner(tiny_dir, tmp_path)
+    assert learner.config.truncated == "mask"
+    used, advantages, fates, _ = learner._filter([_truncation_group()])
+    assert fates["used"] == 1 and _truncated_total(learner) == 1
+    batch = collate(used, advantages, learner._pad_id, mask_truncated=True)
+    assert batch.completion_mask[0].sum() == 0  # the truncated completion gives no gradient
+    assert batch.completion_mask[1].sum() == 2 and batch.completion_mask[2].sum() == 1
+    learner.client.close()
+
+
+def test_truncated_completions_can_score_zero_or_be_kept(tiny_dir, tmp_path):
+    from prioreplay.learner.learner import collate
+
+    learner = _learner(tiny_dir, tmp_path, truncated="zero")
+    used, _, fates, _ = learner._filter([_truncation_group()])
+    assert fates == {"used": 0, "stale": 0, "zero_variance": 1, "invalid": 0}  # 1 → 0 leaves no variance
+    assert _truncated_total(learner) == 1
+    learner.client.close()
+
+    learner = _learner(tiny_dir, tmp_path, truncated="keep")
+    used, advantages, fates, _ = learner._filter([_truncation_group()])
+    assert fates["used"] == 1 and float(advantages[0][0]) > 0
+    batch = collate(used, advantages, learner._pad_id, mask_truncated=False)
+    assert batch.completion_mask[0].sum() == 3
+    learner.client.close()
+    with pytest.raises(ValueError):
+        LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), truncated="drop")

@@ -116,6 +116,9 @@ def test_one_batch_is_leased_generated_verified_and_reported(client, dirs, parit
 
     assert metric(w, "prioreplay_worker_completions_total") == B * G
     assert metric(w, "prioreplay_worker_batches_total") == 1
+    truncated_seen = sum(c.truncated for g in pulled for c in g.completions)  # queued (mixed) groups only
+    assert truncated_seen <= metric(w, "prioreplay_worker_truncated_completions_total") <= B * G
+    assert truncated_seen >= 1  # 12 new tokens: the tiny model runs to the limit
     assert metric(w, "prioreplay_worker_tokens_generated_total") == res.tokens > 0
     assert metric(w, "prioreplay_worker_rpc_seconds_count", {"method": "SampleProblems"}) == 1
     assert metric(w, "prioreplay_worker_rpc_seconds_count", {"method": "ReportOutcomes"}) == 1
