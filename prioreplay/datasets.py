@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from prioreplay.answers import last_boxed
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import KNOWN_VERIFIERS, MAX_ID_BYTES, ProblemRecord
 
@@ -88,34 +89,6 @@ def gsm8k_final_answer(answer: str) -> str:
     return text.replace(",", "") if _NUMBER_RE.match(text) else text
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, nested braces handled.
-
-    The unbraced LaTeX form ``\\boxed 5`` (one token after a space, as some MATH solutions write
-    it) counts too: its content runs to the next space, ``$``, or brace, without a trailing
-    ``.``/``,``/``;``. Returns None when there is no complete boxed expression. Examples:
-    ``r"so \\boxed{\\frac{1}{2}}."`` → ``r"\\frac{1}{2}"``; ``r"$2+3=\\boxed 5$."`` → ``"5"``.
-    One pass over the braces (linear in ``len(text)``, however many boxes are left unclosed).
-    """
-    best: tuple[int, int] | None = None
-    for m in _UNBRACED_BOX_RE.finditer(text):
-        content = m.group(1).rstrip(".,;:")
-        if content:
-            best = (m.start(1) - 1, m.start(1) + len(content))
-    starts = {m.end() - 1 for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)}  # index of each box's "{"
-    if not starts:
-        return text[best[0] + 1:best[1]].strip() if best else None
-    stack: list[int] = []
-    for m in re.finditer(r"[{}]", text):
-        if m.group() == "{":
-            stack.append(m.start())
-        elif stack:
-            open_at = stack.pop()
-            if open_at in starts and (best is None or open_at > best[0]):
-                best = (open_at, m.start())
-    return text[best[0] + 1:best[1]].strip() if best else None
-
-
 _MATH_WORDS_RE = re.compile(r"sqrt|frac|pi|infty|inf|sin|cos|tan|log|ln|exp|cdot|times|le|ge|ne")
 
 
@@ -130,7 +103,7 @@ def _infer_verifier(answer: str) -> str:
         return "math"
     if re.search(r"[A-Za-z]{2,}", _MATH_WORDS_RE.sub("", text)) or not re.search(r"[\d\u221a\u03c0\u221e]", text):
         return "exact"
-    from prioreplay.verifiers import math_parses  # the verifiers import this module
+    from prioreplay.verifiers import math_parses  # lazy: math-verify is heavy
 
     return "math" if math_parses(text.replace("%", "\\%")) else "exact"
 

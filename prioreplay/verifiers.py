@@ -9,11 +9,14 @@ Three verifiers, named as in :data:`prioreplay.problems.KNOWN_VERIFIERS`:
 ``gsm8k``
     Final-number match. Reference: the number after the last ``####`` (or the whole reference).
     Completion: the number after its last ``####`` if any, else the number in its last
-    ``\\boxed{...}``, else the last number in the text; thousands commas, ``$`` and a trailing
-    period are handled ("The answer is $1,234." → 1234). Numbers compare exactly as decimals
-    (1234 == 1234.0).
+    ``\\boxed{...}``, else the last number in the text. Both sides go through one normaliser
+    (:func:`normalize_numbers`): Unicode minus and dashes are signs ("−5" → -5), currency signs
+    are dropped ("-$5" → -5), thousands commas and digit-group spaces are removed, trailing units
+    and periods are ignored ("The answer is $1,234." → 1234). Numbers compare exactly as
+    decimals (1234 == 1234.0).
 ``exact``
-    Normalised string match: strip, casefold, collapse whitespace, strip one trailing period.
+    Normalised string match: strip, casefold, collapse whitespace, strip one trailing period,
+    minus/dash characters read as "-".
 
 Rewards are 1.0 (correct) or 0.0. :func:`verify` never raises for bad completions or references:
 an exception or a time-out gives reward 0.0 and an ``error`` string (the worker counts these in
@@ -26,7 +29,9 @@ overruns ``timeout_s`` has its process killed (SIGKILL) and gives reward 0.0 wit
 "timed out after Xs". Neither ``signal.alarm`` (main thread only) nor a waiting thread can bound
 sympy: a big-integer power such as ``\\boxed{2^{2^{40}}}`` holds the GIL, so no other thread
 of the interpreter runs until it ends. A process kill bounds it from any thread, event loop or
-executor. Calls beyond the pool's size wait for a free process.
+executor. Calls beyond the pool's size wait for a free process. The first ``math`` call of a
+process also waits (not counted in ``timeout_s``) for a pool process to start and import
+math-verify, about a second.
 
 A marked answer (``####``, ``\\boxed{...}``) wins wherever it stands in the completion; only
 without one is the final answer searched in the last ``MAX_COMPLETION_CHARS`` characters.
@@ -51,7 +56,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Callable
 
-from prioreplay.datasets import last_boxed
+from prioreplay.answers import last_boxed
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import KNOWN_VERIFIERS
 
@@ -242,7 +247,19 @@ def math_parses(text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
 # --------------------------------------------------------------------------- the verification pool
 
 #: Processes in the math verification pool (started on first use, at most this many at once).
-VERIFY_PROCESSES = max(1, min(4, int(os.environ.get("PRIOREPLAY_VERIFY_PROCESSES", "2"))))
+VERIFY_PROCESSES = 2
+
+
+def _pool_size() -> int:
+    raw = os.environ.get("PRIOREPLAY_VERIFY_PROCESSES", str(VERIFY_PROCESSES))
+    try:
+        size = int(raw)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= 64:
+        raise InvalidArgument(f"PRIOREPLAY_VERIFY_PROCESSES ({raw!r}) must be an integer from 1 to 64 "
+                              "(math verification processes)")
+    return size
 #: Seconds a new pool process may take to import math-verify before verification fails.
 STARTUP_TIMEOUT_S = 120.0
 
@@ -370,7 +387,7 @@ def _pool() -> _Pool:
     global _the_pool
     with _pool_lock:
         if _the_pool is None:
-            _the_pool = _Pool(VERIFY_PROCESSES)
+            _the_pool = _Pool(_pool_size())
             atexit.register(_the_pool.close)
         return _the_pool
 

@@ -135,18 +135,20 @@ class Completion(_message.Message):
     def __init__(self, reward: _Optional[float] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class ProblemOutcome(_message.Message):
-    __slots__ = ("problem_id", "policy_version", "prompt_token_ids", "completions", "sampling_temperature")
+    __slots__ = ("problem_id", "policy_version", "prompt_token_ids", "completions", "sampling_temperature", "sampling_top_p")
     PROBLEM_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_TOP_P_FIELD_NUMBER: _ClassVar[int]
     problem_id: str
     policy_version: int
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     completions: _containers.RepeatedCompositeFieldContainer[Completion]
     sampling_temperature: float
-    def __init__(self, problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., sampling_temperature: _Optional[float] = ...) -> None: ...
+    sampling_top_p: float
+    def __init__(self, problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., sampling_temperature: _Optional[float] = ..., sampling_top_p: _Optional[float] = ...) -> None: ...
 
 class ReportOutcomesRequest(_message.Message):
     __slots__ = ("lease_id", "outcomes", "worker_id", "client_source", "rewards_only", "more_parts", "unservable_problem_ids")
@@ -181,7 +183,7 @@ class ReportOutcomesResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., groups_queued: _Optional[int] = ..., groups_filtered: _Optional[int] = ..., problems_quarantined: _Optional[int] = ...) -> None: ...
 
 class TrajectoryGroup(_message.Message):
-    __slots__ = ("group_id", "problem_id", "policy_version", "prompt_token_ids", "completions", "delivery_count", "reported_unix_s", "sampling_temperature")
+    __slots__ = ("group_id", "problem_id", "policy_version", "prompt_token_ids", "completions", "delivery_count", "reported_unix_s", "sampling_temperature", "sampling_top_p")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     PROBLEM_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +192,7 @@ class TrajectoryGroup(_message.Message):
     DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
     REPORTED_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_TOP_P_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     problem_id: str
     policy_version: int
@@ -198,7 +201,8 @@ class TrajectoryGroup(_message.Message):
     delivery_count: int
     reported_unix_s: float
     sampling_temperature: float
-    def __init__(self, group_id: _Optional[str] = ..., problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., delivery_count: _Optional[int] = ..., reported_unix_s: _Optional[float] = ..., sampling_temperature: _Optional[float] = ...) -> None: ...
+    sampling_top_p: float
+    def __init__(self, group_id: _Optional[str] = ..., problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., delivery_count: _Optional[int] = ..., reported_unix_s: _Optional[float] = ..., sampling_temperature: _Optional[float] = ..., sampling_top_p: _Optional[float] = ...) -> None: ...
 
 class PullTrajectoriesRequest(_message.Message):
     __slots__ = ("max_groups", "wait_s", "consumer", "include_own_pending", "max_response_bytes")

@@ -32,6 +32,8 @@ class LearnerConfig(ClientSettings):
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'")
     temperature: float = Field(1.0, gt=0, le=10, description="the workers' sampling temperature: logits are divided by it "
                                "before the log-softmax so new log-probs match the behaviour log-probs' distribution")
+    top_p: float = Field(1.0, gt=0, le=1, description="the workers' top-p: new log-probs are renormalised over the same "
+                         "nucleus as the behaviour log-probs (groups sampled at another top-p are dropped as invalid)")
     max_sequence_tokens: int = Field(4096, ge=2, le=1_000_000, description="prompt + completion tokens per sequence at most; "
                                      "longer groups are dropped (counted as invalid)")
 
@@ -53,6 +55,10 @@ class LearnerConfig(ClientSettings):
     eps_high: float = Field(0.28, ge=0, le=10, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
     dual_clip_c: float = Field(3.0, ge=0, le=1e6, description="dual-clip cap c on the ratio for negative advantages "
                                "(Ye et al. 2020, eq. 5; > 1; 0 turns it off)")
+    truncated: Literal["mask", "zero", "keep"] = Field(
+        "mask", description="completions cut at the workers' max_new_tokens: 'mask' (default) keeps their reward in the "
+        "group's advantages but leaves their tokens out of the loss; 'zero' scores them 0 before the advantages; "
+        "'keep' trains on them like finished ones. Counted in prioreplay_learner_truncated_completions_total")
     kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model (0: no reference model is loaded)")
 
     # -- trajectories and versions -------------------------------------------------------------

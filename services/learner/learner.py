@@ -88,17 +88,21 @@ class Batch:
                      self.advantages[start:stop], self.rewards[start:stop])
 
 
-def group_problem(group, max_tokens: int, temperature: float | None = None) -> str | None:
+def group_problem(group, max_tokens: int, temperature: float | None = None, top_p: float | None = None) -> str | None:
     """Why a ``TrajectoryGroup`` cannot be trained on, or None when it is usable.
 
     A group sampled at another temperature than the learner's (``sampling_temperature`` > 0 and
-    different) is refused: its behaviour log-probs belong to another distribution, so the
-    importance ratios would be wrong.
+    different), or at another top-p (``sampling_top_p``; 0 = not sent = 1), is refused: its
+    behaviour log-probs belong to another distribution, so the importance ratios would be wrong.
     """
     t = group.sampling_temperature
     if temperature is not None and t > 0 and abs(t - temperature) > 1e-6:
         return (f"sampled at temperature {t:g} but the learner uses --temperature {temperature:g}; "
                 "give the learner the workers' temperature")
+    p = group.sampling_top_p or 1.0
+    if top_p is not None and abs(p - top_p) > 1e-6:
+        return (f"sampled at top-p {p:g} but the learner uses --top-p {top_p:g}; "
+                "give the learner the workers' top-p")
     if not group.prompt_token_ids:
         return "empty prompt_token_ids"
     if not group.completions:
@@ -111,20 +115,23 @@ def group_problem(group, max_tokens: int, temperature: float | None = None) -> s
     return None
 
 
-def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int) -> Batch:
+def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int, mask_truncated: bool = False) -> Batch:
     """Padded prompt + completion tensors of every completion of ``groups``.
 
     Args:
         groups: ``TrajectoryGroup`` messages (validated with :func:`group_problem`).
         advantages: per group a (G,) tensor of its completions' advantages.
         pad_id: the tokenizer's pad token id (padding is masked out everywhere).
+        mask_truncated: completions flagged ``truncated`` (cut at max_new_tokens) get an all-zero
+            completion mask: they take part in their group's advantages but give no gradient.
     """
-    seqs, behaviour, starts, adv, rewards = [], [], [], [], []
+    seqs, behaviour, starts, adv, rewards, counted = [], [], [], [], [], []
     for g, a in zip(groups, advantages):
         for c, a_i in zip(g.completions, a.tolist()):
             seqs.append(list(g.prompt_token_ids) + list(c.token_ids))
             behaviour.append(list(c.logprobs))
             starts.append(len(g.prompt_token_ids))
+            counted.append(not (mask_truncated and c.truncated))
             adv.append(a_i)
             rewards.append(c.reward)
     B, T = len(seqs), max(2, max(len(s) for s in seqs))
@@ -135,32 +142,52 @@ def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int) -
     for b, (s, lp, p) in enumerate(zip(seqs, behaviour, starts)):
         input_ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
         attention_mask[b, : len(s)] = 1
-        completion_mask[b, p - 1 : len(s) - 1] = True  # token j+1 is a completion token
+        completion_mask[b, p - 1 : len(s) - 1] = counted[b]  # token j+1 is a completion token
         behaviour_lp[b, p - 1 : len(s) - 1] = torch.tensor(lp, dtype=torch.float32)
     return Batch(input_ids, attention_mask, completion_mask, behaviour_lp,
                  torch.tensor(adv, dtype=torch.float32), torch.tensor(rewards, dtype=torch.float32))
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Teacher-forced log-probs of each next token, log softmax(logits / temperature).
+                   with_entropy: bool = False, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Teacher-forced log-probs of each next token under the workers' sampling distribution.
+
+    log softmax(logits / temperature), renormalised over the top-p nucleus when ``top_p`` < 1:
+    the distribution the workers sample from and report behaviour log-probs under (transformers'
+    ``TopPLogitsWarper``: the smallest set of most likely tokens whose mass reaches ``top_p``,
+    at least one). The taken token always stays in the set, so a token the current weights push
+    just outside the nucleus gets a finite log-prob (its ratio is then clipped as usual) rather
+    than −inf. The nucleus is chosen without gradient; the log-probs have gradient through the
+    renormalisation.
 
     Args:
         input_ids, attention_mask: (B, T).
         temperature: the sampling temperature of the behaviour policy (> 0).
         with_entropy: also return the per-position entropy of that distribution (no grad).
+        top_p: the nucleus mass of the behaviour policy, in (0, 1] (1: no nucleus).
 
     Returns:
         ((B, T − 1) log-prob of token j + 1 at position j, in nats; (B, T − 1) entropies or None).
     """
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]  # (B, T-1, V)
-    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, T-1, V)
-    logprobs = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+    scaled = logits.float() / temperature  # (B, T-1, V)
+    targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
+    if top_p < 1.0:
+        with torch.no_grad():
+            sorted_logits, order = torch.sort(scaled, dim=-1)  # ascending, as TopPLogitsWarper
+            cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # (B, T-1, V)
+            drop_sorted = cumulative <= (1.0 - top_p)
+            drop_sorted[..., -1:] = False  # keep at least the most likely token
+            drop = drop_sorted.scatter(-1, order, drop_sorted)  # (B, T-1, V) in vocabulary order
+            drop.scatter_(-1, targets, False)  # the taken token stays
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    logp_all = torch.log_softmax(scaled, dim=-1)  # (B, T-1, V)
+    logprobs = logp_all.gather(-1, targets).squeeze(-1)  # (B, T-1)
     entropy = None
     if with_entropy:
         with torch.no_grad():
             lp = logp_all.detach()  # (B, T-1, V)
-            entropy = -(lp.exp() * lp).sum(-1)  # (B, T-1)
+            entropy = -(lp.exp() * lp.nan_to_num(neginf=0.0)).sum(-1)  # (B, T-1); outside the nucleus p = 0
     return logprobs, entropy
 
 
@@ -333,7 +360,7 @@ class Learner:
             return StepResult(False, record)
 
         # --- collate, forward/backward in micro-batches, optimizer step ----------------------
-        batch = collate(used, advantages, self._pad_id)
+        batch = collate(used, advantages, self._pad_id, mask_truncated=self.config.truncated == "mask")
         metrics = self._train(batch)
         compute_s = time.perf_counter() - t_compute
 
@@ -413,7 +440,14 @@ class Learner:
         used, advantages, staleness = [], [], []
         for g in groups:
             age = self.current_version - g.policy_version
-            problem = group_problem(g, cfg.max_sequence_tokens, cfg.temperature)
+            problem = group_problem(g, cfg.max_sequence_tokens, cfg.temperature, cfg.top_p)
+            truncated = sum(1 for c in g.completions if c.truncated)
+            if truncated:
+                self.metrics.truncated_completions.inc(truncated)
+                if cfg.truncated == "zero":  # scored 0 before the advantages (and the zero-variance test)
+                    for c in g.completions:
+                        if c.truncated:
+                            c.reward = 0.0
             rewards = [c.reward for c in g.completions]
             if problem is not None:
                 log.warning("dropping group %s of problem %r: %s", g.group_id, g.problem_id, problem)
@@ -459,11 +493,12 @@ class Learner:
         dev = self.device
         ids, attn = mb.input_ids.to(dev), mb.attention_mask.to(dev)  # (b, t)
         with self._autocast():
-            logprobs, entropy = token_logprobs(self.model, ids, attn, cfg.temperature, with_entropy=True)  # (b, t-1)
+            logprobs, entropy = token_logprobs(self.model, ids, attn, cfg.temperature, with_entropy=True,
+                                               top_p=cfg.top_p)  # (b, t-1)
             ref_logprobs = None
             if cfg.kl_coef > 0:
                 with torch.no_grad(), self._reference() as ref:
-                    ref_logprobs, _ = token_logprobs(ref, ids, attn, cfg.temperature)  # (b, t-1)
+                    ref_logprobs, _ = token_logprobs(ref, ids, attn, cfg.temperature, top_p=cfg.top_p)  # (b, t-1)
         return grpo_loss(logprobs, mb.behaviour_logprobs.to(dev), mb.advantages.to(dev),
                          mb.completion_mask.to(dev), cfg.eps_low, cfg.eps_high, cfg.aggregation,
                          ref_logprobs=ref_logprobs, kl_coef=cfg.kl_coef, entropies=entropy, normalizer=normalizer,

@@ -94,6 +94,9 @@ def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True
     if not (math.isfinite(o.sampling_temperature) and o.sampling_temperature >= 0):
         raise InvalidArgument(f"{where}: sampling_temperature ({o.sampling_temperature}) must be a finite number "
                               ">= 0 (0: not sent)")
+    if not (math.isfinite(o.sampling_top_p) and 0.0 <= o.sampling_top_p <= 1.0):
+        raise InvalidArgument(f"{where}: sampling_top_p ({o.sampling_top_p}) must be in [0, 1] (0: not sent, "
+                              "read as 1)")
     for j, c in enumerate(o.completions):
         lps = c.logprobs
         if len(lps) != len(c.token_ids):
@@ -124,7 +127,8 @@ def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float, queue: bool =
         payload = pb.TrajectoryGroup(problem_id=o.problem_id, policy_version=o.policy_version,
                                      prompt_token_ids=o.prompt_token_ids, completions=o.completions,
                                      reported_unix_s=reported_unix_s,
-                                     sampling_temperature=o.sampling_temperature).SerializeToString()
+                                     sampling_temperature=o.sampling_temperature,
+                                     sampling_top_p=o.sampling_top_p).SerializeToString()
     return GroupOutcome(problem_id=o.problem_id, rewards=rewards, payload=payload)
 
 

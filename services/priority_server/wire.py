@@ -102,13 +102,15 @@ def _views() -> dict[str, type]:
     # ProblemOutcome with its completions as serialized bytes
     message("OutcomeView", [("problem_id", 1, F.TYPE_STRING, False, ""), ("policy_version", 2, F.TYPE_INT64, False, ""),
                             ("prompt_token_ids", 3, F.TYPE_BYTES, False, ""), ("completions", 4, F.TYPE_BYTES, True, ""),
-                            ("sampling_temperature", 5, F.TYPE_DOUBLE, False, "")])
+                            ("sampling_temperature", 5, F.TYPE_DOUBLE, False, ""),
+                            ("sampling_top_p", 6, F.TYPE_DOUBLE, False, "")])
     message("ReportView", [("outcomes", 2, F.TYPE_MESSAGE, True, "OutcomeView")])
     # TrajectoryGroup with the same bytes: serializes to exactly what pb.TrajectoryGroup would
     message("GroupView", [("problem_id", 2, F.TYPE_STRING, False, ""), ("policy_version", 3, F.TYPE_INT64, False, ""),
                           ("prompt_token_ids", 4, F.TYPE_BYTES, False, ""), ("completions", 5, F.TYPE_BYTES, True, ""),
                           ("reported_unix_s", 7, F.TYPE_DOUBLE, False, ""),
-                          ("sampling_temperature", 8, F.TYPE_DOUBLE, False, "")])
+                          ("sampling_temperature", 8, F.TYPE_DOUBLE, False, ""),
+                          ("sampling_top_p", 9, F.TYPE_DOUBLE, False, "")])
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return {m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"prioreplay_wire_views.{m.name}"))
@@ -167,13 +169,16 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
     for o, c in zip(view.outcomes, check.outcomes):
         if not o.problem_id or o.policy_version < 0 or not (o.sampling_temperature >= 0 and o.sampling_temperature != _INF):
             return None  # NaN fails >= 0
+        if not 0.0 <= o.sampling_top_p <= 1.0:
+            return None  # NaN fails too
         rewards = tuple([x.reward for x in c.completions])
         payload = b""
         if queue and rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
             payload = group(problem_id=o.problem_id, policy_version=o.policy_version,
                             prompt_token_ids=o.prompt_token_ids, completions=o.completions,
                             reported_unix_s=reported_unix_s,
-                            sampling_temperature=o.sampling_temperature).SerializeToString()
+                            sampling_temperature=o.sampling_temperature,
+                            sampling_top_p=o.sampling_top_p).SerializeToString()
         out.append((o.problem_id, rewards, payload))
     return out
 

@@ -191,6 +191,7 @@ class RolloutWorker:
         outcomes = [self._outcome(p, version, ids, group, r) for p, ids, group, r in zip(problems, prompts, groups, rewards)]
         flat = [x for r in rewards for x in r]
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
+        self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
         self._observe(rewards, tokens, generation_s, verification_s)
         result = dict(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s,
                       completions=len(flat), tokens=tokens, reward_mean=sum(flat) / len(flat) if flat else 0.0,
@@ -326,7 +327,8 @@ class RolloutWorker:
             for comp, r in zip(group, rewards)
         ]
         return pb.ProblemOutcome(problem_id=problem.id, policy_version=version, prompt_token_ids=prompt_ids,
-                                 completions=completions, sampling_temperature=self.config.temperature)
+                                 completions=completions, sampling_temperature=self.config.temperature,
+                                 sampling_top_p=self.config.top_p)
 
     def _observe(self, rewards: list[list[float]], tokens: int, generation_s: float, verification_s: float) -> None:
         m = self.metrics

@@ -45,7 +45,9 @@ def _random_report(rng: random.Random, bad: bool) -> pb.ReportOutcomesRequest:
         version = rng.randint(0, 5) if not (bad and rng.random() < 0.1) else -1
         temp = rng.choice([0.0, 0.7, 1.0]) if not (bad and rng.random() < 0.1) else rng.choice([NAN, INF, -1.0])
         pid = f"p{k}" if not (bad and rng.random() < 0.05) else ""
+        top_p = rng.choice([0.0, 0.9, 1.0]) if not (bad and rng.random() < 0.1) else rng.choice([NAN, 1.5, -0.1])
         outcomes.append(pb.ProblemOutcome(problem_id=pid, policy_version=version, sampling_temperature=temp,
+                                          sampling_top_p=top_p,
                                           prompt_token_ids=[rng.randrange(1 << 17) for _ in range(rng.randint(0, 200))],
                                           completions=comps))
     return pb.ReportOutcomesRequest(lease_id="L", outcomes=outcomes, rewards_only=rng.random() < 0.2)
@@ -172,3 +174,15 @@ def test_a_canonical_report_is_queued_as_the_learner_reads_it(srv):
         assert len(g) == 1 and g[0].problem_id == out.problem_id and g[0].policy_version == 3
         assert list(g[0].prompt_token_ids) == [1, 200] and list(g[0].completions) == comps
         assert g[0].sampling_temperature == 0.7 and g[0].reported_unix_s > 0 and g[0].delivery_count == 1
+
+
+@pytest.mark.parametrize("view,message", [("OutcomeView", pb.ProblemOutcome), ("GroupView", pb.TrajectoryGroup)])
+def test_the_wire_views_carry_every_field_the_lean_path_copies(view, message):
+    """A field added to ProblemOutcome (or to TrajectoryGroup) but not to the lean path's views
+    would be dropped from queued groups without any error (top-p was, once): every field of the
+    outcome, and every field of the group but the ones the store or the learner set, must be in
+    its view with the same number."""
+    fields = {f.name: f.number for f in wire._VIEWS[view].DESCRIPTOR.fields}
+    skip = {"group_id", "delivery_count"} if message is pb.TrajectoryGroup else set()
+    want = {f.name: f.number for f in message.DESCRIPTOR.fields if f.name not in skip}
+    assert fields == want

@@ -379,3 +379,99 @@ def test_metrics_answer_while_the_model_loads(monkeypatch, tiny_dir, tmp_path):
 
     with socket.socket() as s:  # released: the port can be bound again
         s.bind(("0.0.0.0", port))
+
+
+# --- top-p (issue 13) -------------------------------------------------------------------------------
+
+def test_a_group_sampled_at_another_top_p_is_refused():
+    from prioreplay.learner.learner import group_problem
+
+    comp = pb.Completion(reward=1.0, token_ids=[5, 6], logprobs=[-0.1, -0.2])
+    g = pb.TrajectoryGroup(problem_id="p", prompt_token_ids=[1, 2], completions=[comp, comp], sampling_top_p=0.9)
+    assert group_problem(g, 100, top_p=0.9) is None
+    assert "top-p 0.9" in group_problem(g, 100, top_p=1.0) and "--top-p" in group_problem(g, 100, top_p=1.0)
+    g.sampling_top_p = 0.0  # not sent: read as 1 (no nucleus)
+    assert group_problem(g, 100, top_p=1.0) is None
+    assert "top-p 1" in group_problem(g, 100, top_p=0.9)
+
+
+def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
+    """Workers at top-p 0.9 report log-probs renormalised over the nucleus; the learner's
+    teacher-forced log-probs at the same top-p equal them (ratio 1 at step 0), while plain
+    log_softmax(logits / T) does not (issue 13: mean |ratio − 1| was 0.098)."""
+    from prioreplay.learner.learner import collate, token_logprobs
+    from prioreplay.models import apply_chat_template
+    from prioreplay.rollout_worker.backends.base import SamplingParams
+    from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(tiny_dir)
+    prompts = [apply_chat_template(backend.tokenizer, p) for p in ("What is 2+3?", "Hi", "Count to 4")]
+    groups_out = backend.generate(prompts, 4, SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=16, seed=3))
+    groups = [pb.TrajectoryGroup(prompt_token_ids=p, completions=[
+        pb.Completion(reward=1.0, token_ids=c.token_ids, logprobs=c.logprobs) for c in g]) for p, g in zip(prompts, groups_out)]
+    batch = collate(groups, [torch.zeros(4)] * 3, backend.tokenizer.pad_token_id)
+    mask = batch.completion_mask
+    with torch.no_grad():
+        nucleus, entropy = token_logprobs(backend.model, batch.input_ids, batch.attention_mask, 0.8, top_p=0.9,
+                                          with_entropy=True)
+        plain, _ = token_logprobs(backend.model, batch.input_ids, batch.attention_mask, 0.8)
+    ratio_nucleus = (nucleus - batch.behaviour_logprobs).exp()[mask]
+    ratio_plain = (plain - batch.behaviour_logprobs).exp()[mask]
+    assert (ratio_nucleus - 1).abs().mean().item() < 1e-4
+    assert (ratio_plain - 1).abs().mean().item() > 1e-2
+    assert torch.isfinite(entropy[mask]).all()
+    assert torch.isfinite(nucleus[mask]).all()
+
+
+# --- truncated completions (issue 13) -----------------------------------------------------------------
+
+def _truncation_group():
+    """The issue's case: a completion cut at max_new_tokens whose last number happens to be right
+    (reward 1, truncated) next to a finished wrong one."""
+    comps = [pb.Completion(reward=1.0, token_ids=[7, 8, 9], logprobs=[-1.0] * 3, truncated=True),
+             pb.Completion(reward=0.0, token_ids=[7, 8], logprobs=[-1.0] * 2),
+             pb.Completion(reward=0.0, token_ids=[9], logprobs=[-1.0])]
+    return pb.TrajectoryGroup(group_id="g", problem_id="p", prompt_token_ids=[4, 5, 6], completions=comps)
+
+
+def _learner(tiny_dir, tmp_path, **kw):
+    from prioreplay.learner.learner import Learner
+
+    return Learner(LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt",
+                                 metrics_port=0, device="cpu", **kw))
+
+
+def _truncated_total(learner) -> float:
+    return learner.metrics.registry.get_sample_value("prioreplay_learner_truncated_completions_total") or 0.0
+
+
+def test_truncated_completions_are_masked_from_the_loss_by_default(tiny_dir, tmp_path):
+    from prioreplay.learner.learner import collate
+
+    learner = _learner(tiny_dir, tmp_path)
+    assert learner.config.truncated == "mask"
+    used, advantages, fates, _ = learner._filter([_truncation_group()])
+    assert fates["used"] == 1 and _truncated_total(learner) == 1
+    batch = collate(used, advantages, learner._pad_id, mask_truncated=True)
+    assert batch.completion_mask[0].sum() == 0  # the truncated completion gives no gradient
+    assert batch.completion_mask[1].sum() == 2 and batch.completion_mask[2].sum() == 1
+    learner.client.close()
+
+
+def test_truncated_completions_can_score_zero_or_be_kept(tiny_dir, tmp_path):
+    from prioreplay.learner.learner import collate
+
+    learner = _learner(tiny_dir, tmp_path, truncated="zero")
+    used, _, fates, _ = learner._filter([_truncation_group()])
+    assert fates == {"used": 0, "stale": 0, "zero_variance": 1, "invalid": 0}  # 1 → 0 leaves no variance
+    assert _truncated_total(learner) == 1
+    learner.client.close()
+
+    learner = _learner(tiny_dir, tmp_path, truncated="keep")
+    used, advantages, fates, _ = learner._filter([_truncation_group()])
+    assert fates["used"] == 1 and float(advantages[0][0]) > 0
+    batch = collate(used, advantages, learner._pad_id, mask_truncated=False)
+    assert batch.completion_mask[0].sum() == 3
+    learner.client.close()
+    with pytest.raises(ValueError):
+        LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), truncated="drop")

@@ -118,6 +118,8 @@ def _cases(live: pb.SampleProblemsResponse, leased: list[str], other: str):
         ("report negative policy version", "ReportOutcomes", report(good, outcome(policy_version=-1)), INVALID),
         ("report NaN sampling temperature", "ReportOutcomes", report(good, outcome(sampling_temperature=float("nan"))), INVALID),
         ("report negative sampling temperature", "ReportOutcomes", report(good, outcome(sampling_temperature=-0.5)), INVALID),
+        ("report NaN sampling top-p", "ReportOutcomes", report(good, outcome(sampling_top_p=float("nan"))), INVALID),
+        ("report sampling top-p 1.5", "ReportOutcomes", report(good, outcome(sampling_top_p=1.5)), INVALID),
         ("report problem not in lease", "ReportOutcomes", report(good, outcome(other)), INVALID),
         ("report unknown problem", "ReportOutcomes", report(good, outcome("no-such-problem")), INVALID),
         ("report problem twice", "ReportOutcomes", report(outcome(), outcome()), INVALID),

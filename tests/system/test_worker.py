@@ -105,6 +105,7 @@ def test_one_batch_is_leased_generated_verified_and_reported(client, dirs, parit
     by_id = {p.id: p for p in PROBLEMS}
     for g in pulled:
         assert g.policy_version == 0 and len(g.completions) == G
+        assert g.sampling_top_p == w.config.top_p and g.sampling_temperature == w.config.temperature
         assert list(g.prompt_token_ids) == models.apply_chat_template(w.backend.tokenizer, by_id[g.problem_id].prompt)
         rewards = {c.reward for c in g.completions}
         assert rewards == {0.0, 1.0}
@@ -116,6 +117,9 @@ def test_one_batch_is_leased_generated_verified_and_reported(client, dirs, parit
 
     assert metric(w, "prioreplay_worker_completions_total") == B * G
     assert metric(w, "prioreplay_worker_batches_total") == 1
+    truncated_seen = sum(c.truncated for g in pulled for c in g.completions)  # queued (mixed) groups only
+    assert truncated_seen <= metric(w, "prioreplay_worker_truncated_completions_total") <= B * G
+    assert truncated_seen >= 1  # 12 new tokens: the tiny model runs to the limit
     assert metric(w, "prioreplay_worker_tokens_generated_total") == res.tokens > 0
     assert metric(w, "prioreplay_worker_rpc_seconds_count", {"method": "SampleProblems"}) == 1
     assert metric(w, "prioreplay_worker_rpc_seconds_count", {"method": "ReportOutcomes"}) == 1
