@@ -24,6 +24,7 @@ from prioreplay.checkpoints import (
     CheckpointError,
     candidates,
     published_versions,
+    crc32,
     sha256,
     step_dir,
     verify,
@@ -148,9 +149,11 @@ def publish_weights(root: str | os.PathLike, version: int, step: int, model, tok
     """Write policy version N, the weights only, to ``root/v-N/`` atomically; return its path.
 
     The policy files (:func:`prioreplay.models.save_weights`, floating tensors in ``dtype``) go
-    into a temporary directory, each file fsynced, then the manifest (format
+    into a temporary directory, then the manifest (format
     :data:`~prioreplay.checkpoints.WEIGHTS_FORMAT`: version, step, tensor count, every file's size
-    and sha256) last; the directory is then renamed to ``v-N``. A worker that finds ``v-N``
+    and CRC-32) last; the directory is then renamed to ``v-N``. Nothing is fsynced (publishing is
+    on every step's path; a version a machine crash damaged fails the workers' check and the next
+    publish replaces it). A worker that finds ``v-N``
     therefore finds it whole (:func:`prioreplay.checkpoints.verify_weights`). No optimizer state
     is written: that is :func:`save_checkpoint`'s job, every ``checkpoint_every`` steps.
     Afterwards, with ``keep``, older versions are pruned by :func:`prune_published`.
@@ -182,17 +185,17 @@ def publish_weights(root: str | os.PathLike, version: int, step: int, model, tok
 
         with safe_open(str(tmp / "model.safetensors"), framework="pt") as fh:
             n_tensors = len(list(fh.keys()))
-        files = _fsync_and_list(tmp)
+        files = {p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "crc32": crc32(p)}
+                 for p in sorted(tmp.rglob("*")) if p.is_file()}
         manifest = {"format": WEIGHTS_FORMAT, "version": int(version), "step": int(step), "tensors": n_tensors,
                     "created_unix_s": time.time(), "files": files}
-        _write_manifest(tmp, manifest)
+        _write_manifest(tmp, manifest, sync=False)
         final = version_dir(root, version)
         if final.exists():  # an earlier, interrupted run's v-N: replace it
             trash = root / f"{_TMP_VERSION_PREFIX}{version}-old-{uuid.uuid4().hex[:8]}"
             os.rename(final, trash)
             shutil.rmtree(trash, ignore_errors=True)
         os.rename(tmp, final)
-        _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -252,12 +255,14 @@ def _fsync_and_list(directory: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
-def _write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+def _write_manifest(directory: Path, manifest: dict[str, Any], sync: bool = True) -> None:
     with open(directory / MANIFEST, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    _fsync_dir(directory)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    if sync:
+        _fsync_dir(directory)
 
 
 def load_trainer_state(path: str | os.PathLike, map_location: str = "cpu") -> dict[str, Any]:

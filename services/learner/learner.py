@@ -24,7 +24,11 @@ malformed) have no update to lose and are acknowledged at once. Groups trained b
 acknowledged that the server delivers again (after ``redelivery_timeout_s``) are skipped.
 
 Policy versions are learner steps: the weights after optimizer step N are version N, so the
-staleness of a group is ``current version − its policy_version`` in steps. New log-probs are
+staleness of a group is ``current version − its policy_version`` in steps. After a crash the
+learner resumes from its checkpoint while the server's version has moved on by m versions whose
+weights were lost; the numbering continues after the server's, so a group generated before the
+restart is counted m versions younger (never below 0): its age is the number of optimizer steps of
+the surviving lineage since the weights that generated it, as if the crash had not happened. New log-probs are
 computed by teacher forcing with the logits divided by ``config.temperature``, which must be the
 workers' sampling temperature (the behaviour log-probs are under that distribution).
 """
@@ -264,6 +268,7 @@ class Learner:
         self._backlog: list = []  # groups pulled (the first, recovery pull can bring more than a batch) not yet used
         self._recover_groups = 0  # pending groups at the server at start (sizes the first pull)
         self._trained_at_checkpoint: list[str] = []  # from the checkpoint resumed
+        self._rollback = (0, 0)  # (server version at resume, versions published after the checkpoint resumed)
         self._publish_dtype = _publish_dtype(config.publish_dtype, self.model_dir)
         self._rpc_s = 0.0  # seconds in RPCs during the current step, long-polling pulls excluded
         self._pull_s = 0.0  # seconds in PullTrajectories during the current step (mostly waiting for groups)
@@ -299,6 +304,9 @@ class Learner:
         server_stats = self._rpc("GetStats", self.client.stats)
         server_version = server_stats.policy_version
         self._recover_groups = int(getattr(server_stats, "pending_groups", 0))
+        # versions published after this checkpoint came from weights a crash rolled back; the steps
+        # that made them are recomputed on the same groups, so those groups keep their original age
+        self._rollback = (server_version, max(0, server_version - self.current_version))
         if server_version > self.current_version:
             log.warning("the server's policy version (%d) is ahead of this learner's (%d, checkpoint %s): "
                         "numbering new versions after it", server_version, self.current_version, path)
@@ -440,6 +448,8 @@ class Learner:
         used, advantages, staleness = [], [], []
         for g in groups:
             age = self.current_version - g.policy_version
+            if g.policy_version <= self._rollback[0]:  # generated before this process resumed
+                age = max(0, age - self._rollback[1])
             problem = group_problem(g, cfg.max_sequence_tokens, cfg.temperature, cfg.top_p)
             truncated = sum(1 for c in g.completions if c.truncated)
             if truncated:

@@ -288,11 +288,13 @@ class Store(abc.ABC):
                 finite number in (0, max_lease_timeout_s]; request_id over 256 bytes.
         """
         if not (isinstance(batch_size, int) and 1 <= batch_size <= self.config.max_batch_size):
-            raise InvalidArgument(f"batch_size ({batch_size}) must be in [1, {self.config.max_batch_size}]")
+            raise InvalidArgument(f"batch_size ({batch_size}) must be in [1, {self.config.max_batch_size}] "
+                                  "(the server's --max-batch-size sets the upper bound)")
         timeout = self.config.lease_timeout_s if lease_timeout_s in (None, 0, 0.0) else lease_timeout_s
         if not (math.isfinite(timeout) and 0 < timeout <= self.config.max_lease_timeout_s):
             raise InvalidArgument(
-                f"lease_timeout_s ({lease_timeout_s}) must be in (0, {self.config.max_lease_timeout_s}] seconds; 0 uses the server default"
+                f"lease_timeout_s ({lease_timeout_s}) must be in (0, {self.config.max_lease_timeout_s}] seconds; 0 uses the server default "
+                "(the server's --max-lease-timeout-s sets the upper bound)"
             )
         if request_id:
             n = len(request_id.encode("utf-8"))
@@ -342,7 +344,8 @@ class Store(abc.ABC):
             InvalidArgument: max_groups outside [1, max_batch_size] or consumer over MAX_NAME_BYTES (128) bytes.
         """
         if not (isinstance(max_groups, int) and 1 <= max_groups <= self.config.max_batch_size):
-            raise InvalidArgument(f"max_groups ({max_groups}) must be in [1, {self.config.max_batch_size}]")
+            raise InvalidArgument(f"max_groups ({max_groups}) must be in [1, {self.config.max_batch_size}] "
+                                  "(the server's --max-batch-size sets the upper bound)")
         consumer = consumer or "learner"
         check_name(consumer, "consumer name")
         return await self._pull(consumer, max_groups, include_own_pending)

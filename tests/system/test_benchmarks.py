@@ -179,3 +179,21 @@ def test_trl_overhead_runs_both_arms_and_writes_its_figures(tmp_path):
     assert items["integration.trl.step_s.trl"]["value"] > 0 and items["integration.trl.step_s.prioreplay"]["value"] > 0
     assert items["integration.trl.step_ratio"]["min"] <= items["integration.trl.step_ratio"]["value"]
     assert 0 < items["integration.trl.bare_sample_p50_ms"]["value"] <= items["integration.trl.bare_sample_p90_ms"]["value"]
+
+
+def test_publish_share_from_a_run_directory(tmp_path):
+    from benchmarks.publish import main, publish_figures
+
+    lines = [{"step": 1, "compute_s": 18.0, "publish_s": 2.0, "checkpoint_s": 0.0, "wait_s": 30.0},
+             {"step": 2, "compute_s": 22.0, "publish_s": 2.0, "wait_s": 1.0}]
+    (tmp_path / "learner.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "learner.log").write_text("INFO step 2: checkpoint /x/step-2 in 10.00 s; acknowledged 4 groups\n")
+    f = publish_figures(tmp_path, checkpoint_every=10)
+    assert f["publish_share"] == pytest.approx(4.0 / 44.0)  # waiting for groups left out
+    assert f["checkpoint_s"] == 10.0 and f["checkpoint_share_amortised"] == pytest.approx(1.0 / 23.0)
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps([{"name": "other", "value": 1}]))
+    assert main([str(tmp_path), "--label", "t", "--out", str(out)]) == 0
+    names = [r["name"] for r in json.loads(out.read_text())]
+    assert names[0] == "other" and "learner.publish.t.publish_share" in names

@@ -87,3 +87,22 @@ def test_the_learners_own_limit_is_respected_and_a_group_over_it_is_named_and_ke
         small.close()
     finally:
         srv.stop()
+
+
+def test_every_size_refusal_names_the_setting_that_raises_it(small_server):
+    """Issue 13: size errors name the setting: gRPC's own message limit and the store's bounds."""
+    from prioreplay.errors import InvalidArgument
+
+    c = PriorityClient(ClientSettings(server=small_server.address, max_message_mb=64), max_retries=0)
+    c.register([pb.Problem(id="s0", prompt="x", answer="1")])
+    lease = c.sample(1)
+    comps = [pb.Completion(reward=r, token_ids=[7] * 200_000, logprobs=[-0.5] * 200_000) for r in (1.0, 0.0)]
+    with pytest.raises(ResourceExhausted, match="--max-message-mb"):  # over the server's 1 MiB
+        c.report(lease.lease_id, [pb.ProblemOutcome(problem_id="s0", prompt_token_ids=[1], completions=comps)])
+    with pytest.raises(InvalidArgument, match="--max-batch-size"):
+        c.sample(10**6)
+    with pytest.raises(InvalidArgument, match="--max-batch-size"):
+        c.pull(10**6)
+    with pytest.raises(InvalidArgument, match="--max-lease-timeout-s"):
+        c.sample(1, lease_timeout_s=10**7)
+    c.close()

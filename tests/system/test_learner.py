@@ -179,9 +179,14 @@ def test_step_trains_checkpoints_and_publishes_weights_a_worker_loads(server, cl
 def test_stale_groups_are_dropped_counted_and_acked(server, client, tiny_dir, tmp_path):
     from prioreplay.learner.learner import Learner
 
-    client.publish(3, str(tiny_dir))  # the server is at version 3 before this learner starts
+    client.publish(3, str(tiny_dir))  # the server is at version 3 before this learner starts ...
     feed(client, tiny_dir, 3, versions=[0, 2, 3])  # staleness 3 (> max_staleness 2), 1 and 0
-    learner = Learner(make_config(server, tiny_dir, tmp_path, batch_groups=3))
+    cfg = make_config(server, tiny_dir, tmp_path, batch_groups=3)
+    first = Learner(cfg)  # ... and the learner's checkpoint holds the weights of version 3
+    first.step_count = first.version = 3
+    first.checkpoint()
+    first.client.close()
+    learner = Learner(cfg)
     learner.resume()
     assert learner.current_version == 3  # never below the server's version
     result = learner.step()
@@ -260,6 +265,32 @@ def test_killed_between_checkpoint_and_ack_acks_on_resume_without_training_again
     assert second.resume() == tmp_path / "ckpt" / "step-1"  # its update is in the checkpoint ...
     s = client.stats()
     assert (s.pending_groups, s.groups_acked) == (0, 2)  # ... so the groups are acknowledged, not trained again
+    second.client.close()
+
+
+def test_groups_of_a_crash_rolled_back_run_keep_their_age_after_restart(server, client, tiny_dir, tmp_path):
+    """max_staleness 0, publish every step, checkpoint every 3: killed after 2 steps, the server is at
+    version 2 but the learner is back at step 0. The groups of the lost steps are trained again
+    (their age counted in the surviving lineage), not dropped as 2 versions stale."""
+    from prioreplay.learner.learner import Learner
+
+    cfg = make_config(server, tiny_dir, tmp_path, max_staleness=0, checkpoint_every=3, batch_groups=2)
+    feed(client, tiny_dir, 2, versions=[0, 0], seed=4)
+    first = Learner(cfg)
+    first.resume()
+    assert first.step().record["groups_used"] == 2
+    feed(client, tiny_dir, 2, versions=[1, 1], seed=5)
+    assert first.step().record["groups_used"] == 2
+    first.client.close()  # "killed": no checkpoint, nothing acknowledged
+    assert (client.stats().policy_version, client.stats().pending_groups) == (2, 4)
+
+    second = Learner(cfg)
+    assert second.resume() is None and second.current_version == 2
+    assert [second.step().record["groups_used"] for _ in range(2)] == [2, 2]  # none dropped as stale
+    assert second.metrics.groups.labels("stale")._value.get() == 0
+    second.checkpoint()
+    s = client.stats()
+    assert (s.groups_acked, s.pending_groups) == (4, 0)
     second.client.close()
 
 

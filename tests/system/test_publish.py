@@ -71,7 +71,7 @@ def test_a_worker_refuses_a_pruned_partial_or_altered_version_and_keeps_its_weig
     data = bytearray((altered / "model.safetensors").read_bytes())
     data[-1] ^= 0xFF  # same size, other bytes: only the hash tells
     (altered / "model.safetensors").write_bytes(bytes(data))
-    for uri, why in [(tmp_path / "pub" / "v-9", "does not exist"), (partial, "safetensors"), (altered, "sha256")]:
+    for uri, why in [(tmp_path / "pub" / "v-9", "does not exist"), (partial, "safetensors"), (altered, "crc32")]:
         with pytest.raises(InvalidArgument, match=why):
             backend.load_weights(str(uri), 5)
         assert backend.policy_version == 0
