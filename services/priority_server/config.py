@@ -61,7 +61,7 @@ class ServerConfig(PrioreplaySettings):
     temperature: float = Field(1.0, gt=0, le=100, description="temperature T of the gumbel sampler")
     probe_size: int = Field(2, ge=1, le=1024, description="completions of a screening probe (screened samplers)")
     posterior_decay: float = Field(
-        0.95, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
+        1.0, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
     posterior_prior: float = Field(1.0, gt=0, le=1e6, description="symmetric Beta prior α₀ = β₀ of the posterior retests")
     retest_fraction: float = Field(
         0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests"
