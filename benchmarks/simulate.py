@@ -42,6 +42,7 @@ import numpy as np
 from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.priority_server.store_types import GroupOutcome
 from prioreplay.problems import ProblemRecord
+from prioreplay.rules import PriorityParams
 
 #: The clock the simulated store reads starts here (unix seconds) and moves 1 s per batch.
 SIM_EPOCH_S = 1_700_000_000.0
@@ -137,6 +138,10 @@ CANDIDATES: tuple[Method, ...] = (
     Method("screened_pools", "screened-pools: unseen and retests probed", "screened-pools", 0.1),
     Method("screened_posterior", "screened probes + posterior retests (0.95)", "screened-posterior", 0.1,
            store=(("posterior_decay", 0.95),)),
+    Method("heap_decay08", "heap + retest, statistics decay λ=0.8 per report", "heap", 0.1,
+           store=(("params", PriorityParams(decay=0.8)),)),
+    Method("heap_decay05", "heap + retest, statistics decay λ=0.5 per report", "heap", 0.1,
+           store=(("params", PriorityParams(decay=0.5)),)),
 )
 
 #: The populations of issue 12 (assumptions in docs/BENCHMARKS.md, stated before the runs).

@@ -20,7 +20,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT, ClientSettings, PrioreplaySettings, read_token
-from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLER_HELP, SamplerName
+from prioreplay.priority_server.samplers import DEFAULT_DECAY, DEFAULT_SAMPLER, SAMPLER_HELP, SamplerName
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,7 +61,7 @@ class ServerConfig(PrioreplaySettings):
     temperature: float = Field(1.0, gt=0, le=100, description="temperature T of the gumbel sampler")
     probe_size: int = Field(2, ge=1, le=1024, description="completions of a screening probe (screened samplers)")
     posterior_decay: float = Field(
-        0.95, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
+        1.0, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
     posterior_prior: float = Field(1.0, gt=0, le=1e6, description="symmetric Beta prior α₀ = β₀ of the posterior retests")
     retest_fraction: float = Field(
         0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests"
@@ -70,7 +70,8 @@ class ServerConfig(PrioreplaySettings):
         4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
     )
     decay: float = Field(
-        1.0, ge=0, le=1, description="decay λ of the success statistics per report (1: cumulative, 0: latest group)"
+        DEFAULT_DECAY, ge=0, le=1,
+        description="decay λ of the success statistics per report (1: cumulative, the paper; 0: latest group)"
     )
     prior_alpha: float = Field(0.0, ge=0, le=1e6, description="Beta prior α₀: pseudo-observations of reward 1")
     prior_beta: float = Field(0.0, ge=0, le=1e6, description="Beta prior β₀: pseudo-observations of reward 0")

@@ -493,6 +493,10 @@ SAMPLERS: dict[str, SamplerSpec] = {s.name: s for s in (
 #: The sampler every configuration starts from (chosen by the simulator, docs/BENCHMARKS.md part 2b;
 #: ``heap``, the paper's rule, stays available by name and is the reference of every figure).
 DEFAULT_SAMPLER = "heap"
+#: The statistics' decay λ per report (``rules.PriorityParams.decay``) a server starts from: 0.5 by
+#: the simulator (docs/BENCHMARKS.md part 2b: never worse than λ = 1, 1–3% fewer rollouts under
+#: forgetting and dilution). λ = 1 (cumulative counts) is the paper's rule: ``--decay 1``.
+DEFAULT_DECAY = 0.5
 
 #: The sampler names as a type, for typed settings.
 SamplerName = Literal[tuple(SAMPLERS)]  # type: ignore[valid-type]

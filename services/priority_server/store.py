@@ -190,7 +190,7 @@ class StoreConfig:
     max_batch_size: int = 4096
     temperature: float = 1.0
     probe_size: int = 2
-    posterior_decay: float = 0.95
+    posterior_decay: float = 1.0
     posterior_prior: float = 1.0
 
     def __post_init__(self) -> None:

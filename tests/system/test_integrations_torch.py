@@ -24,8 +24,9 @@ ROWS = [{"prompt": f"{i} + {i} =", "answer": str(2 * i)} for i in range(11)]
 
 def server_config() -> ServerConfig:
     """The ``server`` fixture's configuration (tests/conftest.py): no retests, so every batch is the
-    heap's top, exactly."""
-    return ServerConfig(store="memory", metrics_port=0, snapshot_interval_s=0, retest_fraction=0.0, seed=5)
+    heap's top, exactly; decay 1 (cumulative counts), so the reward sums are counted exactly."""
+    return ServerConfig(store="memory", metrics_port=0, snapshot_interval_s=0, retest_fraction=0.0, decay=1.0,
+                        seed=5)
 
 
 @pytest.fixture

@@ -31,8 +31,9 @@ ROUNDS = 8  # 8 × 256 > 1,319: every problem is tried, some are retested
 
 
 def server_config(**kw) -> ServerConfig:
-    base = dict(store="memory", metrics_port=0, reaper_interval_s=0.2, stats_interval_s=0.2, snapshot_interval_s=0,
-                seed=7)
+    # decay 1 (cumulative counts, the paper's rule): the checks below count completions exactly
+    base = dict(store="memory", decay=1.0, metrics_port=0, reaper_interval_s=0.2, stats_interval_s=0.2,
+                snapshot_interval_s=0, seed=7)
     base.update(kw)
     return ServerConfig(**base)
 
