@@ -71,6 +71,10 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
               "useful_rollouts": s["groups_mixed"] * cfg["group_size"],
               "mean_reward_window": s.get("mean_reward_window"), "unseen": s.get("unseen")}
              for s in report.get("steps", [])]
+    if completions and (not curve or curve[-1]["rollouts"] < completions):  # the end of the budget
+        curve.append({"rollouts": completions, "effective_group_fraction": final["effective_group_fraction"],
+                      "useful_rollouts": final["groups_mixed"] * cfg["group_size"], "mean_reward_window": None,
+                      "unseen": final.get("unseen")})
     return {
         "name": report.get("name"), "sampler": cfg["sampler"], "seed": cfg["seed"],
         "rollouts": completions,
