@@ -71,6 +71,10 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
               "useful_rollouts": s["groups_mixed"] * cfg["group_size"],
               "mean_reward_window": s.get("mean_reward_window"), "unseen": s.get("unseen")}
              for s in report.get("steps", [])]
+    if completions and (not curve or curve[-1]["rollouts"] < completions):  # the end of the budget
+        curve.append({"rollouts": completions, "effective_group_fraction": final["effective_group_fraction"],
+                      "useful_rollouts": final["groups_mixed"] * cfg["group_size"], "mean_reward_window": None,
+                      "unseen": final.get("unseen")})
     return {
         "name": report.get("name"), "sampler": cfg["sampler"], "seed": cfg["seed"],
         "rollouts": completions,
@@ -163,6 +167,44 @@ def _arm_config(cfg: CompareConfig, sampler: str, seed: int, root: Path):
     return DemoConfig(_cli_parse_args=[], **values)
 
 
+def _demo_args(arm) -> list[str]:
+    """``prioreplay demo`` flags that rebuild the arm's settings."""
+    from prioreplay.demo_config import escape_stop
+
+    args: list[str] = []
+    for name, value in arm.model_dump().items():
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if name == "stop":
+            args += [a for v in value for a in (flag, escape_stop(v))]
+        elif isinstance(value, list):
+            args += [a for v in value for a in (flag, str(v))]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def _run_concurrently(arms) -> list[int]:
+    """Run each arm as its own ``prioreplay demo`` process (output to ``RUN_DIR/demo.out``); returns
+    the exit codes in order. Ctrl-C / SIGTERM is passed on to every arm."""
+    import subprocess
+
+    procs = []
+    for arm in arms:
+        Path(arm.run_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(arm.run_dir) / "demo.out", "ab") as out:
+            procs.append(subprocess.Popen([sys.executable, "-m", "prioreplay.cli", "demo", *_demo_args(arm)],
+                                          stdout=out, stderr=subprocess.STDOUT))
+    try:
+        return [p.wait() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(120)
+
+
 def _load_report(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / "report.json"
     try:
@@ -188,18 +230,20 @@ def run(cfg: CompareConfig) -> int:
             raise InvalidArgument(f"the runs use one sampler only ({samplers[0]}); compare needs two or more")
     else:
         samplers, reports = cfg.samplers, []
-        for k in range(cfg.seeds):
-            for sampler in samplers:
-                arm = _arm_config(cfg, sampler, cfg.seed + k, root)
-                print(f"\n== arm {sampler}, seed {cfg.seed + k} -> {arm.run_dir}", flush=True)
-                rc = demo.run(arm)
+        arms = [_arm_config(cfg, sampler, cfg.seed + k, root) for k in range(cfg.seeds) for sampler in samplers]
+        for start in range(0, len(arms), cfg.parallel):
+            batch = arms[start:start + cfg.parallel]
+            for arm in batch:
+                print(f"\n== arm {arm.sampler}, seed {arm.seed} -> {arm.run_dir}", flush=True)
+            codes = [demo.run(batch[0])] if len(batch) == 1 else _run_concurrently(batch)
+            for arm, rc in zip(batch, codes):
                 if rc != 0:
-                    print(f"prioreplay compare: arm {sampler} seed {cfg.seed + k} failed (exit {rc}); "
+                    print(f"prioreplay compare: arm {arm.sampler} seed {arm.seed} failed (exit {rc}); "
                           f"see {arm.run_dir}/logs", file=sys.stderr)
                     return rc
                 reports.append(_load_report(arm.run_dir))
-                check_arms(reports)
-                write(root, settings, samplers, reports)
+            check_arms(reports)
+            write(root, settings, samplers, reports)
     out = write(root, settings, samplers, reports)
     print(f"\ncomparison: {root / 'compare.json'}\npicture:    {root / 'compare.png'}")
     for line in summary_lines(out):

@@ -32,6 +32,8 @@ class CompareConfig(DemoConfig):
                                 description="samplers to compare (comma list or repeated flag; default: the "
                                             "registry's default, heap and uniform)")
     seeds: int = Field(3, ge=1, le=100, description="runs per sampler, seeds seed .. seed+N-1 (intervals across seeds)")
+    parallel: int = Field(1, ge=1, le=64, description="arms run at once, each as its own `prioreplay demo` process "
+                          "(1: one after another; more needs cores and about 3.5 GB of memory per arm for SmolLM2)")
     runs: list[Path] = Field(default_factory=list, description="compare these finished demo run directories instead "
                              "of running new arms")
     run_dir: Path | None = Field(None, description="where the comparison goes (default runs/compare-<date>)")

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from prioreplay.demo_config import DemoConfig
+from prioreplay.demo_config import DemoConfig, escape_stop
 from prioreplay.errors import PrioreplayError
 from prioreplay.process import setup_logging
 
@@ -320,13 +320,8 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
             "--batch-size", str(cfg.batch_size), "--max-new-tokens", str(cfg.max_new_tokens),
             "--temperature", str(cfg.temperature), "--seed", str(cfg.seed * 1000 + w), "--worker-id", f"worker-{w}",
             "--metrics-port", str(wport), "--log-level", cfg.log_level,
-            *[a for s in cfg.stop for a in ("--stop", _escape(s))]], wport, threads))
+            *[a for s in cfg.stop for a in ("--stop", escape_stop(s))]], wport, threads))
     return learner, workers
-
-
-def _escape(s: str) -> str:
-    """A stop string as the worker's ``--stop`` reads it (it decodes \\n, \\t and \\\\)."""
-    return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
 
 
 def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) -> dict[str, dict[str, float]]:

@@ -4,10 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prioreplay.config import PrioreplaySettings
 from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLER_HELP, SamplerName
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def escape_stop(s: str) -> str:
+    """A stop string as a ``--stop`` flag writes it (``\\n``, ``\\t``, ``\\\\``)."""
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def unescape_stop(s: str) -> str:
+    """The inverse of :func:`escape_stop` (the worker's ``--stop`` reads the same escapes)."""
+    chars, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and i + 1 < len(s) and s[i + 1] in _ESCAPES:
+            chars.append(_ESCAPES[s[i + 1]])
+            i += 2
+        else:
+            chars.append(s[i])
+            i += 1
+    return "".join(chars)
 
 
 class DemoConfig(PrioreplaySettings):
@@ -51,10 +72,17 @@ class DemoConfig(PrioreplaySettings):
     timeout_s: float = Field(3600.0, gt=0, description="give up (and stop everything) after this many seconds")
     log_level: str = Field("INFO", description="log level of the child processes")
 
+    @field_validator("stop")
+    @classmethod
+    def _unescape(cls, v: list[str]) -> list[str]:
+        return [unescape_stop(s) for s in v]
+
     @model_validator(mode="after")
     def _check(self) -> "DemoConfig":
         from prioreplay.errors import InvalidArgument
 
         if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://")):
             raise InvalidArgument(f"redis_url ({self.redis_url!r}) must look like redis://HOST:PORT/DB")
+        if any(not s for s in self.stop):
+            raise InvalidArgument(f"stop ({self.stop!r}) must hold non-empty strings; write a newline as '\\n'")
         return self

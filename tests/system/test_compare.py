@@ -109,3 +109,12 @@ def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
                               "--runs", str(root / "uniform-seed0"), "--run-dir", str(tmp_path / "refused")],
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "differ in lr" in refused.stderr
+
+
+def test_a_concurrent_arm_gets_exactly_the_settings_of_its_sequential_twin(tmp_path):
+    from prioreplay.compare import _arm_config, _demo_args
+
+    cfg = parse("compare", ["--samplers", "heap,uniform", "--stop", "\\n", "--stop", "END", "--rollouts", "96"])
+    arm = _arm_config(cfg, "uniform", 2, tmp_path)
+    assert arm.stop == ["\n", "END"] and arm.run_dir == tmp_path / "uniform-seed2"
+    assert parse("demo", _demo_args(arm)) == arm
