@@ -64,8 +64,6 @@ BUDGET_ENV = {"PRIOREPLAY_BATCH_SIZE": "4", "PRIOREPLAY_MAX_NEW_TOKENS": "32", "
 #: What Grafana substitutes for its interval variables, for querying Prometheus directly.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "5m"}
 
-pytestmark = [pytest.mark.compose, pytest.mark.slow]
-
 
 # -- prerequisites -----------------------------------------------------------------------------------
 def _run(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -221,6 +219,8 @@ class Stack:
 
 
 # -- the smoke test --------------------------------------------------------------------------------------
+@pytest.mark.compose
+@pytest.mark.slow
 @pytest.mark.timeout(BUDGET_S + 60)
 def test_compose_stack_cpu_profile(docker_ready, tmp_path):
     stack = Stack(tmp_path)
