@@ -430,8 +430,11 @@ def test_dockerfiles(dockerfile):
         assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
         stages = _dockerfile_stages(text)
         assert list(stages)[-1] == "cpu", "the default (last) target is the full CPU image"
-        assert "torch" not in stages["server"] and "[worker" not in stages["server"], "server: the base install only"
-        assert 'pip install "/src[worker,learner]"' in stages["cpu"]
+        assert "torch" not in stages["server"] and '["worker"]' not in stages["server"], "server: the base install only"
+        assert 'x["worker"] + x["learner"]' in stages["cpu"], "cpu: the worker and learner extras"
+        for stage in ("server", "cpu"):  # dependencies in their own layer, before the source is mounted
+            deps, src = stages[stage].index("pip install -r"), stages[stage].index("pip install --no-deps /src")
+            assert deps < src
         for stage in ("server", "cpu"):
             assert re.search(r"^USER prioreplay$", stages[stage], re.M), f"{stage} must run as prioreplay"
     else:
