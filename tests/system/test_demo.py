@@ -3,7 +3,8 @@
 Reductions (each keeps the code path, only shrinks the work):
 - a tiny random Llama built in the test instead of SmolLM2 (no download, seconds to train);
 - 48 arithmetic problems instead of 512, 4 held-out problems instead of 32;
-- 3 learner steps of 2 groups, leases of 4 problems, 8 new tokens per completion.
+- 3 learner steps of 2 groups (no rollout budget: the steps end the run), leases of 4 problems, 8 new
+  tokens per completion.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def _run_demo(tmp_path, *extra: str) -> dict:
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "prioreplay.cli", "demo", "--model", str(model), "--dataset", "arithmetic:48",
            "--steps", "3", "--eval-size", "4", "--batch-groups", "2", "--batch-size", "4", "--group-size", "4",
-           "--max-new-tokens", "8", "--run-dir", str(run_dir), "--timeout-s", "400", *extra]
+           "--max-new-tokens", "8", "--rollouts", "0", "--run-dir", str(run_dir), "--timeout-s", "400", *extra]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=480)
     assert proc.returncode == 0, f"demo failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert (run_dir / "report.png").stat().st_size > 10_000
