@@ -174,7 +174,7 @@ def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
     assert 0.4 < sum(draws) / len(draws) < 0.6
 
 
-# -- the samplers beyond the paper (issue 12) ---------------------------------------------------------
+# -- the samplers beyond the paper --------------------------------------------------------------------
 from prioreplay.priority_server.samplers import posterior_variance  # noqa: E402
 from prioreplay.priority_server.store_types import GroupOutcome  # noqa: E402
 from prioreplay.rules import Stats  # noqa: E402
