@@ -7,7 +7,7 @@ Parts (docs/BENCHMARKS.md explains each figure):
   openloop  1b. open-loop latency at fixed offered loads (not in the default parts)
   reportpath 1c. ReportOutcomes handling, per-field vs lean path (not in the default parts)
   simulate  2. learning efficiency of the samplers in a simulated GRPO learner (many seeds)
-  samplers  2b. the samplers beyond the paper (issue 12) in four populations, paired seeds
+  samplers  2b. the samplers beyond the paper in four populations, paired seeds
   overhead  4. priority-RPC share of the worker's and learner's step time, from a demo run dir
   integration 5. what the TRL integration adds to a GRPOTrainer step (tiny model, CPU)
   --real    3. real GRPO on CPU, heap vs uniform (``prioreplay demo``; long; off by default)
@@ -122,7 +122,7 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     return out
 
 
-# -- part 2b: the samplers of issue 12 across populations ------------------------------------
+# -- part 2b: the samplers beyond the paper across populations-------------------------------
 def part_samplers(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     """Every candidate sampler against ``heap`` and ``uniform`` in each population of
     ``simulate.POPULATIONS``, paired seeds; figures ``samplers.<population>.<method>.<metric>``."""

@@ -121,7 +121,7 @@ METHODS: tuple[Method, ...] = (
     Method("weighted", "weighted (alpha=1) + retest 0.1", "weighted", 0.1),
 )
 
-#: The candidates of issue 12 (beyond the paper), each against ``heap`` and ``uniform``.
+#: The samplers beyond the paper (docs/BENCHMARKS.md part 2b), each against ``heap`` and ``uniform``.
 CANDIDATES: tuple[Method, ...] = (
     Method("gumbel_t1", "Gumbel-top-k T=1 + retest 0.1", "gumbel", 0.1, store=(("temperature", 1.0),)),
     Method("gumbel_t03", "Gumbel-top-k T=0.3 + retest 0.1", "gumbel", 0.1, store=(("temperature", 0.3),)),
@@ -144,7 +144,7 @@ CANDIDATES: tuple[Method, ...] = (
            store=(("params", PriorityParams(decay=0.5)),)),
 )
 
-#: The populations of issue 12 (assumptions in docs/BENCHMARKS.md, stated before the runs).
+#: The populations of part 2b (assumptions in docs/BENCHMARKS.md, stated before the runs).
 POPULATIONS: dict[str, dict[str, Any]] = {
     "default": {},
     "hard": {"logit_mean": -2.0, "target_success": 0.45},

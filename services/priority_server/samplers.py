@@ -24,7 +24,7 @@ What it returns
     The :class:`Pick` of every problem it took, in batch order. A pick may set ``group_size``:
     how many completions the worker should generate for that problem (None: the worker's own G).
 
-Samplers beyond the paper (issue 12; formulas in :func:`posterior_variance`, :class:`GumbelHeap`)
+Samplers beyond the paper (docs/BENCHMARKS.md part 2b; formulas in :func:`posterior_variance`, :class:`GumbelHeap`)
     * ``gumbel``: H is a Gumbel-top-k draw over the top of the heap (stochastic top-k).
     * ``posterior``: R scores the oldest due pooled problems by their step-decayed Beta posterior
       (MoPPS) and retests the most uncertain ones; ``thompson`` draws instead (memory store only).

@@ -168,6 +168,7 @@ def redis_dump(url: str, namespace: str) -> dict:
 
 
 def _background(kind: str, redis_url: str, namespace: str, **kw) -> BackgroundServer:
+    kw.setdefault("decay", 1.0)  # cumulative counts: check_conservation counts completions exactly
     cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, reaper_interval_s=0.1, stats_interval_s=0.2, **kw)
     spec = "memory" if kind == "memory" else redis_url
     return BackgroundServer(lambda: create_store(spec, cfg.to_store_config(), namespace=namespace), cfg)
@@ -292,7 +293,7 @@ class ReportLoop(threading.Thread):
 
 @pytest.mark.timeout(180)
 def test_server_killed_with_redis_loses_nothing(redis_url, namespace):
-    srv = ServerProcess("--store", redis_url, "--namespace", namespace, "--reaper-interval-s", "0.2")
+    srv = ServerProcess("--decay", "1", "--store", redis_url, "--namespace", namespace, "--reaper-interval-s", "0.2")
     loop = None
     try:
         srv.start()
@@ -334,7 +335,8 @@ def _load_snapshot(path: Path) -> dict:
 @pytest.mark.timeout(180)
 def test_server_killed_with_memory_loses_only_what_followed_the_last_snapshot(tmp_path):
     snap = tmp_path / "state.json"
-    srv = ServerProcess("--snapshot-path", str(snap), "--snapshot-interval-s", "3600", "--reaper-interval-s", "0.2")
+    srv = ServerProcess("--decay", "1", "--snapshot-path", str(snap), "--snapshot-interval-s", "3600",
+                        "--reaper-interval-s", "0.2")
     try:
         srv.start()
         with PriorityClient(ClientSettings(server=srv.address), max_retries=5) as c:
@@ -362,7 +364,8 @@ def test_server_killed_with_memory_loses_only_what_followed_the_last_snapshot(tm
         check_conservation(_load_snapshot(snap), completions=loop.completions, groups=loop.groups)
 
         # frequent snapshots and repeated SIGKILLs under load: every restart loads a whole snapshot
-        srv.args = ["--snapshot-path", str(snap), "--snapshot-interval-s", "0.05", "--reaper-interval-s", "0.2"]
+        srv.args = ["--decay", "1", "--snapshot-path", str(snap), "--snapshot-interval-s", "0.05",
+                    "--reaper-interval-s", "0.2"]
         srv.start()
         loop3 = ReportLoop(srv.address, seed=10, lossy=True)
         loop3.start()
@@ -432,7 +435,7 @@ def test_redis_restart_keeps_everything_and_the_server_reconnects(tmp_path, name
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     redis_proc = start_redis_server(port, str(tmp_path), appendonly=True)
-    srv = ServerProcess("--store", url, "--namespace", namespace, "--reaper-interval-s", "0.2",
+    srv = ServerProcess("--decay", "1", "--store", url, "--namespace", namespace, "--reaper-interval-s", "0.2",
                         "--stats-interval-s", "0.2")
     try:
         srv.start()
@@ -589,7 +592,8 @@ def test_learner_killed_between_step_and_checkpoint_trains_every_group_after_res
 
 @pytest.mark.timeout(240)
 def test_learner_killed_between_pull_and_ack_resumes_and_gets_its_groups(tiny_dir, tmp_path):
-    srv = ServerProcess("--redelivery-timeout-s", "3600")  # only include_own_pending can give them back
+    # only include_own_pending can give them back
+    srv = ServerProcess("--decay", "1", "--redelivery-timeout-s", "3600")
     learner = watcher = None
     rng = random.Random(13)
     try:

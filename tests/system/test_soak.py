@@ -139,7 +139,7 @@ def test_soak_64_clients_with_random_kills(kind, redis_url, namespace, soak_seco
     snap = tmp_path / "soak.json"
     store_args = ["--snapshot-path", str(snap), "--snapshot-interval-s", "5"] if kind == "memory" else \
         ["--store", redis_url, "--namespace", namespace]
-    srv = ServerProcess(*store_args, "--reaper-interval-s", "0.2", "--stats-interval-s", "1")
+    srv = ServerProcess(*store_args, "--decay", "1", "--reaper-interval-s", "0.2", "--stats-interval-s", "1")
     try:
         srv.start()
         tally, rss_warm, rss_end = asyncio.run(asyncio.wait_for(

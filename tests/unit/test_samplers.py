@@ -174,7 +174,7 @@ def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
     assert 0.4 < sum(draws) / len(draws) < 0.6
 
 
-# -- the samplers beyond the paper (issue 12) ---------------------------------------------------------
+# -- the samplers beyond the paper --------------------------------------------------------------------
 from prioreplay.priority_server.samplers import posterior_variance  # noqa: E402
 from prioreplay.priority_server.store_types import GroupOutcome  # noqa: E402
 from prioreplay.rules import Stats  # noqa: E402
@@ -280,3 +280,26 @@ async def test_thompson_is_deterministic_per_seed_and_memory_only():
 def test_new_sampler_parameters_are_validated(field, value):
     with pytest.raises(InvalidArgument, match=field):
         StoreConfig(**{field: value})
+
+
+async def test_posterior_retests_starve_no_pooled_problem():
+    """A pooled problem the posterior never prefers (much evidence, all correct) is still retested:
+    the window's oldest is taken every batch, so once due it waits at most its place in pool order
+    + 1 batches."""
+    store = await _store("posterior", n=40, retest_fraction=0.25, retest_interval=0, posterior_decay=1.0)
+    lease = await store.sample(10)
+    ids = sorted((sp.problem.id for sp in lease.problems), key=lambda i: tie_member(i, 3))  # pool order
+    sure = ids[-1]  # the last in pool order, with the most evidence: the posterior's least wanted
+    await store.report(lease.lease_id, [GroupOutcome(i, (1.0,) * (64 if i == sure else 2)) for i in ids])
+    for batch in range(1, 12):
+        lz = await store.sample(8)  # quota 2: R = the oldest + the most uncertain; H = 6 from the heap
+        retests = [sp.problem.id for sp in lz.problems if sp.source is not Pool.HEAP]
+        assert len(retests) == 2
+        # retests stay solved; heap problems stay mixed in the heap
+        await store.report(lz.lease_id, [GroupOutcome(sp.problem.id, (1.0, 1.0) if sp.source is not Pool.HEAP
+                                                      else (1.0, 0.0)) for sp in lz.problems])
+        if sure in retests:
+            assert retests[0] == sure  # taken as the oldest, never for its score
+            assert batch <= len(ids)  # its place in pool order (last of 10) + 1 at most
+            return
+    pytest.fail(f"{sure} was not retested in 11 batches")
