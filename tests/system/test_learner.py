@@ -294,6 +294,28 @@ def test_groups_of_a_crash_rolled_back_run_keep_their_age_after_restart(server, 
     second.client.close()
 
 
+def test_publish_every_step_checkpoint_every_second_and_ack_only_after_the_checkpoint(server, client, tiny_dir, tmp_path):
+    from prioreplay.learner.learner import Learner
+
+    learner = Learner(make_config(server, tiny_dir, tmp_path, publish_every=1, checkpoint_every=2))
+    learner.resume()
+    feed(client, tiny_dir, 2, seed=6)
+    r1 = learner.step().record
+    assert (r1["published"], r1["checkpointed"], r1["groups_unacked"]) == (True, False, 2)
+    s = client.stats()
+    assert (s.policy_version, s.groups_acked, s.pending_groups) == (1, 0, 2)  # published, nothing acknowledged
+    assert not (tmp_path / "ckpt" / "step-1").exists()
+    feed(client, tiny_dir, 2, seed=7)
+    r2 = learner.step().record
+    assert (r2["published"], r2["checkpointed"], r2["groups_unacked"]) == (True, True, 0)
+    s = client.stats()
+    assert (s.policy_version, s.groups_acked, s.pending_groups) == (2, 4, 0)
+    assert ckpt.load_trainer_state(tmp_path / "ckpt" / "step-2")["trained_group_ids"] and "optimizer" in \
+        ckpt.load_trainer_state(tmp_path / "ckpt" / "step-2")
+    assert sorted(p.name for p in (tmp_path / "ckpt" / "published").iterdir()) == ["v-1", "v-2"]
+    learner.client.close()
+
+
 def test_run_stops_at_max_steps_and_writes_json_lines(server, client, tiny_dir, tmp_path):
     from prioreplay.learner.main import run
 
