@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from benchmarks import overhead, run, service, simulate
+from prioreplay.v1 import priority_service_pb2 as pb
 
 # N=100 problems in 5 skills, B=10, G=8, 30 batches: ~0.1 s per run
 TINY_SIM = simulate.SimParams(n_problems=100, n_skills=5, batch_size=10, budget_rollouts=10 * 8 * 30, target_success=0.5)
@@ -197,3 +198,24 @@ def test_publish_share_from_a_run_directory(tmp_path):
     assert main([str(tmp_path), "--label", "t", "--out", str(out)]) == 0
     names = [r["name"] for r in json.loads(out.read_text())]
     assert names[0] == "other" and "learner.publish.t.publish_share" in names
+
+
+def test_raw_reports_are_byte_identical_to_the_messages():
+    gen = service.RawReports(TINY_SERVICE, seed=3)
+    ids = [f"bench-{i:07d}" for i in range(50)]
+    state = gen.rng.bit_generator.state
+    raw = gen.request("lease-1", ids, "w")
+    gen.rng.bit_generator.state = state
+    assert raw == pb.ReportOutcomesRequest(lease_id="lease-1", outcomes=gen.proto(ids), worker_id="w").SerializeToString()
+
+
+async def test_open_loop_serves_the_offered_load(redis_url):
+    params = replace(TINY_SERVICE, stores=("memory",), duration_s=1.0, warmup_s=0.3)
+    out = await service.run_open_loop(params, redis_url, workers=4, period_s=0.25, loads=(1,))
+    row = out["rows"][0]
+    assert row["offered_problems_per_s"] == 4 * params.batch_size / 0.25
+    assert row["ticks"] >= 12 and row["unfinished"] == 0
+    assert row["sampled_per_s"] == pytest.approx(row["offered_problems_per_s"], rel=0.35)
+    assert 0 < row["sample_p50_ms"] <= row["sample_p99_ms"] <= row["sample_p999_ms"]
+    assert row["client_cores"] >= 0 and row["server_cores"] > 0
+    assert out["sustained"][0]["store"] == "memory"
