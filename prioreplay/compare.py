@@ -188,8 +188,13 @@ def _demo_args(arm) -> list[str]:
 def _run_concurrently(arms) -> list[int]:
     """Run each arm as its own ``prioreplay demo`` process (output to ``RUN_DIR/demo.out``); returns
     the exit codes in order. Ctrl-C / SIGTERM is passed on to every arm."""
+    import signal
     import subprocess
 
+    def _on_sigterm(signum, frame):  # stop the arms like on Ctrl-C (each stops its children)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     procs = []
     for arm in arms:
         Path(arm.run_dir).mkdir(parents=True, exist_ok=True)

@@ -79,7 +79,7 @@ def _served(ax, data, color) -> None:
         ax.set_xticks(np.arange(len(edges) - 1) + 0.4)
         ax.set_xticklabels([f"≤{e:.3f}" for e in edges[:-1]], rotation=45, fontsize=8)
         ax.legend()
-    ax.set_title("Priority of the problems served (share of all served; unseen ones are 0.25)")
+    ax.set_title("Priority of the problems served (share; unseen ones are 0.25)", fontsize=10)
     ax.set_ylabel("share of served problems")
 
 
@@ -98,10 +98,12 @@ def _held_out(ax, data, color) -> None:
             labels.append(f"{s}\nseed {run['seed']}")
             x += 1
         x += 0.5
+    if not ticks:
+        ax.text(0.5, 0.5, "held-out accuracy not measured (--eval-size 0)", ha="center", transform=ax.transAxes)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(ticks)
     ax.set_xticklabels(labels, fontsize=8)
-    ax.set_title("Held-out accuracy change per run (points; Newcombe paired 95% CI)")
+    ax.set_title("Held-out accuracy change per run (Newcombe paired 95% CI)", fontsize=10)
     ax.set_ylabel("after − before, percentage points")
 
 
