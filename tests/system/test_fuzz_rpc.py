@@ -41,8 +41,9 @@ SERVICE = "/prioreplay.v1.PriorityService/"
 def srv(request, redis_url):
     import uuid
 
+    # decay 1: check_invariants counts every completion in the statistics (the default decays them)
     cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, max_message_mb=1, max_batch_size=16,
-                       max_lease_timeout_s=3600, reaper_interval_s=0.2, stats_interval_s=0.5)
+                       max_lease_timeout_s=3600, reaper_interval_s=0.2, stats_interval_s=0.5, decay=1.0)
     ns = f"fuzz-{uuid.uuid4().hex[:10]}"
     s = start_background_server(request.param, redis_url, ns, cfg)
     try:

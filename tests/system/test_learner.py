@@ -430,7 +430,9 @@ def test_metrics_answer_while_the_model_loads(monkeypatch, tiny_dir, tmp_path):
     assert "prioreplay_learner_step" in seen["body"]
     import socket
 
-    with socket.socket() as s:  # released: the port can be bound again
+    with socket.socket() as s:  # released: the port can be bound again (as an HTTP server binds it:
+        # SO_REUSEADDR, which a connection left in TIME_WAIT does not block but a listener still does)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("0.0.0.0", port))
 
 
