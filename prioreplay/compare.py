@@ -122,7 +122,8 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]
         num = [by_arm[s][k]["effective_group_fraction"] for k in common]
         den = [by_arm[baseline][k]["effective_group_fraction"] for k in common]
         r, lo, hi = bootstrap_ratio(num, den, paired=True)
-        ratios[s] = {"vs": baseline, "seeds": common, "ratio": r, "ci95": [lo, hi], "above_1": lo > 1.0}
+        ratios[s] = {"vs": baseline, "seeds": common, "ratio": r, "ci95": [lo, hi] if len(common) > 1 else None,
+                     "above_1": lo > 1.0 if len(common) > 1 else None}  # one seed: no spread, no interval
     return {"arms": arms, "baseline": baseline, "paired_seeds": common,
             "effective_group_fraction_ratio": ratios}
 
@@ -142,6 +143,10 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             line += f", held-out change {a['mean'] * 100:+.1f} pts [{a['ci95'][0] * 100:+.1f}, {a['ci95'][1] * 100:+.1f}]"
         lines.append(line)
     for s, r in summary["effective_group_fraction_ratio"].items():
+        if r["ci95"] is None:
+            lines.append(f"{s} / {r['vs']} effective-group fraction: {r['ratio']:.2f}x on one seed {r['seeds']}: "
+                         "no interval (run --seeds 2 or more)")
+            continue
         verdict = "the interval is above 1" if r["above_1"] else "the interval does not exclude 1"
         lines.append(f"{s} / {r['vs']} effective-group fraction: {r['ratio']:.2f}x, 95% CI [{r['ci95'][0]:.2f}, "
                      f"{r['ci95'][1]:.2f}] over seeds {r['seeds']} (paired bootstrap); {verdict}")

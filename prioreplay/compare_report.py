@@ -122,5 +122,6 @@ def _eff_bars(ax, data, color) -> None:
     ratios = data.get("effective_group_fraction_ratio", {})
     title = "Effective-group fraction per arm (mean, 95% t-interval, dots: seeds)"
     for s, r in ratios.items():
-        title += f"\n{s}/{r['vs']} = {r['ratio']:.2f}x [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+        title += (f"\n{s}/{r['vs']} = {r['ratio']:.2f}x " + (f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+                  if r.get("ci95") else "(one seed: no interval)"))
     ax.set_title(title, fontsize=10)

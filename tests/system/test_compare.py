@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from prioreplay.compare import check_arms, run_metrics, summarize
+from prioreplay.compare import check_arms, run_metrics, summarize, summary_lines
 from prioreplay.cli import parse
 from prioreplay.compare_config import default_samplers
 from prioreplay.errors import InvalidArgument
@@ -57,6 +57,10 @@ def test_summary_gives_per_arm_intervals_and_a_paired_ratio():
     # a seed only one arm finished is left out of the ratio
     out = summarize(runs[:-1], ["heap", "uniform"])
     assert out["effective_group_fraction_ratio"]["heap"]["seeds"] == [0, 1]
+    # one seed has no spread: no interval, and no claim that it is above 1
+    one = summarize(runs[:2], ["heap", "uniform"])["effective_group_fraction_ratio"]["heap"]
+    assert one["ci95"] is None and one["above_1"] is None
+    assert "no interval" in summary_lines(summarize(runs[:2], ["heap", "uniform"]))[-1]
 
 
 def test_default_arms_are_the_registry_default_then_heap_and_uniform():
