@@ -248,6 +248,7 @@ def _run(demo: Demo, name: str) -> int:
     learner, workers = _start_trainers(demo, client.settings.server, model_dir)
     worker_metrics = _follow_learner(demo, client, learner, workers)
     final, server_metrics = _stop_children(demo, client, server, workers, worker_metrics)
+    _prune_run(demo.run_dir)
     final_ckpt = latest_complete(demo.run_dir / "checkpoints")
     log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
     right_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
@@ -255,6 +256,25 @@ def _run(demo: Demo, name: str) -> int:
                      worker_metrics, server_metrics)
     _write_report(demo.run_dir, report, final)
     return 0
+
+
+#: Seconds a superseded published version stays for a worker still loading it (the learner's
+#: default is 300 s; a demo's worker reloads within one lease, and a version it misses is refused
+#: cleanly, the worker keeping its weights).
+DEMO_PUBLISH_GRACE_S = 60.0
+
+
+def _prune_run(run_dir: Path) -> list[Path]:
+    """Once every child has stopped, delete the published versions but the newest: the report
+    scores the final checkpoint, and each version of SmolLM2 is ~0.5 GB (a run of 15 learner steps
+    kept 7.6 GB of them). Returns the deleted directories."""
+    from prioreplay.learner.checkpoint import prune_published
+
+    published = run_dir / "checkpoints" / "published"
+    gone = prune_published(published, keep=1, grace_s=0.0) if published.is_dir() else []
+    if gone:
+        log.info("deleted %d superseded published versions of this run (%s keeps the newest)", len(gone), published)
+    return gone
 
 
 def _start_server(demo: Demo) -> tuple[Child, Any]:
@@ -309,6 +329,9 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
         "learner", "--server", address, "--model", str(model_dir), "--checkpoint-dir", str(run_dir / "checkpoints"),
         "--batch-groups", str(cfg.batch_groups), "--lr", str(cfg.lr), "--max-staleness", str(cfg.max_staleness),
         "--publish-every", str(cfg.publish_every), "--max-steps", str(cfg.steps),
+        # disk: a published version of SmolLM2 is ~0.5 GB and a checkpoint with its optimizer state
+        # ~1.6 GB; a demo run keeps only what it reports on (see _prune_run)
+        "--keep-checkpoints", "1", "--publish-grace-s", str(DEMO_PUBLISH_GRACE_S),
         "--log-file", str(run_dir / "learner.jsonl"), "--temperature", str(cfg.temperature),
         "--metrics-port", str(lport), "--seed", str(cfg.seed), "--log-level", cfg.log_level], lport, threads)
     learner.expected_exit = True

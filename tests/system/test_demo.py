@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,10 @@ def _check_report(report: dict) -> None:
     assert final["policy_version"] >= 2
     assert [s["step"] for s in report["steps"]] == [1, 2, 3]
     assert report["final_checkpoint"].endswith("step-3")
+    # the run keeps what it reports on: the final checkpoint and the newest published version
+    ckpts = Path(report["final_checkpoint"]).parent
+    assert sorted(p.name for p in ckpts.glob("step-*")) == ["step-3"]
+    assert sorted(p.name for p in (ckpts / "published").iterdir()) == [f"v-{report['final']['policy_version']}"]
     # the worker loaded a newer version than the one it started with
     worker = report["worker_metrics"]["worker-0"]
     assert worker["prioreplay_worker_policy_version"] >= 1
