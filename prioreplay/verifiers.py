@@ -237,7 +237,17 @@ def math_parses(text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """True when math-verify parses ``\\boxed{text}`` or ``$text$`` to a mathematical object (a number,
     fraction, tuple, interval, expression); used to infer the ``math`` verifier for an answer.
     Runs in the verification pool like :func:`verify` (bounded by ``timeout_s``); False on any
-    error or time-out."""
+    error or time-out of the parse.
+
+    Raises:
+        InvalidArgument: math-verify is not installed: the answer would silently get ``exact`` here
+            and ``math`` where it is installed, so the same file would be scored differently.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("math_verify") is None:
+        raise InvalidArgument("inferring a verifier needs the math-verify package (pip install math-verify); "
+                              "install it, or give each row its verifier (a 'verifier' column or --verifier)")
     try:
         return bool(_pool().call({"op": "parses", "text": text}, timeout_s))
     except Exception:  # noqa: BLE001 - an answer math-verify cannot parse in time is not math

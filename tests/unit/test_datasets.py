@@ -314,3 +314,18 @@ def test_inferred_math_verifier_scores_a_boxed_latex_completion(tmp_path):
     path = write_jsonl(tmp_path / "generic.jsonl", [{"prompt": "Half?", "answer": "1/2"}])
     (problem,) = iter_problems(str(path))
     assert verify(problem.verifier, "...so the answer is \\boxed{\\frac12}", problem.answer).reward == 1.0
+
+
+def test_inferring_a_verifier_without_math_verify_is_an_error_not_a_silent_exact(tmp_path, monkeypatch):
+    """Without math-verify a '1/2' answer used to get ``exact`` (and ``math`` where it is
+    installed): the same file scored differently per install. Now it names the package and the fix."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "math_verify" else real(name, *a))
+    path = write_jsonl(tmp_path / "generic.jsonl", [{"prompt": "Half?", "answer": "1/2"}])
+    with pytest.raises(InvalidArgument, match="math-verify"):
+        list(iter_problems(str(path)))
+    # a row that names its verifier needs no inference
+    path = write_jsonl(tmp_path / "named.jsonl", [{"prompt": "Half?", "answer": "1/2", "verifier": "exact"}])
+    assert [p.verifier for p in iter_problems(str(path))] == ["exact"]
