@@ -11,6 +11,7 @@ import asyncio
 import logging
 import signal
 
+from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.process import setup_logging
 
@@ -84,8 +85,8 @@ async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str =
             try:
                 http, _ = metrics.serve(config.metrics_port, addr=metrics_host or config.host)
             except OSError as e:
-                log.error("cannot serve /metrics on port %d: %s", config.metrics_port, e.strerror)
-                raise
+                raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); choose "
+                                      "a free --metrics-port, or 0 to serve no metrics") from e
         log.info("prioreplay server%s listening on %s:%d (%s, auth %s); metrics %s", f" {label}" if label else "",
                  config.host, port,
                  "TLS" if config.tls_enabled else "plaintext", "on" if config.token() else "off",
@@ -94,8 +95,10 @@ async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str =
             log.warning("memory store without --snapshot-path: its state is lost when the server stops; "
                         "pass --snapshot-path FILE to keep it across restarts")
         log.info("store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d batches), "
-                 "lease %gs, max batch %d", redact_url(config.store), config.namespace, config.sampler, config.alpha,
-                 config.retest_fraction, config.retest_interval, config.lease_timeout_s, config.max_batch_size)
+                 "decay %g, prior (%g, %g), seed %d, lease %gs, max batch %d", redact_url(config.store),
+                 config.namespace, config.sampler, config.alpha, config.retest_fraction, config.retest_interval,
+                 config.decay, config.prior_alpha, config.prior_beta, config.seed, config.lease_timeout_s,
+                 config.max_batch_size)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -319,3 +319,19 @@ def test_load_says_what_it_registered(memory_server, capsys):
     assert run_load(LoadConfig(source="arithmetic:12:3", server=server.address, chunk_size=5)) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         "registered arithmetic:12:3: 12 problem(s) sent, created=12 updated=0 total=12")
+
+
+def test_a_taken_metrics_port_is_a_clear_error_not_a_traceback():
+    """A taken --metrics-port (9100 is also node_exporter's default) used to end the server with a
+    Python traceback; now one line names the setting and the fix, exit code 2, like a taken --port."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "prioreplay.cli", "server", "--port", "0", "--host", "127.0.0.1",
+                               "--metrics-port", str(port)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert f"cannot serve /metrics on port {port}" in proc.stderr and "--metrics-port" in proc.stderr
