@@ -344,7 +344,7 @@ def _iter_dataset_rows(source: str, split: str | None) -> tuple[str, Iterable[tu
             ds = datasets.load_dataset(name, config or None, split=split or "train")
         except Exception as exc:  # noqa: BLE001
             raise InvalidArgument(
-                f"{source!r} is not a .jsonl/.json/.parquet file, an arithmetic:N[:seed] spec, a dataset "
+                f"{source!r} is not a .jsonl/.json/.parquet file, an arithmetic:N[:seed[:level[:style]]] spec, a dataset "
                 f"directory, or a loadable `datasets` name ({type(exc).__name__}: {exc})") from None
         stem = name.rsplit("/", 1)[-1]
     if isinstance(ds, datasets.DatasetDict):
@@ -480,7 +480,7 @@ def iter_problems(source: str, *, split: str | None = None, id_column: str | Non
     """Stream the problems of ``source`` lazily (files are read line by line / batch by batch).
 
     Args:
-        source: a ``.jsonl``/``.json`` (optionally ``.gz``) or ``.parquet`` path, ``arithmetic:N[:seed]``,
+        source: a ``.jsonl``/``.json`` (optionally ``.gz``) or ``.parquet`` path, ``arithmetic:N[:seed[:level[:style]]]``,
             a local dataset directory, or a ``datasets`` name ``name[:config]``.
         split: the split of a ``datasets`` name or a saved DatasetDict (default ``train``).
         id_column, prompt_column, answer_column: column names overriding the detection.

@@ -197,7 +197,7 @@ class LoadConfig(ClientSettings):
     """Configuration of ``prioreplay load SOURCE``: which dataset, how to map it, how to send it."""
 
     source: CliPositionalArg[str] = Field(
-        description="a .jsonl/.json/.parquet file (id/prompt/answer, GSM8K question/answer or MATH problem/solution), a saved `datasets` directory or name, or arithmetic:N[:seed]"
+        description="a .jsonl/.json/.parquet file (id/prompt/answer, GSM8K question/answer or MATH problem/solution), a saved `datasets` directory or name, or arithmetic:N[:seed[:level[:style]]]"
     )
     split: str | None = Field(None, description="dataset split (train/test...) for `datasets` names and folders")
     id_column: str | None = Field(None, description="column holding the problem id (default: the loader's)")
