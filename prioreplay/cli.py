@@ -146,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"prioreplay {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `prioreplay stats | head`: the reader left; exit as the shell's tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that flushing stdout at exit raises nothing
+        return 141  # 128 + SIGPIPE
     except ModuleNotFoundError as e:  # a role command on an install without its extra
         extra = COMMANDS[name].extra
         if not extra or not e.name or e.name.partition(".")[0] == "prioreplay":

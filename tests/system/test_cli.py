@@ -335,3 +335,16 @@ def test_a_taken_metrics_port_is_a_clear_error_not_a_traceback():
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert f"cannot serve /metrics on port {port}" in proc.stderr and "--metrics-port" in proc.stderr
+
+
+def test_stats_into_a_closed_pipe_exits_quietly():
+    """`prioreplay stats | head -1` used to end in a BrokenPipeError traceback. `true` closes the
+    pipe before the command starts writing, so every run meets the closed pipe."""
+    from prioreplay.priority_server.store import StoreConfig
+    from prioreplay.priority_server.testing import BackgroundServer
+
+    with BackgroundServer(lambda: create_store("memory", StoreConfig()), ServerConfig(metrics_port=0)) as srv:
+        cmd = f"{sys.executable} -m prioreplay.cli stats --server {srv.address} | true; echo ${{PIPESTATUS[0]}}"
+        proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stdout.strip() in ("0", "141")
