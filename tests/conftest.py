@@ -81,10 +81,15 @@ def redis_url():
 @pytest.fixture
 def namespace(redis_url):
     """A fresh run namespace; every key under it is deleted after the test."""
-    import redis
-
     ns = f"test-{uuid.uuid4().hex[:12]}"
     yield ns
+    drop_namespace(redis_url, ns)
+
+
+def drop_namespace(redis_url: str, ns: str) -> None:
+    """Delete every Redis key of the run namespace ``ns`` (keys are hash-tagged ``{ns}``)."""
+    import redis
+
     r = redis.Redis.from_url(redis_url)
     keys = list(r.scan_iter(match=f"*{{{ns}}}*", count=1000))
     if keys:

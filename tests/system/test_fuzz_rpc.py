@@ -24,7 +24,7 @@ from prioreplay.priority_server.config import ServerConfig
 from prioreplay.rules import Pool
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
-from tests.conftest import start_background_server
+from tests.conftest import drop_namespace, start_background_server
 
 # hypothesis drives hundreds of messages through every RPC: make test-fast leaves it out
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -56,13 +56,7 @@ def srv(request, redis_url):
     finally:
         s.stop()
         if request.param == "redis":
-            import redis
-
-            r = redis.Redis.from_url(redis_url)
-            keys = list(r.scan_iter(match=f"*{{{ns}}}*"))
-            if keys:
-                r.delete(*keys)
-            r.close()
+            drop_namespace(redis_url, ns)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from prioreplay.priority_server import wire
 from prioreplay.priority_server.wire import lean_report
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
-from tests.conftest import start_background_server
+from tests.conftest import drop_namespace, start_background_server
 
 NAN, INF = math.nan, math.inf
 
@@ -123,13 +123,7 @@ def srv(request, redis_url):
     finally:
         s.stop()
         if request.param == "redis":
-            import redis
-
-            r = redis.Redis.from_url(redis_url)
-            keys = list(r.scan_iter(match=f"*{{{ns}}}*"))
-            if keys:
-                r.delete(*keys)
-            r.close()
+            drop_namespace(redis_url, ns)
 
 
 def test_bad_values_in_an_unpacked_report_are_refused_over_grpc(srv):
