@@ -355,21 +355,28 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
     cfg = demo.cfg
     learner_log = demo.run_dir / "learner.jsonl"
     prev, seen_lines = None, 0
-    bar = tqdm(total=cfg.steps, desc="learner steps", unit="step", dynamic_ncols=True)
+    # the run ends on the rollout budget when there is one: the bar counts what ends it
+    by_rollouts = bool(cfg.rollouts)
+    bar = tqdm(total=cfg.rollouts if by_rollouts else cfg.steps, desc="rollouts" if by_rollouts else "learner steps",
+               unit="rollout" if by_rollouts else "step", dynamic_ncols=True)
     last_metrics: dict[str, dict[str, float]] = {}
     while True:
         demo.check_children()
         lines = learner_log.read_text().splitlines() if learner_log.exists() else []
         for rec in _step_lines(lines[seen_lines:]):
             prev = _record_step(demo, int(rec["step"]), client.stats(histogram_buckets=HIST_BUCKETS), prev, rec)
-            bar.update(max(0, prev["step"] - bar.n))
+            if not by_rollouts:
+                bar.update(max(0, prev["step"] - bar.n))
             bar.set_postfix_str(_progress(prev))
         seen_lines = len(lines)
         if learner.proc.poll() is not None:
             break
-        if cfg.rollouts and client.stats(histogram_buckets=1).completions_reported >= cfg.rollouts:
-            _end_at_budget(demo, client, learner, workers, last_metrics)
-            break
+        if by_rollouts:
+            done = client.stats(histogram_buckets=1).completions_reported
+            bar.update(max(0, min(done, cfg.rollouts) - bar.n))
+            if done >= cfg.rollouts:
+                _end_at_budget(demo, client, learner, workers, last_metrics)
+                break
         if time.time() - demo.t0 > cfg.timeout_s:
             raise ChildFailed(f"the run passed its time limit ({cfg.timeout_s:.0f} s); learner log tail:\n{learner.tail()}")
         for c in workers:
@@ -407,7 +414,7 @@ def _step_lines(lines: list[str]) -> list[dict[str, Any]]:
 def _progress(r: dict[str, Any]) -> str:
     eff, rew = r["effective_group_fraction_window"], r["mean_reward_window"]
     return (f"eff={'-' if eff is None else f'{eff:.2f}'} reward={'-' if rew is None else f'{rew:.2f}'} "
-            f"heap={r['heap']} solved={r['solved']} unsolved={r['unsolved']} v={r['policy_version']}")
+            f"heap={r['heap']} solved={r['solved']} unsolved={r['unsolved']} v={r['policy_version']} step={r['step']}")
 
 
 def _stop_children(demo: Demo, client, server: Child, workers: list[Child],
