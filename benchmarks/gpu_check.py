@@ -6,7 +6,9 @@
 * the learner (:class:`Learner`) on the first visible GPU, claimed as ``learner_gpus`` would be;
 * one rollout worker (:class:`RolloutWorker`, vLLM when installed, else transformers on CUDA) per
   other free GPU, each claimed with :func:`prioreplay.devices.claim_devices` in a temporary claims
-  directory (on one GPU the single worker shares the learner's GPU, and says so);
+  directory (on one GPU the single worker shares the learner's GPU, and says so). The vLLM path is
+  untested so far (no machine with vLLM and a GPU was at hand); ``--backend transformers`` forces
+  the other one;
 * ``--steps`` learner steps (default 5), publishing every step.
 
 Checks (exit 1 when one fails): every worker loaded every published version (the learner waits
@@ -33,6 +35,7 @@ GPU and without ``--device cpu`` the check exits 2 with one line saying it needs
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -163,13 +166,24 @@ def start_worker(i: int, device: str, address: str, model_dir: Path, args, loade
     from prioreplay.rollout_worker.metrics import WorkerMetrics
     from prioreplay.rollout_worker.worker import RolloutWorker
 
-    vllm = device != "cpu" and _has("vllm")
+    vllm = device != "cpu" and args.backend != "transformers" and _has("vllm")
     cfg = WorkerConfig(server=address, model=str(model_dir), backend="vllm" if vllm else "transformers",
                        device=device, group_size=args.group_size, batch_size=args.batch_size,
                        max_new_tokens=args.max_new_tokens, seed=i, worker_id=f"gpu-check-{i}", metrics_port=0,
                        max_retry_sleep_s=0.2)
-    if vllm:
-        backend = create_backend("vllm", model_dir, gpu_memory_utilization=args.gpu_memory_utilization)
+    if vllm:  # the engine core is a child process: it takes its GPU from the environment it starts with
+        from prioreplay.devices import visible_devices
+
+        ids = visible_devices() or [str(k) for k in range(64)]
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(device.partition(":")[2] or 0)]
+        try:
+            backend = create_backend("vllm", model_dir, gpu_memory_utilization=args.gpu_memory_utilization)
+        finally:
+            if saved is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES")
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = saved
     else:
         backend = create_backend("transformers", model_dir, device=device)
     name = f"worker {i} ({cfg.backend}, {device})"
@@ -304,6 +318,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Flags; the defaults fit one GPU in well under 8 minutes."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cuda (the check) or cpu (plumbing dry-run, tiny sizes)")
+    p.add_argument("--backend", choices=("auto", "transformers"), default="auto",
+                   help="auto: vLLM when installed (cuda only), else transformers")
     p.add_argument("--model-dir", help="directory with config.json and tokenizer files (default: the smollm2-135m alias cache)")
     p.add_argument("--steps", type=int, default=5, help="learner steps")
     p.add_argument("--problems", type=int, default=512, help="problems registered")
