@@ -33,7 +33,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
 
-from prioreplay.errors import ResourceExhausted, InvalidArgument
+from prioreplay.errors import InvalidArgument, ResourceExhausted
 
 log = logging.getLogger("prioreplay.devices")
 

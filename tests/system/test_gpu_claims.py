@@ -176,6 +176,27 @@ def test_visible_devices_prefers_cuda_visible_devices():
         visible_devices({"CUDA_VISIBLE_DEVICES": "1,1"})
 
 
+def test_visible_devices_counts_with_nvml_when_cuda_visible_devices_is_unset(monkeypatch):
+    import types
+
+    calls = []
+
+    class NVMLError(Exception):
+        pass
+
+    fake = types.SimpleNamespace(NVMLError=NVMLError, nvmlInit=lambda: calls.append("init"),
+                                 nvmlDeviceGetCount=lambda: 8, nvmlShutdown=lambda: calls.append("shutdown"))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert visible_devices({}) == _ids(8)
+    assert calls == ["init", "shutdown"]
+
+    def no_driver():
+        raise NVMLError("driver not loaded")
+
+    fake.nvmlInit = no_driver
+    assert visible_devices({}) == [], "no driver: no GPUs, never an exception"
+
+
 def test_bad_settings_name_the_value():
     with pytest.raises(ValueError, match="learner_gpus"):
         GpuClaimSettings(learner_gpus="0;rm")
