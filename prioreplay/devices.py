@@ -186,6 +186,8 @@ def claim_devices(count: int, claims_dir: Path, devices: Sequence[str], *, exclu
     """
     if count < 1:
         raise InvalidArgument(f"count ({count}) must be >= 1")
+    if exact and count != len(devices):
+        raise InvalidArgument(f"an exact claim takes every device it names: count ({count}) must be {len(devices)}")
     excluded = set(exclude)
     candidates = [d for d in devices if d not in excluded]
     if len(candidates) < count:
@@ -232,12 +234,16 @@ def claim_for_role(settings: GpuClaimSettings, role: str, count: int, device: st
     the learner's. Logs one line with the devices, or raises with one line naming the setting.
 
     Raises:
-        InvalidArgument: a learner with an empty ``learner_gpus``; an unwritable ``gpu_claims_dir``.
+        InvalidArgument: a learner with an empty ``learner_gpus``; an unwritable ``gpu_claims_dir``;
+            ``device`` ``cuda:N`` with N > 0 (the claimed GPUs are ``cuda:0`` onwards).
         NoFreeDevice: no free GPU after ``gpu_wait_s`` (the message names the settings to change).
     """
     env = os.environ if env is None else env
     if settings.gpu_claims_dir is None or device == "cpu":
         return None
+    if device.startswith("cuda:") and device != "cuda:0":
+        raise InvalidArgument(f"device ({device!r}) with gpu_claims_dir: the claimed GPUs are cuda:0 onwards in this "
+                              "process; pass --device cuda (or auto), or unset gpu_claims_dir to pick a GPU yourself")
     learner = parse_ids(settings.learner_gpus, "learner_gpus")
     try:
         if role == "learner":

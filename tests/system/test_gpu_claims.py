@@ -167,6 +167,8 @@ def test_claiming_is_off_without_a_claims_dir_or_on_cpu(tmp_path):
 def test_learner_without_named_devices_is_refused(tmp_path):
     with pytest.raises(ValueError, match="learner_gpus is empty"):
         claim_for_role(GpuClaimSettings(gpu_claims_dir=tmp_path), "learner", 0, "auto", env={})
+    with pytest.raises(ValueError, match="pass --device cuda"):  # cuda:3 would not be the claimed GPU
+        claim_for_role(GpuClaimSettings(gpu_claims_dir=tmp_path, learner_gpus="0"), "worker", 1, "cuda:3", env={})
 
 
 def test_visible_devices_prefers_cuda_visible_devices():
