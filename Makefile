@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo compare test test-fast bench proto clean compose-smoke
+.PHONY: install demo compare test test-fast bench proto clean compose-smoke gpu-check
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>: a new folder reinstalls.
 $(STAMP): pyproject.toml setup.py $(wildcard services/*/__init__.py services/*/*/__init__.py)
@@ -40,6 +40,12 @@ test-fast: install
 # daemon with Compose v2 and the base images; fails, rather than skips, without them). <= 15 min.
 compose-smoke: install
 	PRIOREPLAY_COMPOSE_SMOKE=1 $(BIN)/python -m pytest -q -s -m compose tests/system/test_compose.py $(ARGS)
+
+# the whole stack on this machine's GPUs, 5 learner steps, checked and timed (benchmarks/gpu_check.py; not in
+# CI; exits 2 without a GPU). ARGS="--device cpu" is a plumbing dry-run at tiny sizes. No install step: it uses
+# .venv when there is one, else $(PY) with torch and transformers from the source tree (an offline GPU machine).
+gpu-check:
+	$(if $(wildcard $(STAMP)),$(BIN)/python,$(PY)) -m benchmarks.gpu_check $(ARGS)
 
 bench: install
 	$(BIN)/python -m benchmarks.run $(ARGS)

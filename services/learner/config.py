@@ -12,9 +12,10 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from prioreplay.config import ClientSettings, check_role_settings
+from prioreplay.devices import GpuClaimSettings
 
 
-class LearnerConfig(ClientSettings):
+class LearnerConfig(ClientSettings, GpuClaimSettings):
     """Configuration of the GRPO learner: model, optimizer, loss, staleness, checkpoints, metrics.
 
     One learner step uses ``batch_groups`` trajectory groups (each a prompt and its G completions),

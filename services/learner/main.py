@@ -24,6 +24,10 @@ def run(config: LearnerConfig) -> int:
         InvalidArgument: the model cannot be loaded, or LoRA is asked for without peft.
     """
     setup_logging(config.log_level)
+    from prioreplay.devices import claim_for_role
+
+    # Exactly learner_gpus, before torch touches CUDA; held until the process exits.
+    claim_for_role(config, "learner", 0, config.device)
     from prioreplay.errors import InvalidArgument
     from prioreplay.learner.learner import Learner
     from prioreplay.learner.metrics import LearnerMetrics

@@ -15,13 +15,14 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from prioreplay.config import ClientSettings, check_role_settings
+from prioreplay.devices import GpuClaimSettings
 
 
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class WorkerConfig(ClientSettings):
+class WorkerConfig(ClientSettings, GpuClaimSettings):
     """Configuration of a rollout worker: model, backend, group size G, batch size B, sampling.
 
     Each loop iteration leases ``batch_size`` problems, generates ``group_size`` completions per
@@ -38,6 +39,8 @@ class WorkerConfig(ClientSettings):
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N' "
                         "(transformers backend)")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="share of GPU memory vLLM may use")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one vllm replica shards the model over "
+                                      "(claimed together under --gpu-claims-dir)")
     max_batch_sequences: int = Field(256, ge=1, le=65536, description="sequences decoded together by the transformers "
                                      "backend (B × G is split into chunks of this size)")
 

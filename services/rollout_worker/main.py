@@ -32,7 +32,8 @@ def build_backend(config: WorkerConfig):
 
     model_dir = resolve_model(config.model, config.cache_dir)
     if config.backend == "vllm":
-        return create_backend("vllm", model_dir, gpu_memory_utilization=config.gpu_memory_utilization)
+        return create_backend("vllm", model_dir, gpu_memory_utilization=config.gpu_memory_utilization,
+                              tensor_parallel_size=config.tensor_parallel_size)
     return create_backend("transformers", model_dir, device=resolve_device(config.device),
                           max_batch_sequences=config.max_batch_sequences)
 
@@ -49,6 +50,10 @@ def run(config: WorkerConfig) -> int:
         StoreUnavailable: never at start-up; an unreachable server is retried.
     """
     setup_logging(config.log_level)
+    from prioreplay.devices import claim_for_role
+
+    # GPU(s) of this replica, before torch/vLLM touch CUDA; held until the process exits.
+    claim_for_role(config, "worker", config.tensor_parallel_size if config.backend == "vllm" else 1, config.device)
     from prioreplay.client import PriorityClient
     from prioreplay.errors import InvalidArgument
     from prioreplay.rollout_worker.metrics import WorkerMetrics

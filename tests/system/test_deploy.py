@@ -258,10 +258,20 @@ def test_loader_registers_a_dataset_that_needs_no_file(compose, monkeypatch):
 
 
 @pytest.mark.parametrize("name", GPU_SERVICES)
-def test_gpu_reservation(compose, name):
-    devices = compose["services"][name]["deploy"]["resources"]["reservations"]["devices"]
-    assert any(d.get("driver") == "nvidia" and d.get("count") == 1 and "gpu" in d.get("capabilities", [])
-               for d in devices), f"{name} needs one NVIDIA GPU reserved"
+def test_gpu_reservation(compose, name, monkeypatch):
+    """Each GPU service sees every GPU and claims its own in the shared claims volume (an 8-GPU node)."""
+    svc = compose["services"][name]
+    devices = svc["deploy"]["resources"]["reservations"]["devices"]
+    assert any(d.get("driver") == "nvidia" and d.get("count") == "all" and "gpu" in d.get("capabilities", [])
+               for d in devices), f"{name} must see every GPU (count: all) and claim its own at start"
+    config = parse_command(svc, monkeypatch)
+    assert config.gpu_claims_dir is not None, f"{name}: claiming is on by default (PRIOREPLAY_GPU_CLAIMS_DIR)"
+    claim_src = [src for src, dst in _mounts(svc) if dst == str(config.gpu_claims_dir)]
+    assert claim_src and claim_src[0] in compose["volumes"], f"{name}: {config.gpu_claims_dir} must be a named volume"
+    worker = parse_command(compose["services"]["rollout-worker"], monkeypatch)
+    learner = parse_command(compose["services"]["learner"], monkeypatch)
+    assert worker.learner_gpus == learner.learner_gpus != "", "workers must skip exactly the learner's GPUs"
+    assert worker.gpu_claims_dir == learner.gpu_claims_dir
 
 
 def test_rollout_worker_is_scalable(compose, monkeypatch):
