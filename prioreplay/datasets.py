@@ -31,10 +31,11 @@ anything containing LaTeX (``\\``, ``^``, ``{``) or that math-verify parses as m
 count) gets ``math``, and other text gets ``exact``.
 The ``verifier`` argument overrides all of these for every row.
 
-Ids: a row's ``id`` (any JSON scalar, made a string) or, when absent, ``<file stem>-<index:05d>``
-with the 0-based line (or row) index, so ids are stable across loads. ``id_prefix`` replaces the
-stem in generated ids and is prepended (``<prefix>-<id>``) to given ids, to keep several datasets
-apart on one server.
+Ids: a row's ``id`` (any JSON scalar, made a string) or, when absent,
+``<folder>-<file stem>-<index:05d>`` with the 0-based line (or row) index (``gsm8k-train-00000``
+for ``data/gsm8k/train.jsonl``), so ids are stable across loads and two datasets' ``train.jsonl``
+files do not share ids. ``id_prefix`` replaces ``<folder>-<file stem>`` in generated ids and is
+prepended (``<prefix>-<id>``) to given ids, to keep several datasets apart on one server.
 
 Malformed input raises :class:`prioreplay.errors.InvalidArgument` naming the file and the 1-based
 line (or row): invalid JSON, a line that is not an object, a missing or empty prompt/answer,
@@ -466,11 +467,18 @@ def _is_json_file(source: str) -> bool:
 
 
 def _stem(path: Path) -> str:
+    """The id stem of a file: ``<folder>-<name without its suffix>`` (``data/gsm8k/train.jsonl``
+    → ``gsm8k-train``), so two datasets' ``train.jsonl`` files get different generated ids
+    (croissant-baker #101). The folder is the file's own, wherever the command runs from."""
     name = path.name
     for suffix in sorted(_JSON_SUFFIXES + (".parquet",), key=len, reverse=True):
         if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
+            name = name[: -len(suffix)]
+            break
+    else:
+        name = path.stem
+    folder = path.resolve().parent.name
+    return f"{folder}-{name}" if folder else name
 
 
 def iter_problems(source: str, *, split: str | None = None, id_column: str | None = None,

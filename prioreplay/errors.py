@@ -47,6 +47,11 @@ class Unauthenticated(PrioreplayError):
     GRPC_CODE = "UNAUTHENTICATED"
 
 
+#: The bounded ``kind`` label of ``prioreplay_store_errors_total``: the reasons of
+#: :class:`StoreUnavailable` and ``logic`` (:class:`Internal`).
+STORE_ERROR_KINDS = ("unreachable", "read_only", "out_of_memory", "busy", "logic")
+
+
 class StoreUnavailable(PrioreplayError):
     """The backing store (Redis) cannot serve writes now; the caller should retry with backoff.
 

@@ -460,7 +460,8 @@ def load_weights(model: Any, directory: str | os.PathLike) -> int:
 
     Raises:
         InvalidArgument: the directory or weights file is missing or unreadable; a key is missing
-            or unexpected; a shape or dtype does not match (the message names file, key, shapes).
+            or unexpected; a shape or dtype does not match (the message names file, key, shapes);
+            a floating tensor holds NaN or inf (verl #637: workers crash-looped on such weights).
     """
     import torch
 
@@ -473,6 +474,35 @@ def load_weights(model: Any, directory: str | os.PathLike) -> int:
         for dst, src in plan:
             dst.copy_(src.to(device=dst.device, dtype=dst.dtype))
     return len(plan)
+
+
+def check_finite_weights(directory: str | os.PathLike) -> int:
+    """Refuse a weights directory whose floating tensors hold NaN or inf; returns tensors checked.
+
+    Streams one tensor at a time (``safe_open``), so memory stays at the largest tensor. Backends
+    that hand the files to an engine (vLLM) call it before loading; :func:`load_weights` checks the
+    same while planning its copy.
+
+    Raises:
+        InvalidArgument: a tensor holds a non-finite value (named with its file and count), or a
+            file is unreadable.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    checked = 0
+    for f in _weight_files(Path(directory)):
+        try:
+            with safe_open(str(f), framework="pt", device="cpu") as fh:
+                for key in fh.keys():
+                    t = fh.get_tensor(key)
+                    if t.is_floating_point() and not bool(t.isfinite().all()):
+                        raise InvalidArgument(f"{f}: tensor {key!r} holds {int((~t.isfinite()).sum())} NaN or infinite "
+                                              "value(s); refusing weights a diverged step produced (the model keeps "
+                                              "its current weights)")
+                    checked += 1
+        except (SafetensorError, OSError) as e:
+            raise InvalidArgument(f"weights file {str(f)!r} is not a readable safetensors file: {e}") from e
+    return checked
 
 
 def _read_weight_files(directory: Path) -> tuple[dict[str, Any], dict[str, Path], str]:
@@ -518,6 +548,10 @@ def _copy_plan(model: Any, loaded: dict[str, Any], origin: dict[str, Path], wher
             )
         if not _castable(src.dtype, dst.dtype):
             raise InvalidArgument(f"{origin[src_name]}: tensor {src_name!r} has dtype {src.dtype}, the model needs {dst.dtype}")
+        if src.is_floating_point() and not bool(src.isfinite().all()):
+            bad = int((~src.isfinite()).sum())
+            raise InvalidArgument(f"{origin[src_name]}: tensor {src_name!r} holds {bad} NaN or infinite value(s); refusing "
+                                  "weights a diverged step produced (the model keeps its current weights)")
         plan.append((dst, src))
     for name, kept in aliases.items():  # an alias stored too (untied save) must agree in shape
         if name in loaded and tuple(loaded[name].shape) != tuple(expected[kept].shape):

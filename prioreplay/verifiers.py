@@ -181,14 +181,33 @@ def _score_exact(completion: str, reference: str) -> float:
 
 # --------------------------------------------------------------------------- math
 
+#: An unescaped ``$`` (a LaTeX math delimiter); ``\$`` is a literal dollar sign (currency).
+_MATH_DOLLAR_RE = re.compile(r"(?<!\\)\$")
+
+
 @lru_cache(maxsize=4096)
 def _parse_reference(reference: str, timeout: int | None) -> tuple:
+    """math-verify's parse of a reference, read the way a completion's boxed answer is read.
+
+    A reference with a ``\\boxed{...}`` is its last box; one in math delimiters (an unescaped
+    ``$``, ``\\(``, ``\\[``) is parsed as written; anything else is a bare answer and is parsed
+    as ``\\boxed{answer}``, exactly like a completion's ``\\boxed{answer}``. So ``\\$18.90``
+    (an escaped currency sign, as in MATH-style references) parses as 18.90, and so do the
+    completions ``\\boxed{\\$18.90}`` and ``\\boxed{18.90}`` (Skywork-OR1 #16). "%" is a LaTeX
+    comment unless escaped, so a bare ``50%`` reads as ``50\\%``.
+
+    Raises:
+        ValueError: math-verify parses nothing of the reference.
+    """
     from math_verify import parse
 
-    if "$" in reference or "\\boxed" in reference:
+    boxed = last_boxed(reference) if "box" in reference else None
+    if boxed is not None:
+        parsed = parse(f"\\boxed{{{boxed}}}", parsing_timeout=timeout)
+    elif _MATH_DOLLAR_RE.search(reference) or "\\(" in reference or "\\[" in reference:
         parsed = parse(reference, parsing_timeout=timeout)
-    else:  # a bare answer; "%" is a LaTeX comment unless escaped ("50%" → 50\%)
-        bare = re.sub(r"(?<!\\)%", r"\\%", reference)
+    else:
+        bare = re.sub(r"(?<!\\)%", r"\\%", reference.strip())
         parsed = parse(f"\\boxed{{{bare}}}", parsing_timeout=timeout)
         if not parsed or all(isinstance(p, str) for p in parsed):
             parsed = parse(f"${bare}$", parsing_timeout=timeout) or parsed

@@ -17,6 +17,11 @@ STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128)
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
+#: The ``side`` label values of ``prioreplay_learner_clip_fraction``.
+CLIP_SIDES = ("low", "high", "dual")
+#: The ``phase`` label values of ``prioreplay_learner_step_seconds``.
+STEP_PHASES = ("wait", "compute", "publish")
+
 class LearnerMetrics:
     """Prometheus metrics of one learner process plus the JSON-lines step log.
 
@@ -33,6 +38,8 @@ class LearnerMetrics:
         self.clip_fraction = Gauge(p + "clip_fraction", "share of completion tokens whose ratio was clipped, last step "
                                    "(side: low, high, or dual = the dual-clip cap on negative advantages)",
                                    ["side"], registry=r)
+        for side in CLIP_SIDES:  # every labelled series exists from the start (dashboards read 0, not "No data")
+            self.clip_fraction.labels(side)
         self.entropy = Gauge(p + "entropy", "mean token entropy of the policy on completion tokens, nats", registry=r)
         self.grad_norm = Gauge(p + "grad_norm", "global gradient L2 norm before clipping, last step", registry=r)
         self.learning_rate = Gauge(p + "learning_rate", "learning rate of the last optimizer step", registry=r)
@@ -45,6 +52,8 @@ class LearnerMetrics:
                                    buckets=STALENESS_BUCKETS, registry=r)
         self.step_seconds = Histogram(p + "step_seconds", "seconds per step phase", ["phase"], buckets=SECONDS_BUCKETS,
                                       registry=r)
+        for phase in STEP_PHASES:
+            self.step_seconds.labels(phase)
         self.tokens_per_second = Gauge(p + "tokens_per_second", "tokens (prompt + completion) processed per compute second",
                                        registry=r)
         self.step = Gauge(p + "step", "optimizer steps done", registry=r)
@@ -72,14 +81,14 @@ class LearnerMetrics:
                 getattr(self, name).set(v)
         if rec.get("lr") is not None:
             self.learning_rate.set(rec["lr"])
-        for side, key in (("low", "clip_frac_low"), ("high", "clip_frac_high"), ("dual", "dual_clip_frac")):
+        for side, key in zip(CLIP_SIDES, ("clip_frac_low", "clip_frac_high", "dual_clip_frac")):
             if rec.get(key) is not None:
                 self.clip_fraction.labels(side).set(rec[key])
         if rec.get("tokens_per_s") is not None:
             self.tokens_per_second.set(rec["tokens_per_s"])
         self.step.set(rec.get("step", 0))
         self.policy_version.set(rec.get("policy_version", 0))
-        for phase in ("wait", "compute", "publish"):
+        for phase in STEP_PHASES:
             if rec.get(f"{phase}_s") is not None:
                 self.step_seconds.labels(phase).observe(rec[f"{phase}_s"])
         self.write_line(rec)

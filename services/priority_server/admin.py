@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Iterator, TextIO
 
+from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.config import LoadConfig, StatsConfig
 
 #: Width of the priority histogram's longest bar, characters.
@@ -52,8 +53,9 @@ def run_load(config: LoadConfig) -> int:
         0 when every problem was registered.
 
     Raises:
-        InvalidArgument: malformed input (file:line), unknown source, or a problem the server
-            refused (its index in the stream).
+        InvalidArgument: malformed input (file:line), unknown source, a source with no problems
+            (an empty file loaded 0 problems with exit 0), or a problem the server refused (its
+            index in the stream).
         StoreUnavailable: the server cannot be reached.
     """
     from tqdm import tqdm
@@ -83,6 +85,9 @@ def run_load(config: LoadConfig) -> int:
         print(f"registered {sent} problem(s) before the error (created={resp.created} updated={resp.updated} "
               f"total={resp.total})", file=sys.stderr)
         raise failure[0]
+    if sent == 0:
+        raise InvalidArgument(f"{config.source}: no problems in this source (empty file, split or filter); nothing was "
+                              "registered. Check the path, --split and --limit")
     print(f"registered {config.source}: {sent} problem(s) sent, created={resp.created} updated={resp.updated} "
           f"total={resp.total}", flush=True)
     return 0

@@ -63,6 +63,23 @@ def _child(config: ServerConfig, index: int) -> None:
     raise SystemExit(code)
 
 
+#: Hosts that bind only the loopback interface.
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _warn_about(config: ServerConfig) -> None:
+    """Log where the memory store's state goes, and warn about settings that expose or lose it."""
+    if config.store == "memory":
+        if config.snapshot_path is None:
+            log.warning("memory store without --snapshot-path: its state is lost when the server stops; "
+                        "pass --snapshot-path FILE to keep it across restarts")
+        else:
+            log.info("memory store snapshots to %s", config.snapshot_path)
+    if not config.token() and config.host not in _LOOPBACK_HOSTS:
+        log.warning("listening on %s without a token: anyone who reaches this port can lease, report and "
+                    "publish; set --auth-token-file (or PRIOREPLAY_AUTH_TOKEN), or --host 127.0.0.1", config.host)
+
+
 async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str = "",
                  metrics_host: str | None = None) -> int:
     from prioreplay.priority_server.metrics import ServerMetrics
@@ -91,9 +108,7 @@ async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str =
                  config.host, port,
                  "TLS" if config.tls_enabled else "plaintext", "on" if config.token() else "off",
                  f"on :{config.metrics_port}/metrics" if http else "off")
-        if config.store == "memory" and config.snapshot_path is None:
-            log.warning("memory store without --snapshot-path: its state is lost when the server stops; "
-                        "pass --snapshot-path FILE to keep it across restarts")
+        _warn_about(config)
         log.info("store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d batches), "
                  "decay %g, prior (%g, %g), seed %d, lease %gs, max batch %d", redact_url(config.store),
                  config.namespace, config.sampler, config.alpha, config.retest_fraction, config.retest_interval,

@@ -27,7 +27,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from prioreplay.errors import STORE_ERROR_KINDS
 from prioreplay.priority_server.clients import ClientTally, ClientTallyCollector
+from prioreplay.v1 import priority_service_pb2 as pb
 
 if TYPE_CHECKING:  # pragma: no cover
     from prioreplay.priority_server.store import StoreStats
@@ -118,6 +120,12 @@ class ServerMetrics:
             "prioreplay_store_errors_total",
             "store errors that ended an RPC, by kind (unreachable, read only, out of memory, busy: UNAVAILABLE; "
             "logic: INTERNAL)", ["kind"], registry=self.registry)
+        # Bounded label values exist from the start, so a dashboard reads 0 on a healthy server
+        # rather than "No data" (tests/system/test_dashboard_series.py).
+        for kind in STORE_ERROR_KINDS:
+            self.store_errors.labels(kind)
+        for method in pb.DESCRIPTOR.services_by_name["PriorityService"].methods_by_name:
+            self.rpc_latency.labels(method)
         self.backpressure_refusals = Counter(
             "prioreplay_backpressure_refusals", "SampleProblems answered with an empty batch because the trajectory "
             "queue was at or over --max-queue-depth", registry=self.registry)

@@ -112,6 +112,23 @@ def message_class(descriptor) -> type:
     return getattr(pb, descriptor.name)
 
 
+def check_tls_pair(cert_file, key_file) -> None:
+    """Check that a PEM certificate chain and private key load and belong together, with Python's
+    ``ssl`` (gRPC would only fail to bind, which reads as a port problem).
+
+    Raises:
+        InvalidArgument: the certificate or key is not valid PEM, or the key does not match the
+            certificate (the message names both files and OpenSSL's reason).
+    """
+    import ssl
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile=str(cert_file), keyfile=str(key_file))
+    except ssl.SSLError as e:
+        raise InvalidArgument(f"TLS certificate {str(cert_file)!r} and key {str(key_file)!r} are not a valid PEM "
+                              f"pair ({e.reason or e}); give --tls-cert-file and --tls-key-file of one certificate") from e
+
+
 def _bind(server: grpc.aio.Server, address: str, config: ServerConfig) -> int:
     try:
         if config.tls_enabled:
@@ -120,6 +137,7 @@ def _bind(server: grpc.aio.Server, address: str, config: ServerConfig) -> int:
                 cert = config.tls_cert_file.read_bytes()
             except OSError as e:
                 raise InvalidArgument(f"TLS file {e.filename!r} cannot be read: {e.strerror}") from e
+            check_tls_pair(config.tls_cert_file, config.tls_key_file)
             port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, cert)]))
         else:
             port = server.add_insecure_port(address)

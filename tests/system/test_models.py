@@ -176,6 +176,8 @@ def _tamper(src, dst, edit):
     ("wrong_dtype", "dtype torch.int64"),
     ("corrupt", "not a readable safetensors file"),
     ("no_directory", "does not exist"),
+    ("nan", r"'model.norm.weight' holds 1 NaN or infinite"),
+    ("inf", r"'model.layers.0.mlp.up_proj.weight' holds 2 NaN or infinite"),
 ])
 def test_load_weights_refuses_a_bad_checkpoint_whole(tiny_other, tiny, tmp_path, case, match):
     model = models.load_causal_lm(tiny)
@@ -192,6 +194,10 @@ def test_load_weights_refuses_a_bad_checkpoint_whole(tiny_other, tiny, tmp_path,
         _tamper(tiny_other, d, lambda t: t.update({"model.extra.weight": torch.zeros(2)}))
     elif case == "wrong_dtype":
         _tamper(tiny_other, d, lambda t: t.update({"model.norm.weight": torch.zeros(64, dtype=torch.int64)}))
+    elif case == "nan":
+        _tamper(tiny_other, d, lambda t: t["model.norm.weight"].__setitem__(3, float("nan")))
+    elif case == "inf":
+        _tamper(tiny_other, d, lambda t: t["model.layers.0.mlp.up_proj.weight"][0].__setitem__(slice(0, 2), float("inf")))
     elif case == "corrupt":
         shutil.copytree(tiny_other, d)
         (d / "model.safetensors").write_bytes(b"not safetensors at all")
@@ -236,3 +242,10 @@ def test_saved_weights_and_converted_models_are_readable_by_other_users(tiny, tm
     converted = models.resolve_model("smollm2-135m", cache_dir=tmp_path / "cache")
     assert stat.S_IMODE(os.stat(converted).st_mode) == 0o755
     assert stat.S_IMODE(os.stat(converted / models.WEIGHTS_FILE).st_mode) == 0o644
+
+
+def test_check_finite_weights_streams_and_names_the_bad_tensor(tiny, tmp_path):
+    assert models.check_finite_weights(tiny) > 0
+    d = _tamper(tiny, tmp_path / "nan", lambda t: t["model.norm.weight"].__setitem__(0, float("nan")))
+    with pytest.raises(InvalidArgument, match=r"'model.norm.weight' holds 1 NaN or infinite"):
+        models.check_finite_weights(d)

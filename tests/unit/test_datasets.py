@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from prioreplay.problems import KNOWN_VERIFIERS, validate_problem
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -34,7 +36,7 @@ def test_gsm8k_test_split_loads_with_stable_ids_and_answers(gsm8k_dir):
     assert len(first) == len(raw) == 1319
     assert [p.id for p in first] == [p.id for p in second]
     assert len({p.id for p in first}) == 1319
-    assert first[0].id == "test-00000" and first[1318].id == "test-01318"
+    assert first[0].id == "gsm8k-test-00000" and first[1318].id == "gsm8k-test-01318"
     for p, r in zip(first, raw):
         assert p.prompt == r["question"]
         assert p.answer == expected_gsm8k_answer(r["answer"])
@@ -120,12 +122,23 @@ def test_generic_rows_ids_metadata_and_verifier_inference(tmp_path):
     ]
     path = write_jsonl(tmp_path / "mixed.jsonl", rows)
     problems = list(iter_problems(str(path)))
-    assert [p.id for p in problems] == ["7", "mixed-00001", "c", "d"]
+    assert [p.id for p in problems] == ["7", f"{tmp_path.name}-mixed-00001", "c", "d"]
     assert [p.verifier for p in problems] == ["gsm8k", "exact", "math", "math"]
     assert problems[1].metadata == {"topic": "geo", "n": "3"}
     forced = list(iter_problems(str(path), verifier="exact", id_prefix="ds"))
     assert {p.verifier for p in forced} == {"exact"}
     assert [p.id for p in forced] == ["ds-7", "ds-00001", "ds-c", "ds-d"]
+
+
+def test_generated_ids_differ_between_two_datasets_files_of_the_same_name(tmp_path):
+    """data/gsm8k/train.jsonl and data/math/train.jsonl once both made train-00000... (croissant-baker #101)."""
+    rows = [{"prompt": f"q{i}", "answer": str(i)} for i in range(3)]
+    gsm8k = list(iter_problems(str(write_jsonl(tmp_path / "gsm8k" / "train.jsonl", rows))))
+    math = list(iter_problems(str(write_jsonl(tmp_path / "math" / "train.jsonl", rows))))
+    assert [p.id for p in gsm8k] == ["gsm8k-train-00000", "gsm8k-train-00001", "gsm8k-train-00002"]
+    assert not {p.id for p in gsm8k} & {p.id for p in math}
+    relative = list(iter_problems(os.path.relpath(tmp_path / "math" / "train.jsonl")))
+    assert [p.id for p in relative] == [p.id for p in math]  # the same file, however it is named
 
 
 def test_math_format_takes_last_boxed_with_nested_braces(tmp_path):
@@ -263,7 +276,7 @@ def test_evaluation_slice_of_gsm8k_train_uses_the_test_file(gsm8k_dir, tmp_path)
     train_ids = {p.id for p in iter_problems(str(gsm8k_dir / "train.jsonl"))}
     held = evaluation_slice(str(gsm8k_dir / "train.jsonl"), 30, seed=3)
     assert len(held) == 30 and len({p.id for p in held}) == 30
-    assert all(p.id.startswith("test-") for p in held)
+    assert all(p.id.startswith("gsm8k-test-") for p in held)
     assert {p.id for p in held}.isdisjoint(train_ids)
     assert held == evaluation_slice(str(gsm8k_dir / "test.jsonl"), 30, seed=3)
     assert held != evaluation_slice(str(gsm8k_dir / "test.jsonl"), 30, seed=4)

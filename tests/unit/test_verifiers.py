@@ -98,6 +98,22 @@ def test_math_symbolic_equivalence(completion, reference, reward):
     assert verify("math", completion, reference) == VerifyResult(reward, None)
 
 
+# A reference is read the way a completion's boxed answer is (Skywork-OR1 #16): an escaped
+# currency sign ``\$`` is a literal dollar, not a math delimiter, on either side.
+@pytest.mark.parametrize("completion, reference, reward", [
+    ("\\boxed{\\$18.90}", "\\$18.90", 1.0),
+    ("\\boxed{18.90}", "\\$18.90", 1.0),
+    ("so \\boxed{18.9}.", "\\$18.90", 1.0),
+    ("\\boxed{\\$18.90}", "18.90", 1.0),
+    ("\\boxed{\\$18.90}", "\\boxed{\\$18.90}", 1.0),
+    ("\\boxed{\\$18.90}", "$18.90$", 1.0),
+    ("\\boxed{\\$19.90}", "\\$18.90", 0.0),
+    ("\\boxed{18}", "\\$18.90", 0.0),
+])
+def test_escaped_currency_in_a_reference_reads_as_its_number(completion, reference, reward):
+    assert verify("math", completion, reference) == VerifyResult(reward, None)
+
+
 # --------------------------------------------------------------------------- exact
 
 @pytest.mark.parametrize("completion, reference, reward", [

@@ -186,7 +186,7 @@ class TransformersBackend(LoadedPolicy):
         recorder = BehaviourLogprobs(params.temperature, params.top_p)
         stops = StopOnStrings(self._tokenizer, params.stop, prompt_len, len(seqs)) if params.stop else None
         gen_config = GenerationConfig(
-            do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=params.max_new_tokens,
+            do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=self._room(prompt_len, params),
             eos_token_id=list(self.eos_token_ids), pad_token_id=self._tokenizer.pad_token_id,
             bos_token_id=self._tokenizer.bos_token_id, use_cache=True,
         )
@@ -201,6 +201,13 @@ class TransformersBackend(LoadedPolicy):
         generated = sequences[:, prompt_len:].cpu()  # (N, T_gen)
         return [self._completion(generated[i].tolist(), logprobs[i].tolist(),
                                  stops.first_hit[i] if stops else 0, params) for i in range(len(seqs))]
+
+    def _room(self, prompt_len: int, params: SamplingParams) -> int:
+        """``params.max_new_tokens`` capped at the model's context minus the chunk's longest prompt
+        (tokens), so generation never runs past the positions the model has; a completion cut there
+        is reported truncated. The worker has already refused prompts that leave no room at all."""
+        limit = self._max_context_tokens
+        return params.max_new_tokens if limit is None else max(1, min(params.max_new_tokens, limit - prompt_len))
 
     def _shared_prompt_cache(self, seqs: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """The KV cache of ``input_ids[:, :-1]`` (N, T−1), computed once per distinct prompt and

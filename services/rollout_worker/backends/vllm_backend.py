@@ -176,7 +176,7 @@ class VLLMBackend(LoadedPolicy):
 
         Raises:
             InvalidArgument: negative version; missing (pruned), partial or mismatched checkpoint;
-                no engine worker applied a tensor (the weights stay as they were).
+                a NaN or infinite tensor; no engine worker applied a tensor (the weights stay as they were).
             PartialWeightsLoad: some but not all tensors were applied (the weights are mixed).
         """
         if not isinstance(version, int) or version < 0:
@@ -193,6 +193,7 @@ class VLLMBackend(LoadedPolicy):
                 raise InvalidArgument(f"{path}: tensor {name!r} has shape {shape}, the model expects {self._signature[name][0]}")
         if expected is not None and expected != len(sig):
             raise InvalidArgument(f"{path}: the manifest lists {expected} tensors, the weights file holds {len(sig)}")
+        models.check_finite_weights(path)  # the engine applies tensors as it reads them: check them all first
         counts = self.llm.collective_rpc("prioreplay_reload_weights", args=(str(path.resolve()),))
         check_applied(path, counts, len(self._signature))
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
