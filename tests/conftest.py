@@ -115,7 +115,7 @@ async def store_factory(request, redis_url, namespace):
     the test.
     """
     from prioreplay.priority_server.store import StoreConfig
-    from prioreplay.priority_server.stores import create_store
+    from prioreplay.priority_server.open_store import create_store
 
     made = []
 
@@ -144,8 +144,8 @@ def pytest_collection_modifyitems(config, items):
 def start_background_server(kind: str, redis_url: str, namespace: str, config=None, store_config=None):
     """A started ``BackgroundServer`` over the ``memory`` store or the test Redis (keys under
     ``namespace``); ``store_config`` defaults to ``config.to_store_config()``. Stop it after."""
-    from prioreplay.priority_server.stores import create_store
-    from prioreplay.priority_server.testing import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.background_server import BackgroundServer
 
     store_config = store_config or config.to_store_config()
     spec = "memory" if kind == "memory" else redis_url

@@ -65,7 +65,7 @@ from prioreplay.priority_server.config import NAMESPACE_RE
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
 from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
                                               member_id, tie_member)
-from prioreplay.priority_server.store_types import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
+from prioreplay.priority_server.records import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
                                                     SampledProblem, StoreStats)
 from prioreplay.problems import MAX_NAME_BYTES, ProblemRecord
 from prioreplay.redact import redact_url

@@ -3,7 +3,7 @@
 :class:`Store` validates every request (identically for both stores) and delegates to the
 ``_impl`` methods. The two implementations must give identical results for the same seed, clock
 readings and operations (the differential test checks it). The values it takes and returns are
-in :mod:`.store_types`; the group rules (classify, statistics, priority, destination) are
+in :mod:`.records`; the group rules (classify, statistics, priority, destination) are
 :mod:`prioreplay.rules`; the samplers are :mod:`.samplers`. The exact semantics:
 
 Keys and ordering
@@ -138,7 +138,7 @@ from typing import Callable, Sequence
 from prioreplay import rules
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLERS, SamplerName
-from prioreplay.priority_server.store_types import (
+from prioreplay.priority_server.records import (
     Delivery,
     GroupOutcome,
     Lease,

@@ -19,7 +19,7 @@ from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
 from prioreplay.priority_server.samplers import XorShift32, step_seed
 from prioreplay.priority_server.store import StoreConfig, tie_member
-from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 from tests.conftest import free_port
 

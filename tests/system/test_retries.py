@@ -14,9 +14,9 @@ from prioreplay.client import PriorityClient, problem_to_proto
 from prioreplay.config import ClientSettings
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.store import StoreConfig
-from prioreplay.priority_server.stores import create_store
-from prioreplay.priority_server.store_types import GroupOutcome
-from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.priority_server.open_store import create_store
+from prioreplay.priority_server.records import GroupOutcome
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.problems import ProblemRecord
 
 

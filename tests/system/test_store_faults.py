@@ -23,8 +23,8 @@ from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import Internal, StoreUnavailable
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.stores import create_store
-from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.priority_server.open_store import create_store
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.problems import ProblemRecord
 from prioreplay.client import problem_to_proto
 from tests.conftest import free_port, start_redis_server

@@ -21,8 +21,8 @@ from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
 from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.priority_server.store import histogram_edges, tie_member
-from prioreplay.priority_server.store_types import GroupOutcome
-from prioreplay.priority_server.stores import create_store
+from prioreplay.priority_server.records import GroupOutcome
+from prioreplay.priority_server.open_store import create_store
 from prioreplay.problems import ProblemRecord
 from prioreplay.redact import redact_url
 from prioreplay.rules import Pool

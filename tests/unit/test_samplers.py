@@ -176,7 +176,7 @@ def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
 
 # -- the samplers beyond the paper --------------------------------------------------------------------
 from prioreplay.priority_server.samplers import posterior_variance  # noqa: E402
-from prioreplay.priority_server.store_types import GroupOutcome  # noqa: E402
+from prioreplay.priority_server.records import GroupOutcome  # noqa: E402
 from prioreplay.rules import Stats  # noqa: E402
 
 
