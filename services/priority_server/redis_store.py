@@ -129,11 +129,16 @@ def error_kind(e: BaseException) -> str:
 
 
 _LUA_DIR = Path(__file__).with_name("lua")
-SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack", "rng")
+SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack")
+
+
+def lua_library() -> str:
+    """The shared Lua functions (``lua/lib.lua``) every script of the store is prefixed with."""
+    return (_LUA_DIR / "lib.lua").read_text(encoding="utf-8")
 
 
 def _load_scripts() -> dict[str, str]:
-    lib = (_LUA_DIR / "lib.lua").read_text(encoding="utf-8")
+    lib = lua_library()
     return {n: lib + "\n" + (_LUA_DIR / f"{n}.lua").read_text(encoding="utf-8") for n in SCRIPT_NAMES}
 
 
@@ -560,9 +565,3 @@ class RedisStore(Store):
     async def close(self) -> None:
         """Close the connection pool."""
         await self._r.aclose()
-
-    async def lua_xorshift(self, seed32: int, count: int) -> tuple[list[int], float]:
-        """``count`` draws of samplers.XorShift32(seed32).next_u32() computed by the Lua code, then
-        one random(): for the bit-exactness test."""
-        res = await self._run("rng", [], [seed32, count])
-        return [int(x) for x in res[:-1]], float(res[-1])
