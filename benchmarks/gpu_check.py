@@ -229,8 +229,8 @@ def run(args) -> int:
     from prioreplay.learner.learner import Learner
     from prioreplay.models import default_cache_dir
     from prioreplay.priority_server.store import StoreConfig
-    from prioreplay.priority_server.stores import create_store
-    from prioreplay.priority_server.testing import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.background_server import BackgroundServer
     from prioreplay.problems import ProblemRecord
 
     t0 = time.perf_counter()

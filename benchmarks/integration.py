@@ -86,8 +86,8 @@ def _server(kind: str) -> Iterator[str]:
     from prioreplay.client import PriorityClient
     from prioreplay.config import ClientSettings
     from prioreplay.priority_server.config import ServerConfig
-    from prioreplay.priority_server.testing import BackgroundServer
-    from prioreplay.priority_server.stores import create_store
+    from prioreplay.priority_server.background_server import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
 
     if kind == "inprocess":
         cfg = ServerConfig(store="memory", metrics_port=0, snapshot_interval_s=0)

@@ -34,7 +34,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import numpy as np
 
 from prioreplay.priority_server.store import Store, StoreConfig
-from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -330,7 +330,7 @@ def store_spec(kind: str, redis_url: str) -> str:
 
 
 def make_store(kind: str, redis_url: str, namespace: str, seed: int = 0) -> Store:
-    from prioreplay.priority_server.stores import create_store
+    from prioreplay.priority_server.open_store import create_store
 
     return create_store(store_spec(kind, redis_url), StoreConfig(seed=seed), namespace=namespace)
 

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from prioreplay.priority_server.store import Store, StoreConfig
-from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import PriorityParams
 

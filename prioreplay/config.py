@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 DEFAULT_SERVER = "127.0.0.1:50051"
@@ -92,20 +92,21 @@ class PrioreplaySettings(BaseSettings):
         return (init_settings, env_settings, _FileSource(settings_cls, cls._file_values))
 
 
-class ClientSettings(PrioreplaySettings):
-    """How a client (worker, learner, load, stats) reaches the priority server."""
+class ChannelSettings(BaseModel):
+    """The settings both ends of the gRPC channel take: the bearer token and the message limit.
 
-    server: str = Field(DEFAULT_SERVER, description="priority server address HOST:PORT, or dns:///HOST:PORT to "
-                        "spread RPCs over every address HOST resolves to (round_robin; scaled servers)")
+    Declared once here and composed into :class:`ClientSettings` and the server's
+    ``ServerConfig``, so the two ends share bounds, defaults and help.
+    """
+
     auth_token: SecretStr | None = Field(
-        None, description="bearer token (env PRIOREPLAY_AUTH_TOKEN); never logged"
+        None, description="bearer token: the server requires it on every RPC but health, clients send it "
+        "(env PRIOREPLAY_AUTH_TOKEN); never logged"
     )
     auth_token_file: Path | None = Field(None, description="file holding the bearer token (alternative to --auth-token)")
-    tls_ca_file: Path | None = Field(None, description="CA certificate (PEM) to trust; enables TLS to the server")
     max_message_mb: int = Field(
         MAX_MESSAGE_MB_DEFAULT, ge=1, le=2000, description="largest gRPC message sent or received, MiB"
     )
-    rpc_timeout_s: float = Field(30.0, gt=0, le=3600, description="deadline of each RPC, seconds")
 
     def token(self) -> str | None:
         """The bearer token from ``auth_token`` or ``auth_token_file`` (stripped), or None.
@@ -114,6 +115,15 @@ class ClientSettings(PrioreplaySettings):
             InvalidArgument: the token file cannot be read or is empty.
         """
         return read_token(self.auth_token, self.auth_token_file)
+
+
+class ClientSettings(PrioreplaySettings, ChannelSettings):
+    """How a client (worker, learner, load, stats) reaches the priority server."""
+
+    server: str = Field(DEFAULT_SERVER, description="priority server address HOST:PORT, or dns:///HOST:PORT to "
+                        "spread RPCs over every address HOST resolves to (round_robin; scaled servers)")
+    tls_ca_file: Path | None = Field(None, description="CA certificate (PEM) to trust; enables TLS to the server")
+    rpc_timeout_s: float = Field(30.0, gt=0, le=3600, description="deadline of each RPC, seconds")
 
 
 def read_token(token: SecretStr | None, token_file: Path | None) -> str | None:

@@ -105,6 +105,27 @@ def gsm8k_dir() -> Path:
     return GSM8K_DIR
 
 
+async def _store_maker(kind: str, redis_url: str | None = None, namespace: str | None = None):
+    """Yield ``make(config=None, clock=None, **kw) -> Store`` of one kind; close every store after."""
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.store import StoreConfig
+
+    made = []
+
+    def make(config=None, clock=None, **kw):
+        spec = "memory" if kind == "memory" else redis_url
+        if kind == "redis":
+            kw.setdefault("namespace", namespace)
+        store = create_store(spec, config or StoreConfig(), clock=clock or time.time, **kw)
+        made.append(store)
+        return store
+
+    make.kind = kind
+    yield make
+    for store in made:
+        await store.close()
+
+
 @pytest.fixture(params=["memory", "redis"])
 async def store_factory(request, redis_url, namespace):
     """``make(config=None, clock=None, **kw) -> Store`` for each store kind (``make.kind``).
@@ -114,38 +135,37 @@ async def store_factory(request, redis_url, namespace):
     test's fresh namespace (a "restart" sees the same state). Every store made is closed after
     the test.
     """
-    from prioreplay.priority_server.store import StoreConfig
-    from prioreplay.priority_server.stores import create_store
+    async for make in _store_maker(request.param, redis_url, namespace):
+        yield make
 
-    made = []
 
-    def make(config=None, clock=None, **kw):
-        spec = "memory" if request.param == "memory" else redis_url
-        if request.param == "redis":
-            kw.setdefault("namespace", namespace)
-        store = create_store(spec, config or StoreConfig(), clock=clock or time.time, **kw)
-        made.append(store)
-        return store
+@pytest.fixture
+async def memory_store_factory():
+    """As ``store_factory``, the memory store only (no Redis: for tests/unit)."""
+    async for make in _store_maker("memory"):
+        yield make
 
-    make.kind = request.param
-    yield make
-    for store in made:
-        await store.close()
+
+@pytest.fixture
+async def redis_store_factory(redis_url, namespace):
+    """As ``store_factory``, the Redis store only."""
+    async for make in _store_maker("redis", redis_url, namespace):
+        yield make
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark every test with the folder it lives in: ``unit`` or ``system``."""
     for item in items:
-        folder = item.path.parent.name
-        if folder in ("unit", "system"):
-            item.add_marker(folder)
+        parts = item.path.relative_to(REPO / "tests").parts
+        if len(parts) > 1 and parts[0] in ("unit", "system"):  # tests/unit/samplers/... is unit too
+            item.add_marker(parts[0])
 
 
 def start_background_server(kind: str, redis_url: str, namespace: str, config=None, store_config=None):
     """A started ``BackgroundServer`` over the ``memory`` store or the test Redis (keys under
     ``namespace``); ``store_config`` defaults to ``config.to_store_config()``. Stop it after."""
-    from prioreplay.priority_server.stores import create_store
-    from prioreplay.priority_server.testing import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.background_server import BackgroundServer
 
     store_config = store_config or config.to_store_config()
     spec = "memory" if kind == "memory" else redis_url

@@ -99,7 +99,7 @@ def stats_dict(resp) -> dict:
 
     ``clients`` becomes a list of dicts whose ``source`` is the label (``worker``, ``trl``, ...).
     """
-    from prioreplay.priority_server.clients import LABELS, normalize
+    from prioreplay.priority_server.client_traffic import LABELS, normalize
 
     out: dict = {}
     for f in resp.DESCRIPTOR.fields:

@@ -4,35 +4,151 @@ Every field maps onto a ``--kebab-case`` flag, a ``PRIOREPLAY_<FIELD>`` environm
 the command's section of a ``--config`` file (see :mod:`prioreplay.config`). Bounds live on the
 fields, so a bad value fails at start-up with the field, the value and the allowed range.
 
+Shared settings are declared once and composed: :class:`StoreSettings` into :class:`ServerConfig`
+and :class:`StoreConfig` (what both stores take), :class:`prioreplay.config.ChannelSettings`
+into :class:`ServerConfig` and every client's settings.
+
 This module imports only pydantic, the standard library, :mod:`prioreplay.config`,
-:mod:`prioreplay.problems` and the sampler registry (:mod:`.samplers`), so that
-``prioreplay server --help`` stays fast; :meth:`ServerConfig.to_store_config` imports the store
-module when called.
+:mod:`prioreplay.errors`, :mod:`prioreplay.rules`, :mod:`prioreplay.problems` and the sampler
+registry (:mod:`.samplers`), so that ``prioreplay server --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import CliPositionalArg
 
-from prioreplay.config import MAX_MESSAGE_MB_DEFAULT, ClientSettings, PrioreplaySettings, read_token
-from prioreplay.priority_server.samplers import DEFAULT_DECAY, DEFAULT_SAMPLER, SAMPLER_HELP, SamplerName
+from prioreplay.config import ChannelSettings, ClientSettings, PrioreplaySettings
+from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server.samplers import (
+    DEFAULT_DECAY,
+    DEFAULT_SAMPLER,
+    SAMPLER_HELP,
+    SAMPLERS,
+    SamplerName,
+)
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
-
-if TYPE_CHECKING:  # pragma: no cover
-    from prioreplay.priority_server.store import StoreConfig
+from prioreplay.rules import PriorityParams
 
 _STORE_RE = re.compile(r"^(memory|(redis|rediss|unix)://\S+)$")
 #: A run namespace (the Redis hash tag of every key of the run): no braces, at most MAX_NAME_BYTES.
 NAMESPACE_RE = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_NAME_BYTES}}}$")
 
 
-class ServerConfig(PrioreplaySettings):
-    """Configuration of ``prioreplay server``: the store, the sampler, leases, limits and security."""
+class StoreSettings(BaseModel):
+    """The settings a store runs by (sampler, retests, seed, leases, limits), declared once.
+
+    Composed into :class:`ServerConfig` (flags, environment, config file) and :class:`StoreConfig`
+    (what the stores take), so both have the same bounds, defaults and help. The checks that span
+    fields (a lease no longer than the longest lease) live here, once.
+
+    Raises (at construction):
+        pydantic.ValidationError: a value out of its bounds or an unregistered sampler name
+            (:class:`StoreConfig` turns it into :class:`prioreplay.errors.InvalidArgument`).
+    """
+
+    # -- sampler -------------------------------------------------------------------------
+    sampler: SamplerName = Field(DEFAULT_SAMPLER, description=SAMPLER_HELP)
+    alpha: float = Field(1.0, gt=0, le=100, description="exponent of the weighted sampler (priority^alpha)")
+    temperature: float = Field(1.0, gt=0, le=100, description="temperature T of the gumbel sampler")
+    probe_size: int = Field(2, ge=1, le=1024, description="completions of a screening probe (screened samplers)")
+    posterior_decay: float = Field(
+        1.0, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
+    posterior_prior: float = Field(1.0, gt=0, le=1e6, description="symmetric Beta prior α₀ = β₀ of the posterior retests")
+    retest_fraction: float = Field(
+        0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests"
+    )
+    retest_interval: int = Field(
+        4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
+    )
+    # -- leases and deliveries -----------------------------------------------------------
+    lease_timeout_s: float = Field(
+        600.0, gt=0, le=7 * 86400, description="default lease length, seconds (a lease not reported by then expires)"
+    )
+    max_lease_timeout_s: float = Field(
+        86400.0, gt=0, le=7 * 86400, description="longest lease a worker may ask for, seconds"
+    )
+    redelivery_timeout_s: float = Field(
+        300.0, gt=0, le=365 * 86400,
+        description="seconds before a pulled, unacknowledged group is delivered again (at most a year)"
+    )
+    # -- limits --------------------------------------------------------------------------
+    max_batch_size: int = Field(
+        4096, ge=1, le=1_000_000, description="largest SampleProblems batch_size / PullTrajectories max_groups"
+    )
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the sampler RNG and the priority tie-break")
+
+    @field_validator("sampler", mode="wrap")
+    @classmethod
+    def _check_sampler(cls, v: object, handler: ValidatorFunctionWrapHandler) -> str:
+        # The registry at validation time, not the Literal frozen at import: a sampler registered
+        # later (a plugin, a test) is accepted; the annotation still lists the names for --help.
+        if isinstance(v, str) and v in SAMPLERS:
+            return v
+        raise ValueError(f"sampler ({v!r}) must be one of {', '.join(SAMPLERS)}")
+
+    @model_validator(mode="after")
+    def _check_lease_timeouts(self) -> "StoreSettings":
+        if self.lease_timeout_s > self.max_lease_timeout_s:
+            raise ValueError(
+                f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
+            )
+        return self
+
+
+def _explain(err: ValidationError) -> str:
+    """One line per invalid field: its name, the value given and what is allowed."""
+    lines = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        loc = ".".join(str(part) for part in e["loc"])
+        lines.append(msg if e["type"] == "value_error" else f"{loc} ({e['input']!r}): {msg}")
+    return "; ".join(lines)
+
+
+class StoreConfig(StoreSettings):
+    """Sampling and bookkeeping parameters both stores take (immutable).
+
+    The fields of :class:`StoreSettings` plus ``params``: the decay and prior of the statistics
+    (:class:`prioreplay.rules.PriorityParams`, built from ``--decay``, ``--prior-alpha`` and
+    ``--prior-beta`` by :meth:`ServerConfig.to_store_config`).
+
+    Raises:
+        InvalidArgument: a value out of its bounds (the message names the field, the value and
+            the bound), an unregistered sampler, or a lease timeout above the longest lease.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    params: InstanceOf[PriorityParams] = Field(
+        default_factory=PriorityParams, description="decay and prior of the success statistics")
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as e:
+            raise InvalidArgument(_explain(e)) from None
+
+
+class ServerConfig(PrioreplaySettings, ChannelSettings, StoreSettings):
+    """Configuration of ``prioreplay server``: the store, the sampler, leases, limits and security.
+
+    The sampler, retest, seed, lease and batch-size fields come from :class:`StoreSettings`, the
+    token and message limit from :class:`prioreplay.config.ChannelSettings` (the clients' too).
+    """
 
     # -- store ---------------------------------------------------------------------------
     store: str = Field(
@@ -55,37 +171,14 @@ class ServerConfig(PrioreplaySettings):
     )
     port: int = Field(50051, ge=0, le=65535, description="gRPC port (0: an ephemeral port, logged at start)")
     metrics_port: int = Field(9100, ge=0, le=65535, description="Prometheus /metrics port (0 disables it)")
-    # -- sampler -------------------------------------------------------------------------
-    sampler: SamplerName = Field(DEFAULT_SAMPLER, description=SAMPLER_HELP)
-    alpha: float = Field(1.0, gt=0, le=100, description="exponent of the weighted sampler (priority^alpha)")
-    temperature: float = Field(1.0, gt=0, le=100, description="temperature T of the gumbel sampler")
-    probe_size: int = Field(2, ge=1, le=1024, description="completions of a screening probe (screened samplers)")
-    posterior_decay: float = Field(
-        1.0, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
-    posterior_prior: float = Field(1.0, gt=0, le=1e6, description="symmetric Beta prior α₀ = β₀ of the posterior retests")
-    retest_fraction: float = Field(
-        0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests"
-    )
-    retest_interval: int = Field(
-        4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
-    )
+    # -- statistics ----------------------------------------------------------------------
     decay: float = Field(
         DEFAULT_DECAY, ge=0, le=1,
         description="decay λ of the success statistics per report (1: cumulative, the paper; 0: latest group)"
     )
     prior_alpha: float = Field(0.0, ge=0, le=1e6, description="Beta prior α₀: pseudo-observations of reward 1")
     prior_beta: float = Field(0.0, ge=0, le=1e6, description="Beta prior β₀: pseudo-observations of reward 0")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the sampler RNG and the priority tie-break")
     # -- leases and the trajectory queue -------------------------------------------------
-    lease_timeout_s: float = Field(
-        600.0, gt=0, le=7 * 86400, description="default lease length, seconds (a lease not reported by then expires)"
-    )
-    max_lease_timeout_s: float = Field(
-        86400.0, gt=0, le=7 * 86400, description="longest lease a worker may ask for, seconds"
-    )
-    redelivery_timeout_s: float = Field(
-        300.0, gt=0, le=7 * 86400, description="seconds before a pulled, unacknowledged group is delivered again"
-    )
     reaper_interval_s: float = Field(
         1.0, gt=0, le=3600, description="seconds between sweeps that expire overdue leases"
     )
@@ -93,9 +186,6 @@ class ServerConfig(PrioreplaySettings):
         5.0, gt=0, le=3600, description="seconds between refreshes of /metrics and of the health status from the store"
     )
     # -- limits --------------------------------------------------------------------------
-    max_batch_size: int = Field(
-        4096, ge=1, le=1_000_000, description="largest SampleProblems batch_size / PullTrajectories max_groups"
-    )
     max_queue_depth: int = Field(
         0, ge=0, le=1_000_000_000,
         description="backpressure: refuse leases (empty batch, backpressure=true) while at least this many trajectory "
@@ -104,14 +194,7 @@ class ServerConfig(PrioreplaySettings):
     backpressure_retry_s: float = Field(
         2.0, gt=0, le=3600, description="retry_after_s of a lease refused by backpressure, seconds"
     )
-    max_message_mb: int = Field(
-        MAX_MESSAGE_MB_DEFAULT, ge=1, le=2000, description="largest gRPC message received or sent, MiB"
-    )
     # -- security ------------------------------------------------------------------------
-    auth_token: SecretStr | None = Field(
-        None, description="bearer token every RPC but health must carry (env PRIOREPLAY_AUTH_TOKEN); never logged"
-    )
-    auth_token_file: Path | None = Field(None, description="file holding the bearer token (alternative to --auth-token)")
     tls_cert_file: Path | None = Field(None, description="server certificate chain (PEM); with --tls-key-file enables TLS")
     tls_key_file: Path | None = Field(None, description="server private key (PEM); with --tls-cert-file enables TLS")
     # -- process -------------------------------------------------------------------------
@@ -139,10 +222,6 @@ class ServerConfig(PrioreplaySettings):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> "ServerConfig":
-        if self.lease_timeout_s > self.max_lease_timeout_s:
-            raise ValueError(
-                f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
-            )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("TLS needs both tls_cert_file and tls_key_file (or neither for plaintext)")
         if self.processes > 1 and self.store == "memory":
@@ -157,40 +236,16 @@ class ServerConfig(PrioreplaySettings):
             raise ValueError("auth_token is empty; give a non-empty token or leave it unset")
         return self
 
-    def token(self) -> str | None:
-        """The bearer token clients must send, or None when auth is off.
-
-        Raises:
-            InvalidArgument: the token file cannot be read or is empty.
-        """
-        return read_token(self.auth_token, self.auth_token_file)
-
     @property
     def tls_enabled(self) -> bool:
         """True when both a certificate and a key are configured."""
         return self.tls_cert_file is not None and self.tls_key_file is not None
 
-    def to_store_config(self) -> "StoreConfig":
-        """The store's parameters (sampler, statistics, leases, limits) from this configuration."""
-        from prioreplay.priority_server.store import StoreConfig
-        from prioreplay.rules import PriorityParams
-
-        return StoreConfig(
-            sampler=self.sampler,
-            alpha=self.alpha,
-            temperature=self.temperature,
-            probe_size=self.probe_size,
-            posterior_decay=self.posterior_decay,
-            posterior_prior=self.posterior_prior,
-            retest_fraction=self.retest_fraction,
-            retest_interval=self.retest_interval,
-            params=PriorityParams(decay=self.decay, prior_alpha=self.prior_alpha, prior_beta=self.prior_beta),
-            seed=self.seed,
-            lease_timeout_s=self.lease_timeout_s,
-            max_lease_timeout_s=self.max_lease_timeout_s,
-            redelivery_timeout_s=self.redelivery_timeout_s,
-            max_batch_size=self.max_batch_size,
-        )
+    def to_store_config(self) -> StoreConfig:
+        """The store's parameters: every :class:`StoreSettings` field, and the statistics' params."""
+        shared = {name: getattr(self, name) for name in StoreSettings.model_fields}
+        params = PriorityParams(decay=self.decay, prior_alpha=self.prior_alpha, prior_beta=self.prior_beta)
+        return StoreConfig(**shared, params=params)
 
 
 class LoadConfig(ClientSettings):

@@ -41,7 +41,7 @@ def run(config: ServerConfig) -> int:
     """
     setup_logging(config.log_level)
     if config.processes > 1:
-        from prioreplay.priority_server.processes import run_processes
+        from prioreplay.priority_server.multiprocess import run_processes
 
         return run_processes(config, _child)
     return asyncio.run(_serve(config))
@@ -84,7 +84,7 @@ async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str =
                  metrics_host: str | None = None) -> int:
     from prioreplay.priority_server.metrics import ServerMetrics
     from prioreplay.priority_server.server import create_server, stop_server
-    from prioreplay.priority_server.stores import create_store
+    from prioreplay.priority_server.open_store import create_store
     from prioreplay.redact import redact_url
 
     store = create_store(config.store, config.to_store_config(), namespace=config.namespace,

@@ -43,7 +43,7 @@ from prioreplay.priority_server.samplers import SAMPLERS, Pick, SampleRequest, X
 from prioreplay.priority_server.snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState, QueuedGroup
 from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
                                               member_id, tie_member)
-from prioreplay.priority_server.store_types import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
+from prioreplay.priority_server.records import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
                                                     SampledProblem, StoreStats)
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import GroupKind, Pool, Stats

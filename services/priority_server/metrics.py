@@ -11,7 +11,7 @@ Two kinds (names as in ``docs/INTERFACES.md``):
   the step, the policy version, the trajectory queue and the counters that live in the store
   (groups by kind, forgetting events, breakthroughs, lease expiries, late reports). Because
   they come from the store they survive restarts and agree across server replicas.
-* Traffic per kind of client, ``prioreplay_client_*{source}`` (see ``clients.py``): counted by
+* Traffic per kind of client, ``prioreplay_client_*{source}`` (see ``client_traffic.py``): counted by
   this process since it started.
 
 Labels are method names, status codes, pools, group kinds, client kinds and bucket edges only: no problem id,
@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from prioreplay.errors import STORE_ERROR_KINDS
-from prioreplay.priority_server.clients import ClientTally, ClientTallyCollector
+from prioreplay.priority_server.client_traffic import ClientTally, ClientTallyCollector
 from prioreplay.v1 import priority_service_pb2 as pb
 
 if TYPE_CHECKING:  # pragma: no cover

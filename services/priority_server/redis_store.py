@@ -65,7 +65,7 @@ from prioreplay.priority_server.config import NAMESPACE_RE
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
 from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
                                               member_id, tie_member)
-from prioreplay.priority_server.store_types import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
+from prioreplay.priority_server.records import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
                                                     SampledProblem, StoreStats)
 from prioreplay.problems import MAX_NAME_BYTES, ProblemRecord
 from prioreplay.redact import redact_url
@@ -129,11 +129,16 @@ def error_kind(e: BaseException) -> str:
 
 
 _LUA_DIR = Path(__file__).with_name("lua")
-SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack", "rng")
+SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack")
+
+
+def lua_library() -> str:
+    """The shared Lua functions (``lua/lib.lua``) every script of the store is prefixed with."""
+    return (_LUA_DIR / "lib.lua").read_text(encoding="utf-8")
 
 
 def _load_scripts() -> dict[str, str]:
-    lib = (_LUA_DIR / "lib.lua").read_text(encoding="utf-8")
+    lib = lua_library()
     return {n: lib + "\n" + (_LUA_DIR / f"{n}.lua").read_text(encoding="utf-8") for n in SCRIPT_NAMES}
 
 
@@ -318,19 +323,7 @@ class RedisStore(Store):
         if res[0] != b"SAME":  # a replayed lease carries its own (older) step
             self._step_hint = step
         earliest = [float(res[4])] if res[4] else []
-        n = int(res[5])
-        problems: list[SampledProblem] = []
-        for i in range(6, 6 + 5 * n, 5):
-            member, source, stats_value, record = _s(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
-            group_size = int(res[i + 4]) or None
-            pid = member_id(member)
-            stats, _, score = _parse_stats(stats_value)
-            problems.append(SampledProblem(
-                problem=_decode_problem(pid, record),
-                priority=score if source == Pool.HEAP else rules.priority(stats, cfg.params),
-                source=Pool(source),
-                group_size=group_size,
-            ))
+        problems = self._decode_picks(res, int(res[5]))
         if problems:
             earliest.append(deadline)
         retry = 0.0
@@ -345,6 +338,23 @@ class RedisStore(Store):
             retry_after_s=retry,
             step=step,
         )
+
+    def _decode_picks(self, res: list, n: int) -> list[SampledProblem]:
+        """The ``n`` leased problems of a ``sample.lua`` answer: five slots each from index 6
+        (member, source pool, statistics value, problem record, group size or 0)."""
+        problems: list[SampledProblem] = []
+        for i in range(6, 6 + 5 * n, 5):
+            member, source, stats_value, record = _s(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
+            group_size = int(res[i + 4]) or None
+            pid = member_id(member)
+            stats, _, score = _parse_stats(stats_value)
+            problems.append(SampledProblem(
+                problem=_decode_problem(pid, record),
+                priority=score if source == Pool.HEAP else rules.priority(stats, self.config.params),
+                source=Pool(source),
+                group_size=group_size,
+            ))
+        return problems
 
     async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (),
                       more_parts: bool = False) -> ReportResult:
@@ -560,9 +570,3 @@ class RedisStore(Store):
     async def close(self) -> None:
         """Close the connection pool."""
         await self._r.aclose()
-
-    async def lua_xorshift(self, seed32: int, count: int) -> tuple[list[int], float]:
-        """``count`` draws of samplers.XorShift32(seed32).next_u32() computed by the Lua code, then
-        one random(): for the bit-exactness test."""
-        res = await self._run("rng", [], [seed32, count])
-        return [int(x) for x in res[:-1]], float(res[-1])

@@ -3,7 +3,7 @@
 :func:`create_server` builds and starts a ``grpc.aio`` server around a :class:`Store`; tests bind
 port 0 and stop it with :func:`stop_server`. Authentication and metrics are interceptors
 (:mod:`.interceptors`); the tasks beside the server live in :mod:`.runtime`. A server on its own
-thread for blocking callers (tests, benchmarks) is :class:`.testing.BackgroundServer`.
+thread for blocking callers (tests, benchmarks) is :class:`.background_server.BackgroundServer`.
 """
 
 from __future__ import annotations

@@ -24,10 +24,10 @@ from prioreplay.client import problem_to_proto
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
 from prioreplay.errors import (FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted,
                                StoreUnavailable)
-from prioreplay.priority_server.clients import ClientTally
+from prioreplay.priority_server.client_traffic import ClientTally
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
-from prioreplay.priority_server.store_types import GroupOutcome, Lease
+from prioreplay.priority_server.records import GroupOutcome, Lease
 from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, lean_report, logprobs_all_valid
 from prioreplay.problems import ProblemRecord, check_name, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb

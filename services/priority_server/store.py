@@ -3,7 +3,7 @@
 :class:`Store` validates every request (identically for both stores) and delegates to the
 ``_impl`` methods. The two implementations must give identical results for the same seed, clock
 readings and operations (the differential test checks it). The values it takes and returns are
-in :mod:`.store_types`; the group rules (classify, statistics, priority, destination) are
+in :mod:`.records`; the group rules (classify, statistics, priority, destination) are
 :mod:`prioreplay.rules`; the samplers are :mod:`.samplers`. The exact semantics:
 
 Keys and ordering
@@ -132,13 +132,12 @@ import abc
 import hashlib
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from prioreplay import rules
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLERS, SamplerName
-from prioreplay.priority_server.store_types import (
+from prioreplay.priority_server.config import StoreConfig  # noqa: F401  (re-exported: the stores take it from here)
+from prioreplay.priority_server.records import (
     Delivery,
     GroupOutcome,
     Lease,
@@ -154,72 +153,6 @@ EXPIRE_LIMIT = 64
 MAX_REQUEST_KEY_BYTES = 256
 #: Seconds an ended lease is remembered as "already reported" / "expired" (then "unknown lease").
 TOMBSTONE_TTL_S = 86400.0
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """Sampling and bookkeeping parameters shared by both stores.
-
-    Attributes:
-        sampler: a name of :data:`~prioreplay.priority_server.samplers.SAMPLERS`: ``heap``
-            (deterministic top-k, the paper), ``weighted`` (∝ priority^alpha), ``uniform`` (baseline).
-        alpha: exponent of ``weighted`` (> 0).
-        retest_fraction: share f of each batch reserved for pool retests, in [0, 1].
-        retest_interval: batches a pooled problem waits before it is eligible for a retest (>= 0).
-        params: decay and prior of the statistics.
-        seed: seeds the samplers' RNG (per step) and the tie-break keys.
-        lease_timeout_s: default lease length, seconds (> 0).
-        max_lease_timeout_s: largest lease a client may ask for, seconds.
-        redelivery_timeout_s: a delivered, unacknowledged group is re-delivered after this long.
-        max_batch_size: largest batch_size / max_groups accepted.
-        temperature: T of ``gumbel`` (> 0; keys are log-priority / T).
-        probe_size: completions of a screening probe (``screened*``), >= 1.
-        posterior_decay: per-step evidence decay of the posterior retests, in (0, 1].
-        posterior_prior: α₀ = β₀ of the posterior retests (> 0).
-    """
-
-    sampler: SamplerName = DEFAULT_SAMPLER
-    alpha: float = 1.0
-    retest_fraction: float = 0.1
-    retest_interval: int = 4
-    params: rules.PriorityParams = field(default_factory=rules.PriorityParams)
-    seed: int = 0
-    lease_timeout_s: float = 600.0
-    max_lease_timeout_s: float = 86400.0
-    redelivery_timeout_s: float = 300.0
-    max_batch_size: int = 4096
-    temperature: float = 1.0
-    probe_size: int = 2
-    posterior_decay: float = 1.0
-    posterior_prior: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.sampler not in SAMPLERS:
-            raise InvalidArgument(f"sampler ({self.sampler!r}) must be one of {', '.join(SAMPLERS)}")
-        if not (self.alpha > 0 and math.isfinite(self.alpha)):
-            raise InvalidArgument(f"alpha ({self.alpha}) must be a finite number > 0")
-        if not (0.0 <= self.retest_fraction <= 1.0):
-            raise InvalidArgument(f"retest_fraction ({self.retest_fraction}) must be in [0, 1]")
-        if self.retest_interval < 0:
-            raise InvalidArgument(f"retest_interval ({self.retest_interval}) must be >= 0 batches")
-        for name in ("lease_timeout_s", "max_lease_timeout_s", "redelivery_timeout_s"):
-            v = getattr(self, name)
-            if not (v > 0 and math.isfinite(v)):
-                raise InvalidArgument(f"{name} ({v}) must be a finite number of seconds > 0")
-        if self.lease_timeout_s > self.max_lease_timeout_s:
-            raise InvalidArgument(
-                f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
-            )
-        if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise InvalidArgument(f"temperature ({self.temperature}) must be a finite number > 0")
-        if not (1 <= self.probe_size <= 1024):
-            raise InvalidArgument(f"probe_size ({self.probe_size}) must be in [1, 1024] completions")
-        if not (0.0 < self.posterior_decay <= 1.0):
-            raise InvalidArgument(f"posterior_decay ({self.posterior_decay}) must be in (0, 1]; 1: no decay")
-        if not (self.posterior_prior > 0 and math.isfinite(self.posterior_prior)):
-            raise InvalidArgument(f"posterior_prior ({self.posterior_prior}) must be a finite number > 0")
-        if self.max_batch_size < 1:
-            raise InvalidArgument(f"max_batch_size ({self.max_batch_size}) must be >= 1")
 
 
 #: Characters of the seeded tie-break prefix in sorted-set members (hex).

@@ -20,8 +20,8 @@ from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import StoreUnavailable, Unauthenticated
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.stores import create_store
-from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.priority_server.open_store import create_store
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 

@@ -24,7 +24,7 @@ import pytest
 from prioreplay import cli
 from prioreplay.priority_server.admin import run_stats
 from prioreplay.priority_server.config import ServerConfig, StatsConfig
-from prioreplay.priority_server.stores import create_store
+from prioreplay.priority_server.open_store import create_store
 from tests.conftest import REPO, free_port
 
 PY = sys.executable
@@ -101,8 +101,8 @@ for m in pkgutil.walk_packages(ps.__path__, "prioreplay.priority_server."):
 from prioreplay.priority_server.admin import run_load, run_stats
 from prioreplay.priority_server.config import LoadConfig, ServerConfig, StatsConfig
 from prioreplay.priority_server.store import StoreConfig
-from prioreplay.priority_server.stores import create_store
-from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.priority_server.open_store import create_store
+from prioreplay.priority_server.background_server import BackgroundServer
 with BackgroundServer(lambda: create_store("memory", StoreConfig()), ServerConfig(metrics_port=0)) as srv:
     for source in ({str(data)!r}, "arithmetic:5"):
         assert run_load(LoadConfig(source=source, server=srv.address)) == 0
@@ -341,7 +341,7 @@ def test_stats_into_a_closed_pipe_exits_quietly():
     """`prioreplay stats | head -1` used to end in a BrokenPipeError traceback. `true` closes the
     pipe before the command starts writing, so every run meets the closed pipe."""
     from prioreplay.priority_server.store import StoreConfig
-    from prioreplay.priority_server.testing import BackgroundServer
+    from prioreplay.priority_server.background_server import BackgroundServer
 
     with BackgroundServer(lambda: create_store("memory", StoreConfig()), ServerConfig(metrics_port=0)) as srv:
         cmd = f"{sys.executable} -m prioreplay.cli stats --server {srv.address} | true; echo ${{PIPESTATUS[0]}}"

@@ -30,8 +30,8 @@ from prioreplay.config import ClientSettings
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.store import StoreConfig
-from prioreplay.priority_server.stores import create_store
-from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.priority_server.open_store import create_store
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.rules import Pool
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc

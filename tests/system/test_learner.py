@@ -34,7 +34,7 @@ class ServerThread:
         from prioreplay.priority_server.config import ServerConfig
         from prioreplay.priority_server.server import create_server
         from prioreplay.priority_server.store import StoreConfig
-        from prioreplay.priority_server.stores import create_store
+        from prioreplay.priority_server.open_store import create_store
 
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

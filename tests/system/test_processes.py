@@ -196,8 +196,8 @@ def test_a_dns_or_address_list_target_spreads_rpcs_round_robin():
     from prioreplay.config import ClientSettings
     from prioreplay.priority_server.config import ServerConfig
     from prioreplay.priority_server.store import StoreConfig
-    from prioreplay.priority_server.stores import create_store
-    from prioreplay.priority_server.testing import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.background_server import BackgroundServer
 
     cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0)
     with BackgroundServer(lambda: create_store("memory", StoreConfig()), cfg) as a, \

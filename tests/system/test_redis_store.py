@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from pathlib import Path
 
 import pytest
 import redis
@@ -16,10 +17,10 @@ from redis.crc import key_slot
 from prioreplay import rules
 from prioreplay.errors import InvalidArgument, NotFound, StoreUnavailable
 from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
+from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore, lua_library
 from prioreplay.priority_server.samplers import XorShift32, step_seed
 from prioreplay.priority_server.store import StoreConfig, tie_member
-from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 from tests.conftest import free_port
 
@@ -92,17 +93,32 @@ async def test_scripts_are_reloaded_after_script_flush(make, redis_url):
     assert res.accepted and res.groups_filtered == 1
 
 
-async def test_lua_xorshift32_is_bit_exact_with_python(make):
-    store = make()
+def _lua_xorshift(redis_url: str):
+    """``draw(seed32, count)``: ``count`` draws of XorShift32(seed32).next_u32() and one random(),
+    computed by the store's Lua library (lib.lua) through the test-only script lua/rng.lua."""
+    script = lua_library() + "\n" + (Path(__file__).with_name("lua") / "rng.lua").read_text(encoding="utf-8")
+    client = redis.Redis.from_url(redis_url)
+    run = client.register_script(script)
+
+    def draw(seed32: int, count: int) -> tuple[list[int], float]:
+        res = run(keys=[], args=[seed32, count])
+        return [int(x) for x in res[:-1]], float(res[-1])
+
+    return client, draw
+
+
+def test_lua_xorshift32_is_bit_exact_with_python(redis_url):
+    client, lua_xorshift = _lua_xorshift(redis_url)
     rnd = random.Random(1234)
     seeds = [0, 1, 2, 2**31 - 1, 2**31, 2**32 - 1, 0xDEADBEEF]
     seeds += [step_seed(s, step) for s in (0, 7, 2**40) for step in range(1, 40)]
     seeds += [rnd.getrandbits(32) for _ in range(150)]
     for seed in seeds:
-        lua_draws, lua_random = await store.lua_xorshift(seed, 100)
+        lua_draws, lua_random = lua_xorshift(seed, 100)
         py = XorShift32(seed)
         assert lua_draws == [py.next_u32() for _ in range(100)], seed
         assert lua_random == py.random(), seed  # the float, exactly
+    client.close()
 
 
 async def test_floats_round_trip_exactly_through_redis(make, redis_url):

@@ -23,10 +23,10 @@ from pydantic import SecretStr
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import ResourceExhausted, StoreUnavailable, Unauthenticated
-from prioreplay.priority_server import stores
+from prioreplay.priority_server import open_store
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.store import StoreConfig
-from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.redact import hide_passwords, redact_url
 from prioreplay.v1 import priority_service_pb2 as pb
 from tests.conftest import REPO, ServerProcess, free_port
@@ -95,7 +95,7 @@ def test_redact_url_hides_the_password_in_both_helpers(url):
 
 async def test_unreachable_redis_error_hides_the_password():
     port = free_port()  # nothing listens there
-    store = stores.create_store(f"redis://admin:{PASSWORD}@127.0.0.1:{port}/0", StoreConfig(), namespace="sec")
+    store = open_store.create_store(f"redis://admin:{PASSWORD}@127.0.0.1:{port}/0", StoreConfig(), namespace="sec")
     try:
         with pytest.raises(StoreUnavailable) as e:
             await store.stats()
@@ -156,7 +156,7 @@ def test_configuration_errors_do_not_echo_secrets(tmp_path):
 def _server(max_message_mb: int, **kw) -> BackgroundServer:
     cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, max_message_mb=max_message_mb,
                        reaper_interval_s=0.1, **kw)
-    return BackgroundServer(lambda: stores.create_store("memory", cfg.to_store_config()), cfg)
+    return BackgroundServer(lambda: open_store.create_store("memory", cfg.to_store_config()), cfg)
 
 
 def _big_problems(n: int) -> list[pb.Problem]:

@@ -21,8 +21,8 @@ from prioreplay.client import PriorityClient, problem_to_proto
 from prioreplay.config import ClientSettings
 from prioreplay.datasets import iter_problems
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.stores import create_store
-from prioreplay.priority_server.testing import BackgroundServer
+from prioreplay.priority_server.open_store import create_store
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.v1 import priority_service_pb2 as pb
 
 G = 4  # group size: small, still gives mixed / all-correct / all-wrong groups

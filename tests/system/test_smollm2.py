@@ -36,9 +36,9 @@ def test_a_batch_of_arithmetic_problems_gets_mixed_rewards(smollm2_dir, monkeypa
     from prioreplay.client import PriorityClient, problem_to_proto
     from prioreplay.config import ClientSettings
     from prioreplay.datasets import iter_problems
-    from prioreplay.priority_server.testing import BackgroundServer
+    from prioreplay.priority_server.background_server import BackgroundServer
     from prioreplay.priority_server.store import StoreConfig
-    from prioreplay.priority_server.stores import create_store
+    from prioreplay.priority_server.open_store import create_store
     from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
     from prioreplay.rollout_worker.config import WorkerConfig
     from prioreplay.rollout_worker.worker import RolloutWorker

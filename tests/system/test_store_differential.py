@@ -27,7 +27,7 @@ from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import StoreConfig
-from prioreplay.priority_server.store_types import GroupOutcome
+from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 
 IDS = [f"prob-{i:02d}" for i in range(12)]

@@ -23,7 +23,7 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
--- Python twin: samplers.XorShift32 (services/priority_server/samplers.py), Marsaglia 13, 17, 5,
+-- Python twin: samplers.XorShift32 (services/priority_server/samplers/base.py), Marsaglia 13, 17, 5,
 -- here on LuaBitOp's signed 32-bit integers.
 local function xs_new(seed)
   local x = seed % TWO32

@@ -1,5 +1,5 @@
 -- sample.lua: lease a batch (store.py docstring, "sample"): expire due leases, run the sampler's
--- branch (one function per sampler below; Python twins in priority_server/samplers.py), record
+-- branch (one function per sampler below; Python twins in priority_server/samplers/<name>.py), record
 -- the lease.
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member

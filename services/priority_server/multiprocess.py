@@ -146,13 +146,7 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     port = config.port or _free_port(config.host if ":" not in config.host else "127.0.0.1")
     _check_port_free(config.host, port)
     private = [_free_port() for _ in range(config.processes)] if config.metrics_port else []
-    ctx = multiprocessing.get_context("spawn")
-    procs = []
-    for i in range(config.processes):
-        child_cfg = config.model_copy(update={"port": port, "metrics_port": private[i] if private else 0})
-        p = ctx.Process(target=child, args=(child_cfg, i), name=f"prioreplay-server-{i + 1}", daemon=False)
-        p.start()
-        procs.append(p)
+    procs = _start_children(config, child, port, private)
     http = None
     stop = {"signum": 0}
 
@@ -162,36 +156,13 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     code = 0
     try:
-        if config.metrics_port:
-            registry = CollectorRegistry()
-            registry.register(AggregateCollector([f"http://127.0.0.1:{p}/metrics" for p in private]))
-            from prometheus_client import start_http_server
-
-            try:
-                http, _ = start_http_server(config.metrics_port, addr=config.host, registry=registry)
-            except OSError as e:
-                raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port}: {e.strerror}") from e
+        http = _serve_metrics(config, private)
         log.info("prioreplay server: %d processes on %s:%d (SO_REUSEPORT), pids %s; metrics %s", config.processes,
                  config.host, port, ", ".join(str(p.pid) for p in procs),
                  f"on :{config.metrics_port}/metrics (all processes)" if http else "off")
-        while not stop["signum"]:
-            multiprocessing.connection.wait([p.sentinel for p in procs], timeout=0.5)
-            dead = [p for p in procs if p.exitcode is not None]
-            if dead and not stop["signum"]:
-                log.error("server process %s exited with %s; stopping the others", dead[0].name, dead[0].exitcode)
-                code = 1
-                break
+        code = _watch(procs, stop)
     finally:
-        for p in procs:
-            if p.exitcode is None:
-                os.kill(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + config.grace_s + 20.0
-        for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-            if p.exitcode is None:
-                log.warning("%s did not stop in time; killing it", p.name)
-                p.kill()
-                p.join(5)
+        _stop_children(procs, config.grace_s + 20.0)
         if http is not None:
             http.shutdown()
         for sig, h in old.items():
@@ -200,3 +171,60 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
         code = 1
     log.info("stopped (%d processes)", len(procs))
     return code
+
+
+def _start_children(config: ServerConfig, child: Callable[[ServerConfig, int], None], port: int,
+                    private: list[int]) -> list:
+    """Spawn one process per server, each on ``port`` with its private metrics port (0: none)."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = []
+    for i in range(config.processes):
+        child_cfg = config.model_copy(update={"port": port, "metrics_port": private[i] if private else 0})
+        p = ctx.Process(target=child, args=(child_cfg, i), name=f"prioreplay-server-{i + 1}", daemon=False)
+        p.start()
+        procs.append(p)
+    return procs
+
+
+def _serve_metrics(config: ServerConfig, private: list[int]):
+    """The summed ``/metrics`` of every process on ``config.metrics_port``, or None when it is 0.
+
+    Raises:
+        InvalidArgument: the port cannot be bound.
+    """
+    if not config.metrics_port:
+        return None
+    from prometheus_client import start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(AggregateCollector([f"http://127.0.0.1:{p}/metrics" for p in private]))
+    try:
+        http, _ = start_http_server(config.metrics_port, addr=config.host, registry=registry)
+    except OSError as e:
+        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port}: {e.strerror}") from e
+    return http
+
+
+def _watch(procs: list, stop: dict) -> int:
+    """Wait until a stop signal (0) or until a process exits on its own (1)."""
+    while not stop["signum"]:
+        multiprocessing.connection.wait([p.sentinel for p in procs], timeout=0.5)
+        dead = [p for p in procs if p.exitcode is not None]
+        if dead and not stop["signum"]:
+            log.error("server process %s exited with %s; stopping the others", dead[0].name, dead[0].exitcode)
+            return 1
+    return 0
+
+
+def _stop_children(procs: list, timeout_s: float) -> None:
+    """SIGTERM every live process, wait up to ``timeout_s`` in all, then kill the stragglers."""
+    for p in procs:
+        if p.exitcode is None:
+            os.kill(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.exitcode is None:
+            log.warning("%s did not stop in time; killing it", p.name)
+            p.kill()
+            p.join(5)

@@ -1,0 +1,225 @@
+"""What every sampler shares: the RNG, the retest quota, the view a sampler sees, its picks, and
+the retest-then-heap frame most samplers fill in.
+
+Standard library and :mod:`prioreplay.rules` only, so configurations stay light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
+
+from prioreplay.rules import Pool, Stats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prioreplay.priority_server.config import StoreConfig
+
+
+# -- the RNG and the retest quota ------------------------------------------------------------
+def step_seed(seed: int, step: int) -> int:
+    """The 32-bit non-zero seed of the sampler's RNG at batch ``step`` (restart-safe: derived)."""
+    h = hashlib.blake2b(f"{seed}:{step}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "big") or 1
+
+
+class XorShift32:
+    """Marsaglia's xorshift32 (13, 17, 5): the sampler's RNG, mirrored exactly in ``lua/lib.lua``
+    (``xs_new``, ``xs_next``, ``xs_random``).
+
+    Python's and Redis-Lua's arithmetic agree on it bit for bit (Lua uses the ``bit`` library),
+    so the ``weighted`` and ``uniform`` samplers draw the same problems in both stores.
+    """
+
+    __slots__ = ("x",)
+    _M = 0xFFFFFFFF
+
+    def __init__(self, seed32: int):
+        self.x = (seed32 & self._M) or 1
+
+    def next_u32(self) -> int:
+        """The next 32-bit output."""
+        x = self.x
+        x ^= (x << 13) & self._M
+        x ^= x >> 17
+        x ^= (x << 5) & self._M
+        self.x = x
+        return x
+
+    def random(self) -> float:
+        """A float in [0, 1): next_u32() / 2³²."""
+        return self.next_u32() / 4294967296.0
+
+
+def retest_quota(batch_size: int, retest_fraction: float) -> int:
+    """Problems of a batch reserved for pool retests: ⌊f·B⌋, but at least 1 when f > 0.
+
+    The floor of one keeps retests alive for small batches, so no pooled problem starves.
+    """
+    if retest_fraction <= 0.0:
+        return 0
+    return max(1, int(math.floor(batch_size * retest_fraction)))
+
+
+# -- what a sampler sees and returns ----------------------------------------------------------
+@dataclass(frozen=True)
+class Pick:
+    """One problem a sampler took.
+
+    Attributes:
+        member: its sorted-set member (``store.tie_member``: tie-break key + id).
+        source: where it came from (HEAP, SOLVED or UNSOLVED); it returns there if not reported.
+        group_size: completions the worker should generate for it; None: the worker's own G.
+    """
+
+    member: str
+    source: Pool
+    group_size: int | None = None
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """One ``sample`` call, as a sampler sees it.
+
+    Attributes:
+        batch_size: B, problems wanted (>= 1); a sampler returns at most B picks.
+        step: the step of this batch (1 for the first); pooled problems' scores are steps too.
+        quota: problems reserved for pool retests (0 when the sampler does not retest).
+        retest_interval: batches a pooled problem waits before it is due for a retest.
+        rng: this step's seeded RNG, or None for a sampler with ``uses_rng=False``.
+    """
+
+    batch_size: int
+    step: int
+    quota: int
+    retest_interval: int
+    rng: XorShift32 | None
+
+
+class SamplerView(Protocol):
+    """The problems not leased, as one ``sample`` call sees them (the memory store's view)."""
+
+    def heap_size(self) -> int:
+        """Problems in the heap."""
+
+    def heap_entry(self, rank: int) -> tuple[float, str]:
+        """(priority, member) of the problem at ``rank`` in heap order (0: the top)."""
+
+    def pool_size(self, pool: Pool) -> int:
+        """Problems in the SOLVED or UNSOLVED pool."""
+
+    def pool_entry(self, pool: Pool, index: int) -> tuple[float, str]:
+        """(last tested step, member) at ``index`` in pool order (0: least recently tested)."""
+
+    def problem_stats(self, member: str) -> Stats:
+        """The problem's decayed reward sums."""
+
+    def take_heap(self, rank: int) -> Pick:
+        """Lease the heap problem at ``rank``; it leaves the view at once."""
+
+    def take_pool(self, pool: Pool, index: int) -> Pick:
+        """Lease the pooled problem at ``index``; it leaves the view at once."""
+
+
+class MemorySampler:
+    """A sampler's in-process implementation (the memory store runs it; the oracle for Lua).
+
+    Args:
+        config: the store configuration (``alpha`` and any sampler parameter live there).
+    """
+
+    def __init__(self, config: "StoreConfig") -> None:
+        self.config = config
+
+    def sample(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
+        """Take up to ``request.batch_size`` problems from ``view``; return them in batch order."""
+        raise NotImplementedError
+
+
+# -- pool order -------------------------------------------------------------------------------
+_POOL_RANK = {Pool.SOLVED: 0, Pool.UNSOLVED: 1}
+
+
+def _pool_head(view: SamplerView, pos: dict[Pool, int]) -> tuple[tuple[float, int, str], Pool] | None:
+    """The first entry in merged pool order (score asc, solved before unsolved, member asc) at or
+    after position ``pos[pool]`` of each pool, as ((score, pool rank, member), pool); None: none."""
+    head: tuple[tuple[float, int, str], Pool] | None = None
+    for pool in (Pool.SOLVED, Pool.UNSOLVED):
+        if pos[pool] < view.pool_size(pool):
+            score, member = view.pool_entry(pool, pos[pool])
+            key = (score, _POOL_RANK[pool], member)
+            if head is None or key < head[0]:
+                head = (key, pool)
+    return head
+
+
+def take_from_pools(view: SamplerView, count: int, max_score: float | None) -> list[Pick]:
+    """Up to ``count`` pooled problems in merged pool order (score asc, solved before unsolved,
+    member asc), only those with score <= ``max_score`` (None: any score)."""
+    picks: list[Pick] = []
+    start = {Pool.SOLVED: 0, Pool.UNSOLVED: 0}
+    while len(picks) < count:
+        head = _pool_head(view, start)
+        if head is None or (max_score is not None and head[0][0] > max_score):
+            break
+        picks.append(view.take_pool(head[1], 0))
+    return picks
+
+
+def due_window(view: SamplerView, request: SampleRequest, size: int) -> list[tuple[float, Pool, int, str]]:
+    """The ``size`` least recently tested due pooled problems (score <= step − interval), in merged
+    pool order, as (score, pool, index in its pool, member); nothing is taken."""
+    thr = float(request.step - request.retest_interval)
+    out: list[tuple[float, Pool, int, str]] = []
+    pos = {Pool.SOLVED: 0, Pool.UNSOLVED: 0}
+    while len(out) < size:
+        head = _pool_head(view, pos)
+        if head is None or head[0][0] > thr:
+            break
+        (score, _, member), pool = head
+        out.append((score, pool, pos[pool], member))
+        pos[pool] += 1
+    return out
+
+
+def take_top_of_heap(view: SamplerView, count: int) -> list[Pick]:
+    """Up to ``count`` problems from the top of the heap, in heap order (draws nothing)."""
+    return [view.take_heap(0) for _ in range(min(count, view.heap_size()))]
+
+
+# -- the frame: retests, then the heap, then a fill ---------------------------------------------
+class RetestThenHeap(MemorySampler):
+    """R, H, F (store.py, ``sample`` step 3): due retests, then the heap, then a fill from the pools.
+
+    R (:meth:`retests`): up to ``quota`` pooled problems last tested at least ``retest_interval``
+    steps ago, least recently tested first. H (:meth:`take_from_heap`): up to B − |R| from the
+    top of the heap. F: up to B − |R| − |H| from the pools regardless of score, in the same
+    order as R. A sampler overrides R or H (never both through a chain of subclasses) and may
+    turn on probes.
+    """
+
+    #: Probe problems never tested (statistics n == 0) with ``config.probe_size`` completions.
+    probe_unseen = False
+    #: Probe the retests R (not the fill F) with ``config.probe_size`` completions.
+    probe_retests = False
+
+    def sample(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
+        picks = self.retests(view, request)
+        if self.probe_retests:
+            picks = [replace(p, group_size=self.config.probe_size) for p in picks]
+        heap = self.take_from_heap(view, request, request.batch_size - len(picks))
+        if self.probe_unseen:
+            heap = [replace(p, group_size=self.config.probe_size) if view.problem_stats(p.member).n == 0.0 else p
+                    for p in heap]
+        picks += heap
+        picks += take_from_pools(view, request.batch_size - len(picks), None)
+        return picks
+
+    def retests(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
+        """R: the due retests, least recently tested first."""
+        return take_from_pools(view, request.quota, float(request.step - request.retest_interval))
+
+    def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
+        """H: up to ``count`` heap problems (default: the top, in heap order)."""
+        return take_top_of_heap(view, count)

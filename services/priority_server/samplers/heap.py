@@ -1,0 +1,13 @@
+"""``heap``: the paper's sampler. Due retests, then the top of the heap, then a fill from the pools.
+
+Draws no random numbers; Lua branch ``heap`` in ``lua/sample.lua``.
+"""
+
+from __future__ import annotations
+
+from prioreplay.priority_server.samplers.base import RetestThenHeap
+
+
+class HeapSampler(RetestThenHeap):
+    """``heap`` (Fatemi, arXiv 2601.02648): H is the top of the heap, in heap order; R the due
+    retests, least recently tested first. Draws no random numbers."""

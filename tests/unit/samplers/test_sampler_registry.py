@@ -1,0 +1,183 @@
+"""Unit tests of the sampler seam (services/priority_server/samplers/__init__.py and base.py) and
+the store's ordering keys (tie-break members, histogram edges): registry, RNG, quota, and a new
+sampler plugged in. Each sampler's own behaviour is tested in test_sampler_<name>.py.
+
+Expected values are computed by hand or by an independent implementation in the test (numpy
+uint32 arithmetic for xorshift32).
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from prioreplay.demo_config import DemoConfig
+from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server.config import ServerConfig
+from prioreplay.priority_server.memory_store import MemoryStore
+from prioreplay.priority_server.redis_store import RedisStore
+from prioreplay.priority_server.samplers import (
+    SAMPLERS,
+    RetestThenHeap,
+    SamplerName,
+    SamplerSpec,
+    XorShift32,
+    retest_quota,
+    step_seed,
+)
+from prioreplay.priority_server.store import TIE_HEX_CHARS, StoreConfig, histogram_edges, member_id, tie_member
+from prioreplay.problems import ProblemRecord
+from prioreplay.rules import Pool
+
+
+# -- the registry -----------------------------------------------------------------------------------
+def _lua_branches() -> set[str]:
+    from pathlib import Path
+
+    import prioreplay.priority_server as ps
+
+    text = (Path(ps.__file__).with_name("lua") / "sample.lua").read_text(encoding="utf-8")
+    table = re.search(r"local branches = \{(.*?)\n\}", text, re.S).group(1)
+    return {a or b for a, b in re.findall(r"^\s*(?:(\w+)|\['([\w-]+)'\]) = ", table, re.M)}
+
+
+def test_every_registered_sampler_has_its_lua_branch_and_every_branch_a_sampler():
+    assert {s.lua_branch for s in SAMPLERS.values() if s.lua_branch} == _lua_branches()
+    assert all(name == spec.name for name, spec in SAMPLERS.items())
+
+
+def test_configurations_offer_exactly_the_registered_samplers():
+    names = tuple(SAMPLERS)
+    assert typing.get_args(SamplerName) == names
+    for cls in (ServerConfig, DemoConfig):
+        assert typing.get_args(cls.model_fields["sampler"].annotation) == names
+    for name in names:
+        assert StoreConfig(sampler=name).sampler == name
+    with pytest.raises(InvalidArgument, match="must be one of heap, weighted, uniform"):
+        StoreConfig(sampler="greedy")
+
+
+class _BottomOfHeap(RetestThenHeap):
+    """A sampler only this test knows: H is the bottom of the heap, screened with G = 2."""
+
+    def take_from_heap(self, view, request, count):
+        picks = [view.take_heap(view.heap_size() - 1) for _ in range(min(count, view.heap_size()))]
+        return [replace(p, group_size=2) for p in picks]
+
+
+async def test_a_new_sampler_plugs_in_through_the_registry_alone(monkeypatch):
+    monkeypatch.setitem(SAMPLERS, "bottom", SamplerSpec("bottom", _BottomOfHeap, uses_rng=False, retests=True,
+                                                        lua_branch=None, help="test only"))
+    config = StoreConfig(sampler="bottom", retest_fraction=0.0, seed=3)
+    store = MemoryStore(config)
+    ids = [f"p{i}" for i in range(10)]
+    await store.register([ProblemRecord(i, f"q {i}", "1") for i in ids])
+    lease = await store.sample(3)
+    bottom_first = sorted(ids, key=lambda i: tie_member(i, 3))  # heap order reversed (equal priorities)
+    assert [sp.problem.id for sp in lease.problems] == bottom_first[:3]
+    assert all(sp.group_size == 2 and sp.source is Pool.HEAP for sp in lease.problems)
+    with pytest.raises(InvalidArgument, match="memory store only"):
+        RedisStore(config, "redis://127.0.0.1:1/0", "ns")
+
+
+# -- tie-break keys (store.py) ------------------------------------------------------------------------------
+IDS = [f"p{i:04d}" for i in range(1000)]
+
+
+def _rank_correlation(order: list[str]) -> float:
+    ranks = np.array([IDS.index(i) for i in order], dtype=float)
+    return float(np.corrcoef(ranks, np.arange(len(order), dtype=float))[0, 1])
+
+
+def test_tie_member_is_a_seeded_prefix_plus_the_id():
+    m = tie_member("p0042", 7)
+    assert len(m) == TIE_HEX_CHARS + len("p0042")
+    assert all(c in "0123456789abcdef" for c in m[: TIE_HEX_CHARS])
+    assert member_id(m) == "p0042"
+    assert tie_member("p0042", 7) == m  # deterministic
+    assert tie_member("p0042", 8) != m
+
+
+def test_tie_order_does_not_follow_dataset_order_and_depends_on_the_seed():
+    heap_order = {}
+    for seed in (0, 1):
+        heap_order[seed] = sorted(IDS, key=lambda i: tie_member(i, seed), reverse=True)
+        assert heap_order[seed][:32] != IDS[:32]
+        # a random permutation of 1000: |rank correlation| has standard deviation ≈ 0.03
+        assert abs(_rank_correlation(heap_order[seed])) < 0.15
+    assert heap_order[0] != heap_order[1]
+    assert len(set(heap_order[0][:100]) & set(heap_order[1][:100])) < 50
+
+
+# -- batch arithmetic ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "batch, fraction, quota",
+    [(10, 0.0, 0), (10, 0.1, 1), (5, 0.1, 1), (256, 0.1, 25), (4, 1.0, 4), (100, 0.25, 25), (7, 0.5, 3)],
+)
+def test_retest_quota_is_floor_but_at_least_one(batch, fraction, quota):
+    assert retest_quota(batch, fraction) == quota
+
+
+def test_histogram_edges_are_equal_buckets_over_zero_to_quarter():
+    assert histogram_edges(4) == [0.0, 0.0625, 0.125, 0.1875, 0.25]
+    edges = histogram_edges(10)
+    assert len(edges) == 11 and edges[0] == 0.0 and edges[-1] == 0.25
+    assert np.allclose(np.diff(edges), 0.025)
+
+
+def test_step_seed_is_32_bit_nonzero_and_changes_with_seed_and_step():
+    seeds = {step_seed(s, t) for s in range(3) for t in range(1, 50)}
+    assert len(seeds) == 3 * 49
+    assert all(0 < x < 2**32 for x in seeds)
+    assert step_seed(5, 9) == step_seed(5, 9)
+
+
+# -- xorshift32 ------------------------------------------------------------------------------------
+def _xorshift32_numpy(seed: int, n: int) -> list[int]:
+    """Marsaglia (2003), "Xorshift RNGs", J. Stat. Softw. 8(14): y ^= y<<13; y ^= y>>17; y ^= y<<5
+    on 32-bit unsigned integers (numpy uint32 wraps modulo 2³²)."""
+    y = np.uint32(seed)
+    out = []
+    with np.errstate(over="ignore"):
+        for _ in range(n):
+            y ^= np.uint32(y << np.uint32(13))
+            y ^= np.uint32(y >> np.uint32(17))
+            y ^= np.uint32(y << np.uint32(5))
+            out.append(int(y))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2463534242, 0xDEADBEEF, 123456789, step_seed(0, 1)])
+def test_xorshift32_matches_an_independent_implementation(seed):
+    rng = XorShift32(seed)
+    assert [rng.next_u32() for _ in range(20)] == _xorshift32_numpy(seed, 20)
+
+
+def test_xorshift32_known_first_outputs():
+    # seed 1 by hand: 1 ^ (1<<13) = 8193; 8193 >> 17 = 0; 8193 ^ (8193<<5) = 8193 ^ 262176 = 270369
+    assert XorShift32(1).next_u32() == 270369
+    # Marsaglia's paper seeds y = 2463534242; its first output is 723471715
+    assert XorShift32(2463534242).next_u32() == 723471715
+
+
+def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
+    rng = XorShift32(0)  # 0 is a fixed point of xorshift; the RNG maps it to 1
+    assert rng.next_u32() == 270369
+    rng = XorShift32(99)
+    expected = _xorshift32_numpy(99, 1000)
+    draws = [rng.random() for _ in range(1000)]
+    assert draws == [x / 2**32 for x in expected]
+    assert all(0.0 <= d < 1.0 for d in draws)
+    assert 0.4 < sum(draws) / len(draws) < 0.6
+
+
+# -- the samplers' parameters ------------------------------------------------------------------------
+@pytest.mark.parametrize("field, value", [("temperature", 0.0), ("probe_size", 0), ("posterior_decay", 0.0),
+                                          ("posterior_decay", 1.5), ("posterior_prior", 0.0)])
+def test_new_sampler_parameters_are_validated(field, value):
+    with pytest.raises(InvalidArgument, match=field):
+        StoreConfig(**{field: value})
