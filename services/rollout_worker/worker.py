@@ -250,7 +250,7 @@ class RolloutWorker:
         prompt (after the chat template) of at least the backend's ``max_context_tokens`` leaves no
         room for one generated token (vLLM refuses it and the worker would die on it). Those are
         logged, counted and reported unservable, so the server quarantines them."""
-        limit = getattr(self.backend, "max_context_tokens", None)
+        limit = self.backend.max_context_tokens
         if not limit:
             return leased, prompts, []
         keep, keep_prompts, unservable = [], [], []
