@@ -94,7 +94,7 @@ def _server(kind: str) -> Iterator[str]:
         with BackgroundServer(lambda: create_store("memory", cfg.to_store_config()), cfg) as srv:
             yield srv.address
         return
-    from benchmarks.service import free_port
+    from prioreplay.channel import free_port
 
     address = f"127.0.0.1:{free_port()}"
     proc = subprocess.Popen([sys.executable, "-m", "prioreplay.cli", "server", "--store", "memory", "--port",

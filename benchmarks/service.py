@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import numpy as np
 
+from prioreplay.channel import free_port
+from prioreplay.convert import problem_to_proto
 from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
@@ -86,10 +87,6 @@ def make_problem(i: int) -> ProblemRecord:
                          prompt=f"A shop sells {i % 97 + 3} pencils for {i % 13 + 2} dollars each and gives a "
                                 f"discount of {i % 9 + 1} dollars on the total. What does a customer pay?",
                          answer=str((i % 97 + 3) * (i % 13 + 2) - (i % 9 + 1)), verifier="exact")
-
-
-def to_proto(r: ProblemRecord) -> pb.Problem:
-    return pb.Problem(id=r.id, prompt=r.prompt, answer=r.answer, verifier=r.verifier)
 
 
 # -- synthetic reports ------------------------------------------------------------------------
@@ -319,12 +316,6 @@ def run_report_path(params: ServiceParams, reports: int = 20, rounds: int = 7, s
 
 
 # -- servers, stores, cleanup -----------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def store_spec(kind: str, redis_url: str) -> str:
     return "memory" if kind == "memory" else redis_url
 
@@ -467,7 +458,7 @@ async def register_grpc(stub: Any, n: int, chunk: int = 512) -> tuple[pb.Registe
 
     async def chunks():
         for start in range(0, n, chunk):
-            yield pb.RegisterProblemsRequest(problems=[to_proto(make_problem(i)) for i in range(start, min(n, start + chunk))])
+            yield pb.RegisterProblemsRequest(problems=[problem_to_proto(make_problem(i)) for i in range(start, min(n, start + chunk))])
 
     t = time.perf_counter()
     resp = await stub.RegisterProblems(chunks())

@@ -7,18 +7,18 @@ backoff and jitter, and maps status codes back to :mod:`prioreplay.errors`.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
 import uuid
+from collections import deque
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import grpc
 
+from prioreplay.channel import client_channel_options, timed_call
 from prioreplay.config import ClientSettings
-from prioreplay.errors import ERRORS_BY_CODE, PrioreplayError, StoreUnavailable
-from prioreplay.problems import ProblemRecord
+from prioreplay.errors import ERRORS_BY_CODE, PrioreplayError, ResourceExhausted, StoreUnavailable
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
@@ -26,48 +26,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-
-
-def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
-    """gRPC channel/server options with explicit send/receive limits (MiB → bytes)."""
-    n = max_message_mb * 1024 * 1024
-    return [("grpc.max_send_message_length", n), ("grpc.max_receive_message_length", n)]
-
-
-#: Target schemes whose addresses the client spreads RPCs over (gRPC's round_robin policy).
-BALANCED_SCHEMES = ("dns:", "ipv4:", "ipv6:")
-_ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
-
-
-def client_channel_options(target: str, max_message_mb: int) -> list[tuple[str, int | str]]:
-    """Channel options of a client of ``target``: the message limits, and for a target with a
-    resolver scheme (``dns:///priority-server:50051``, ``ipv4:10.0.0.1:50051,10.0.0.2:50051``)
-    gRPC's ``round_robin`` policy, which keeps a connection to every address the name resolves to
-    (e.g. each replica of ``docker compose --scale priority-server=N``) and spreads RPCs over them.
-    A plain ``HOST:PORT`` keeps gRPC's default (one connection to the first address that answers).
-    """
-    opts: list[tuple[str, int | str]] = list(channel_options(max_message_mb))
-    if target.startswith(BALANCED_SCHEMES):
-        opts.append(("grpc.service_config", _ROUND_ROBIN))
-    return opts
-
-
-def problem_to_proto(problem: ProblemRecord) -> pb.Problem:
-    """The proto ``Problem`` of a :class:`~prioreplay.problems.ProblemRecord` (loaders, the servicer)."""
-    return pb.Problem(id=problem.id, prompt=problem.prompt, answer=problem.answer, verifier=problem.verifier,
-                      metadata=dict(problem.metadata))
-
-
-def timed_call(observe: Callable[[str, float], None], method: str, fn: Callable[..., T], *args, **kwargs) -> T:
-    """``fn(*args, **kwargs)``, then ``observe(method, seconds)`` with its wall time, also when it raises.
-
-    The worker and the learner time their RPCs with it (retries and backoff included).
-    """
-    t0 = time.perf_counter()
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        observe(method, time.perf_counter() - t0)
+#: Bytes of a report message kept free of outcomes (lease id, worker id, framing).
+REPORT_MARGIN_BYTES = 4096
+#: Bytes an outcome adds to a report beyond its own size (field tag and length prefix, at most).
+OUTCOME_FRAMING_BYTES = 8
 
 
 def map_rpc_error(e: grpc.RpcError, method: str, max_message_mb: int | None = None) -> PrioreplayError:
@@ -87,6 +49,42 @@ def map_rpc_error(e: grpc.RpcError, method: str, max_message_mb: int | None = No
         details += (f" (a gRPC message limit: --max-message-mb, {mine}; the server has its own --max-message-mb. "
                     "Raise the limit of the side that refused, or send less per call)")
     return cls(f"{method}: {details}")
+
+
+def split_outcomes(outcomes: Sequence[pb.ProblemOutcome], limit_bytes: int) -> list[list[pb.ProblemOutcome]]:
+    """Cut a report's outcomes into consecutive parts of at most ``limit_bytes`` serialized bytes each.
+
+    Greedy and order-keeping: each outcome costs its ``ByteSize()`` plus
+    :data:`OUTCOME_FRAMING_BYTES`; a part takes outcomes while they fit. An outcome larger than the
+    limit alone gets a part of its own (the server decides about it). Always at least one part
+    (``[[]]`` for no outcomes: an empty report still ends its lease).
+
+    Raises:
+        ValueError: ``limit_bytes`` < 1.
+    """
+    if limit_bytes < 1:
+        raise ValueError(f"limit_bytes ({limit_bytes}) must be >= 1")
+    parts: list[list[pb.ProblemOutcome]] = []
+    part: list[pb.ProblemOutcome] = []
+    size = 0
+    for o in outcomes:
+        n = o.ByteSize() + OUTCOME_FRAMING_BYTES
+        if part and size + n > limit_bytes:
+            parts.append(part)
+            part, size = [], 0
+        part.append(o)
+        size += n
+    parts.append(part)
+    return parts
+
+
+def _add_part(total: pb.ReportOutcomesResponse, resp: pb.ReportOutcomesResponse) -> None:
+    """Fold one part's answer into the answer for the whole report (refused: its reason)."""
+    total.groups_queued += resp.groups_queued
+    total.groups_filtered += resp.groups_filtered
+    total.problems_quarantined += resp.problems_quarantined
+    if not resp.accepted:
+        total.accepted, total.reason = False, resp.reason
 
 
 class PriorityClient:
@@ -207,6 +205,63 @@ class PriorityClient:
                                        client_source=client_source, rewards_only=rewards_only,
                                        more_parts=more_parts, unservable_problem_ids=unservable)
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
+
+    def report_lease(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",
+                     client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False,
+                     unservable: Sequence[str] = (),
+                     observe: Callable[[str, float], None] | None = None) -> pb.ReportOutcomesResponse:
+        """Report a whole lease, in parts when one message would be too large (:meth:`report` per part).
+
+        Parts are cut to fit this client's ``max_message_mb`` (less :data:`REPORT_MARGIN_BYTES`,
+        :func:`split_outcomes`); a part the server refuses as too large (its own, lower limit) is
+        halved and sent again. Every part but the last has ``more_parts`` set, so the lease stays
+        live until the last one; ``unservable`` goes with the last. A single outcome too large for
+        the server is left out (logged, naming ``--max-message-mb``); its problem returns
+        unreported when the lease ends. Sending stops at the first part the server does not accept.
+
+        Args:
+            observe: ``observe("ReportOutcomes", seconds)`` after each part (a worker's RPC timer).
+
+        Returns:
+            One ``ReportOutcomesResponse`` summing the parts' counts; accepted when every part was,
+            else the reason of the first refusal.
+
+        Raises:
+            PrioreplayError: a part could not be delivered (after retries); earlier parts stay applied.
+        """
+        limit = self.settings.max_message_mb * 1024 * 1024 - REPORT_MARGIN_BYTES
+        parts = split_outcomes(outcomes, limit)
+
+        def send(part: list[pb.ProblemOutcome], last: bool) -> pb.ReportOutcomesResponse:
+            kw = dict(worker_id=worker_id, client_source=client_source, rewards_only=rewards_only,
+                      more_parts=not last, unservable=unservable if last else ())
+            if observe is None:
+                return self.report(lease_id, part, **kw)
+            return timed_call(observe, "ReportOutcomes", self.report, lease_id, part, **kw)
+
+        total = pb.ReportOutcomesResponse(accepted=True)
+        pending = deque((p, i == len(parts) - 1) for i, p in enumerate(parts))
+        while pending:
+            part, last = pending.popleft()
+            try:
+                resp = send(part, last)
+            except ResourceExhausted as e:
+                if len(part) > 1:  # the server's limit is lower: halve and send again
+                    half = len(part) // 2
+                    pending.extendleft([(part[half:], last), (part[:half], False)])
+                    continue
+                log.error("lease %s: problem %s alone is too large to report (%s); raise --max-message-mb on the "
+                          "server and this client; it returns unreported when the lease ends", lease_id,
+                          part[0].problem_id if part else "(none)", e)
+                if not last:
+                    continue
+                resp = send([], True)  # the last part, empty: ends the lease
+            _add_part(total, resp)
+            if not resp.accepted:
+                break
+        if len(parts) > 1:
+            log.info("lease %s reported in %d parts (over %.1f MiB in one)", lease_id, len(parts), limit / 2**20)
+        return total
 
     def pull(self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner",
              include_own_pending: bool = False) -> pb.PullTrajectoriesResponse:

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from prioreplay.channel import free_port
 from prioreplay.demo_config import DemoConfig, escape_stop
 from prioreplay.errors import PrioreplayError
 from prioreplay.process import setup_logging
@@ -34,13 +34,6 @@ HIST_BUCKETS = 20
 
 class ChildFailed(PrioreplayError):
     """A child process exited unexpectedly (the message holds its log tail)."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -309,7 +302,7 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
 
 def _register_dataset(demo: Demo, client) -> list:
     """Register the training problems; return the held-out slice (empty when eval_size is 0)."""
-    from prioreplay.client import problem_to_proto
+    from prioreplay.convert import problem_to_proto
     from prioreplay.datasets import evaluation_slice, iter_problems
 
     cfg = demo.cfg

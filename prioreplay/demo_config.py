@@ -8,27 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from prioreplay.config import PrioreplaySettings
 from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLER_HELP, SamplerName
-
-
-_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-
-
-def escape_stop(s: str) -> str:
-    """A stop string as a ``--stop`` flag writes it (``\\n``, ``\\t``, ``\\\\``)."""
-    return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
-
-
-def unescape_stop(s: str) -> str:
-    """The inverse of :func:`escape_stop` (the worker's ``--stop`` reads the same escapes)."""
-    chars, i = [], 0
-    while i < len(s):
-        if s[i] == "\\" and i + 1 < len(s) and s[i + 1] in _ESCAPES:
-            chars.append(_ESCAPES[s[i + 1]])
-            i += 2
-        else:
-            chars.append(s[i])
-            i += 1
-    return "".join(chars)
+from prioreplay.rollout_worker.config import escape_stop, unescape_stop  # noqa: F401 - demo and compare write --stop
 
 
 class DemoConfig(PrioreplaySettings):

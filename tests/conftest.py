@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from prioreplay.channel import free_port  # noqa: F401 - the tests import it from here
 
 REPO = Path(__file__).resolve().parent.parent
 GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
@@ -33,13 +34,6 @@ def _redis_answers(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
     except Exception:  # noqa: BLE001
         return False
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_redis_server(port: int, workdir: str, appendonly: bool = False) -> subprocess.Popen:

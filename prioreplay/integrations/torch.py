@@ -10,7 +10,8 @@ The lifecycle of one batch::
 
     SampleProblems(B) ─▶ indices yielded (each ``repeat_each`` times, the block ``repeat_batch`` times)
                      ─▶ report(ids, rewards) buffers per problem until G rewards arrived
-                     ─▶ every problem of the lease complete ─▶ one ReportOutcomes (rewards only)
+                     ─▶ every problem of the lease complete ─▶ one report (rewards only; in parts
+                        when over the message limit: ``PriorityClient.report_lease``)
 
 A lease is reported once, whole (the server's counting rule), so rewards are buffered per problem
 until all of a lease's groups are complete. Partial groups (fewer than G rewards) are sent only by
@@ -39,7 +40,9 @@ from torch.utils.data import Sampler
 
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
+from prioreplay.convert import outcome_to_proto, problem_to_proto
 from prioreplay.errors import InvalidArgument
+from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -172,8 +175,8 @@ class ProblemTable:
     def records(self, source: str) -> Iterator[pb.Problem]:
         """The rows as ``pb.Problem`` messages (metadata: client kind, dataset fingerprint, row index)."""
         for i, pid in enumerate(self.ids):
-            yield pb.Problem(id=pid, prompt=self.prompts[i], answer=self.answers[i], verifier="exact",
-                             metadata={"client": source, "dataset": self.fingerprint, "row": str(i)})
+            meta = {"client": source, "dataset": self.fingerprint, "row": str(i)}
+            yield problem_to_proto(ProblemRecord(id=pid, prompt=self.prompts[i], answer=self.answers[i], metadata=meta))
 
 
 @dataclass
@@ -463,11 +466,10 @@ class PrioritySampler(Sampler[int]):
             rewards = lease.rewards.get(pid, [])
             whole = lease.slots.get(pid, 0) >= self.group_size
             if rewards and (whole or (partial and self.partial_groups == "report")):
-                outcomes.append(pb.ProblemOutcome(problem_id=pid, policy_version=lease.policy_version,
-                                                  completions=[pb.Completion(reward=r) for r in rewards]))
+                outcomes.append(outcome_to_proto(pid, lease.policy_version, rewards))
         t0 = time.perf_counter()
-        resp = self.client.report(lease.lease_id, outcomes, worker_id=self.worker_id,
-                                  client_source=SOURCES[self.source], rewards_only=True)
+        resp = self.client.report_lease(lease.lease_id, outcomes, worker_id=self.worker_id,
+                                        client_source=SOURCES[self.source], rewards_only=True)
         self.counters["rpc_s"] += time.perf_counter() - t0
         self._leases.pop(lease.lease_id, None)
         for pid in lease.problem_ids:

@@ -47,7 +47,7 @@ import torch
 
 from prioreplay import rules
 from prioreplay.checkpoints import latest_complete
-from prioreplay.client import timed_call
+from prioreplay.channel import timed_call
 from prioreplay.errors import InvalidArgument
 from prioreplay.learner import checkpoint as ckpt
 from prioreplay.learner.config import LearnerConfig

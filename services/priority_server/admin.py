@@ -60,7 +60,8 @@ def run_load(config: LoadConfig) -> int:
     """
     from tqdm import tqdm
 
-    from prioreplay.client import PriorityClient, problem_to_proto
+    from prioreplay.client import PriorityClient
+    from prioreplay.convert import problem_to_proto
     from prioreplay.datasets import iter_problems
 
     records = iter_problems(config.source, split=config.split, id_column=config.id_column,

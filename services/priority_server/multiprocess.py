@@ -35,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from prioreplay.channel import free_port
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.config import ServerConfig
 
@@ -111,12 +112,6 @@ class AggregateCollector(Collector):
         yield rpcs
 
 
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _check_port_free(host: str, port: int) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
@@ -143,9 +138,9 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     Raises:
         InvalidArgument: the port is in use, or ``/metrics`` cannot be served.
     """
-    port = config.port or _free_port(config.host if ":" not in config.host else "127.0.0.1")
+    port = config.port or free_port(config.host if ":" not in config.host else "127.0.0.1")
     _check_port_free(config.host, port)
-    private = [_free_port() for _ in range(config.processes)] if config.metrics_port else []
+    private = [free_port() for _ in range(config.processes)] if config.metrics_port else []
     procs = _start_children(config, child, port, private)
     http = None
     stop = {"signum": 0}

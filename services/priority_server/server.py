@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
-from prioreplay.client import channel_options
+from prioreplay.channel import channel_options
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.backpressure import Backpressure
 from prioreplay.priority_server.config import ServerConfig

@@ -1,6 +1,6 @@
 """The gRPC servicer of ``prioreplay.v1.PriorityService``: a thin layer over a :class:`Store`.
 
-It converts messages to the store's dataclasses and back, checks what only the messages show
+It converts messages to the store's dataclasses and back (through :mod:`prioreplay.convert`), checks what only the messages show
 (log-probabilities against token ids, NaN log-probabilities, negative policy versions, oversized
 worker ids, the range of ``wait_s``), and maps :mod:`prioreplay.errors` to status codes with the
 error's message as details. Everything else (batch sizes, rewards, lease rules, problem fields) is
@@ -19,17 +19,16 @@ from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 
-from prioreplay import rules
-from prioreplay.client import problem_to_proto
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
+from prioreplay.convert import lease_to_proto, outcome_to_group, problem_from_proto, stats_to_proto
 from prioreplay.errors import (FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted,
                                StoreUnavailable)
 from prioreplay.priority_server.client_traffic import ClientTally
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
-from prioreplay.priority_server.records import GroupOutcome, Lease
+from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, lean_report, logprobs_all_valid
-from prioreplay.problems import ProblemRecord, check_name, validate_problem
+from prioreplay.problems import check_name, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
@@ -53,27 +52,6 @@ PULL_BACKOFF_S = (0.005, 0.1)
 DEFAULT_BUCKETS = 10
 #: Bytes of a PullTrajectories answer kept free of groups (queue_depth, framing), bytes.
 RESPONSE_MARGIN_BYTES = 1024
-
-
-def problem_from_proto(p: pb.Problem) -> ProblemRecord:
-    """The store's record of a proto ``Problem`` (an empty verifier means ``exact``)."""
-    return ProblemRecord(id=p.id, prompt=p.prompt, answer=p.answer, verifier=p.verifier or "exact",
-                         metadata=dict(p.metadata))
-
-
-def lease_to_proto(lease: Lease) -> pb.SampleProblemsResponse:
-    """The SampleProblems response of a store :class:`Lease`."""
-    return pb.SampleProblemsResponse(
-        lease_id=lease.lease_id,
-        lease_deadline_unix_s=lease.deadline if lease.problems else 0.0,
-        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source),
-                                   group_size=s.group_size or 0)
-                  for s in lease.problems],
-        policy_version=lease.policy_version,
-        weights_uri=lease.weights_uri,
-        retry_after_s=lease.retry_after_s,
-        step=lease.step,
-    )
 
 
 def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True) -> None:
@@ -113,27 +91,8 @@ def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True
                     )
 
 
-def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float, queue: bool = True) -> GroupOutcome:
-    """The store's :class:`GroupOutcome` of a proto outcome.
-
-    The payload (a serialized ``TrajectoryGroup`` without group_id / delivery_count, stamped with
-    ``reported_unix_s``) is built only for mixed groups, the only ones the store queues, and only
-    when ``queue`` (False for a ``rewards_only`` report: an empty payload is never queued); the
-    store still validates every group's rewards.
-    """
-    rewards = tuple(c.reward for c in o.completions)
-    payload = b""
-    if queue and rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
-        payload = pb.TrajectoryGroup(problem_id=o.problem_id, policy_version=o.policy_version,
-                                     prompt_token_ids=o.prompt_token_ids, completions=o.completions,
-                                     reported_unix_s=reported_unix_s,
-                                     sampling_temperature=o.sampling_temperature,
-                                     sampling_top_p=o.sampling_top_p).SerializeToString()
-    return GroupOutcome(problem_id=o.problem_id, rewards=rewards, payload=payload)
-
-
 def checked_groups(request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool) -> list[GroupOutcome]:
-    """The per-field path of ReportOutcomes: :func:`validate_outcome` and :func:`outcome_to_group`
+    """The per-field path of ReportOutcomes: :func:`validate_outcome` and :func:`~prioreplay.convert.outcome_to_group`
     for each outcome (the lean path, :func:`.wire.lean_report`, must give the same result).
 
     Raises:
@@ -144,7 +103,7 @@ def checked_groups(request: pb.ReportOutcomesRequest, reported_unix_s: float, qu
     if not logprobs_all_valid(request.outcomes):
         for i, o in enumerate(request.outcomes):  # find the bad value for the message
             validate_outcome(o, i)
-    return [outcome_to_group(o, reported_unix_s, queue=queue) for o in request.outcomes]
+    return [GroupOutcome(*outcome_to_group(o, reported_unix_s, queue=queue)) for o in request.outcomes]
 
 
 def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -291,7 +250,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         queue = not request.rewards_only
         lean = lean_report(raw, request, now, queue)
         if lean is not None:
-            groups = [GroupOutcome(problem_id=pid, rewards=rewards, payload=payload) for pid, rewards, payload in lean]
+            groups = [GroupOutcome(*g) for g in lean]
         else:
             groups = checked_groups(request, now, queue)
         unservable = list(request.unservable_problem_ids)
@@ -377,23 +336,8 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     @rpc
     async def GetStats(self, request: pb.GetStatsRequest, context) -> pb.GetStatsResponse:
         """Pool sizes, the priority histogram and the store's counters."""
-        return stats_to_proto(await self.store.stats(request.histogram_buckets or DEFAULT_BUCKETS), self.clients)
+        stats = await self.store.stats(request.histogram_buckets or DEFAULT_BUCKETS)
+        return stats_to_proto(stats, self.clients.to_proto())
 
 
-def stats_to_proto(s, clients: ClientTally | None = None) -> pb.GetStatsResponse:
-    """The GetStats response of a :class:`StoreStats` (plus this process's traffic per kind of client)."""
-    return pb.GetStatsResponse(
-        problems=s.problems, heap_size=s.heap_size, solved=s.solved, unsolved=s.unsolved, leased=s.leased,
-        active_leases=s.active_leases, step=s.step, policy_version=s.policy_version, weights_uri=s.weights_uri,
-        priority_histogram=s.priority_histogram, priority_bucket_edges=s.priority_bucket_edges,
-        groups_mixed=s.groups_mixed, groups_all_correct=s.groups_all_correct, groups_all_wrong=s.groups_all_wrong,
-        groups_constant=s.groups_constant, effective_group_fraction=s.effective_group_fraction,
-        forgetting_events=s.forgetting_events, breakthroughs=s.breakthroughs, lease_expiries=s.lease_expiries,
-        queue_depth=s.queue_depth, pending_groups=s.pending_groups, completions_reported=s.completions_reported,
-        reward_sum=s.reward_sum, late_reports=s.late_reports, groups_acked=s.groups_acked,
-        unseen=s.unseen, clients=clients.to_proto() if clients is not None else [], quarantined=s.quarantined,
-    )
-
-
-__all__ = ["PriorityServicer", "rpc", "lease_to_proto", "stats_to_proto", "validate_outcome",
-           "outcome_to_group", "checked_groups", "problem_from_proto"]
+__all__ = ["PriorityServicer", "rpc", "validate_outcome", "checked_groups"]

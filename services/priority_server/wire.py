@@ -15,6 +15,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from prioreplay import rules
+from prioreplay.convert import ReportedGroup
 from prioreplay.v1 import priority_service_pb2 as pb
 
 #: A behaviour log-probability may exceed 0 by this much (float32 rounding of log-softmax), nats.
@@ -134,7 +135,7 @@ def _varint_counts(chunks: list[bytes]) -> np.ndarray:
 
 
 def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float,
-                queue: bool) -> list[tuple[str, tuple[float, ...], bytes]] | None:
+                queue: bool) -> list[ReportedGroup] | None:
     """The groups of a valid report, read from its received bytes; None when the slow path must decide.
 
     ``request`` is ``raw`` decoded (the decode is what proves the bytes are valid protobuf). When
@@ -143,7 +144,7 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
     pass (finite, <= :data:`LOGPROB_TOLERANCE`), the number of log-probabilities of each
     completion is compared with its number of token ids from the packed varints, and each mixed
     group's payload is made from the received bytes of its prompt token ids and completions (a
-    ``TrajectoryGroup``, byte for byte what rebuilding it from the message would give).
+    ``TrajectoryGroup``, byte for byte what :func:`prioreplay.convert.trajectory_payload` gives).
 
     Returns:
         [(problem_id, rewards, payload)] in report order (payload b"" unless the group is mixed and
@@ -179,7 +180,7 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
                             reported_unix_s=reported_unix_s,
                             sampling_temperature=o.sampling_temperature,
                             sampling_top_p=o.sampling_top_p).SerializeToString()
-        out.append((o.problem_id, rewards, payload))
+        out.append(ReportedGroup(o.problem_id, rewards, payload))
     return out
 
 

@@ -18,6 +18,29 @@ from prioreplay.config import ClientSettings, check_role_settings
 from prioreplay.devices import GpuClaimSettings
 
 
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def escape_stop(s: str) -> str:
+    """A stop string as a ``--stop`` flag writes it (``\\n``, ``\\t``, ``\\\\``): the inverse of
+    :func:`unescape_stop` (the demo and ``compare`` pass their stop strings to workers this way)."""
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def unescape_stop(s: str) -> str:
+    """A ``--stop`` value with its escapes decoded: ``\\n`` newline, ``\\t`` tab, ``\\\\`` backslash;
+    any other backslash stays as written."""
+    chars, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and i + 1 < len(s) and s[i + 1] in _ESCAPES:
+            chars.append(_ESCAPES[s[i + 1]])
+            i += 2
+        else:
+            chars.append(s[i])
+            i += 1
+    return "".join(chars)
+
+
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -72,19 +95,7 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     @field_validator("stop")
     @classmethod
     def _unescape(cls, v: list[str]) -> list[str]:
-        table = {"n": "\n", "t": "\t", "\\": "\\"}
-        out = []
-        for s in v:
-            chars, i = [], 0
-            while i < len(s):
-                if s[i] == "\\" and i + 1 < len(s) and s[i + 1] in table:
-                    chars.append(table[s[i + 1]])
-                    i += 2
-                else:
-                    chars.append(s[i])
-                    i += 1
-            out.append("".join(chars))
-        return out
+        return [unescape_stop(s) for s in v]
 
     @model_validator(mode="after")
     def _check(self) -> "WorkerConfig":

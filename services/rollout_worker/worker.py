@@ -17,6 +17,7 @@ One :meth:`RolloutWorker.run_once` is one lease:
    message limit (``--max-message-mb``, this worker's or, when the server refuses it, the
    server's) is sent in parts (``more_parts``), halved until each fits, so no generated group is
    thrown away; only a single group larger than the limit is left out (logged, naming the setting).
+   The client does the splitting (:meth:`prioreplay.client.PriorityClient.report_lease`).
 
 Only leases returned by ``SampleProblems`` are reported, each at most once.
 """
@@ -27,21 +28,23 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from prioreplay import models, rules
-from prioreplay.client import timed_call
-from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
-from prioreplay.errors import InvalidArgument, PrioreplayError, ResourceExhausted
-from prioreplay.rollout_worker.backends.base import GenerationBackend, PartialWeightsLoad, SamplingParams
+from prioreplay.channel import timed_call
+from prioreplay.convert import leased_problems, outcome_to_proto
+from prioreplay.errors import InvalidArgument, PrioreplayError
+from prioreplay.problems import ProblemRecord
+from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, GenerationBackend, PartialWeightsLoad,
+                                                     SamplingParams)
 from prioreplay.rollout_worker.config import WorkerConfig
+from prioreplay.rollout_worker.interfaces import WorkerClient
 from prioreplay.rollout_worker.metrics import WorkerMetrics
+from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import verify
 
 log = logging.getLogger("prioreplay.worker")
 
-#: Bytes of a report message kept free of outcomes (lease id, worker id, framing).
-REPORT_MARGIN_BYTES = 4096
 T = TypeVar("T")
 
 
@@ -94,7 +97,9 @@ class RolloutWorker:
     Args:
         config: the worker configuration (group size, batch size, sampling, loop limits).
         backend: a loaded generation backend.
-        client: a :class:`prioreplay.client.PriorityClient` (it retries UNAVAILABLE with backoff).
+        client: a :class:`~prioreplay.rollout_worker.interfaces.WorkerClient`, e.g. a
+            :class:`prioreplay.client.PriorityClient` (it retries UNAVAILABLE with backoff and
+            splits reports too large for one message).
         metrics: where to count (default: a fresh registry).
         sleep: ``sleep(seconds)`` used between empty leases (tests pass a fake).
 
@@ -103,7 +108,7 @@ class RolloutWorker:
         batches_done: leases generated and reported so far (also the seed offset).
     """
 
-    def __init__(self, config: WorkerConfig, backend: GenerationBackend, client: Any,
+    def __init__(self, config: WorkerConfig, backend: GenerationBackend, client: WorkerClient,
                  metrics: WorkerMetrics | None = None, sleep: Callable[[float], None] | None = None):
         self.config = config
         self.backend = backend
@@ -160,11 +165,9 @@ class RolloutWorker:
                 retries); nothing is held. A report that cannot be delivered is logged and its
                 lease left to expire (the result has ``reported=False``).
         """
-        from prioreplay.v1.priority_service_pb2 import CLIENT_SOURCE_WORKER
-
         c = self.config
         lease = self._rpc("SampleProblems", self.client.sample, c.batch_size, worker_id=c.worker_id,
-                          lease_timeout_s=c.lease_timeout_s, client_source=CLIENT_SOURCE_WORKER,
+                          lease_timeout_s=c.lease_timeout_s, client_source=pb.CLIENT_SOURCE_WORKER,
                           accepts_group_size=True)
         if not lease.problems:
             if lease.backpressure:
@@ -173,30 +176,9 @@ class RolloutWorker:
                          "waiting %.1f s", lease.retry_after_s)
             return BatchResult(retry_after_s=lease.retry_after_s or 1.0, backpressure=lease.backpressure)
         reload_s = self.maybe_reload(lease.policy_version, lease.weights_uri)
-        version = self.backend.policy_version
-        problems = [lp.problem for lp in lease.problems]
-        prompts = [models.apply_chat_template(self.backend.tokenizer, p.prompt) for p in problems]
-        problems, prompts, unservable = self._servable(problems, prompts)
-
-        t0 = time.perf_counter()
-        sizes = {lp.problem.id: lp.group_size or c.group_size for lp in lease.problems}
-        groups = self.generate_groups(prompts, [sizes[p.id] for p in problems]) if prompts else []
-        generation_s = time.perf_counter() - t0
-        self.batches_done += 1
-
-        t0 = time.perf_counter()
-        rewards = [[self._score(p, comp.text) for comp in group] for p, group in zip(problems, groups)]
-        verification_s = time.perf_counter() - t0
-
-        outcomes = [self._outcome(p, version, ids, group, r) for p, ids, group, r in zip(problems, prompts, groups, rewards)]
-        flat = [x for r in rewards for x in r]
-        tokens = sum(len(comp.token_ids) for group in groups for comp in group)
-        self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
-        self._observe(rewards, tokens, generation_s, verification_s)
-        result = dict(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s,
-                      completions=len(flat), tokens=tokens, reward_mean=sum(flat) / len(flat) if flat else 0.0,
-                      policy_version=version, reload_s=reload_s, generation_s=generation_s,
-                      verification_s=verification_s, unservable=len(unservable))
+        outcomes, unservable, result = self.generate_batch(leased_problems(lease, c.group_size))
+        result.update(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s,
+                      reload_s=reload_s)
         try:
             resp = self.report(lease.lease_id, outcomes, unservable)
         except PrioreplayError as e:
@@ -205,89 +187,85 @@ class RolloutWorker:
         self.metrics.batches.inc()
         if not resp.accepted:
             log.warning("lease %s not accepted (%s): generation took %.1f s; consider a longer --lease-timeout-s",
-                        lease.lease_id, resp.reason, generation_s)
+                        lease.lease_id, resp.reason, result["generation_s"])
         log.info("lease %s: %d problems × G≤%d, %d tokens in %.2f s (%.0f tok/s), mean reward %.3f, queued %d, v%d",
-                 lease.lease_id[:8], len(problems), c.group_size, tokens, generation_s, tokens / max(generation_s, 1e-9),
-                 result["reward_mean"], resp.groups_queued, version)
+                 lease.lease_id[:8], len(outcomes), c.group_size, result["tokens"], result["generation_s"],
+                 result["tokens"] / max(result["generation_s"], 1e-9), result["reward_mean"], resp.groups_queued,
+                 result["policy_version"])
         return BatchResult(reported=True, accepted=resp.accepted, reason=resp.reason, groups_queued=resp.groups_queued,
                            groups_filtered=resp.groups_filtered, **result)
 
-    def report(self, lease_id: str, outcomes: list, unservable: list[str] | None = None) -> Any:
-        """Report a lease's outcomes, in parts when one message would be too large.
+    def generate_batch(self, leased: list[tuple[ProblemRecord, int]]
+                       ) -> tuple[list[pb.ProblemOutcome], list[str], dict[str, Any]]:
+        """Generate, verify and convert one lease's groups (steps 3-4 of the module docstring).
 
-        Parts are cut to fit this worker's ``max_message_mb``; a part the server refuses as too
-        large (its own limit) is halved and sent again. Every part but the last has
-        ``more_parts`` set, so the lease stays live until the last one. Returns one
-        ``ReportOutcomesResponse`` summing the parts (accepted when every part was).
-        ``unservable``: ids of leased problems the model cannot serve, sent with the last part.
+        Args:
+            leased: each leased problem with its group size (:func:`prioreplay.convert.leased_problems`).
+
+        Returns:
+            (outcomes to report, ids of unservable problems, the :class:`BatchResult` fields
+            ``completions``, ``tokens``, ``reward_mean``, ``policy_version``, ``generation_s``,
+            ``verification_s``, ``unservable``). Advances :attr:`batches_done` (the seed offset).
+        """
+        version = self.backend.policy_version
+        prompts = [models.apply_chat_template(self.backend.tokenizer, p.prompt) for p, _ in leased]
+        leased, prompts, unservable = self._servable(leased, prompts)
+
+        t0 = time.perf_counter()
+        groups = self.generate_groups(prompts, [size for _, size in leased]) if prompts else []
+        generation_s = time.perf_counter() - t0
+        self.batches_done += 1
+
+        t0 = time.perf_counter()
+        rewards = [[self._score(p, comp.text) for comp in group] for (p, _), group in zip(leased, groups)]
+        verification_s = time.perf_counter() - t0
+
+        outcomes = [outcome_to_proto(p.id, version, r, generated=group, prompt_token_ids=ids,
+                                     temperature=self.config.temperature, top_p=self.config.top_p)
+                    for (p, _), ids, group, r in zip(leased, prompts, groups, rewards)]
+        flat = [x for r in rewards for x in r]
+        tokens = sum(len(comp.token_ids) for group in groups for comp in group)
+        self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
+        self._observe(rewards, tokens, generation_s, verification_s)
+        return outcomes, unservable, dict(completions=len(flat), tokens=tokens,
+                                          reward_mean=sum(flat) / len(flat) if flat else 0.0, policy_version=version,
+                                          generation_s=generation_s, verification_s=verification_s,
+                                          unservable=len(unservable))
+
+    def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome],
+               unservable: Sequence[str] = ()) -> pb.ReportOutcomesResponse:
+        """Report a lease's outcomes (:meth:`WorkerClient.report_lease`: in parts when one message
+        would be too large), each part timed in ``prioreplay_worker_rpc_seconds{method="ReportOutcomes"}``.
 
         Raises:
             PrioreplayError: a part could not be delivered (after the client's retries).
         """
-        from prioreplay.v1 import priority_service_pb2 as pb
+        return self.client.report_lease(lease_id, outcomes, worker_id=self.config.worker_id,
+                                        client_source=pb.CLIENT_SOURCE_WORKER, unservable=unservable,
+                                        observe=self._observe_rpc)
 
-        settings = getattr(self.client, "settings", None)  # a PriorityClient's; test doubles may have none
-        limit = int(getattr(settings, "max_message_mb", MAX_MESSAGE_MB_DEFAULT)) * 1024 * 1024 - REPORT_MARGIN_BYTES
-        parts, part, size = [], [], 0
-        for o in outcomes:  # greedy: consecutive outcomes while the part fits
-            n = o.ByteSize() + 8
-            if part and size + n > limit:
-                parts.append(part)
-                part, size = [], 0
-            part.append(o)
-            size += n
-        parts.append(part)
-        total = pb.ReportOutcomesResponse(accepted=True)
-        pending = [(p, i == len(parts) - 1) for i, p in enumerate(parts)]
-        while pending:
-            part, last = pending.pop(0)
-            try:
-                resp = self._rpc("ReportOutcomes", self.client.report, lease_id, part, worker_id=self.config.worker_id,
-                                 client_source=pb.CLIENT_SOURCE_WORKER, more_parts=not last,
-                                 **({"unservable": unservable} if last and unservable else {}))
-            except ResourceExhausted as e:
-                if len(part) > 1:  # the server's limit is lower: halve and send again
-                    half = len(part) // 2
-                    pending[:0] = [(part[:half], False), (part[half:], last)]
-                    continue
-                log.error("lease %s: problem %s alone is too large to report (%s); raise --max-message-mb on the "
-                          "server and the workers; it returns unreported when the lease ends", lease_id,
-                          part[0].problem_id, e)
-                if not last:
-                    continue
-                resp = self._rpc("ReportOutcomes", self.client.report, lease_id, [], worker_id=self.config.worker_id,
-                                 client_source=pb.CLIENT_SOURCE_WORKER,  # the last part, empty: ends the lease
-                                 **({"unservable": unservable} if unservable else {}))
-            total.groups_queued += resp.groups_queued
-            total.groups_filtered += resp.groups_filtered
-            if not resp.accepted:
-                total.accepted, total.reason = False, resp.reason
-                break
-        if len(parts) > 1:
-            log.info("lease %s reported in %d parts (over %.1f MiB in one)", lease_id, len(parts), limit / 2**20)
-        return total
-
-    def _servable(self, problems: list, prompts: list[list[int]]) -> tuple[list, list[list[int]], list[str]]:
+    def _servable(self, leased: list[tuple[ProblemRecord, int]], prompts: list[list[int]]
+                  ) -> tuple[list[tuple[ProblemRecord, int]], list[list[int]], list[str]]:
         """Split a lease into the problems the model can serve and the ids of those it cannot: a
         prompt (after the chat template) of at least the backend's ``max_context_tokens`` leaves no
         room for one generated token (vLLM refuses it and the worker would die on it). Those are
         logged, counted and reported unservable, so the server quarantines them."""
-        limit = getattr(self.backend, "max_context_tokens", None)
+        limit = self.backend.max_context_tokens
         if not limit:
-            return problems, prompts, []
+            return leased, prompts, []
         keep, keep_prompts, unservable = [], [], []
-        for p, ids in zip(problems, prompts):
+        for item, ids in zip(leased, prompts):
             if len(ids) >= limit:
                 log.warning("problem %s: its prompt is %d tokens, the model's context %d; reported unservable "
-                            "(quarantined until registered again with a shorter prompt)", p.id, len(ids), limit)
+                            "(quarantined until registered again with a shorter prompt)", item[0].id, len(ids), limit)
                 self.metrics.unservable_problems.inc()
-                unservable.append(p.id)
+                unservable.append(item[0].id)
             else:
-                keep.append(p)
+                keep.append(item)
                 keep_prompts.append(ids)
         return keep, keep_prompts, unservable
 
-    def generate_groups(self, prompts: list[list[int]], sizes: list[int]) -> list[list]:
+    def generate_groups(self, prompts: list[list[int]], sizes: list[int]) -> list[list[GeneratedCompletion]]:
         """One group per prompt, of ``sizes[i]`` completions (the lease's ``group_size``, else G):
         one ``backend.generate`` call per distinct size, results back in lease order.
 
@@ -296,7 +274,7 @@ class RolloutWorker:
             sizes: completions per prompt, each >= 1.
         """
         params = self.sampling_params()
-        groups: list[list] = [[] for _ in prompts]
+        groups: list[list[GeneratedCompletion]] = [[] for _ in prompts]
         for size in sorted(set(sizes), reverse=True):
             where = [i for i, s in enumerate(sizes) if s == size]
             for i, group in zip(where, self.backend.generate([prompts[i] for i in where], size, params)):
@@ -306,9 +284,9 @@ class RolloutWorker:
             self.metrics.probes.inc(probes)
         return groups
 
-    def _score(self, problem: Any, text: str) -> float:
+    def _score(self, problem: ProblemRecord, text: str) -> float:
         try:
-            res = verify(problem.verifier or "exact", text, problem.answer, timeout_s=self.config.verify_timeout_s)
+            res = verify(problem.verifier, text, problem.answer, timeout_s=self.config.verify_timeout_s)
         except InvalidArgument as e:  # an unknown verifier name: the problem cannot be scored
             log.error("problem %s: %s", problem.id, e)
             self.metrics.verifier_errors.inc()
@@ -317,18 +295,6 @@ class RolloutWorker:
             log.debug("problem %s: verifier error %s", problem.id, res.error)
             self.metrics.verifier_errors.inc()
         return float(res.reward)
-
-    def _outcome(self, problem: Any, version: int, prompt_ids: list[int], group: list, rewards: list[float]):
-        from prioreplay.v1 import priority_service_pb2 as pb
-
-        completions = [
-            pb.Completion(reward=r, token_ids=comp.token_ids, logprobs=[min(lp, 0.0) for lp in comp.logprobs],
-                          text=comp.text, truncated=comp.truncated)
-            for comp, r in zip(group, rewards)
-        ]
-        return pb.ProblemOutcome(problem_id=problem.id, policy_version=version, prompt_token_ids=prompt_ids,
-                                 completions=completions, sampling_temperature=self.config.temperature,
-                                 sampling_top_p=self.config.top_p)
 
     def _observe(self, rewards: list[list[float]], tokens: int, generation_s: float, verification_s: float) -> None:
         m = self.metrics

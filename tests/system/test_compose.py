@@ -29,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -38,6 +37,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from prioreplay.channel import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_FILE = REPO / "deploy" / "grafana" / "dashboards" / "prioreplay.json"
@@ -102,12 +103,6 @@ def docker_ready() -> None:
 
 
 # -- helpers -----------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str, timeout: float = 5.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return resp.read().decode()
@@ -142,7 +137,7 @@ class Stack:
         # Its own image tag: another run (or the user's stack) on the same daemon keeps its images;
         # the layers are shared through the build cache, so a warm build stays fast.
         self.image_tag = f"smoke-{run}"
-        self.ports = {name: _free_port() for name in ("GRPC", "SERVER_METRICS", "LEARNER_METRICS", "PROMETHEUS",
+        self.ports = {name: free_port() for name in ("GRPC", "SERVER_METRICS", "LEARNER_METRICS", "PROMETHEUS",
                                                        "GRAFANA")}
         env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
         env.update({f"PRIOREPLAY_{name}_HOST_PORT": str(port) for name, port in self.ports.items()})

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from prioreplay.channel import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -111,12 +112,6 @@ def _module_available(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:
         return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _base_metric(name: str) -> str:
@@ -519,7 +514,7 @@ def test_deploy_doc_names_every_variable(compose):
 
 def _scrape_server(timeout_s: float = 60.0) -> tuple[str, int]:
     """Start ``prioreplay server --store memory`` on free ports, scrape /metrics once stats are in."""
-    port, mport = _free_port(), _free_port()
+    port, mport = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "prioreplay.cli", "server", "--store", "memory", "--host", "127.0.0.1",

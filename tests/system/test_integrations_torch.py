@@ -15,7 +15,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import InvalidArgument
-from prioreplay.integrations.torch import NO_ANSWER, PrioritySampler, ProblemTable
+from prioreplay.integrations.torch import PrioritySampler
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.v1 import priority_service_pb2 as pb
 
@@ -55,25 +55,6 @@ def _seed_priorities(client, ids: list[str]) -> None:
     outcomes = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=[
         pb.Completion(reward=1.0 if k < row[lp.problem.id] else 0.0) for k in range(22)]) for lp in lease.problems]
     assert client.report(lease.lease_id, outcomes).accepted
-
-
-# -- the problem table ----------------------------------------------------------------------------
-def test_rows_become_stable_problems_with_text_and_fingerprinted_ids():
-    a, b = ProblemTable.from_dataset(ROWS), ProblemTable.from_dataset([dict(r) for r in ROWS])
-    assert a.ids == b.ids and a.fingerprint == b.fingerprint  # stable across runs for the same data
-    assert a.ids[3] == f"{a.fingerprint}:3" and a.prompts[3] == "3 + 3 =" and a.answers[3] == "6"
-    edited = ProblemTable.from_dataset([*ROWS[:-1], {"prompt": "edited", "answer": "x"}])
-    assert edited.fingerprint != a.fingerprint and edited.ids[0] != a.ids[0]  # other data: other problems
-
-    chat = ProblemTable.from_dataset([{"id": "q1", "prompt": [{"role": "user", "content": "hi"}], "x": 1}], ids="id")
-    assert (chat.ids, chat.prompts, chat.answers) == (["q1"], ["user: hi"], [NO_ANSWER])
-    with pytest.raises(InvalidArgument, match="rows 0 and 1 share the problem id 'same'"):
-        ProblemTable.from_dataset([{"id": "same", "prompt": "a"}, {"id": "same", "prompt": "b"}], ids="id")
-    with pytest.raises(InvalidArgument, match="not mappings: pass ids="):
-        ProblemTable.from_dataset([(1, 2), (3, 4)])
-    assert ProblemTable.from_dataset([(1, 2), (3, 4)], ids=["a", "b"], prompt_column=None).prompts == ["row 0", "row 1"]
-    with pytest.raises(InvalidArgument, match="column 'question' is missing"):
-        ProblemTable.from_dataset(ROWS, prompt_column="question")
 
 
 def test_bad_sizes_are_refused_with_the_value_and_the_fix(server):

@@ -47,6 +47,7 @@ class FakeBackend:
 
     tokenizer = _Tokenizer()
     policy_version = 0
+    max_context_tokens = None  # no limit known
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []  # (prompts, n)

@@ -10,7 +10,8 @@ import asyncio
 
 import pytest
 
-from prioreplay.client import PriorityClient, problem_to_proto
+from prioreplay.client import PriorityClient
+from prioreplay.convert import problem_to_proto
 from prioreplay.config import ClientSettings
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.store import StoreConfig

@@ -17,7 +17,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from prioreplay import rules
-from prioreplay.client import PriorityClient, problem_to_proto
+from prioreplay.client import PriorityClient
+from prioreplay.convert import problem_to_proto
 from prioreplay.config import ClientSettings
 from prioreplay.datasets import iter_problems
 from prioreplay.priority_server.config import ServerConfig

@@ -33,7 +33,8 @@ def test_alias_resolves_to_a_complete_safetensors_checkpoint(smollm2_dir):
 
 
 def test_a_batch_of_arithmetic_problems_gets_mixed_rewards(smollm2_dir, monkeypatch):
-    from prioreplay.client import PriorityClient, problem_to_proto
+    from prioreplay.client import PriorityClient
+    from prioreplay.convert import problem_to_proto
     from prioreplay.config import ClientSettings
     from prioreplay.datasets import iter_problems
     from prioreplay.priority_server.background_server import BackgroundServer

@@ -26,7 +26,7 @@ from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.open_store import create_store
 from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.problems import ProblemRecord
-from prioreplay.client import problem_to_proto
+from prioreplay.convert import problem_to_proto
 from tests.conftest import free_port, start_redis_server
 
 NAMESPACE = "faults"

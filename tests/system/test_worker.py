@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from prioreplay import models
-from prioreplay.client import PriorityClient, problem_to_proto
+from prioreplay.client import PriorityClient
+from prioreplay.convert import problem_to_proto
 from prioreplay.config import ClientSettings
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.problems import ProblemRecord

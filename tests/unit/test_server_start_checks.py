@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 from pydantic import SecretStr
 
 from prioreplay.priority_server.config import ServerConfig
