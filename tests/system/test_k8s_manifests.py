@@ -21,10 +21,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
 
+from tests.system.test_auth_tls import _openssl
 from tests.system.test_deploy import (
     DASHBOARD_FILE,
     DEPLOY_DOC,
@@ -295,7 +297,8 @@ def test_service_monitor_finds_every_role_on_its_metrics_port():
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "ServiceMonitor"
     objs = objects("overlays/gpu")
     services = {name: svc for (kind, name), svc in objs.items() if kind == "Service"}
-    selected = {name for name, svc in services.items() if _selects(monitor["spec"]["selector"], svc["metadata"]["labels"])}
+    selector = monitor["spec"]["selector"]
+    selected = {name for name, svc in services.items() if _selects(selector, svc["metadata"]["labels"])}
     assert selected == set(SCRAPED), f"the ServiceMonitor selects {sorted(selected)}"
     port_names = {e["port"] for e in monitor["spec"]["endpoints"]}
     for name in SCRAPED:
@@ -351,6 +354,45 @@ def test_dashboard_aggregates_store_series_with_max_across_replicas():
             used = {m for m in store if re.search(rf"\b{m}(_total|_bucket)?\b", expr)}
             if not used:
                 continue
-            assert not re.search(r"\b(sum|count)\b", expr), f"{panel['title']}: {expr!r} sums {sorted(used)} over replicas"
+            assert not re.search(r"\b(sum|count)\b", expr), (
+                f"{panel['title']}: {expr!r} sums {sorted(used)} over replicas")
             assert re.match(r"(histogram_quantile\([^,]+,\s*)?(max|min)\b", expr), (
                 f"{panel['title']}: {expr!r} shows {sorted(used)} once per replica: aggregate with max")
+
+
+# -- the TLS overlay's probe, run against a TLS server ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def priority_server_certs(tmp_path_factory) -> dict[str, object]:
+    """A CA, and a certificate for the name clients dial in the cluster (``priority-server``) only."""
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl command is needed to make test certificates (apt-get install openssl)")
+    d = tmp_path_factory.mktemp("k8s-tls")
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1")
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=test CA", cwd=d)
+    _openssl("req", "-x509", *ec, "-CA", "ca.crt", "-CAkey", "ca.key", "-keyout", "tls.key", "-out", "tls.crt",
+             "-subj", "/CN=priority-server", "-addext", "subjectAltName=DNS:priority-server", cwd=d)
+    return {"dir": d, "ca": d / "ca.crt", "cert": d / "tls.crt", "key": d / "tls.key"}
+
+
+def test_tls_probe_passes_against_a_tls_server_and_fails_without_its_ca(priority_server_certs, tmp_path):
+    from prioreplay.priority_server.config import ServerConfig
+    from prioreplay.priority_server.stores import create_store
+    from prioreplay.priority_server.testing import BackgroundServer
+
+    server = container(objects("overlays/tls"), "priority-server")
+    code = server["readinessProbe"]["exec"]["command"][2]
+    mount = "/etc/prioreplay/tls/"
+    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, tls_cert_file=priority_server_certs["cert"],
+                       tls_key_file=priority_server_certs["key"])
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+             "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=another CA", cwd=tmp_path)
+
+    def probe(ca_dir, port) -> int:
+        local = code.replace(mount, f"{ca_dir}/").replace(f":{GRPC_PORT}'", f":{port}'")
+        return subprocess.run([sys.executable, "-c", local], capture_output=True, timeout=30).returncode
+
+    with BackgroundServer(lambda: create_store("memory", cfg.to_store_config()), cfg) as srv:
+        port = int(srv.address.rsplit(":", 1)[1])
+        assert probe(priority_server_certs["dir"], port) == 0, "the TLS health probe fails against a TLS server"
+        assert probe(tmp_path, port) != 0, "the probe must verify the server against the mounted CA"
