@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo compare test test-fast bench proto clean compose-smoke
+.PHONY: install demo compare test test-fast bench proto clean compose-smoke k8s-tools
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>: a new folder reinstalls.
 $(STAMP): pyproject.toml setup.py $(wildcard services/*/__init__.py services/*/*/__init__.py)
@@ -40,6 +40,11 @@ test-fast: install
 # daemon with Compose v2 and the base images; fails, rather than skips, without them). <= 15 min.
 compose-smoke: install
 	PRIOREPLAY_COMPOSE_SMOKE=1 $(BIN)/python -m pytest -q -s -m compose tests/system/test_compose.py $(ARGS)
+
+# kubectl, whose `kubectl kustomize` renders deploy/k8s for tests/system/test_k8s_manifests.py (not a
+# Python package, so `make install` leaves it out): Debian's kubernetes-client, installed as root.
+k8s-tools:
+	command -v kubectl >/dev/null || (apt-get update -q && apt-get install -y -q kubernetes-client)
 
 bench: install
 	$(BIN)/python -m benchmarks.run $(ARGS)

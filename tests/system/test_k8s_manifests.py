@@ -47,8 +47,9 @@ WORKLOADS = {"priority-server": "Deployment", "loader": "Job", "rollout-worker":
 SCRAPED = ("priority-server", "rollout-worker", "learner")
 AUTH_SECRET = ("prioreplay-auth", "token")
 SERVER_TARGET = f"dns:///priority-server:{GRPC_PORT}"
-INSTALL_HINT = ("install kubectl >= 1.20 (its `kubectl kustomize` renders the manifests): Debian/Ubuntu "
-                "`apt-get install -y kubernetes-client`, or https://kubernetes.io/docs/tasks/tools/; "
+INSTALL_HINT = ("install kubectl >= 1.20 (its `kubectl kustomize` renders the manifests): `make k8s-tools` as root "
+                "(Debian/Ubuntu "
+                "`apt-get install -y kubernetes-client`), or https://kubernetes.io/docs/tasks/tools/; "
                 "or set PRIOREPLAY_KUBECTL to its path")
 
 
