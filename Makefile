@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo compare test test-fast bench proto clean compose-smoke gpu-check
+.PHONY: install demo compare test test-fast bench proto clean compose-smoke gpu-check k8s-tools
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>: a new folder reinstalls.
 $(STAMP): pyproject.toml setup.py $(wildcard services/*/__init__.py services/*/*/__init__.py)
@@ -29,7 +29,8 @@ demo: install
 compare: install
 	$(BIN)/prioreplay compare $(ARGS)
 
-test: install
+# k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py (installed once if missing)
+test: install k8s-tools
 	$(BIN)/python -m pytest -q $(ARGS)
 
 # tests/unit and the system tests not marked slow or soak (about 50 s of CPU time; `make test` runs all)
@@ -46,6 +47,11 @@ compose-smoke: install
 # .venv when there is one, else $(PY) with torch and transformers from the source tree (an offline GPU machine).
 gpu-check:
 	$(if $(wildcard $(STAMP)),$(BIN)/python,$(PY)) -m benchmarks.gpu_check $(ARGS)
+
+# kubectl, whose `kubectl kustomize` renders deploy/k8s for tests/system/test_k8s_manifests.py (not a
+# Python package, so `make install` leaves it out): Debian's kubernetes-client, installed as root.
+k8s-tools:
+	command -v kubectl >/dev/null || (apt-get update -q && apt-get install -y -q kubernetes-client)
 
 bench: install
 	$(BIN)/python -m benchmarks.run $(ARGS)

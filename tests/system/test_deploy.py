@@ -348,11 +348,11 @@ def test_prometheus_scrapes_every_service(prometheus, compose):
     assert prometheus["global"]["scrape_interval"] == "5s"
     jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
     static = {t for job in jobs.values() for sc in job.get("static_configs", []) for t in sc["targets"]}
-    assert f"priority-server:{METRICS_PORTS['priority-server']}" in static
     assert f"learner:{METRICS_PORTS['learner']}" in static
     dns = [sd for job in jobs.values() for sd in job.get("dns_sd_configs", [])]
-    assert any(sd["names"] == ["rollout-worker"] and sd.get("type", "SRV") == "A"
-               and sd["port"] == METRICS_PORTS["rollout-worker"] for sd in dns), "workers must be found by DNS (type A)"
+    for name in ("priority-server", "rollout-worker"):  # scalable: every replica, found by DNS
+        assert any(sd["names"] == [name] and sd.get("type", "SRV") == "A"
+                   and sd["port"] == METRICS_PORTS[name] for sd in dns), f"{name} must be found by DNS (type A)"
     for target in static:
         host = target.split(":")[0]
         assert host == "localhost" or host in compose["services"], f"scrape target {target} is not a service"

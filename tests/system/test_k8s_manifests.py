@@ -1,0 +1,399 @@
+"""Checks of the Kubernetes manifests (deploy/k8s) and of the Prometheus discovery of every replica.
+
+Offline, no cluster: each overlay is rendered by ``kubectl kustomize`` (the real renderer), every
+object is validated against the API schemas of named Kubernetes versions with
+``kubernetes-validate`` (strict: unknown fields fail), and every ``prioreplay`` container's
+arguments and environment are parsed by the real CLI (``parse_command`` of test_deploy.py, the
+check the compose file gets). Then the shape: headless Service for round_robin clients, native
+gRPC probes on the health service, the PodDisruptionBudget, one GPU per worker pod, the shared
+checkpoint claim, the token Secret, pod annotations and the ServiceMonitor that find every
+replica; and the dashboard's aggregation across server replicas.
+
+kubectl must be on PATH (or named by ``PRIOREPLAY_KUBECTL``); without it these tests fail and say
+how to install it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.system.test_auth_tls import _openssl
+from tests.system.test_deploy import (
+    DASHBOARD_FILE,
+    DEPLOY_DOC,
+    GRPC_PORT,
+    METRICS_PORTS,
+    PRIOREPLAY_SERVICES,
+    REPO,
+    _scrape_server,
+    parse_command,
+)
+
+K8S = REPO / "deploy" / "k8s"
+OVERLAYS = ("cpu", "gpu", "tls")
+#: The oldest version the manifests need (native gRPC probes are GA in 1.27) and a recent one.
+KUBERNETES_VERSIONS = ("1.27.0", "1.33.0")
+#: Workload name -> kind, for each prioreplay role (names as in compose: PRIOREPLAY_SERVICES).
+WORKLOADS = {"priority-server": "Deployment", "loader": "Job", "rollout-worker": "Deployment", "learner": "StatefulSet"}
+SCRAPED = ("priority-server", "rollout-worker", "learner")
+AUTH_SECRET = ("prioreplay-auth", "token")
+SERVER_TARGET = f"dns:///priority-server:{GRPC_PORT}"
+INSTALL_HINT = ("install kubectl >= 1.20 (its `kubectl kustomize` renders the manifests): `make k8s-tools` as root "
+                "(Debian/Ubuntu "
+                "`apt-get install -y kubernetes-client`), or https://kubernetes.io/docs/tasks/tools/; "
+                "or set PRIOREPLAY_KUBECTL to its path")
+
+
+# -- rendering -----------------------------------------------------------------------------------------
+
+def _kubectl() -> str:
+    path = os.environ.get("PRIOREPLAY_KUBECTL") or shutil.which("kubectl")
+    if not path:
+        pytest.fail(f"kubectl not found: {INSTALL_HINT}")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def _render_text(folder: str) -> str:
+    done = subprocess.run([_kubectl(), "kustomize", str(K8S / folder)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"kubectl kustomize deploy/k8s/{folder} failed: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def render(folder: str) -> list[dict]:
+    """The objects ``kubectl kustomize deploy/k8s/<folder>`` renders (fresh copies)."""
+    return [d for d in yaml.safe_load_all(_render_text(folder)) if d]
+
+
+def objects(folder: str) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in render(folder)}
+
+
+def pod_spec(obj: dict) -> dict:
+    return obj["spec"]["template"]["spec"]
+
+
+def container(objs: dict, role: str) -> dict:
+    """The container named after ``role`` in its workload."""
+    containers = {c["name"]: c for c in pod_spec(objs[(WORKLOADS[role], role)])["containers"]}
+    assert role in containers, f"{role}: no container named {role!r}"
+    return containers[role]
+
+
+def as_service(c: dict) -> dict:
+    """A container as the compose-shaped service ``parse_command`` reads: its args, and its env
+    (a value from a Secret is passed through, i.e. unset here, as compose passes the token)."""
+    return {"command": c["args"], "environment": {e["name"]: e.get("value") for e in c.get("env", [])}}
+
+
+def mounts(objs: dict, role: str) -> dict[str, tuple[dict, dict]]:
+    """mountPath -> (volumeMount, volume) of a role's container."""
+    spec = pod_spec(objs[(WORKLOADS[role], role)])
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    return {m["mountPath"]: (m, volumes[m["name"]]) for m in container(objs, role).get("volumeMounts", [])}
+
+
+# -- every overlay renders, validates and parses -----------------------------------------------------------
+
+def test_kubectl_renders_every_kustomization():
+    for folder in ("base", *(f"overlays/{o}" for o in OVERLAYS), "monitoring"):
+        assert render(folder), f"deploy/k8s/{folder} renders nothing"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_manifests_validate_against_the_kubernetes_schemas(overlay, version):
+    import kubernetes_validate
+
+    for obj in render(f"overlays/{overlay}"):
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{overlay}: {obj['kind']}/{obj['metadata']['name']} is invalid for Kubernetes {version}: "
+                        f"{e.message} at {'/'.join(map(str, e.path))}")
+
+
+def test_the_validator_refuses_a_wrong_field():
+    import kubernetes_validate
+
+    server = objects("overlays/gpu")[("Deployment", "priority-server")]
+    server["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["grpcc"] = {"port": GRPC_PORT}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(server, KUBERNETES_VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_prioreplay_command_is_parsed_by_the_cli(overlay, monkeypatch):
+    objs = objects(f"overlays/{overlay}")
+    for role, command in PRIOREPLAY_SERVICES.items():
+        c = container(objs, role)
+        assert c["args"][0] == command, f"{role} runs {c['args'][0]!r}, not {command!r}"
+        config = parse_command(as_service(c), monkeypatch)
+        if role != "priority-server":
+            assert config.server == SERVER_TARGET, f"{role} must reach every server replica ({SERVER_TARGET})"
+        if role in SCRAPED:
+            assert config.metrics_port == METRICS_PORTS[role]
+        names = {e["name"] for e in c.get("env", [])}
+        assert len(names) == len(c.get("env", [])), f"{role}: an environment variable is set twice"
+
+
+# -- the priority server --------------------------------------------------------------------------------------
+
+def test_server_service_is_headless_so_clients_round_robin():
+    from prioreplay.client import client_channel_options
+
+    objs = objects("overlays/gpu")
+    svc = objs[("Service", "priority-server")]
+    assert svc["spec"].get("clusterIP") == "None", "a ClusterIP would pin each client connection to one replica"
+    assert not svc["spec"].get("publishNotReadyAddresses"), "replicas that are not ready must leave DNS"
+    assert {p["port"] for p in svc["spec"]["ports"]} == {GRPC_PORT, METRICS_PORTS["priority-server"]}
+    opts = dict(client_channel_options(SERVER_TARGET, 64))
+    assert "round_robin" in opts.get("grpc.service_config", ""), "dns:/// targets must use round_robin"
+    deploy = objs[("Deployment", "priority-server")]
+    assert deploy["spec"]["replicas"] >= 2
+    assert svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize("overlay", ["cpu", "gpu"])
+def test_server_probes_are_native_grpc_health_checks(overlay, monkeypatch):
+    c = container(objects(f"overlays/{overlay}"), "priority-server")
+    port = parse_command(as_service(c), monkeypatch).port
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe].get("grpc", {}).get("port") == port, f"{probe} must be a gRPC probe on {port}"
+        assert c[probe]["grpc"].get("service", "") == "", "the server's overall health is the service ''"
+
+
+def test_disruption_budget_keeps_a_server_replica():
+    objs = objects("overlays/gpu")
+    pdb = objs[("PodDisruptionBudget", "priority-server")]
+    labels = objs[("Deployment", "priority-server")]["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["spec"].get("minAvailable", 0) >= 1
+    assert pdb["spec"]["minAvailable"] < objs[("Deployment", "priority-server")]["spec"]["replicas"]
+
+
+def test_redis_is_persistent_and_the_server_uses_it(monkeypatch):
+    objs = objects("overlays/gpu")
+    redis = objs[("StatefulSet", "redis")]
+    args = redis["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    claims = {t["metadata"]["name"] for t in redis["spec"]["volumeClaimTemplates"]}
+    data = [m for m in redis["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == "/data"]
+    assert data and data[0]["name"] in claims, "Redis /data must be on a PersistentVolumeClaim"
+    store = parse_command(as_service(container(objs, "priority-server")), monkeypatch).store
+    host = re.match(r"rediss?://([^:/]+)", store).group(1)
+    assert ("Service", host) in objs, f"--store {store} names no Service"
+
+
+# -- workers and the learner -------------------------------------------------------------------------------------
+
+def test_gpu_profile_requests_one_gpu_per_worker_and_learner(monkeypatch):
+    objs = objects("overlays/gpu")
+    for role in ("rollout-worker", "learner"):
+        assert container(objs, role)["resources"]["limits"].get("nvidia.com/gpu") == 1, f"{role}: one GPU per pod"
+    assert parse_command(as_service(container(objs, "rollout-worker")), monkeypatch).backend == "vllm"
+
+
+def test_cpu_profile_requests_no_gpu(monkeypatch):
+    text = _render_text("overlays/cpu")
+    assert "nvidia.com/gpu" not in text, "the CPU profile must not request (or tolerate) GPUs"
+    objs = objects("overlays/cpu")
+    worker = parse_command(as_service(container(objs, "rollout-worker")), monkeypatch)
+    assert worker.backend == "transformers" and worker.device == "cpu"
+    assert worker.group_size * worker.batch_size * worker.max_new_tokens <= 4096, "a small budget"
+    learner = parse_command(as_service(container(objs, "learner")), monkeypatch)
+    assert learner.device == "cpu" and learner.batch_groups <= 8
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_images_match_the_roles(overlay):
+    objs = objects(f"overlays/{overlay}")
+    role_image = "prioreplay" if overlay == "cpu" else "prioreplay-gpu"
+    for role in PRIOREPLAY_SERVICES:
+        image = container(objs, role)["image"].rsplit(":", 1)[0]
+        expected = "prioreplay-server" if role in ("priority-server", "loader") else role_image
+        assert image == expected, f"{overlay}: {role} runs {image}, expected {expected}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_learner_and_workers_share_the_checkpoint_claim(overlay, monkeypatch):
+    objs = objects(f"overlays/{overlay}")
+    ckpt = str(parse_command(as_service(container(objs, "learner")), monkeypatch).checkpoint_dir)
+    learner, worker = mounts(objs, "learner").get(ckpt), mounts(objs, "rollout-worker").get(ckpt)
+    assert learner and worker, f"learner and workers must both mount the checkpoints at {ckpt}"
+    claim = learner[1]["persistentVolumeClaim"]["claimName"]
+    assert worker[1]["persistentVolumeClaim"]["claimName"] == claim
+    assert not learner[0].get("readOnly") and worker[0].get("readOnly"), "the learner writes, workers only read"
+    assert "ReadWriteMany" in objs[("PersistentVolumeClaim", claim)]["spec"]["accessModes"]
+    assert objs[("StatefulSet", "learner")]["spec"]["replicas"] == 1, "one learner (one consumer)"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_role_takes_the_token_from_the_secret(overlay):
+    objs = objects(f"overlays/{overlay}")
+    for role in PRIOREPLAY_SERVICES:
+        env = {e["name"]: e for e in container(objs, role).get("env", [])}
+        ref = env.get("PRIOREPLAY_AUTH_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {})
+        assert (ref.get("name"), ref.get("key")) == AUTH_SECRET, f"{role}: PRIOREPLAY_AUTH_TOKEN from {AUTH_SECRET}"
+        assert not ref.get("optional"), f"{role}: without the token Secret nothing may start with auth off"
+    assert not any(kind == "Secret" for kind, _ in objs), "no token value may be committed: the Secret is created"
+    assert f"kubectl -n prioreplay create secret generic {AUTH_SECRET[0]} --from-literal={AUTH_SECRET[1]}=" in \
+        DEPLOY_DOC.read_text(encoding="utf-8")
+
+
+def test_tls_overlay_serves_and_trusts_the_tls_secret(monkeypatch):
+    objs = objects("overlays/tls")
+    server = container(objs, "priority-server")
+    config = parse_command(as_service(server), monkeypatch)
+    secret_dirs = {path for path, (_m, vol) in mounts(objs, "priority-server").items()
+                   if vol.get("secret", {}).get("secretName") == "prioreplay-tls"}
+    for f in (config.tls_cert_file, config.tls_key_file):
+        assert f is not None and str(f.parent) in secret_dirs, f"{f} is not in the mounted prioreplay-tls Secret"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert "grpc" not in server[probe], "a native gRPC probe cannot speak TLS"
+        code = server[probe]["exec"]["command"][2]
+        compile(code, probe, "exec")
+        assert f"127.0.0.1:{config.port}" in code and "ssl_channel_credentials" in code
+    for role in ("loader", "rollout-worker", "learner"):
+        ca = parse_command(as_service(container(objs, role)), monkeypatch).tls_ca_file
+        vol = mounts(objs, role)[str(ca.parent)][1]
+        assert vol["secret"]["secretName"] == "prioreplay-tls", f"{role}: {ca} is not from prioreplay-tls"
+
+
+# -- Prometheus: every replica and process ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_scraped_pods_are_annotated_with_their_metrics_port(overlay):
+    objs = objects(f"overlays/{overlay}")
+    for role in SCRAPED:
+        ann = objs[(WORKLOADS[role], role)]["spec"]["template"]["metadata"].get("annotations", {})
+        assert ann.get("prometheus.io/scrape") == "true", f"{role} pods are not annotated for scraping"
+        assert int(ann["prometheus.io/port"]) == METRICS_PORTS[role]
+        assert ann.get("prometheus.io/path", "/metrics") == "/metrics"
+        ports = {p["containerPort"]: p.get("name") for p in container(objs, role)["ports"]}
+        assert ports.get(METRICS_PORTS[role]) == "metrics"
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    """Kubernetes label-selector semantics for matchLabels and In/NotIn/Exists/DoesNotExist."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    ops = {"In": lambda k, v: labels.get(k) in v, "NotIn": lambda k, v: labels.get(k) not in v,
+           "Exists": lambda k, v: k in labels, "DoesNotExist": lambda k, v: k not in labels}
+    return all(ops[e["operator"]](e["key"], e.get("values", [])) for e in selector.get("matchExpressions", []))
+
+
+def test_service_monitor_finds_every_role_on_its_metrics_port():
+    (monitor,) = render("monitoring")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "ServiceMonitor"
+    objs = objects("overlays/gpu")
+    services = {name: svc for (kind, name), svc in objs.items() if kind == "Service"}
+    selector = monitor["spec"]["selector"]
+    selected = {name for name, svc in services.items() if _selects(selector, svc["metadata"]["labels"])}
+    assert selected == set(SCRAPED), f"the ServiceMonitor selects {sorted(selected)}"
+    port_names = {e["port"] for e in monitor["spec"]["endpoints"]}
+    for name in SCRAPED:
+        svc = services[name]
+        assert svc["spec"].get("clusterIP") == "None", f"{name}: headless, so every pod is an endpoint"
+        by_name = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+        assert port_names & set(by_name) and by_name["metrics"] == METRICS_PORTS[name]
+    assert monitor["metadata"].get("namespace") == objs[("Namespace", "prioreplay")]["metadata"]["name"]
+    assert not _selects({"matchExpressions": [{"key": "a", "operator": "In", "values": ["x"]}]}, {"a": "y"})
+
+
+def test_pod_discovery_scrape_job_keeps_only_annotated_pods():
+    job, = yaml.safe_load((K8S / "monitoring" / "prometheus-scrape.yml").read_text(encoding="utf-8"))["scrape_configs"]
+    assert job["kubernetes_sd_configs"][0]["role"] == "pod"
+    keep = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+    assert keep and keep[0]["source_labels"] == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]
+    address = next(r for r in job["relabel_configs"] if r.get("target_label") == "__address__")
+    joined = f"10.1.2.3:50051;{METRICS_PORTS['priority-server']}"  # the pod's first port; the annotation
+    assert re.sub(f"^(?:{address['regex']})$", address["replacement"].replace("$", "\\"), joined) == \
+        f"10.1.2.3:{METRICS_PORTS['priority-server']}"
+
+
+def test_compose_prometheus_finds_every_server_replica_by_dns():
+    prometheus = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    dns = {sd["names"][0]: sd for job in prometheus["scrape_configs"] for sd in job.get("dns_sd_configs", [])}
+    for name in ("priority-server", "rollout-worker"):
+        assert dns.get(name, {}).get("type") == "A" and dns[name]["port"] == METRICS_PORTS[name], (
+            f"{name} replicas (--scale) must be found by DNS, type A, port {METRICS_PORTS[name]}")
+
+
+def _store_metrics() -> set[str]:
+    """Metric families every server replica exports with the same value: those of the store."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from prioreplay.priority_server.metrics import ServerMetrics
+
+    own = {f.name for f in text_string_to_metric_families(ServerMetrics().render().decode())}
+    text, _port = _scrape_server()
+    return {f.name for f in text_string_to_metric_families(text)} - own
+
+
+def test_dashboard_aggregates_store_series_with_max_across_replicas():
+    """Every server replica exports the store-derived series (pools, heap, queue, store counters):
+    a `sum` over replicas multiplies them by the replica count. Process-local series (RPC latency
+    and errors) are per replica and may be summed."""
+    store = _store_metrics()
+    assert {"prioreplay_pool_size", "prioreplay_trajectory_queue_depth"} <= store
+    assert "prioreplay_rpc_errors" not in store and "prioreplay_rpc_latency_seconds" not in store
+    dashboard = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            used = {m for m in store if re.search(rf"\b{m}(_total|_bucket)?\b", expr)}
+            if not used:
+                continue
+            assert not re.search(r"\b(sum|count)\b", expr), (
+                f"{panel['title']}: {expr!r} sums {sorted(used)} over replicas")
+            assert re.match(r"(histogram_quantile\([^,]+,\s*)?(max|min)\b", expr), (
+                f"{panel['title']}: {expr!r} shows {sorted(used)} once per replica: aggregate with max")
+
+
+# -- the TLS overlay's probe, run against a TLS server ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def priority_server_certs(tmp_path_factory) -> dict[str, object]:
+    """A CA, and a certificate for the name clients dial in the cluster (``priority-server``) only."""
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl command is needed to make test certificates (apt-get install openssl)")
+    d = tmp_path_factory.mktemp("k8s-tls")
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1")
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=test CA", cwd=d)
+    _openssl("req", "-x509", *ec, "-CA", "ca.crt", "-CAkey", "ca.key", "-keyout", "tls.key", "-out", "tls.crt",
+             "-subj", "/CN=priority-server", "-addext", "subjectAltName=DNS:priority-server", cwd=d)
+    return {"dir": d, "ca": d / "ca.crt", "cert": d / "tls.crt", "key": d / "tls.key"}
+
+
+def test_tls_probe_passes_against_a_tls_server_and_fails_without_its_ca(priority_server_certs, tmp_path):
+    from prioreplay.priority_server.config import ServerConfig
+    from prioreplay.priority_server.stores import create_store
+    from prioreplay.priority_server.testing import BackgroundServer
+
+    server = container(objects("overlays/tls"), "priority-server")
+    code = server["readinessProbe"]["exec"]["command"][2]
+    mount = "/etc/prioreplay/tls/"
+    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, tls_cert_file=priority_server_certs["cert"],
+                       tls_key_file=priority_server_certs["key"])
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+             "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=another CA", cwd=tmp_path)
+
+    def probe(ca_dir, port) -> int:
+        local = code.replace(mount, f"{ca_dir}/").replace(f":{GRPC_PORT}'", f":{port}'")
+        return subprocess.run([sys.executable, "-c", local], capture_output=True, timeout=30).returncode
+
+    with BackgroundServer(lambda: create_store("memory", cfg.to_store_config()), cfg) as srv:
+        port = int(srv.address.rsplit(":", 1)[1])
+        assert probe(priority_server_certs["dir"], port) == 0, "the TLS health probe fails against a TLS server"
+        assert probe(tmp_path, port) != 0, "the probe must verify the server against the mounted CA"
