@@ -378,8 +378,8 @@ def priority_server_certs(tmp_path_factory) -> dict[str, object]:
 
 def test_tls_probe_passes_against_a_tls_server_and_fails_without_its_ca(priority_server_certs, tmp_path):
     from prioreplay.priority_server.config import ServerConfig
-    from prioreplay.priority_server.stores import create_store
-    from prioreplay.priority_server.testing import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.background_server import BackgroundServer
 
     server = container(objects("overlays/tls"), "priority-server")
     code = server["readinessProbe"]["exec"]["command"][2]
