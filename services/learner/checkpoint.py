@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from prioreplay.checkpoints import (
+from prioreplay.checkpoint_reader import (
     FORMAT,
     MANIFEST,
     TRAINER_STATE,

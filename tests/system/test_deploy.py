@@ -168,7 +168,7 @@ def prometheus() -> dict:
 
 def parse_command(service: dict, monkeypatch):
     """The typed config a compose service's ``prioreplay`` command builds (flags + its environment)."""
-    from prioreplay import cli
+    from prioreplay.apps import cli
 
     cmd = service["command"]
     assert isinstance(cmd, list) and cmd, "write prioreplay commands in exec (list) form"
@@ -512,7 +512,7 @@ def _scrape_server(timeout_s: float = 60.0) -> tuple[str, int]:
     port, mport = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prioreplay.cli", "server", "--store", "memory", "--host", "127.0.0.1",
+        [sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", "memory", "--host", "127.0.0.1",
          "--port", str(port), "--metrics-port", str(mport), "--stats-interval-s", "0.2", "--log-level", "WARNING"],
         env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -199,7 +199,7 @@ def verified_weights_dir(uri: str) -> tuple[Path, int | None]:
         InvalidArgument: a bad URI; the directory vanished (pruned) or is partial or altered. The
             caller loads nothing then.
     """
-    from prioreplay.checkpoints import CheckpointError, verify_weights
+    from prioreplay.checkpoint_reader import CheckpointError, verify_weights
 
     path = weights_path(uri)
     try:

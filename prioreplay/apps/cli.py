@@ -38,9 +38,9 @@ COMMANDS: dict[str, Command] = {
                       "lease problems, generate G completions each, verify, report", extra="worker"),
     "learner": Command("prioreplay.learner.config:LearnerConfig", "prioreplay.learner.main:run",
                        "pull trajectory groups, run GRPO steps, publish policy versions", extra="learner"),
-    "demo": Command("prioreplay.demo_config:DemoConfig", "prioreplay.demo:run",
+    "demo": Command("prioreplay.apps.demo_config:DemoConfig", "prioreplay.apps.demo:run",
                     "the whole system on one machine: server, workers, learner, report", extra="demo"),
-    "compare": Command("prioreplay.compare_config:CompareConfig", "prioreplay.compare:run",
+    "compare": Command("prioreplay.apps.compare_config:CompareConfig", "prioreplay.apps.compare:run",
                        "samplers side by side: demo runs with one rollout budget, compare.json/png", extra="demo"),
 }
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from prioreplay.demo_config import DemoConfig
+from prioreplay.apps.demo_config import DemoConfig
 from prioreplay.priority_server import samplers as _samplers
 
 
