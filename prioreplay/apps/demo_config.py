@@ -1,14 +1,23 @@
-"""Settings of ``prioreplay demo`` (pydantic and the sampler registry only: ``--help`` stays fast)."""
+"""Settings of ``prioreplay demo`` (pydantic and the roles' settings modules only: ``--help`` stays fast).
+
+The demo passes most of its settings on to the server, the workers and the learner, so it does
+not declare them again: each such field is the role's own declaration (bounds and help), taken
+with :func:`prioreplay.config.setting`; where the demo's default differs (a small CPU run), the
+field and the reason are in :attr:`DemoConfig.own_defaults`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from prioreplay.config import PrioreplaySettings
-from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLER_HELP, SamplerName
-
+from prioreplay.config import LogLevel, PrioreplaySettings, Seed, setting
+from prioreplay.learner.config import LearnerConfig
+from prioreplay.priority_server.config import ServerConfig
+from prioreplay.priority_server.samplers import SamplerName
+from prioreplay.rollout_worker.config import WorkerConfig
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
@@ -42,7 +51,17 @@ class DemoConfig(PrioreplaySettings):
     defaults"). Completions end at a newline.
     """
 
-    model: str = Field("smollm2-135m", description="model alias, local directory or cached Hugging Face id")
+    #: Settings whose demo default is not the role's, and why (tests/unit/test_settings.py reads it).
+    own_defaults: ClassVar[dict[str, str]] = {
+        "group_size": "G = 4 keeps a CPU run to minutes (docs/BENCHMARKS.md, choosing the demo's defaults)",
+        "batch_groups": "4 groups per step: a learner step every lease of the one default worker",
+        "max_new_tokens": "an arithmetic answer is a few tokens; 24 bounds a CPU run's generation",
+        "stop": "completions end at a newline, after the 'Answer: N' line",
+        "temperature": "0.7: SmolLM2 at 1.0 rarely answers arithmetic, so fewer groups are mixed",
+        "lr": "1e-5: a few hundred rollouts must move a 135M model visibly",
+    }
+
+    model: str = setting(WorkerConfig, "model")
     dataset: str = Field("arithmetic:64:0:easy", description="any `prioreplay load` source, e.g. a GSM8K .jsonl file")
     eval_dataset: str | None = Field(
         None, description="held-out evaluation source (default: the same kind of data with another seed, or the GSM8K test split)"
@@ -52,25 +71,28 @@ class DemoConfig(PrioreplaySettings):
     rollouts: int = Field(768, ge=0, le=10**12, description="end the run once this many completions were "
                           "reported (the rollout budget; 0: learner steps only)")
     workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
-    sampler: SamplerName = Field(DEFAULT_SAMPLER, description=SAMPLER_HELP)
-    group_size: int = Field(4, ge=1, le=64, description="completions per problem G")
-    batch_size: int = Field(8, ge=1, le=4096, description="problems per worker lease B")
-    batch_groups: int = Field(4, ge=1, le=4096, description="groups per learner step")
-    max_new_tokens: int = Field(24, ge=1, le=4096, description="tokens generated per completion at most")
-    stop: list[str] = Field(["\n"], description="strings that end a completion, for the workers and "
-                            "the held-out scoring (e.g. a newline after an 'Answer: N' line)")
-    temperature: float = Field(0.7, gt=0, le=10, description="sampling temperature (workers and learner)")
-    lr: float = Field(1e-5, gt=0, le=1, description="learning rate (AdamW)")
-    max_staleness: int = Field(4, ge=0, le=1000, description="drop groups more than this many policy versions old")
-    publish_every: int = Field(1, ge=1, le=1_000_000, description="learner steps between published policy versions")
-    retest_fraction: float = Field(0.1, ge=0, le=1, description="share of each batch retesting the solved/unsolved pools")
-    retest_interval: int = Field(4, ge=0, le=1_000_000, description="batches a pooled problem waits before a retest")
-    seed: int = Field(0, description="seeds the sampler, the workers and the learner")
+    # -- the server's settings -----------------------------------------------------------------
+    sampler: SamplerName = setting(ServerConfig, "sampler")
+    retest_fraction: float = setting(ServerConfig, "retest_fraction")
+    retest_interval: int = setting(ServerConfig, "retest_interval")
+    # -- the workers' settings -----------------------------------------------------------------
+    group_size: int = setting(WorkerConfig, "group_size", 4)
+    batch_size: int = setting(WorkerConfig, "batch_size")
+    max_new_tokens: int = setting(WorkerConfig, "max_new_tokens", 24)
+    stop: list[str] = setting(WorkerConfig, "stop", ["\n"])  # pydantic copies a list default per instance
+    temperature: float = setting(WorkerConfig, "temperature", 0.7)
+    # -- the learner's settings ----------------------------------------------------------------
+    batch_groups: int = setting(LearnerConfig, "batch_groups", 4)
+    lr: float = setting(LearnerConfig, "lr", 1e-5)
+    max_staleness: int = setting(LearnerConfig, "max_staleness")
+    publish_every: int = setting(LearnerConfig, "publish_every")
+    # -- the run -------------------------------------------------------------------------------
+    seed: Seed = Field(0, description="seeds the sampler, the workers and the learner")
     redis_url: str | None = Field(None, description="use this Redis (redis://HOST:PORT/DB) instead of the embedded memory store")
     run_dir: Path | None = Field(None, description="where the run goes (default runs/<sampler>-<date>)")
     threads: int = Field(0, ge=0, le=256, description="torch threads per child process (0: cores shared out)")
     timeout_s: float = Field(3600.0, gt=0, description="give up (and stop everything) after this many seconds")
-    log_level: str = Field("INFO", description="log level of the child processes")
+    log_level: LogLevel = "INFO"
 
     @field_validator("stop")
     @classmethod

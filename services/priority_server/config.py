@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
-from prioreplay.config import MAX_MESSAGE_MB_DEFAULT, ClientSettings, PrioreplaySettings, read_token
+from prioreplay.config import MAX_MESSAGE_MB_DEFAULT, ClientSettings, LogLevel, PrioreplaySettings, Seed, read_token
 from prioreplay.priority_server.samplers import DEFAULT_DECAY, DEFAULT_SAMPLER, SAMPLER_HELP, SamplerName
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
 
@@ -75,7 +75,7 @@ class ServerConfig(PrioreplaySettings):
     )
     prior_alpha: float = Field(0.0, ge=0, le=1e6, description="Beta prior α₀: pseudo-observations of reward 1")
     prior_beta: float = Field(0.0, ge=0, le=1e6, description="Beta prior β₀: pseudo-observations of reward 0")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the sampler RNG and the priority tie-break")
+    seed: Seed = Field(0, description="seed of the sampler RNG and the priority tie-break")
     # -- leases and the trajectory queue -------------------------------------------------
     lease_timeout_s: float = Field(
         600.0, gt=0, le=7 * 86400, description="default lease length, seconds (a lease not reported by then expires)"
@@ -121,7 +121,7 @@ class ServerConfig(PrioreplaySettings):
         "more than 1 needs a Redis --store",
     )
     grace_s: float = Field(10.0, ge=0, le=3600, description="on SIGTERM/SIGINT: seconds in-flight RPCs get to finish")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="logging level")
+    log_level: LogLevel = "INFO"
 
     @field_validator("store")
     @classmethod

@@ -136,6 +136,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from prioreplay import rules
+from prioreplay.config import Seed
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.samplers import DEFAULT_SAMPLER, SAMPLERS, SamplerName
 from prioreplay.priority_server.store_types import (
@@ -183,7 +184,7 @@ class StoreConfig:
     retest_fraction: float = 0.1
     retest_interval: int = 4
     params: rules.PriorityParams = field(default_factory=rules.PriorityParams)
-    seed: int = 0
+    seed: Seed = 0
     lease_timeout_s: float = 600.0
     max_lease_timeout_s: float = 86400.0
     redelivery_timeout_s: float = 300.0
