@@ -167,7 +167,7 @@ def write(root: Path, cfg: dict[str, Any], samplers: list[str], reports: list[di
 def _arm_config(cfg: CompareConfig, sampler: str, seed: int, root: Path):
     from prioreplay.apps.demo_config import DemoConfig
 
-    values = {k: getattr(cfg, k) for k in DemoConfig.model_fields}
+    values = {k: getattr(cfg, k) for k in DemoConfig.model_fields if k != "sampler"}
     values.update(sampler=sampler, seed=seed, run_dir=root / f"{sampler}-seed{seed}")
     return DemoConfig(_cli_parse_args=[], **values)
 

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from prioreplay.apps.demo_config import DemoConfig, escape_stop
+from prioreplay.apps.demo_config import DemoConfig, escape_stop, worker_seed
 from prioreplay.errors import PrioreplayError
 from prioreplay.process import setup_logging
 
@@ -341,7 +341,7 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
         workers.append(demo.spawn(f"worker-{w}", [
             "worker", "--server", address, "--model", str(model_dir), "--group-size", str(cfg.group_size),
             "--batch-size", str(cfg.batch_size), "--max-new-tokens", str(cfg.max_new_tokens),
-            "--temperature", str(cfg.temperature), "--seed", str(cfg.seed * 1000 + w), "--worker-id", f"worker-{w}",
+            "--temperature", str(cfg.temperature), "--seed", str(worker_seed(cfg.seed, w)), "--worker-id", f"worker-{w}",
             "--metrics-port", str(wport), "--log-level", cfg.log_level,
             *[a for s in cfg.stop for a in ("--stop", escape_stop(s))]], wport, threads))
     return learner, workers

@@ -13,11 +13,20 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from prioreplay.config import LogLevel, PrioreplaySettings, Seed, setting
+from prioreplay.config import SEED_MAX, LogLevel, PrioreplaySettings, Seed, setting
 from prioreplay.learner.config import LearnerConfig
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.samplers import SamplerName
 from prioreplay.rollout_worker.config import WorkerConfig
+
+#: Worker w of a run with seed s generates with seed s * WORKER_SEED_STRIDE + w (< 64 workers).
+WORKER_SEED_STRIDE = 1000
+
+
+def worker_seed(seed: int, worker: int) -> int:
+    """The generation seed of worker ``worker`` (0-based) in a demo run with ``seed``."""
+    return seed * WORKER_SEED_STRIDE + worker
+
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
@@ -40,16 +49,9 @@ def unescape_stop(s: str) -> str:
     return "".join(chars)
 
 
-class DemoConfig(PrioreplaySettings):
-    """Run the whole system on this machine: a priority server, W rollout workers and a learner as
-    separate processes, training a real model with prioritized sampling, then write a run report.
-
-    The defaults train SmolLM2-135M-Instruct on 64 generated easy arithmetic problems (1-2 digit
-    sums and differences, 1-digit products: the model is right about a fifth of the time, so
-    many groups are mixed) with a budget of 768 rollouts, three passes over the dataset at G = 4,
-    so prioritized sampling has revisits to prioritize (docs/BENCHMARKS.md, "Choosing the demo's
-    defaults"). Completions end at a newline.
-    """
+class DemoRunSettings(PrioreplaySettings):
+    """The settings of one demo run but the sampler: ``prioreplay demo`` adds one sampler
+    (:class:`DemoConfig`), ``prioreplay compare`` a list of them (``CompareConfig``)."""
 
     #: Settings whose demo default is not the role's, and why (tests/unit/test_settings.py reads it).
     own_defaults: ClassVar[dict[str, str]] = {
@@ -72,7 +74,6 @@ class DemoConfig(PrioreplaySettings):
                           "reported (the rollout budget; 0: learner steps only)")
     workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
     # -- the server's settings -----------------------------------------------------------------
-    sampler: SamplerName = setting(ServerConfig, "sampler")
     retest_fraction: float = setting(ServerConfig, "retest_fraction")
     retest_interval: int = setting(ServerConfig, "retest_interval")
     # -- the workers' settings -----------------------------------------------------------------
@@ -100,11 +101,28 @@ class DemoConfig(PrioreplaySettings):
         return [unescape_stop(s) for s in v]
 
     @model_validator(mode="after")
-    def _check(self) -> "DemoConfig":
+    def _check(self) -> "DemoRunSettings":
         from prioreplay.errors import InvalidArgument
 
         if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://")):
             raise InvalidArgument(f"redis_url ({self.redis_url!r}) must look like redis://HOST:PORT/DB")
         if any(not s for s in self.stop):
             raise InvalidArgument(f"stop ({self.stop!r}) must hold non-empty strings; write a newline as '\\n'")
+        if worker_seed(self.seed, self.workers - 1) > SEED_MAX:
+            raise InvalidArgument(f"seed ({self.seed}) must be <= {(SEED_MAX - self.workers + 1) // WORKER_SEED_STRIDE}: "
+                                  f"the workers' seeds (seed x {WORKER_SEED_STRIDE} + worker) must stay <= {SEED_MAX}")
         return self
+
+
+class DemoConfig(DemoRunSettings):
+    """Run the whole system on this machine: a priority server, W rollout workers and a learner as
+    separate processes, training a real model with prioritized sampling, then write a run report.
+
+    The defaults train SmolLM2-135M-Instruct on 64 generated easy arithmetic problems (1-2 digit
+    sums and differences, 1-digit products: the model is right about a fifth of the time, so
+    many groups are mixed) with a budget of 768 rollouts, three passes over the dataset at G = 4,
+    so prioritized sampling has revisits to prioritize (docs/BENCHMARKS.md, "Choosing the demo's
+    defaults"). Completions end at a newline.
+    """
+
+    sampler: SamplerName = setting(ServerConfig, "sampler")

@@ -233,3 +233,51 @@ def test_the_check_accepts_a_composed_setting_and_a_declared_own_default():
     assert ComposedOwn().group_size == 4 and Composed().group_size == 8 and _Worker().group_size == 8
     with pytest.raises(KeyError, match="_Worker has no setting 'groups'"):
         setting(_Worker, "groups")
+
+
+# -- the shared settings on the command line -------------------------------------------------------
+@pytest.mark.parametrize("command", ["server", "worker", "learner", "demo"])
+def test_every_command_takes_the_same_log_level_in_any_case(command):
+    from prioreplay.apps.cli import parse
+    from prioreplay.errors import InvalidArgument
+
+    assert parse(command, ["--log-level", "debug"]).log_level == "DEBUG"
+    assert parse(command, ["--log-level", "Warning"]).log_level == "WARNING"
+    with pytest.raises(InvalidArgument, match=r"log_level \('loud'\) must be one of DEBUG, INFO"):
+        parse(command, ["--log-level", "loud"])
+
+
+def test_a_demo_seed_whose_worker_seeds_pass_the_bound_is_refused():
+    from prioreplay.apps.cli import parse
+    from prioreplay.apps.demo_config import worker_seed
+    from prioreplay.config import SEED_MAX
+    from prioreplay.errors import InvalidArgument
+
+    top = SEED_MAX // 1000
+    assert worker_seed(parse("demo", ["--seed", str(top - 1)]).seed, 0) <= SEED_MAX
+    with pytest.raises(InvalidArgument, match="workers' seeds"):
+        parse("demo", ["--seed", str(top + 1)])
+    with pytest.raises(InvalidArgument, match="lower --seed"):
+        parse("compare", ["--seed", str(top - 1), "--seeds", "3"])
+
+
+def test_help_shows_defaults_not_factories_and_compare_has_no_single_sampler(capsys):
+    from prioreplay.apps.cli import parse
+
+    for command in ("worker", "compare"):
+        with pytest.raises(SystemExit):
+            parse(command, ["--help"])
+        text = capsys.readouterr().out
+        assert "default factory" not in text and "(default: [])" in text
+        if command == "compare":
+            assert "--samplers" in text and "--sampler " not in text
+
+
+def test_a_cross_field_error_gives_its_message_not_every_input():
+    from prioreplay.apps.cli import parse
+    from prioreplay.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument) as e:
+        parse("server", ["--lease-timeout-s", "100", "--max-lease-timeout-s", "10"])
+    assert "lease_timeout_s (100.0) must be <= max_lease_timeout_s (10.0)" in str(e.value)
+    assert "snapshot_interval_s" not in str(e.value)  # the other settings are not dumped
