@@ -97,7 +97,7 @@ def _server(kind: str) -> Iterator[str]:
     from prioreplay.channel import free_port
 
     address = f"127.0.0.1:{free_port()}"
-    proc = subprocess.Popen([sys.executable, "-m", "prioreplay.cli", "server", "--store", "memory", "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", "memory", "--port",
                              address.rsplit(":", 1)[1], "--metrics-port", "0", "--log-level", "WARNING"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -149,7 +149,7 @@ def run_trl_overhead(params: IntegrationParams = IntegrationParams(),
         "step_s": {arm: median}, "step_ratio": {"mean", "min", "max"} (prioreplay / trl, paired),
         "bare_rpc_ms": {"sample_p50", "sample_p90", "report_p50", "report_p90"}}.
     """
-    from prioreplay.testing import make_tiny_model
+    from prioreplay.tiny_model import make_tiny_model
 
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="prioreplay-bench-trl-") as tmp, _server(params.server) as address:

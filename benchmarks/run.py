@@ -285,7 +285,7 @@ def real_grpo(run_root: Path, extra_args: list[str] | None = None, samplers: tup
     """
     for s in samplers:
         run_dir = run_root / s
-        cmd = [sys.executable, "-m", "prioreplay.cli", "demo", "--sampler", s, "--run-dir", str(run_dir), *(extra_args or [])]
+        cmd = [sys.executable, "-m", "prioreplay.apps.cli", "demo", "--sampler", s, "--run-dir", str(run_dir), *(extra_args or [])]
         _log(f"real: {' '.join(cmd[1:])}")
         subprocess.run(cmd, check=True)
     return collect_real(run_root, samplers, res)

@@ -365,7 +365,7 @@ async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str
     import grpc
 
     port = free_port()
-    args = [sys.executable, "-m", "prioreplay.cli", "server", "--store", store_spec(kind, redis_url),
+    args = [sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", store_spec(kind, redis_url),
             "--namespace", namespace, "--port", str(port), "--metrics-port", "0", "--log-level", "WARNING",
             "--max-message-mb", str(MAX_MESSAGE_BYTES // (1024 * 1024)), "--processes", str(processes)]
     with tempfile.TemporaryFile() as err:

@@ -6,6 +6,12 @@ config file's section named after the command (``--config FILE`` or ``PRIOREPLAY
 or TOML, e.g. ``server: {port: 50051}``), then the field defaults. Bounds live on the fields, so
 a bad value fails at start-up with the field, the value and the allowed range.
 
+One definition per setting: a setting that several commands take is declared once, with its
+bounds and help, and composed by the others: the shared types :data:`Seed` and :data:`LogLevel`
+here, and :func:`setting` for a field another command's model declares (``prioreplay demo`` takes
+the worker's ``group_size`` that way). ``tests/unit/test_settings.py`` fails when two models declare
+the same setting with different bounds, types or defaults.
+
 This module imports only pydantic: ``prioreplay --help`` must stay fast.
 """
 
@@ -14,13 +20,77 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 MAX_MESSAGE_MB_DEFAULT = 64
+
+#: Largest seed any command takes. Seeds go to the server's tie-break key (8 signed bytes,
+#: ``store.tie_member``) and sampler hash (``samplers.step_seed``: only its 32-bit BLAKE2 digest
+#: reaches Lua, so Redis' double-precision numbers never see a seed), ``torch.manual_seed`` and
+#: ``random.seed`` (learner), and per batch ``seed + k`` to the generation backends, which take
+#: seeds below 2**63 (``SamplingParams``; vLLM's per-request torch generator). 2**62 leaves 2**62
+#: derived seeds (a worker's batch index, ``compare``'s seed + arm) inside signed 64 bits.
+SEED_MAX = 2**62
+
+#: A seed: an integer in [0, SEED_MAX]. Every command's ``seed`` field has this type.
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+
+#: The log levels every command accepts (Python's logging names).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(value: object) -> object:
+    """``value`` upper-cased; a name outside :data:`LOG_LEVELS` is refused naming the value."""
+    if isinstance(value, str) and value.upper() in LOG_LEVELS:
+        return value.upper()
+    raise ValueError(f"log_level ({value!r}) must be one of {', '.join(LOG_LEVELS)} (any case)")
+
+
+#: A log level, in any case (``--log-level debug`` = ``DEBUG``). Every command's ``log_level``
+#: field has this type and so the same help and the same check.
+LogLevel = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    BeforeValidator(_log_level),
+    Field(description="log level: DEBUG, INFO, WARNING, ERROR or CRITICAL (any case)"),
+]
+
+
+def setting(owner: type[BaseModel], name: str, default: Any = ..., default_factory: Any = None) -> Any:
+    """The field ``name`` as ``owner`` declares it (type bounds, help, default), for another
+    command's model that takes the same setting: ``group_size: int = setting(WorkerConfig,
+    "group_size", 4)``.
+
+    Args:
+        owner: the model that declares the setting (e.g. ``WorkerConfig``).
+        name: the field's name in ``owner``.
+        default: this command's own default instead of the owner's (``...``: the owner's). A model
+            that gives one names the field and the reason in its ``own_defaults`` class variable,
+            which ``tests/unit/test_settings.py`` reads; bounds and help stay the owner's.
+        default_factory: as ``default``, for a mutable default (a list).
+
+    Raises:
+        KeyError: ``owner`` has no field ``name`` (the message names the model and the field).
+    """
+    if name not in owner.model_fields:
+        raise KeyError(f"{owner.__name__} has no setting {name!r}; choose one of {', '.join(owner.model_fields)}")
+    info = FieldInfo.merge_field_infos(owner.model_fields[name])  # a copy: the owner's stays as it is
+    if default_factory is not None:
+        info.default, info.default_factory = PydanticUndefined, default_factory
+    elif default is not ...:
+        info.default, info.default_factory = default, None
+    for key in ("default", "default_factory"):
+        info._attributes_set.pop(key, None)  # so that pydantic's merge keeps the values set here
+    if info.default_factory is None:
+        info._attributes_set["default"] = info.default
+    else:
+        info._attributes_set["default_factory"] = info.default_factory
+    return info
 
 
 def read_config_file(path: str | os.PathLike, section: str) -> dict[str, Any]:
@@ -149,20 +219,20 @@ def read_token(token: SecretStr | None, token_file: Path | None) -> str | None:
     return tok
 
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-def check_role_settings(model: str, device: str, log_level: str) -> None:
+def check_role_settings(model: str, device: str, log_level: str | None = None) -> None:
     """Checks shared by the worker's and the learner's settings.
 
+    Args:
+        model: the model name (non-empty).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        log_level: unused; the :data:`LogLevel` type checks every command's log level.
+
     Raises:
-        InvalidArgument: an unknown log level, a device other than auto/cpu/cuda/cuda:N, or an
-            empty model name (each message names the value and the accepted forms).
+        InvalidArgument: a device other than auto/cpu/cuda/cuda:N, or an empty model name (each
+            message names the value and the accepted forms).
     """
     from prioreplay.errors import InvalidArgument
 
-    if log_level.upper() not in LOG_LEVELS:
-        raise InvalidArgument(f"log_level ({log_level!r}) must be DEBUG, INFO, WARNING or ERROR")
     if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
         raise InvalidArgument(f"device ({device!r}) must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
     if not model.strip():

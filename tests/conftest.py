@@ -214,7 +214,7 @@ class ServerProcess:
         import sys
         import threading
 
-        cmd = [sys.executable, "-m", "prioreplay.cli", "server", "--host", "127.0.0.1", "--port", str(self.port),
+        cmd = [sys.executable, "-m", "prioreplay.apps.cli", "server", "--host", "127.0.0.1", "--port", str(self.port),
                "--metrics-port", str(self.metrics_port), *self.args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=self.env, cwd=REPO)

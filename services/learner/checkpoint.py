@@ -1,7 +1,7 @@
 """Writing learner checkpoints: ``DIR/step-N/`` through a temporary directory and an atomic rename.
 
-The format and its checks (manifest, :func:`~prioreplay.checkpoints.verify`,
-:func:`~prioreplay.checkpoints.latest_complete`) are :mod:`prioreplay.checkpoints`; this module
+The format and its checks (manifest, :func:`~prioreplay.checkpoint_reader.verify`,
+:func:`~prioreplay.checkpoint_reader.latest_complete`) are :mod:`prioreplay.checkpoint_reader`; this module
 writes checkpoints, reads the trainer state back, keeps the RNG states, and prunes old ones.
 """
 
@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from prioreplay.checkpoints import (
+from prioreplay.checkpoint_reader import (
     FORMAT,
     MANIFEST,
     TRAINER_STATE,
@@ -150,11 +150,11 @@ def publish_weights(root: str | os.PathLike, version: int, step: int, model, tok
 
     The policy files (:func:`prioreplay.models.save_weights`, floating tensors in ``dtype``) go
     into a temporary directory, then the manifest (format
-    :data:`~prioreplay.checkpoints.WEIGHTS_FORMAT`: version, step, tensor count, every file's size
+    :data:`~prioreplay.checkpoint_reader.WEIGHTS_FORMAT`: version, step, tensor count, every file's size
     and CRC-32) last; the directory is then renamed to ``v-N``. Nothing is fsynced (publishing is
     on every step's path; a version a machine crash damaged fails the workers' check and the next
     publish replaces it). A worker that finds ``v-N``
-    therefore finds it whole (:func:`prioreplay.checkpoints.verify_weights`). No optimizer state
+    therefore finds it whole (:func:`prioreplay.checkpoint_reader.verify_weights`). No optimizer state
     is written: that is :func:`save_checkpoint`'s job, every ``checkpoint_every`` steps.
     Afterwards, with ``keep``, older versions are pruned by :func:`prune_published`.
 

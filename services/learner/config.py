@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from prioreplay.config import ClientSettings, check_role_settings
+from prioreplay.config import ClientSettings, LogLevel, Seed, check_role_settings
 from prioreplay.devices import GpuClaimSettings
 
 
@@ -45,7 +45,7 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     warmup_steps: int = Field(0, ge=0, le=10_000_000, description="steps of linear learning-rate warm-up from 0 (then constant)")
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW decoupled weight decay")
     max_grad_norm: float = Field(1.0, gt=0, le=1e6, description="clip the global gradient L2 norm to this")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds torch and python RNGs (their states are checkpointed)")
+    seed: Seed = Field(0, description="seeds torch and python RNGs (their states are checkpointed)")
 
     # -- loss ----------------------------------------------------------------------------------
     advantage: Literal["grpo", "drgrpo"] = Field("grpo", description="grpo: (r − mean)/(std + eps); drgrpo: r − mean (= r − p)")
@@ -94,7 +94,7 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
                                      "server or its store is unavailable (doubling from 0.5 s); the learner waits, never exits")
     metrics_port: int = Field(9102, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_file: Path | None = Field(None, description="append one JSON line of metrics per step to this file")
-    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    log_level: LogLevel = "INFO"
 
     @model_validator(mode="after")
     def _check(self) -> "LearnerConfig":

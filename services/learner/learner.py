@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from prioreplay import rules
-from prioreplay.checkpoints import latest_complete
+from prioreplay.checkpoint_reader import latest_complete
 from prioreplay.channel import timed_call
 from prioreplay.errors import InvalidArgument
 from prioreplay.learner import checkpoint as ckpt

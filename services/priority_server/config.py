@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic_settings import CliPositionalArg
 
-from prioreplay.config import ChannelSettings, ClientSettings, PrioreplaySettings
+from prioreplay.config import ChannelSettings, ClientSettings, LogLevel, PrioreplaySettings, Seed
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.samplers import (
     DEFAULT_DECAY,
@@ -89,7 +89,7 @@ class StoreSettings(BaseModel):
     max_batch_size: int = Field(
         4096, ge=1, le=1_000_000, description="largest SampleProblems batch_size / PullTrajectories max_groups"
     )
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the sampler RNG and the priority tie-break")
+    seed: Seed = Field(0, description="seed of the sampler RNG and the priority tie-break")
 
     @field_validator("sampler", mode="wrap")
     @classmethod
@@ -204,7 +204,7 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, StoreSettings):
         "more than 1 needs a Redis --store",
     )
     grace_s: float = Field(10.0, ge=0, le=3600, description="on SIGTERM/SIGINT: seconds in-flight RPCs get to finish")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="logging level")
+    log_level: LogLevel = "INFO"
 
     @field_validator("store")
     @classmethod

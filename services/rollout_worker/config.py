@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from prioreplay.config import ClientSettings, check_role_settings
+from prioreplay.config import ClientSettings, LogLevel, Seed, check_role_settings
 from prioreplay.devices import GpuClaimSettings
 
 
@@ -75,7 +75,7 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     max_new_tokens: int = Field(512, ge=1, le=1_000_000, description="completion length limit, tokens")
     stop: list[str] = Field(default_factory=list, description="strings that end a completion (EOS always does); "
                             "the escapes \\n, \\t and \\\\ are decoded, so --stop '\\n\\n' stops at a blank line")
-    seed: int = Field(0, ge=0, le=2**62, description="seeds generation; batch k uses seed + k, so runs reproduce")
+    seed: Seed = Field(0, description="seeds generation; batch k uses seed + k, so runs reproduce")
     verify_timeout_s: float = Field(5.0, gt=0, le=600, description="bound on one verification, seconds")
 
     # -- loop ----------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
 
     # -- observability -------------------------------------------------------------------------
     metrics_port: int = Field(9101, ge=0, le=65535, description="port of /metrics (0 disables)")
-    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    log_level: LogLevel = "INFO"
 
     @field_validator("stop")
     @classmethod

@@ -16,7 +16,7 @@ from prioreplay import models
 from prioreplay.errors import InvalidArgument
 from prioreplay.rollout_worker.backends.base import GeneratedCompletion, GenerationBackend, SamplingParams
 from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
-from prioreplay.testing import make_tiny_model
+from prioreplay.tiny_model import make_tiny_model
 
 # generation with a model per test: tens of seconds; make test-fast leaves them out
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from prioreplay import checkpoints
+from prioreplay import checkpoint_reader as checkpoints
 from prioreplay.errors import InvalidArgument
 from prioreplay.learner import checkpoint as ckpt
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from prioreplay.models import load_causal_lm, load_tokenizer
-    from prioreplay.testing import make_tiny_model
+    from prioreplay.tiny_model import make_tiny_model
 
     d = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=3)
     return load_causal_lm(d), load_tokenizer(d)
@@ -51,7 +51,7 @@ def test_save_writes_a_verifiable_step_dir_and_no_temporaries(tmp_path, tiny):
 
 def test_weights_round_trip_into_a_fresh_model(tmp_path, tiny):
     from prioreplay.models import load_causal_lm, load_weights
-    from prioreplay.testing import make_tiny_model
+    from prioreplay.tiny_model import make_tiny_model
 
     model, _ = tiny
     path = _save(tmp_path / "ck", 1, tiny)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from prioreplay import cli
+from prioreplay.apps import cli
 from prioreplay.priority_server.admin import run_stats
 from prioreplay.priority_server.config import ServerConfig, StatsConfig
 from prioreplay.priority_server.open_store import create_store
@@ -36,7 +36,7 @@ def _env() -> dict[str, str]:
 
 
 def _prioreplay(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "prioreplay.cli", *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([PY, "-m", "prioreplay.apps.cli", *args], capture_output=True, text=True, timeout=timeout,
                           env=_env(), cwd=REPO)
 
 
@@ -62,7 +62,7 @@ def test_each_command_help_exits_0(name, capsys, monkeypatch):
 def test_help_does_not_import_heavy_modules():
     code = (
         "import sys\n"
-        "from prioreplay import cli\n"
+        "from prioreplay.apps import cli\n"
         "for name in ('server', 'load', 'stats'):\n"
         "    try:\n"
         "        cli.parse(name, ['--help'])\n"
@@ -90,7 +90,7 @@ def test_server_load_and_stats_need_no_model_stack(tmp_path):
     code = f"""
 import importlib, io, pkgutil, sys
 import prioreplay.priority_server as ps
-from prioreplay import cli
+from prioreplay.apps import cli
 for name in ("server", "load", "stats"):
     try:
         cli.main([name, "--help"])
@@ -119,7 +119,7 @@ print("LOADED=" + ",".join(m for m in {MODEL_STACK!r} if m in sys.modules))
 def test_a_role_command_without_its_extra_says_which_to_install():
     code = ("import sys\n"
             "sys.modules['torch'] = None  # as on the base install: import torch fails\n"
-            "from prioreplay import cli\n"
+            "from prioreplay.apps import cli\n"
             "sys.exit(cli.main(['learner', '--metrics-port', '0']))\n")
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, env=_env(), cwd=REPO)
     assert r.returncode == 2, r.stderr
@@ -158,7 +158,7 @@ class ServerProcess:
     """``prioreplay server`` as a subprocess; its stderr is read by a thread (no pipe stalls)."""
 
     def __init__(self, *args: str):
-        self.proc = subprocess.Popen([PY, "-m", "prioreplay.cli", "server", "--port", "0", *args],
+        self.proc = subprocess.Popen([PY, "-m", "prioreplay.apps.cli", "server", "--port", "0", *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
@@ -330,7 +330,7 @@ def test_a_taken_metrics_port_is_a_clear_error_not_a_traceback():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "prioreplay.cli", "server", "--port", "0", "--host", "127.0.0.1",
+        proc = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "server", "--port", "0", "--host", "127.0.0.1",
                                "--metrics-port", str(port)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
@@ -344,7 +344,7 @@ def test_stats_into_a_closed_pipe_exits_quietly():
     from prioreplay.priority_server.background_server import BackgroundServer
 
     with BackgroundServer(lambda: create_store("memory", StoreConfig()), ServerConfig(metrics_port=0)) as srv:
-        cmd = f"{sys.executable} -m prioreplay.cli stats --server {srv.address} | true; echo ${{PIPESTATUS[0]}}"
+        cmd = f"{sys.executable} -m prioreplay.apps.cli stats --server {srv.address} | true; echo ${{PIPESTATUS[0]}}"
         proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stdout.strip() in ("0", "141")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from prioreplay import cli
+from prioreplay.apps import cli
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.priority_server.config import ServerConfig

@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
-from prioreplay.compare import check_arms, run_metrics, summarize, summary_lines
-from prioreplay.cli import parse
-from prioreplay.compare_config import default_samplers
+from prioreplay.apps.compare import check_arms, run_metrics, summarize, summary_lines
+from prioreplay.apps.cli import parse
+from prioreplay.apps.compare_config import default_samplers
 from prioreplay.errors import InvalidArgument
-from prioreplay.testing import make_tiny_model
+from prioreplay.tiny_model import make_tiny_model
 
 
 def _report(sampler: str, seed: int, mixed: int, groups: int, **cfg) -> dict:
@@ -79,7 +79,7 @@ def test_default_arms_are_the_registry_default_then_heap_and_uniform():
 def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
     model = make_tiny_model(tmp_path / "tiny", seed=0)
     root = tmp_path / "cmp"
-    cmd = [sys.executable, "-m", "prioreplay.cli", "compare", "--model", str(model), "--dataset", "arithmetic:24",
+    cmd = [sys.executable, "-m", "prioreplay.apps.cli", "compare", "--model", str(model), "--dataset", "arithmetic:24",
            "--samplers", "heap,uniform", "--seeds", "1", "--rollouts", "48", "--eval-size", "4",
            "--batch-groups", "1", "--batch-size", "4", "--group-size", "4", "--max-new-tokens", "8",
            "--run-dir", str(root), "--timeout-s", "400"]
@@ -102,21 +102,21 @@ def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
     assert "heap" in out["effective_group_fraction_ratio"]
     assert "heap / uniform effective-group fraction" in proc.stdout
     # the finished runs compare again from their directories; a run with other settings is refused
-    again = subprocess.run([sys.executable, "-m", "prioreplay.cli", "compare", "--runs", str(root / "heap-seed0"),
+    again = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "compare", "--runs", str(root / "heap-seed0"),
                             "--runs", str(root / "uniform-seed0"), "--run-dir", str(tmp_path / "again")],
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     changed = json.loads((root / "uniform-seed0" / "report.json").read_text())
     changed["config"]["lr"] = 1.0
     (root / "uniform-seed0" / "report.json").write_text(json.dumps(changed))
-    refused = subprocess.run([sys.executable, "-m", "prioreplay.cli", "compare", "--runs", str(root / "heap-seed0"),
+    refused = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "compare", "--runs", str(root / "heap-seed0"),
                               "--runs", str(root / "uniform-seed0"), "--run-dir", str(tmp_path / "refused")],
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "differ in lr" in refused.stderr
 
 
 def test_a_concurrent_arm_gets_exactly_the_settings_of_its_sequential_twin(tmp_path):
-    from prioreplay.compare import _arm_config, _demo_args
+    from prioreplay.apps.compare import _arm_config, _demo_args
 
     cfg = parse("compare", ["--samplers", "heap,uniform", "--stop", "\\n", "--stop", "END", "--rollouts", "96"])
     arm = _arm_config(cfg, "uniform", 2, tmp_path)

@@ -8,7 +8,7 @@ import pytest
 from prioreplay import models
 from prioreplay.rollout_worker.backends.base import SamplingParams
 from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
-from prioreplay.testing import make_tiny_model
+from prioreplay.tiny_model import make_tiny_model
 
 pytestmark = pytest.mark.slow
 

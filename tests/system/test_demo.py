@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from prioreplay.testing import make_tiny_model
+from prioreplay.tiny_model import make_tiny_model
 
 # each test runs the whole demo (or its processes): minutes; make test-fast leaves them out
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 def _run_demo(tmp_path, *extra: str) -> dict:
     model = make_tiny_model(tmp_path / "tiny", seed=0)
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "prioreplay.cli", "demo", "--model", str(model), "--dataset", "arithmetic:48",
+    cmd = [sys.executable, "-m", "prioreplay.apps.cli", "demo", "--model", str(model), "--dataset", "arithmetic:48",
            "--steps", "3", "--eval-size", "4", "--batch-groups", "2", "--batch-size", "4", "--group-size", "4",
            "--max-new-tokens", "8", "--rollouts", "0", "--run-dir", str(run_dir), "--timeout-s", "400", *extra]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=480)
@@ -84,8 +84,8 @@ def test_demo_redis_store(tmp_path, redis_url):
 def test_a_crashed_child_stops_the_run_with_its_log_tail(tmp_path):
     import time
 
-    from prioreplay.demo import ChildFailed, Demo
-    from prioreplay.demo_config import DemoConfig
+    from prioreplay.apps.demo import ChildFailed, Demo
+    from prioreplay.apps.demo_config import DemoConfig
 
     (tmp_path / "logs").mkdir()
     demo = Demo(DemoConfig(_cli_parse_args=[]), tmp_path)

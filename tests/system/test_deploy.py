@@ -1,7 +1,7 @@
 """Checks of the deployment files: docker-compose.yml, deploy/ and docs/DEPLOY.md.
 
 No Docker engine is needed: the compose file is checked statically, but against the real code.
-Every ``prioreplay`` command in it is parsed by :func:`prioreplay.cli.parse` (unknown flags and bad
+Every ``prioreplay`` command in it is parsed by :func:`prioreplay.apps.cli.parse` (unknown flags and bad
 values fail), with the service's environment applied and ``${VAR:-default}`` replaced by its
 default; ports must agree between compose, Prometheus, the config defaults and docs/INTERFACES.md;
 and every ``prioreplay_*`` metric the dashboard or Prometheus config names must be exported: by a
@@ -163,7 +163,7 @@ def prometheus() -> dict:
 
 def parse_command(service: dict, monkeypatch):
     """The typed config a compose service's ``prioreplay`` command builds (flags + its environment)."""
-    from prioreplay import cli
+    from prioreplay.apps import cli
 
     cmd = service["command"]
     assert isinstance(cmd, list) and cmd, "write prioreplay commands in exec (list) form"
@@ -517,7 +517,7 @@ def _scrape_server(timeout_s: float = 60.0) -> tuple[str, int]:
     port, mport = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prioreplay.cli", "server", "--store", "memory", "--host", "127.0.0.1",
+        [sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", "memory", "--host", "127.0.0.1",
          "--port", str(port), "--metrics-port", str(mport), "--stats-interval-s", "0.2", "--log-level", "WARNING"],
         env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -495,7 +495,7 @@ def test_redis_restart_keeps_everything_and_the_server_reconnects(tmp_path, name
 # -- the learner killed between pull and acknowledge ---------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
-    from prioreplay.testing import make_tiny_model
+    from prioreplay.tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
 
@@ -519,7 +519,7 @@ def _learner(address: str, tiny_dir: Path, tmp_path: Path, max_steps: int, *extr
             "--checkpoint-dir", str(tmp_path / "ckpt"), "--max-steps", str(max_steps), "--metrics-port", "0",
             "--log-file", str(tmp_path / "learner.jsonl"), "--lr", "1e-3", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "prioreplay.cli", "learner", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "learner", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
 
 

@@ -212,7 +212,7 @@ def test_bad_settings_name_the_value():
 
 def _cli(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")} | env_extra
-    return subprocess.run([sys.executable, "-m", "prioreplay.cli", *args], env=env, cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", *args], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -17,12 +17,12 @@ import pytest
 from datasets import Dataset
 from trl import GRPOConfig
 
-from prioreplay import cli
+from prioreplay.apps import cli
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import InvalidArgument
 from prioreplay.integrations.trl import STATE_FILE, PriorityGRPOTrainer, attach
-from prioreplay.testing import make_tiny_model
+from prioreplay.tiny_model import make_tiny_model
 from prioreplay.v1 import priority_service_pb2 as pb
 from tests.conftest import REPO
 

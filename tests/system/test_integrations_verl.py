@@ -32,7 +32,7 @@ from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import InvalidArgument
 from prioreplay.integrations.verl import ReportRewards, RewardReporter, make_train_sampler
-from prioreplay.testing import make_tiny_tokenizer
+from prioreplay.tiny_model import make_tiny_tokenizer
 from prioreplay.v1 import priority_service_pb2 as pb
 
 pytestmark = pytest.mark.slow  # importing verl's trainer imports Ray: tens of seconds

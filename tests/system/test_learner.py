@@ -14,7 +14,7 @@ import threading
 import pytest
 import torch
 
-from prioreplay import checkpoints
+from prioreplay import checkpoint_reader as checkpoints
 from prioreplay.learner import checkpoint as ckpt
 from prioreplay.learner.config import LearnerConfig
 from prioreplay.v1 import priority_service_pb2 as pb
@@ -66,7 +66,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from prioreplay.testing import make_tiny_model
+    from prioreplay.tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=1)
 

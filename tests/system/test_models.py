@@ -1,4 +1,4 @@
-"""prioreplay.models and prioreplay.testing: resolution, the tokenizer path, safetensors weight I/O."""
+"""prioreplay.models and prioreplay.tiny_model: resolution, the tokenizer path, safetensors weight I/O."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.testing import make_tiny_model
+from prioreplay.tiny_model import make_tiny_model
 
 # builds and runs small models: make test-fast leaves it out
 pytestmark = pytest.mark.slow

@@ -45,7 +45,7 @@ def _metric(text: str, name: str, labels: str = "") -> float:
 @pytest.fixture
 def two_processes(redis_url, namespace):
     port, mport = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "prioreplay.cli", "server", "--store", redis_url, "--namespace",
+    proc = subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", redis_url, "--namespace",
                              namespace, "--processes", "2", "--port", str(port), "--metrics-port", str(mport),
                              "--stats-interval-s", "0.2", "--log-level", "WARNING"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
@@ -171,7 +171,7 @@ def test_two_processes_keep_every_exactly_once_guarantee(two_processes):
 
 
 def test_memory_store_refuses_several_processes():
-    r = subprocess.run([sys.executable, "-m", "prioreplay.cli", "server", "--processes", "2", "--port", "0"],
+    r = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "server", "--processes", "2", "--port", "0"],
                        capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 2 and "needs a Redis store" in r.stderr and "--processes 1" in r.stderr, r.stderr
 
@@ -183,7 +183,7 @@ def test_a_port_in_use_is_refused(redis_url, namespace):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "prioreplay.cli", "server", "--store", redis_url, "--namespace",
+        r = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", redis_url, "--namespace",
                             namespace, "--processes", "2", "--port", str(port), "--metrics-port", "0"],
                            capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from prioreplay import checkpoints
+from prioreplay import checkpoint_reader as checkpoints
 from prioreplay.errors import InvalidArgument
 from prioreplay.learner import checkpoint as ckpt
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
-    from prioreplay.testing import make_tiny_model
+    from prioreplay.tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=5)
 

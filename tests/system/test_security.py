@@ -129,7 +129,7 @@ def test_server_process_with_unreachable_redis_hides_the_password():
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "prioreplay.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", *args], capture_output=True, text=True,
                           timeout=60, cwd=REPO, env={**os.environ, **(env or {})})
 
 

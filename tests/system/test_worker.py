@@ -27,7 +27,7 @@ from prioreplay.rollout_worker import worker as worker_mod
 from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.worker import RolloutWorker
-from prioreplay.testing import make_tiny_model
+from prioreplay.tiny_model import make_tiny_model
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import VerifyResult
 from tests.conftest import start_background_server
@@ -210,7 +210,7 @@ def test_cli_worker_reports_then_stops_cleanly_on_sigterm(server, client, dirs):
     """`prioreplay worker` as a process: it reports batches, and SIGTERM ends it with exit code 0."""
     client.register(problem_to_proto(p) for p in PROBLEMS)
     env = dict(os.environ, OMP_NUM_THREADS="1", PRIOREPLAY_CACHE_DIR=str(dirs[0].parent))
-    cmd = [sys.executable, "-m", "prioreplay.cli", "worker", "--server", server.address, "--model", str(dirs[0]),
+    cmd = [sys.executable, "-m", "prioreplay.apps.cli", "worker", "--server", server.address, "--model", str(dirs[0]),
            "--group-size", "2", "--batch-size", "2", "--max-new-tokens", "4", "--metrics-port", "0",
            "--device", "cpu", "--worker-id", "cli-worker", "--max-retry-sleep-s", "0.1", "--log-level", "WARNING"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -3,7 +3,7 @@ report picture draws the intervals and the unseen count."""
 
 from __future__ import annotations
 
-from prioreplay.demo import held_out_line, held_out_summary, scrape_histogram
+from prioreplay.apps.demo import held_out_line, held_out_summary, scrape_histogram
 
 
 def test_summary_line_gives_the_change_with_its_interval_and_says_if_it_excludes_zero():
@@ -20,7 +20,7 @@ def test_summary_line_gives_the_change_with_its_interval_and_says_if_it_excludes
 
 
 def test_report_picture_draws_with_intervals_and_unseen(tmp_path):
-    from prioreplay.report import render
+    from prioreplay.apps.report_figure import render
 
     steps = [{"step": i, "heap": 40, "solved": 10, "unsolved": 14 - i, "leased": i, "unseen": 30 - 10 * i,
               "priority_histogram": [0] * 19 + [40], "priority_bucket_edges": [0.0125 * k for k in range(21)],

@@ -1,8 +1,9 @@
 """The layout the code is built on: the folder-to-import mapping, the three layers, the base install.
 
-Layers (docs/INTERFACES.md, "Layers"): the **core** (``prioreplay/`` but the entry points)
-imports no role; a **role** (``services/<role>/`` = ``prioreplay.<role>``) imports only the core;
-an **entry point** may import roles, inside functions, except a role's settings modules
+Layers (docs/INTERFACES.md, "Layers") are folders: the **entry points** are ``prioreplay/apps/``
+(``prioreplay.apps``), a **role** is ``services/<role>/`` (``prioreplay.<role>``), the **core** is
+the rest of ``prioreplay/``. The core imports no role and no entry point; a role imports only the
+core; an entry point may import roles, inside functions, except a role's settings modules
 (``config``, ``samplers``: pydantic and the standard library) which a command's settings need at
 class definition. No import cycle anywhere. Imports under ``if TYPE_CHECKING:`` are annotations
 only and are not counted.
@@ -21,8 +22,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = REPO / "services"
-ENTRY_POINTS = {"prioreplay.cli", "prioreplay.demo", "prioreplay.demo_config", "prioreplay.compare", "prioreplay.compare_config",
-                "prioreplay.compare_report", "prioreplay.evaluate", "prioreplay.report"}
+#: The folder of the entry-point layer; its modules are read from it, not listed here.
+APPS = REPO / "prioreplay" / "apps"
+ENTRY_PACKAGE = "prioreplay.apps"
 #: Role modules an entry point may import at module level: settings and the sampler names only.
 LIGHT_ROLE_MODULES = {"config", "samplers"}
 ROLES = sorted(p.name for p in SERVICES.iterdir() if (p / "__init__.py").is_file())
@@ -78,8 +80,8 @@ MODULES = _modules()
 
 
 def layer(module: str) -> str:
-    """'core', 'entry' or 'role:<name>' of a project module."""
-    if module in ENTRY_POINTS:
+    """'core', 'entry' or 'role:<name>' of a project module, from the folder it lives in."""
+    if module == ENTRY_PACKAGE or module.startswith(ENTRY_PACKAGE + "."):
         return "entry"
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in ROLES:
@@ -134,7 +136,7 @@ def layer_violations(modules: dict[str, Path]) -> list[str]:
         for target, line, top in imports(module, modules):
             theirs = layer(target)
             where = f"{path.name}:{line}: {module}"
-            if mine == "core" and theirs != "core":
+            if mine == "core" and theirs != "core":  # a role or an entry point
                 wrong.append(f"{where}: the core imports {target} ({theirs})")
             elif mine.startswith("role:") and theirs not in ("core", mine):
                 wrong.append(f"{where}: {mine} imports {target} ({theirs})")
@@ -159,13 +161,38 @@ def test_the_layer_check_catches_each_kind_of_violation(tmp_path):
         **MODULES,
         "prioreplay.rollout_worker.bad": module("bad", "from prioreplay.learner import loss\n"),
         "prioreplay.bad_core": module("bad_core", "def f():\n    from prioreplay.priority_server.store import Store\n"),
-        "prioreplay.cli": module("cli", "from prioreplay.learner.learner import Learner\n"),
+        "prioreplay.apps.cli": module("cli", "from prioreplay.learner.learner import Learner\n"),
+        "prioreplay.uses_app": module("uses_app", "from prioreplay.apps import demo\n"),
     }
     wrong = "\n".join(layer_violations(fake))
     assert "role:rollout_worker imports prioreplay.learner.loss" in wrong
     assert "the core imports prioreplay.priority_server.store" in wrong
     assert "an entry point imports prioreplay.learner.learner at module level" in wrong
-    assert len(layer_violations(fake)) == 3
+    assert "the core imports prioreplay.apps.demo (entry)" in wrong
+    assert len(layer_violations(fake)) == 4
+
+
+def test_layers_are_folders():
+    entry = {m for m in MODULES if layer(m) == "entry"}
+    assert entry == {m for m, path in MODULES.items() if APPS in path.parents or path.parent == APPS}
+    assert {"prioreplay.apps.cli", "prioreplay.apps.demo", "prioreplay.apps.compare"} <= entry
+    assert layer("prioreplay.priority_server.store") == "role:priority_server"
+    assert layer("prioreplay.datasets") == "core" and layer("prioreplay.integrations.trl") == "core"
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert layer(scripts["prioreplay"].partition(":")[0]) == "entry", "the console script is an entry point"
+
+
+#: Pairs still to rename, in the priority server's folder (not this layer's to rename): store.py (the
+#: interface) / stores.py (the factory), client.py (the core client) / clients.py (traffic per kind
+#: of client). Delete each entry when its rename lands.
+KNOWN_PLURALS = {("store", "stores"), ("client", "clients")}
+
+
+def test_no_two_modules_differ_by_a_plural():
+    names = {path.stem for path in MODULES.values() if path.stem != "__init__"} | {
+        path.name for path in (REPO / "prioreplay").iterdir() if path.is_dir()}
+    pairs = sorted((n, n + "s") for n in names if n + "s" in names and (n, n + "s") not in KNOWN_PLURALS)
+    assert not pairs, f"modules whose names differ by a plural: {pairs}; name each for its job"
 
 
 def test_no_import_cycles():
@@ -191,22 +218,29 @@ def test_no_import_cycles():
 def test_the_import_reader_sees_module_level_lazy_and_from_package_imports():
     worker = {(t, top) for t, _, top in imports("prioreplay.rollout_worker.worker")}
     assert ("prioreplay.rules", True) in worker  # from prioreplay import models, rules
-    assert ("prioreplay.checkpoints", False) in {(t, top) for t, _, top in imports("prioreplay.demo")}
+    assert ("prioreplay.checkpoint_reader", False) in {(t, top) for t, _, top in imports("prioreplay.apps.demo")}
     assert layer("prioreplay.rollout_worker.worker") == "role:rollout_worker" and layer("prioreplay.rules") == "core"
 
 
 def test_docs_name_the_same_layers_and_folders():
     interfaces = (REPO / "docs" / "INTERFACES.md").read_text(encoding="utf-8")
     layers = interfaces.split("## Layers", 1)[1].split("\n## ", 1)[0]
-    for entry in ENTRY_POINTS:
-        assert f"`{entry.rpartition('.')[2]}.py`" in layers, f"docs/INTERFACES.md, Layers: name {entry}"
+    packages = interfaces.split("## Packages", 1)[1].split("\n## ", 1)[0]
+    assert "`prioreplay/apps/`" in layers and f"`{ENTRY_PACKAGE}`" in packages
+    for path in sorted(APPS.glob("*.py")):
+        if path.stem != "__init__":
+            assert f"`{path.name}`" in layers, f"docs/INTERFACES.md, Layers: name {path.name}"
+            assert f"`{path.name}`" in packages, f"docs/INTERFACES.md, Packages: name {path.name}"
     for light in LIGHT_ROLE_MODULES:
         assert f"`{light}`" in layers
     readme_table = (REPO / "README.md").read_text(encoding="utf-8")
     for role in ROLES:
         assert f"`services/{role}/`" in layers and f"prioreplay.{role}" in layers
         assert f"| `services/{role}/` |" in readme_table, f"README folder table: add services/{role}/"
-    assert "| `prioreplay/` |" in readme_table
+    assert "| `prioreplay/` |" in readme_table and "| `prioreplay/apps/` | entry points |" in readme_table
+    for path in sorted(APPS.glob("*.py")):
+        if path.stem != "__init__":
+            assert f"`{path.name}`" in readme_table, f"README folder table: name apps/{path.name}"
 
 
 # -- the base install ------------------------------------------------------------------------------

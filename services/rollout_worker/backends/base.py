@@ -190,7 +190,7 @@ class PartialWeightsLoad(InvalidArgument):
 
 def verified_weights_dir(uri: str) -> tuple[Path, int | None]:
     """The directory of ``uri`` after checking it is complete (manifest written last, every file
-    with its size and sha256; :func:`prioreplay.checkpoints.verify_weights`).
+    with its size and sha256; :func:`prioreplay.checkpoint_reader.verify_weights`).
 
     Returns:
         (directory, tensor count from the manifest, or None for a plain model directory).
@@ -199,7 +199,7 @@ def verified_weights_dir(uri: str) -> tuple[Path, int | None]:
         InvalidArgument: a bad URI; the directory vanished (pruned) or is partial or altered. The
             caller loads nothing then.
     """
-    from prioreplay.checkpoints import CheckpointError, verify_weights
+    from prioreplay.checkpoint_reader import CheckpointError, verify_weights
 
     path = weights_path(uri)
     try:

@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from prioreplay.demo_config import DemoConfig
+from prioreplay.apps.demo_config import DemoConfig
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.memory_store import MemoryStore

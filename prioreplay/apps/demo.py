@@ -23,12 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from prioreplay.apps.demo_config import DemoConfig, escape_stop, worker_seed
 from prioreplay.channel import free_port
-from prioreplay.demo_config import DemoConfig, escape_stop
 from prioreplay.errors import PrioreplayError
 from prioreplay.process import setup_logging
 
-log = logging.getLogger("prioreplay.demo")
+log = logging.getLogger("prioreplay.apps.demo")
 HIST_BUCKETS = 20
 
 
@@ -72,7 +72,7 @@ class Demo:
                    PYTHONUNBUFFERED="1")
         env.pop("PRIOREPLAY_CONFIG", None)
         fh = open(log_path, "ab")
-        cmd = [sys.executable, "-m", "prioreplay.cli", *args]
+        cmd = [sys.executable, "-m", "prioreplay.apps.cli", *args]
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         fh.close()
         child = Child(name, proc, log_path, metrics_port)
@@ -171,7 +171,7 @@ def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, proble
     """Per-problem greedy correctness on the held-out slice (None when there is none)."""
     if not problems:
         return None
-    from prioreplay.evaluate import evaluate_each
+    from prioreplay.apps.evaluate import evaluate_each
 
     return evaluate_each(model_dir, problems, weights_dir=weights_dir, max_new_tokens=cfg.max_new_tokens,
                          stop=cfg.stop)
@@ -228,7 +228,7 @@ def run(cfg: DemoConfig) -> int:
 
 def _run(demo: Demo, name: str) -> int:
     """The demo's phases, in order; each child it starts is stopped by :func:`run`."""
-    from prioreplay.checkpoints import latest_complete
+    from prioreplay.checkpoint_reader import latest_complete
     from prioreplay.models import resolve_model
 
     cfg = demo.cfg
@@ -334,7 +334,7 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
         workers.append(demo.spawn(f"worker-{w}", [
             "worker", "--server", address, "--model", str(model_dir), "--group-size", str(cfg.group_size),
             "--batch-size", str(cfg.batch_size), "--max-new-tokens", str(cfg.max_new_tokens),
-            "--temperature", str(cfg.temperature), "--seed", str(cfg.seed * 1000 + w), "--worker-id", f"worker-{w}",
+            "--temperature", str(cfg.temperature), "--seed", str(worker_seed(cfg.seed, w)), "--worker-id", f"worker-{w}",
             "--metrics-port", str(wport), "--log-level", cfg.log_level,
             *[a for s in cfg.stop for a in ("--stop", escape_stop(s))]], wport, threads))
     return learner, workers
@@ -461,7 +461,7 @@ def _report(demo: Demo, name: str, final, eval_size: int, held_out: dict[str, An
 
 def _write_report(run_dir: Path, report: dict[str, Any], final) -> None:
     """Write report.json and report.png; print where they are and the headline figures."""
-    from prioreplay.report import render
+    from prioreplay.apps.report_figure import render
 
     (run_dir / "report.json").write_text(json.dumps(report, indent=1))
     render(report, run_dir / "report.png")

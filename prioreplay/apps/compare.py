@@ -27,10 +27,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from prioreplay.compare_config import CompareConfig
+from prioreplay.apps.compare_config import CompareConfig
 from prioreplay.errors import InvalidArgument
 
-log = logging.getLogger("prioreplay.compare")
+log = logging.getLogger("prioreplay.apps.compare")
 
 #: Settings that may differ between the runs of one comparison (they do not change what is measured).
 ARM_KEYS = ("sampler", "seed", "run_dir", "timeout_s", "log_level", "threads")
@@ -155,7 +155,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 def write(root: Path, cfg: dict[str, Any], samplers: list[str], reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Write compare.json and compare.png from the finished runs; returns the compare.json dict."""
-    from prioreplay.compare_report import render
+    from prioreplay.apps.compare_figure import render
 
     runs = [run_metrics(r) for r in reports]
     out = {"config": cfg, "samplers": samplers, "runs": runs, **summarize(runs, samplers)}
@@ -165,16 +165,16 @@ def write(root: Path, cfg: dict[str, Any], samplers: list[str], reports: list[di
 
 
 def _arm_config(cfg: CompareConfig, sampler: str, seed: int, root: Path):
-    from prioreplay.demo_config import DemoConfig
+    from prioreplay.apps.demo_config import DemoConfig
 
-    values = {k: getattr(cfg, k) for k in DemoConfig.model_fields}
+    values = {k: getattr(cfg, k) for k in DemoConfig.model_fields if k != "sampler"}
     values.update(sampler=sampler, seed=seed, run_dir=root / f"{sampler}-seed{seed}")
     return DemoConfig(_cli_parse_args=[], **values)
 
 
 def _demo_args(arm) -> list[str]:
     """``prioreplay demo`` flags that rebuild the arm's settings."""
-    from prioreplay.demo_config import escape_stop
+    from prioreplay.apps.demo_config import escape_stop
 
     args: list[str] = []
     for name, value in arm.model_dump().items():
@@ -204,7 +204,7 @@ def _run_concurrently(arms) -> list[int]:
     for arm in arms:
         Path(arm.run_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(arm.run_dir) / "demo.out", "ab") as out:
-            procs.append(subprocess.Popen([sys.executable, "-m", "prioreplay.cli", "demo", *_demo_args(arm)],
+            procs.append(subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "demo", *_demo_args(arm)],
                                           stdout=out, stderr=subprocess.STDOUT))
     try:
         return [p.wait() for p in procs]
@@ -225,7 +225,7 @@ def _load_report(run_dir: Path) -> dict[str, Any]:
 
 def run(cfg: CompareConfig) -> int:
     """Run (or read) every arm, then write the comparison; returns the exit code."""
-    from prioreplay import demo
+    from prioreplay.apps import demo
     from prioreplay.process import setup_logging
 
     setup_logging("INFO")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from prioreplay.demo_config import DemoConfig
+from prioreplay.apps.demo_config import DemoRunSettings, worker_seed
+from prioreplay.config import SEED_MAX
 from prioreplay.priority_server import samplers as _samplers
 
 
@@ -19,7 +20,7 @@ def default_samplers() -> list[str]:
     return list(dict.fromkeys([default, "heap", "uniform"]))
 
 
-class CompareConfig(DemoConfig):
+class CompareConfig(DemoRunSettings):
     """Run ``prioreplay demo`` once per sampler and seed, one after another, with the same model,
     data, seed and rollout budget, then write ``compare.json`` and ``compare.png``.
 
@@ -49,4 +50,7 @@ class CompareConfig(DemoConfig):
         if len(set(names)) < 2 and not self.runs:
             raise InvalidArgument(f"compare needs two or more different samplers (got {names})")
         self.samplers = list(dict.fromkeys(names))
+        if worker_seed(self.seed + self.seeds - 1, self.workers - 1) > SEED_MAX:
+            raise InvalidArgument(f"seed ({self.seed}) with seeds ({self.seeds}) gives the last arm's workers seeds over "
+                                  f"{SEED_MAX}, the largest seed; lower --seed")
         return self

@@ -38,9 +38,9 @@ COMMANDS: dict[str, Command] = {
                       "lease problems, generate G completions each, verify, report", extra="worker"),
     "learner": Command("prioreplay.learner.config:LearnerConfig", "prioreplay.learner.main:run",
                        "pull trajectory groups, run GRPO steps, publish policy versions", extra="learner"),
-    "demo": Command("prioreplay.demo_config:DemoConfig", "prioreplay.demo:run",
+    "demo": Command("prioreplay.apps.demo_config:DemoConfig", "prioreplay.apps.demo:run",
                     "the whole system on one machine: server, workers, learner, report", extra="demo"),
-    "compare": Command("prioreplay.compare_config:CompareConfig", "prioreplay.compare:run",
+    "compare": Command("prioreplay.apps.compare_config:CompareConfig", "prioreplay.apps.compare:run",
                        "samplers side by side: demo runs with one rollout budget, compare.json/png", extra="demo"),
 }
 
@@ -100,13 +100,50 @@ def parse(name: str, argv: list[str]):
     argv, cfg_path = _pop_config(argv)
     cls._file_values = read_config_file(cfg_path, name) if cfg_path else {}
     try:
-        return cls(_cli_parse_args=argv, _cli_prog_name=f"prioreplay {name}")
+        return cls(_cli_settings_source=_cli_source(cls, f"prioreplay {name}")(args=argv))
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'value'}={_shown(err['loc'], err.get('input'))!r}: "
-            f"{hide_passwords(err['msg'])}" for err in e.errors()
-        )
+        problems = "; ".join(_problem(err) for err in e.errors())
         raise InvalidArgument(f"invalid configuration for 'prioreplay {name}': {problems}") from None
+
+
+#: Longest input an error message repeats, characters (a longer one is cut, marked with "...").
+_MAX_SHOWN = 120
+
+
+def _problem(err: dict) -> str:
+    """One pydantic error as ``field='value': message``. A cross-field check (no field) gives its
+    message only: pydantic's input there is every setting, and the message names the values."""
+    msg = hide_passwords(err["msg"])
+    if not err["loc"]:
+        return msg.removeprefix("Value error, ")
+    shown = repr(_shown(err["loc"], err.get("input")))
+    if len(shown) > _MAX_SHOWN:
+        shown = shown[:_MAX_SHOWN] + "..."
+    return f"{'.'.join(str(p) for p in err['loc'])}={shown}: {msg}"
+
+
+def _cli_source(cls, prog: str):
+    """pydantic-settings' flag parser for ``cls``, whose help shows a default factory's value
+    (``(default: [])``) instead of the factory's name, or nothing where the value depends on
+    the process (a worker id): the field's help describes that default."""
+    import re
+
+    from pydantic_settings import CliSettingsSource
+
+    class Source(CliSettingsSource):
+        def _help_format(self, field_name, field_info, model_default, *args, **kwargs) -> str:  # noqa: ANN001
+            text = super()._help_format(field_name, field_info, model_default, *args, **kwargs)
+            factory = field_info.default_factory
+            if factory is None or "(default factory: " not in text:
+                return text
+            try:
+                value = factory()
+            except TypeError:  # a factory of the validated data: no value to show
+                value = None
+            shown = f"(default: {value})".replace("%", "%%") if isinstance(value, (list, tuple, dict)) else ""
+            return re.sub(r" ?\(default factory: [^)]*\)", (" " + shown) if shown else "", text)
+
+    return Source(cls, cli_prog_name=prog)
 
 
 #: Fields whose values are secrets: an error message shows ``***`` instead.
@@ -123,21 +160,26 @@ def _shown(loc: tuple, value):
     return hide_passwords(value) if isinstance(value, str) else value
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``prioreplay`` console script; returns the process exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_usage())
-        return 0
-    if argv[0] in ("-V", "--version"):
+def _about(flag: str) -> int:
+    """Print the usage (``--help``) or the version (``--version``); returns 0."""
+    if flag in ("-V", "--version"):
         from prioreplay import __version__
 
         print(f"prioreplay {__version__}")
-        return 0
+    else:
+        print(_usage())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``prioreplay`` console script; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = argv[0] if argv else "help"
     from prioreplay.errors import PrioreplayError
 
-    name = argv[0]
     try:
+        if name in ("-h", "--help", "help", "-V", "--version"):
+            return _about(name)
         config = parse(name, argv[1:])
         return int(_load(COMMANDS[name].run)(config) or 0)
     except PrioreplayError as e:

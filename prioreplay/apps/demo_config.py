@@ -1,0 +1,107 @@
+"""Settings of ``prioreplay demo`` (pydantic and the roles' settings modules only: ``--help`` stays fast).
+
+The demo passes most of its settings on to the server, the workers and the learner, so it does
+not declare them again: each such field is the role's own declaration (bounds and help), taken
+with :func:`prioreplay.config.setting`; where the demo's default differs (a small CPU run), the
+field and the reason are in :attr:`DemoConfig.own_defaults`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field, field_validator, model_validator
+
+from prioreplay.config import SEED_MAX, LogLevel, PrioreplaySettings, Seed, setting
+from prioreplay.learner.config import LearnerConfig
+from prioreplay.priority_server.config import ServerConfig
+from prioreplay.priority_server.samplers import SamplerName
+from prioreplay.rollout_worker.config import WorkerConfig, escape_stop, unescape_stop  # noqa: F401 - demo and compare write --stop
+
+#: Worker w of a run with seed s generates with seed s * WORKER_SEED_STRIDE + w (< 64 workers).
+WORKER_SEED_STRIDE = 1000
+
+
+def worker_seed(seed: int, worker: int) -> int:
+    """The generation seed of worker ``worker`` (0-based) in a demo run with ``seed``."""
+    return seed * WORKER_SEED_STRIDE + worker
+
+
+class DemoRunSettings(PrioreplaySettings):
+    """The settings of one demo run but the sampler: ``prioreplay demo`` adds one sampler
+    (:class:`DemoConfig`), ``prioreplay compare`` a list of them (``CompareConfig``)."""
+
+    #: Settings whose demo default is not the role's, and why (tests/unit/test_settings.py reads it).
+    own_defaults: ClassVar[dict[str, str]] = {
+        "group_size": "G = 4 keeps a CPU run to minutes (docs/BENCHMARKS.md, choosing the demo's defaults)",
+        "batch_groups": "4 groups per step: a learner step every lease of the one default worker",
+        "max_new_tokens": "an arithmetic answer is a few tokens; 24 bounds a CPU run's generation",
+        "stop": "completions end at a newline, after the 'Answer: N' line",
+        "temperature": "0.7: SmolLM2 at 1.0 rarely answers arithmetic, so fewer groups are mixed",
+        "lr": "1e-5: a few hundred rollouts must move a 135M model visibly",
+    }
+
+    model: str = setting(WorkerConfig, "model")
+    dataset: str = Field("arithmetic:64:0:easy", description="any `prioreplay load` source, e.g. a GSM8K .jsonl file")
+    eval_dataset: str | None = Field(
+        None, description="held-out evaluation source (default: the same kind of data with another seed, or the GSM8K test split)"
+    )
+    eval_size: int = Field(128, ge=0, le=10_000, description="held-out problems scored before and after training (0 skips)")
+    steps: int = Field(1000, ge=1, le=1_000_000, description="learner steps (optimizer updates) at most")
+    rollouts: int = Field(768, ge=0, le=10**12, description="end the run once this many completions were "
+                          "reported (the rollout budget; 0: learner steps only)")
+    workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
+    # -- the server's settings -----------------------------------------------------------------
+    retest_fraction: float = setting(ServerConfig, "retest_fraction")
+    retest_interval: int = setting(ServerConfig, "retest_interval")
+    # -- the workers' settings -----------------------------------------------------------------
+    group_size: int = setting(WorkerConfig, "group_size", 4)
+    batch_size: int = setting(WorkerConfig, "batch_size")
+    max_new_tokens: int = setting(WorkerConfig, "max_new_tokens", 24)
+    stop: list[str] = setting(WorkerConfig, "stop", ["\n"])  # pydantic copies a list default per instance
+    temperature: float = setting(WorkerConfig, "temperature", 0.7)
+    # -- the learner's settings ----------------------------------------------------------------
+    batch_groups: int = setting(LearnerConfig, "batch_groups", 4)
+    lr: float = setting(LearnerConfig, "lr", 1e-5)
+    max_staleness: int = setting(LearnerConfig, "max_staleness")
+    publish_every: int = setting(LearnerConfig, "publish_every")
+    # -- the run -------------------------------------------------------------------------------
+    seed: Seed = Field(0, description="seeds the sampler, the workers and the learner")
+    redis_url: str | None = Field(None, description="use this Redis (redis://HOST:PORT/DB) instead of the embedded memory store")
+    run_dir: Path | None = Field(None, description="where the run goes (default runs/<sampler>-<date>)")
+    threads: int = Field(0, ge=0, le=256, description="torch threads per child process (0: cores shared out)")
+    timeout_s: float = Field(3600.0, gt=0, description="give up (and stop everything) after this many seconds")
+    log_level: LogLevel = "INFO"
+
+    @field_validator("stop")
+    @classmethod
+    def _unescape(cls, v: list[str]) -> list[str]:
+        return [unescape_stop(s) for s in v]
+
+    @model_validator(mode="after")
+    def _check(self) -> "DemoRunSettings":
+        from prioreplay.errors import InvalidArgument
+
+        if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://")):
+            raise InvalidArgument(f"redis_url ({self.redis_url!r}) must look like redis://HOST:PORT/DB")
+        if any(not s for s in self.stop):
+            raise InvalidArgument(f"stop ({self.stop!r}) must hold non-empty strings; write a newline as '\\n'")
+        if worker_seed(self.seed, self.workers - 1) > SEED_MAX:
+            raise InvalidArgument(f"seed ({self.seed}) must be <= {(SEED_MAX - self.workers + 1) // WORKER_SEED_STRIDE}: "
+                                  f"the workers' seeds (seed x {WORKER_SEED_STRIDE} + worker) must stay <= {SEED_MAX}")
+        return self
+
+
+class DemoConfig(DemoRunSettings):
+    """Run the whole system on this machine: a priority server, W rollout workers and a learner as
+    separate processes, training a real model with prioritized sampling, then write a run report.
+
+    The defaults train SmolLM2-135M-Instruct on 64 generated easy arithmetic problems (1-2 digit
+    sums and differences, 1-digit products: the model is right about a fifth of the time, so
+    many groups are mixed) with a budget of 768 rollouts, three passes over the dataset at G = 4,
+    so prioritized sampling has revisits to prioritize (docs/BENCHMARKS.md, "Choosing the demo's
+    defaults"). Completions end at a newline.
+    """
+
+    sampler: SamplerName = setting(ServerConfig, "sampler")
