@@ -29,8 +29,9 @@ KNOWN: dict[tuple[str, str], str] = {
     # StoreConfig (a dataclass, no field bounds) repeats ServerConfig's sampler, statistics and lease
     # settings; the priority server's shared field set for both replaces it.
     ("StoreConfig", "*"): "one field set for ServerConfig and StoreConfig (services/priority_server)",
-    # The gumbel sampler's T (le=100) under the name of the workers' sampling temperature (le=10).
-    ("ServerConfig", "temperature"): "the server's field set: a name of its own (gumbel_temperature)",
+    # The gumbel sampler's T (le=100) under the name of the workers' sampling temperature (le=10);
+    # the store's field keeps its name (the differential tests construct StoreConfig(temperature=...)).
+    ("StoreSettings", "temperature"): "a name of its own (gumbel_temperature) for the flag and the store field",
     # Two settings under one name: how long the server drains RPCs vs how long a worker's batch may run.
     ("WorkerConfig", "grace_s"): "one bound, or two names, for the server's and the worker's grace",
     # The server's default lease (> 0) vs the lease a worker asks for (0: the server's default).
@@ -156,7 +157,7 @@ def test_every_seed_and_log_level_has_the_one_type():
 
     seeds = [d for m in MODELS for d in declarations(m) if d.field == "seed"]
     levels = [d for m in MODELS for d in declarations(m) if d.field == "log_level"]
-    assert len(seeds) >= 5 and len(levels) >= 4  # server, worker, learner, demo (+ the store's seed)
+    assert len(seeds) >= 4 and len(levels) >= 4  # the store settings (server and store), worker, learner, demo
     assert {d.bounds for d in seeds} == {("Ge(ge=0)", f"Le(le={SEED_MAX})")}
     assert len({d.type for d in levels}) == 1 and "CRITICAL" in levels[0].type
 
