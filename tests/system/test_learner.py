@@ -387,7 +387,8 @@ def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(ser
     feed(client, tiny_dir, 4, seed=5)
     cfg = make_config(server, tiny_dir, tmp_path, max_steps=2, publish_every=1, max_retry_sleep_s=0.1)
     learner = Learner(cfg)
-    learner.client = Flaky(learner.client, {"stats": StoreUnavailable, "pull": StoreUnavailable, "ack": Internal})
+    flaky = Flaky(learner.client, {"stats": StoreUnavailable, "pull": StoreUnavailable, "ack": Internal})
+    learner.client = learner.feed.source = flaky  # the feed pulls and acks, the learner reads stats and publishes
     assert learner.run() == 0
     assert learner.step_count >= 2 and client.stats().policy_version >= 2
     assert learner.metrics.server_unavailable._value.get() == 3
