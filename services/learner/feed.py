@@ -138,7 +138,8 @@ class TrajectoryFeed:
         groups: dict[str, Any] = {}
         while self._backlog and len(groups) < self.batch_groups:
             g = self._backlog.pop(0)
-            groups.setdefault(g.group_id, g)
+            if g.group_id not in self._held:
+                groups.setdefault(g.group_id, g)
         while len(groups) < self.batch_groups and not self._should_stop():
             remaining = deadline - self._clock()
             wait = max(0.0, min(self.pull_wait_s, remaining))
@@ -161,15 +162,18 @@ class TrajectoryFeed:
         return list(groups.values())
 
     def _take(self, pulled: Sequence, groups: dict[str, Any]) -> None:
-        """Add pulled groups to the batch being filled; the rest to the backlog; skip held ones."""
+        """Add pulled groups to the batch being filled, the rest to the backlog; skip groups
+        delivered again while held (trained, awaiting the checkpoint) or already in the backlog."""
+        queued = {b.group_id for b in self._backlog}
         for g in pulled:
-            if g.group_id in self._held:
-                log.debug("group %s delivered again while awaiting its checkpoint: skipped", g.group_id)
+            if g.group_id in self._held or g.group_id in queued:
+                log.debug("group %s delivered again while held or queued: skipped", g.group_id)
                 continue
             if len(groups) < self.batch_groups:
                 groups.setdefault(g.group_id, g)
-            elif g.group_id not in groups and all(b.group_id != g.group_id for b in self._backlog):
+            elif g.group_id not in groups:
                 self._backlog.append(g)
+                queued.add(g.group_id)
 
     def put_back(self, groups: Sequence) -> None:
         """Return groups the step did not use (deferred) to the front of the backlog, in order."""

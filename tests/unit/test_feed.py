@@ -209,6 +209,25 @@ def test_deferred_groups_come_back_first_in_order_and_once(queue):
     assert ids(feed.pull()) == ["c", "d"]
 
 
+def test_deferred_groups_delivered_again_are_handed_out_once(queue):
+    queue.add(group("a"), group("b"), group("c"), group("d"))
+    feed = make_feed(queue, batch_groups=3)
+    a, b, c = feed.pull()
+    feed.hold([c.group_id])  # c trained; a and b deferred (another sampling)
+    feed.put_back([a, b])
+    queue.expire()  # the server delivers a, b and c again while a and b wait in the backlog
+    assert ids(feed.pull()) == ["a", "b", "d"]  # a, b once; c held: skipped
+
+
+def test_a_held_group_in_the_backlog_is_not_handed_out_again(queue):
+    queue.add(group("a"), group("b"))
+    feed = make_feed(queue, batch_groups=2)
+    batch = feed.pull()
+    feed.hold(ids(batch))
+    feed.put_back(batch)  # e.g. a recovery backlog holding a group that was trained meanwhile
+    assert ids(feed.pull()) == []
+
+
 def test_a_pull_returns_what_came_when_the_batch_timeout_passes(queue):
     queue.add(group("a"))
     feed = make_feed(queue, batch_groups=4)
