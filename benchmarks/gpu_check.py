@@ -144,16 +144,17 @@ def step0_gaps(learner, groups) -> list[float]:
     """|learner log-prob − behaviour log-prob| of every completion token of ``groups``."""
     import torch
 
-    from prioreplay.learner.learner import collate, group_problem, token_logprobs
+    from prioreplay.learner.batch import collate, token_logprobs
+    from prioreplay.learner.filters import group_problem
 
     cfg = learner.config
-    groups = [g for g in groups if group_problem(g, cfg.max_sequence_tokens, cfg.temperature, cfg.top_p) is None]
+    groups = [g for g in groups if group_problem(g, cfg.max_sequence_tokens) is None]
     if not groups:
         return []
     batch = collate(groups, [torch.zeros(len(g.completions)) for g in groups], learner.tokenizer.pad_token_id)
     with torch.no_grad():
         lp, _ = token_logprobs(learner.model, batch.input_ids.to(learner.device),
-                               batch.attention_mask.to(learner.device), cfg.temperature, top_p=cfg.top_p)  # (B, T-1)
+                               batch.attention_mask.to(learner.device), batch.temperature, top_p=batch.top_p)  # (B, T-1)
     gap = (lp.float().cpu() - batch.behaviour_logprobs).abs()[batch.completion_mask]  # (tokens,)
     return gap.tolist()
 

@@ -325,7 +325,7 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
         # disk: a published version of SmolLM2 is ~0.5 GB and a checkpoint with its optimizer state
         # ~1.6 GB; a demo run keeps only what it reports on (see _prune_run)
         "--keep-checkpoints", "1", "--publish-grace-s", str(DEMO_PUBLISH_GRACE_S),
-        "--log-file", str(run_dir / "learner.jsonl"), "--temperature", str(cfg.temperature),
+        "--log-file", str(run_dir / "learner.jsonl"),
         "--metrics-port", str(lport), "--seed", str(cfg.seed), "--log-level", cfg.log_level], lport, threads)
     learner.expected_exit = True
     workers = []

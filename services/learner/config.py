@@ -21,6 +21,10 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     One learner step uses ``batch_groups`` trajectory groups (each a prompt and its G completions),
     so its batch holds Σ G sequences; they are run ``micro_batch_size`` sequences per forward pass
     with gradient accumulation.
+
+    The sampling temperature and top-p are no settings of the learner: each group carries the ones
+    its completions were drawn at (``sampling_temperature``, ``sampling_top_p``), and the learner
+    computes its log-probs under those (see :mod:`prioreplay.learner.filters`).
     """
 
     # -- model -------------------------------------------------------------------------------
@@ -31,10 +35,6 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
                        "published checkpoints hold the merged weights")
     lora_rank: int = Field(16, ge=1, le=1024, description="LoRA rank r (alpha = 2r)")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'")
-    temperature: float = Field(1.0, gt=0, le=10, description="the workers' sampling temperature: logits are divided by it "
-                               "before the log-softmax so new log-probs match the behaviour log-probs' distribution")
-    top_p: float = Field(1.0, gt=0, le=1, description="the workers' top-p: new log-probs are renormalised over the same "
-                         "nucleus as the behaviour log-probs (groups sampled at another top-p are dropped as invalid)")
     max_sequence_tokens: int = Field(4096, ge=2, le=1_000_000, description="prompt + completion tokens per sequence at most; "
                                      "longer groups are dropped (counted as invalid)")
 
@@ -95,6 +95,16 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     metrics_port: int = Field(9102, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_file: Path | None = Field(None, description="append one JSON line of metrics per step to this file")
     log_level: LogLevel = "INFO"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_sampling_settings(cls, data):
+        for name in ("temperature", "top_p"):
+            if isinstance(data, dict) and name in data:
+                raise ValueError(f"{name} ({data[name]!r}) is not a learner setting: each trajectory group carries the "
+                                 f"value its completions were sampled at (sampling_{name}) and the learner reads it "
+                                 f"from there; set --{name.replace('_', '-')} on the workers only")
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> "LearnerConfig":

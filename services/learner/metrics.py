@@ -9,9 +9,11 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from prioreplay.learner.filters import FATES
 
 STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128)
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -44,7 +46,7 @@ class LearnerMetrics:
         self.grad_norm = Gauge(p + "grad_norm", "global gradient L2 norm before clipping, last step", registry=r)
         self.learning_rate = Gauge(p + "learning_rate", "learning rate of the last optimizer step", registry=r)
         self.groups = Counter(p + "groups", "trajectory groups pulled, by fate", ["fate"], registry=r)
-        for fate in ("used", "stale", "zero_variance", "invalid"):
+        for fate in FATES:
             self.groups.labels(fate)
         self.truncated_completions = Counter(p + "truncated_completions", "completions in pulled groups that were cut at "
                                              "max_new_tokens (handled by --truncated: mask, zero or keep)", registry=r)
@@ -101,3 +103,24 @@ class LearnerMetrics:
         line = json.dumps({"time_unix_s": round(time.time(), 3), **clean}, allow_nan=False, default=str)
         with open(self.log_path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
+
+
+def step_sizes(batch, ages: Sequence[int], t: dict[str, float]) -> dict[str, Any]:
+    """Sizes, reward, staleness and phase timings of one trained step, for its JSON log line.
+
+    Args:
+        batch: the step's :class:`~.batch.Batch` (B sequences).
+        ages: the staleness in versions of each used group (non-empty).
+        t: ``time.perf_counter()`` at the start of each phase: wait, compute, publish, checkpoint, end.
+
+    Returns:
+        sequences, tokens, completion_tokens, reward_mean, staleness_mean/max, and ``*_s`` seconds
+        per phase plus tokens_per_s (tokens over compute seconds).
+    """
+    tokens = int(batch.attention_mask.sum())
+    compute_s = t["publish"] - t["compute"]
+    return dict(sequences=len(batch), tokens=tokens, completion_tokens=int(batch.completion_mask.sum()),
+                reward_mean=float(batch.rewards.mean()), staleness_mean=sum(ages) / len(ages),
+                staleness_max=max(ages), wait_s=t["compute"] - t["wait"], compute_s=compute_s,
+                publish_s=t["checkpoint"] - t["publish"], checkpoint_s=t["end"] - t["checkpoint"],
+                tokens_per_s=tokens / max(compute_s, 1e-9))

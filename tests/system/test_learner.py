@@ -94,8 +94,10 @@ def make_config(server, tiny_dir, tmp_path, **overrides) -> LearnerConfig:
 _fed = 0
 
 
-def feed(client, tiny_dir, n_groups: int, versions: list[int] | None = None, seed: int = 0) -> list[dict]:
-    """Register n problems, lease them, report one mixed group each. Returns what was reported."""
+def feed(client, tiny_dir, n_groups: int, versions: list[int] | None = None, seed: int = 0,
+         temperature: float = 0.0) -> list[dict]:
+    """Register n problems, lease them, report one mixed group each, with behaviour log-probs at
+    ``temperature`` (0: not sent, read as 1). Returns what was reported."""
     global _fed
     from prioreplay.models import apply_chat_template, load_causal_lm, load_tokenizer
     from prioreplay.learner.learner import token_logprobs
@@ -115,12 +117,13 @@ def feed(client, tiny_dir, n_groups: int, versions: list[int] | None = None, see
             ids = torch.randint(5, len(tok), (COMPLETION_TOKENS,), generator=gen).tolist()
             full = torch.tensor([prompt + ids])
             with torch.no_grad():
-                lps, _ = token_logprobs(model, full, torch.ones_like(full))
+                lps, _ = token_logprobs(model, full, torch.ones_like(full), temperature or 1.0)
             beh = lps[0, len(prompt) - 1:].tolist()  # (L,) log-probs of the completion tokens
             completions.append(pb.Completion(reward=rewards[i], token_ids=ids, logprobs=beh))
         version = versions[k] if versions else 0
         outcomes.append(pb.ProblemOutcome(problem_id=lp.problem.id, policy_version=version,
-                                          prompt_token_ids=prompt, completions=completions))
+                                          prompt_token_ids=prompt, completions=completions,
+                                          sampling_temperature=temperature))
         reported.append({"prompt": prompt, "rewards": rewards, "version": version})
     resp = client.report(lease.lease_id, outcomes)
     assert resp.accepted and resp.groups_queued == n_groups
@@ -174,6 +177,26 @@ def test_step_trains_checkpoints_and_publishes_weights_a_worker_loads(server, cl
     assert backend.policy_version == 1
     with torch.no_grad():
         torch.testing.assert_close(backend.model(ids).logits, learner.model(ids).logits, rtol=0, atol=0)
+
+
+def test_the_learner_computes_log_probs_at_each_groups_temperature_and_never_mixes_two(server, client, tiny_dir,
+                                                                                      tmp_path):
+    """Groups carry their sampling temperature: behaviour log-probs at T = 0.7 give ratio 1 on the
+    first step only if the learner divides by 0.7 too; groups of T = 1.5 pulled with them wait for
+    a step of their own."""
+    from prioreplay.learner.learner import Learner
+
+    feed(client, tiny_dir, 2, temperature=0.7)
+    feed(client, tiny_dir, 2, seed=1, temperature=1.5)
+    learner = Learner(make_config(server, tiny_dir, tmp_path, batch_groups=4, checkpoint_every=2))
+    learner.resume()
+    first = learner.step().record
+    assert (first["groups_used"], first["groups_deferred"]) == (2, 2)
+    assert first["approx_kl"] == pytest.approx(0.0, abs=1e-6) and first["clip_frac_high"] == 0.0
+    second = learner.step().record  # the deferred groups, alone, at their own temperature
+    assert (second["groups_used"], second["groups_deferred"], second["groups_pulled"]) == (2, 0, 2)
+    assert client.stats().groups_acked == 4  # all four trained, then acknowledged after step 2's checkpoint
+    learner.client.close()
 
 
 def test_stale_groups_are_dropped_counted_and_acked(server, client, tiny_dir, tmp_path):
@@ -339,38 +362,6 @@ def test_run_stops_at_max_steps_and_writes_json_lines(server, client, tiny_dir, 
     assert (s.policy_version, s.groups_acked, s.pending_groups) == (2, 4, 0)
 
 
-def test_zero_variance_and_malformed_groups_are_not_trained_on(tiny_dir, tmp_path):
-    from prioreplay.learner.learner import Learner
-
-    cfg = LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt", metrics_port=0,
-                        max_sequence_tokens=12, device="cpu")
-    learner = Learner(cfg)
-
-    def group(gid, rewards, lengths=None, n_tokens=3):
-        comps = [pb.Completion(reward=r, token_ids=[7] * n_tokens, logprobs=[-1.0] * (lengths or n_tokens)) for r in rewards]
-        return pb.TrajectoryGroup(group_id=gid, problem_id=gid, prompt_token_ids=[4, 5, 6], completions=comps)
-
-    groups = [group("mixed", [1.0, 0.0, 0.0]), group("all-correct", [1.0, 1.0]), group("single", [1.0]),
-              group("mismatch", [1.0, 0.0], lengths=2), group("too-long", [1.0, 0.0], n_tokens=10)]
-    used, advantages, fates, staleness = learner._filter(groups)
-    assert [g.group_id for g in used] == ["mixed"] and staleness == [0]
-    assert fates == {"used": 1, "stale": 0, "zero_variance": 2, "invalid": 2}
-    assert advantages[0].shape == (3,) and float(advantages[0].sum()) == pytest.approx(0.0, abs=1e-6)
-    learner.client.close()
-
-
-def test_a_group_sampled_at_another_temperature_is_refused():
-    from prioreplay.learner.learner import group_problem
-    from prioreplay.v1 import priority_service_pb2 as pb
-
-    comp = pb.Completion(reward=1.0, token_ids=[5, 6], logprobs=[-0.1, -0.2])
-    g = pb.TrajectoryGroup(problem_id="p", prompt_token_ids=[1, 2], completions=[comp, comp], sampling_temperature=0.7)
-    assert group_problem(g, 100, temperature=0.7) is None
-    assert "temperature 0.7" in group_problem(g, 100, temperature=1.0)
-    g.sampling_temperature = 0.0  # not sent: the learner's own temperature is assumed
-    assert group_problem(g, 100, temperature=1.0) is None
-
-
 def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(server, client, tiny_dir, tmp_path):
     """A store outage (UNAVAILABLE after the client's retries) or INTERNAL at resume, pull or ack:
     the learner logs, backs off and retries; it trains its steps and exits 0 only at max_steps."""
@@ -396,7 +387,8 @@ def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(ser
     feed(client, tiny_dir, 4, seed=5)
     cfg = make_config(server, tiny_dir, tmp_path, max_steps=2, publish_every=1, max_retry_sleep_s=0.1)
     learner = Learner(cfg)
-    learner.client = Flaky(learner.client, {"stats": StoreUnavailable, "pull": StoreUnavailable, "ack": Internal})
+    flaky = Flaky(learner.client, {"stats": StoreUnavailable, "pull": StoreUnavailable, "ack": Internal})
+    learner.client = learner.feed.source = flaky  # the feed pulls and acks, the learner reads stats and publishes
     assert learner.run() == 0
     assert learner.step_count >= 2 and client.stats().policy_version >= 2
     assert learner.metrics.server_unavailable._value.get() == 3
@@ -438,18 +430,6 @@ def test_metrics_answer_while_the_model_loads(monkeypatch, tiny_dir, tmp_path):
 
 # --- top-p (issue 13) -------------------------------------------------------------------------------
 
-def test_a_group_sampled_at_another_top_p_is_refused():
-    from prioreplay.learner.learner import group_problem
-
-    comp = pb.Completion(reward=1.0, token_ids=[5, 6], logprobs=[-0.1, -0.2])
-    g = pb.TrajectoryGroup(problem_id="p", prompt_token_ids=[1, 2], completions=[comp, comp], sampling_top_p=0.9)
-    assert group_problem(g, 100, top_p=0.9) is None
-    assert "top-p 0.9" in group_problem(g, 100, top_p=1.0) and "--top-p" in group_problem(g, 100, top_p=1.0)
-    g.sampling_top_p = 0.0  # not sent: read as 1 (no nucleus)
-    assert group_problem(g, 100, top_p=1.0) is None
-    assert "top-p 1" in group_problem(g, 100, top_p=0.9)
-
-
 def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
     """Workers at top-p 0.9 report log-probs renormalised over the nucleus; the learner's
     teacher-forced log-probs at the same top-p equal them (ratio 1 at step 0), while plain
@@ -464,7 +444,7 @@ def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
     groups_out = backend.generate(prompts, 4, SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=16, seed=3))
     groups = [pb.TrajectoryGroup(prompt_token_ids=p, completions=[
         pb.Completion(reward=1.0, token_ids=c.token_ids, logprobs=c.logprobs) for c in g]) for p, g in zip(prompts, groups_out)]
-    batch = collate(groups, [torch.zeros(4)] * 3, backend.tokenizer.pad_token_id)
+    batch = collate(groups, [torch.zeros(4)] * 3, backend.tokenizer.pad_token_id)  # sampling not sent: T = 1, top-p = 1
     mask = batch.completion_mask
     with torch.no_grad():
         nucleus, entropy = token_logprobs(backend.model, batch.input_ids, batch.attention_mask, 0.8, top_p=0.9,
@@ -505,28 +485,20 @@ def test_truncated_completions_are_masked_from_the_loss_by_default(tiny_dir, tmp
 
     learner = _learner(tiny_dir, tmp_path)
     assert learner.config.truncated == "mask"
-    used, advantages, fates, _ = learner._filter([_truncation_group()])
-    assert fates["used"] == 1 and _truncated_total(learner) == 1
-    batch = collate(used, advantages, learner._pad_id, mask_truncated=True)
+    fates = learner._filter([_truncation_group()])
+    assert fates.counts["used"] == 1 and _truncated_total(learner) == 1
+    batch = collate(fates.used, [torch.tensor([1.0, -0.5, -0.5])], learner._pad_id, mask_truncated=True)
     assert batch.completion_mask[0].sum() == 0  # the truncated completion gives no gradient
     assert batch.completion_mask[1].sum() == 2 and batch.completion_mask[2].sum() == 1
     learner.client.close()
 
 
-def test_truncated_completions_can_score_zero_or_be_kept(tiny_dir, tmp_path):
-    from prioreplay.learner.learner import collate
-
-    learner = _learner(tiny_dir, tmp_path, truncated="zero")
-    used, _, fates, _ = learner._filter([_truncation_group()])
-    assert fates == {"used": 0, "stale": 0, "zero_variance": 1, "invalid": 0}  # 1 → 0 leaves no variance
-    assert _truncated_total(learner) == 1
-    learner.client.close()
-
+def test_truncated_completions_can_be_kept(tiny_dir, tmp_path):
+    # scoring them zero is a pure rule: tests/unit/test_learner_filters.py
     learner = _learner(tiny_dir, tmp_path, truncated="keep")
-    used, advantages, fates, _ = learner._filter([_truncation_group()])
-    assert fates["used"] == 1 and float(advantages[0][0]) > 0
-    batch = collate(used, advantages, learner._pad_id, mask_truncated=False)
-    assert batch.completion_mask[0].sum() == 3
+    fates = learner._filter([_truncation_group()])
+    assert fates.counts["used"] == 1 and fates.used[0].completions[0].reward == 1.0
+    assert _truncated_total(learner) == 1
     learner.client.close()
     with pytest.raises(ValueError):
         LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), truncated="drop")
