@@ -224,7 +224,8 @@ def run(args) -> int:
         print("gpu_check: needs a CUDA GPU and torch sees none; run it on a GPU machine, "
               "or pass --device cpu for the plumbing dry-run", file=sys.stderr)
         return 2
-    from prioreplay.client import PriorityClient, problem_to_proto
+    from prioreplay.client import PriorityClient
+    from prioreplay.convert import problem_to_proto
     from prioreplay.config import ClientSettings
     from prioreplay.learner.config import LearnerConfig
     from prioreplay.learner.learner import Learner

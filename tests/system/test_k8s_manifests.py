@@ -149,7 +149,7 @@ def test_every_prioreplay_command_is_parsed_by_the_cli(overlay, monkeypatch):
 # -- the priority server --------------------------------------------------------------------------------------
 
 def test_server_service_is_headless_so_clients_round_robin():
-    from prioreplay.client import client_channel_options
+    from prioreplay.channel import client_channel_options
 
     objs = objects("overlays/gpu")
     svc = objs[("Service", "priority-server")]
