@@ -54,6 +54,7 @@ from prioreplay.learner.config import LearnerConfig
 from prioreplay.learner.interfaces import LearnerClient
 from prioreplay.learner.loss import default_normalizer, grpo_loss, group_advantages
 from prioreplay.learner.metrics import LearnerMetrics
+from prioreplay.weights_transport import published_uri
 
 log = logging.getLogger(__name__)
 
@@ -538,7 +539,7 @@ class Learner:
     @property
     def publish_dir(self) -> Path:
         """Where published versions ``v-N/`` go (``publish_dir``, default ``checkpoint_dir/published``)."""
-        return self.config.publish_dir or Path(self.config.checkpoint_dir) / "published"
+        return self.config.publish_root()
 
     def publish(self) -> Path:
         """Publish the current weights as policy version N = the step (or the next one above the
@@ -551,7 +552,7 @@ class Learner:
         version = self.step_count if self.step_count > self.version else self.version + 1
         path = ckpt.publish_weights(self.publish_dir, version, self.step_count, self._mergeable(), self.tokenizer,
                                     dtype=self._publish_dtype, keep=cfg.keep_published, grace_s=cfg.publish_grace_s)
-        self._rpc("PublishPolicy", self.client.publish, version, str(path.resolve()))
+        self._rpc("PublishPolicy", self.client.publish, version, published_uri(path, cfg.weights_base_url))
         self.version = version
         self.last_publish_step = self.step_count
         self.metrics.policy_version.set(version)
