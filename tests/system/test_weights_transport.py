@@ -244,3 +244,55 @@ def test_the_weights_server_serves_published_files_only(tmp_path, learner_side):
         assert status == 404, bad
         assert b"not for workers" not in body
     assert _get(port, "/v-1/model.safetensors", "POST")[0] == 501  # read-only
+
+
+# --- a worker with no shared volume trains along -------------------------------------------------
+@pytest.mark.slow
+def test_a_worker_with_no_shared_volume_trains_along_loading_every_version(tmp_path, tiny_dir, monkeypatch):
+    """Learner (own checkpoint dir, serving it over HTTP) and worker (own cache dir) around one
+    priority server: each step's version reaches the worker by URL and generates the next batch."""
+    from prioreplay.client import PriorityClient, problem_to_proto
+    from prioreplay.config import ClientSettings
+    from prioreplay.learner.config import LearnerConfig
+    from prioreplay.learner.learner import Learner
+    from prioreplay.learner.main import serve_weights
+    from prioreplay.priority_server.store import StoreConfig
+    from prioreplay.problems import ProblemRecord
+    from prioreplay.rollout_worker import worker as worker_mod
+    from prioreplay.verifiers import VerifyResult
+    from tests.conftest import start_background_server
+
+    # the tiny model never answers right: reward by completion length parity, so groups are mixed
+    monkeypatch.setattr(worker_mod, "verify", lambda name, c, ref, timeout_s=5.0: VerifyResult(float(len(c) % 2 == 0)))
+    srv = start_background_server("memory", "", "weights", store_config=StoreConfig(seed=1, retest_fraction=0.0))
+    client = PriorityClient(ClientSettings(server=srv.address), max_retries=2, backoff_s=0.05)
+    cfg = LearnerConfig(server=srv.address, model=str(tiny_dir), checkpoint_dir=tmp_path / "learner" / "ckpt",
+                        batch_groups=1, micro_batch_size=8, lr=1e-2, publish_every=1, checkpoint_every=1,
+                        metrics_port=0, pull_wait_s=0.2, batch_timeout_s=2.0, device="cpu",
+                        serve_weights_port=free_port())  # a fixed port: the learner's advertised URL
+    http_server, cfg = serve_weights(cfg)
+    learner = Learner(cfg)
+    try:
+        client.register(problem_to_proto(ProblemRecord(id=f"p{i}", prompt=f"Compute {i} + {i}.", answer=str(2 * i),
+                                                       verifier="gsm8k")) for i in range(8))
+        worker = RolloutWorker(WorkerConfig(server=srv.address, group_size=4, batch_size=2, max_new_tokens=8,
+                                            seed=1, metrics_port=0, weights_cache_dir=tmp_path / "worker" / "cache"),
+                               TransformersBackend(tiny_dir), client, sleep=lambda s: None)
+        versions, reloads = [], []
+        for _ in range(4):
+            res = worker.run_once()
+            assert res.accepted and res.groups_queued >= 1  # mixed groups reach the learner
+            versions.append(res.policy_version)
+            reloads.append(res.reload_s)
+            assert learner.step().trained
+        assert versions == [0, 1, 2, 3]  # every version was loaded before the next batch
+        assert all(s > 0 for s in reloads[1:])
+        assert client.stats().weights_uri == f"{cfg.weights_base_url}/v-4/"
+        assert str(tmp_path / "learner") not in client.stats().weights_uri
+        assert sorted(p.name for p in (tmp_path / "worker" / "cache").iterdir()) == ["v-2", "v-3"]
+    finally:
+        learner.client.close()
+        client.close()
+        http_server.shutdown()
+        http_server.server_close()
+        srv.stop()
