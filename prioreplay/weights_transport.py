@@ -113,6 +113,9 @@ class _PublishedFilesHandler(BaseHTTPRequestHandler):
 
     server: "_WeightsHTTPServer"
     protocol_version = "HTTP/1.1"
+    # headers and body go out in two sends: with Nagle's algorithm the body waits for the client's
+    # delayed ACK (~40 ms per file on Linux), which dominated fetching a small version
+    disable_nagle_algorithm = True
     server_version = "prioreplay-weights"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
