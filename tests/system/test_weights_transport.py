@@ -296,3 +296,26 @@ def test_a_worker_with_no_shared_volume_trains_along_loading_every_version(tmp_p
         http_server.shutdown()
         http_server.server_close()
         srv.stop()
+
+
+def test_every_backend_is_handed_the_verified_local_copy_never_the_url(tmp_path, tiny_dir, learner_side):
+    """The vLLM backend reads a local directory only (weights_path refuses a URL): the worker
+    hands any backend the cached, verified copy."""
+    from prioreplay.rollout_worker.backends.base import verified_weights_dir
+
+    root, url, model, tok = learner_side
+    publish(root, model, tok, 1)
+    seen = []
+
+    class Recording:  # the part of GenerationBackend the reload uses, loading as the vLLM backend checks
+        policy_version = 0
+
+        def load_weights(self, uri, version):
+            path, tensors = verified_weights_dir(uri)
+            seen.append((uri, tensors))
+            self.policy_version = version
+            return 0.01
+
+    worker = RolloutWorker(WorkerConfig(metrics_port=0, weights_cache_dir=tmp_path / "cache"), Recording(), client=None)
+    assert worker.maybe_reload(1, f"{url}/v-1/") > 0
+    assert seen == [(str(tmp_path / "cache" / "v-1"), checkpoints.verify_weights(root / "v-1")["tensors"])]
