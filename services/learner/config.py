@@ -86,6 +86,13 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     keep_published: int = Field(3, ge=1, le=1_000_000, description="newest published versions always kept")
     publish_grace_s: float = Field(300.0, ge=0, le=7 * 86400, description="an older version is deleted only this many seconds "
                                    "after its successor was published (workers that leased it may still be loading it)")
+    serve_weights_port: int = Field(0, ge=0, le=65535, description="serve the published versions read-only over HTTP "
+                                    "on this port, for workers without the publish directory (0: off)")
+    serve_weights_host: str = Field("127.0.0.1", min_length=1, max_length=255, description="address the weights HTTP "
+                                    "server binds (0.0.0.0 for workers on other nodes)")
+    weights_base_url: str | None = Field(None, max_length=2048, description="URL at which workers reach the publish "
+                                         "directory: versions are announced as URL/v-N/ (default with --serve-weights-port: "
+                                         "http://HOST:PORT, HOST this machine's name for a wildcard bind); unset: the local path")
     keep_checkpoints: int = Field(3, ge=1, le=1_000_000, description="newest complete checkpoints kept (older ones deleted)")
     max_steps: int = Field(0, ge=0, le=1_000_000_000, description="stop after this many optimizer steps in total (0: until stopped)")
 
@@ -106,9 +113,16 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
                                  f"from there; set --{name.replace('_', '-')} on the workers only")
         return data
 
+    def publish_root(self) -> Path:
+        """Where published versions ``v-N/`` go: ``publish_dir``, default ``checkpoint_dir/published``."""
+        return self.publish_dir or Path(self.checkpoint_dir) / "published"
+
     @model_validator(mode="after")
     def _check(self) -> "LearnerConfig":
         check_role_settings(self.model, self.device, self.log_level)
+        if self.weights_base_url is not None and "://" not in self.weights_base_url:
+            raise ValueError(f"weights_base_url ({self.weights_base_url!r}) must be a URL with a scheme, "
+                             "e.g. http://learner-0:8000 or s3://bucket/published")
         if 0 < self.dual_clip_c <= 1:
             raise ValueError(f"dual_clip_c ({self.dual_clip_c}) must be > 1 (Ye et al. 2020 use 3), or 0 to turn dual-clip off")
         return self

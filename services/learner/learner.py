@@ -55,6 +55,7 @@ from prioreplay.learner.filters import Sorted, sort_groups
 from prioreplay.learner.interfaces import LearnerClient
 from prioreplay.learner.loss import default_normalizer, grpo_loss, group_advantages
 from prioreplay.learner.metrics import LearnerMetrics, step_sizes
+from prioreplay.weights_transport import published_uri
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ class Learner:
     @property
     def publish_dir(self) -> Path:
         """Where published versions ``v-N/`` go (``publish_dir``, default ``checkpoint_dir/published``)."""
-        return self.config.publish_dir or Path(self.config.checkpoint_dir) / "published"
+        return self.config.publish_root()
 
     def publish(self) -> Path:
         """Publish the current weights as policy version N = the step (or the next one above the
@@ -328,7 +329,7 @@ class Learner:
         weights = policy.mergeable(self.model, cfg.lora)
         path = ckpt.publish_weights(self.publish_dir, version, self.step_count, weights, self.tokenizer,
                                     dtype=self._publish_dtype, keep=cfg.keep_published, grace_s=cfg.publish_grace_s)
-        self._rpc("PublishPolicy", self.client.publish, version, str(path.resolve()))
+        self._rpc("PublishPolicy", self.client.publish, version, published_uri(path, cfg.weights_base_url))
         self.version = version
         self.last_publish_step = self.step_count
         self.metrics.policy_version.set(version)

@@ -38,12 +38,14 @@ def run(config: LearnerConfig) -> int:
     except OSError as e:
         raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
                               "choose another --metrics-port, or 0 to disable") from None
+    weights_server, config = serve_weights(config)
     try:
         learner = Learner(config, metrics=metrics)
     except BaseException:
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        for s in (server, weights_server):
+            if s is not None:
+                s.shutdown()
+                s.server_close()
         raise
     log.info("learner: model %s, %d groups per step, checkpoints in %s; waiting for trajectory groups from %s",
              config.model, config.batch_groups, config.checkpoint_dir, config.server)
@@ -59,5 +61,29 @@ def run(config: LearnerConfig) -> int:
         return learner.run()
     finally:
         learner.client.close()
-        if server is not None:
-            server.shutdown()
+        for s in (server, weights_server):
+            if s is not None:
+                s.shutdown()
+
+
+def serve_weights(config: LearnerConfig):
+    """With ``serve_weights_port``: serve the publish directory over HTTP
+    (:func:`prioreplay.weights_transport.serve_published`) and return (server, the config with
+    ``weights_base_url`` set to where it is reached, unless one was given); else (None, config).
+
+    Raises:
+        InvalidArgument: the port is taken or the host cannot be bound.
+    """
+    if not config.serve_weights_port:
+        return None, config
+    from prioreplay.errors import InvalidArgument
+    from prioreplay.weights_transport import advertised_url, serve_published
+
+    try:
+        server = serve_published(config.publish_root(), config.serve_weights_host, config.serve_weights_port)
+    except OSError as e:
+        raise InvalidArgument(f"cannot serve weights on {config.serve_weights_host}:{config.serve_weights_port} "
+                              f"({e.strerror}); choose another --serve-weights-port or --serve-weights-host") from None
+    url = config.weights_base_url or advertised_url(config.serve_weights_host, server.server_address[1])
+    log.info("published versions served at %s/v-N/", url)
+    return server, config.model_copy(update={"weights_base_url": url})

@@ -64,6 +64,11 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="share of GPU memory vLLM may use")
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one vllm replica shards the model over "
                                       "(claimed together under --gpu-claims-dir)")
+    weights_cache_dir: Path | None = Field(None, description="where versions fetched from a remote weights_uri (http(s)://, "
+                                           "s3://, ...: no shared volume) are kept, verified (default CACHE_DIR/weights)")
+    weights_cache_keep: int = Field(2, ge=1, le=1000, description="newest fetched versions kept in --weights-cache-dir")
+    weights_fetch_timeout_s: float = Field(60.0, gt=0, le=3600, description="bound on connecting and on each read "
+                                           "while fetching remote weights, seconds; a stalled fetch is refused and retried")
     max_batch_sequences: int = Field(256, ge=1, le=65536, description="sequences decoded together by the transformers "
                                      "backend (B × G is split into chunks of this size)")
 

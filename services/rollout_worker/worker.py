@@ -5,7 +5,8 @@ One :meth:`RolloutWorker.run_once` is one lease:
 1. ``SampleProblems(batch_size)``. An empty answer (nothing leasable) is returned as such; the
    loop sleeps ``retry_after_s`` (capped) before asking again.
 2. If the lease names a policy version newer than the loaded one and a ``weights_uri``, the
-   backend loads those weights first (seconds measured). A checkpoint that cannot be loaded is
+   backend loads those weights first (seconds measured); a remote URI (``http(s)://``, ``s3://``)
+   is fetched into the weights cache and checked against its manifest before. A checkpoint that cannot be loaded is
    logged and the batch is generated with the weights already loaded, reported under their
    (older) version, which the learner's staleness rule handles.
 3. Each problem's prompt goes through the chat template; the backend samples G completions per
@@ -42,6 +43,7 @@ from prioreplay.rollout_worker.interfaces import WorkerClient
 from prioreplay.rollout_worker.metrics import WorkerMetrics
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import verify
+from prioreplay.weights_transport import WeightsFetcher, WeightsFetchError
 
 log = logging.getLogger("prioreplay.worker")
 
@@ -102,6 +104,8 @@ class RolloutWorker:
             splits reports too large for one message).
         metrics: where to count (default: a fresh registry).
         sleep: ``sleep(seconds)`` used between empty leases (tests pass a fake).
+        fetcher: brings a remote ``weights_uri`` into the local cache (default: from the config's
+            ``weights_cache_dir``, ``weights_cache_keep``, ``weights_fetch_timeout_s``).
 
     Attributes:
         stop_event: set it to end :meth:`run` after the current batch (the SIGTERM handler does).
@@ -109,7 +113,8 @@ class RolloutWorker:
     """
 
     def __init__(self, config: WorkerConfig, backend: GenerationBackend, client: WorkerClient,
-                 metrics: WorkerMetrics | None = None, sleep: Callable[[float], None] | None = None):
+                 metrics: WorkerMetrics | None = None, sleep: Callable[[float], None] | None = None,
+                 fetcher: WeightsFetcher | None = None):
         self.config = config
         self.backend = backend
         self.client = client
@@ -118,6 +123,7 @@ class RolloutWorker:
         self._sleep = sleep or (lambda s: self.stop_event.wait(s))
         self.batches_done = 0
         self.metrics.policy_version.set(backend.policy_version)
+        self.fetcher = fetcher or weights_fetcher(config)
 
     # -- plumbing -------------------------------------------------------------------------------
     def _rpc(self, method: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -135,25 +141,31 @@ class RolloutWorker:
     def maybe_reload(self, version: int, weights_uri: str) -> float:
         """Load ``weights_uri`` if ``version`` is newer than the loaded one; returns seconds (0.0: none).
 
-        A checkpoint that cannot be loaded (InvalidArgument: missing or pruned, partial, altered,
-        mismatched) is logged; the loaded weights stay and 0.0 is returned.
+        A remote URI (``http(s)://``, ``s3://``, ...) is first fetched into the weights cache and
+        checked against its manifest (:class:`~prioreplay.weights_transport.WeightsFetcher`); the
+        seconds include the fetch. A checkpoint that cannot be fetched or loaded (unreachable,
+        missing or pruned, partial, altered, mismatched) is logged; the loaded weights stay, 0.0 is
+        returned, and the next lease naming a newer version tries again.
 
         Raises:
             PartialWeightsLoad: the backend applied only part of the version (the worker stops).
         """
         if version <= self.backend.policy_version or not weights_uri:
             return 0.0
+        t0 = time.perf_counter()
         try:
-            seconds = self.backend.load_weights(weights_uri, version)
+            local = self.fetcher.local_uri(weights_uri, version)
+            fetch_s = time.perf_counter() - t0
+            seconds = fetch_s + self.backend.load_weights(local, version)
         except PartialWeightsLoad:
             raise  # mixed weights: never generate with them (run() stops the worker)
-        except InvalidArgument as e:
+        except (InvalidArgument, WeightsFetchError) as e:
             log.error("cannot load policy version %d from %s (%s); generating with version %d",
                       version, weights_uri, e, self.backend.policy_version)
             return 0.0
         self.metrics.weight_reload_seconds.observe(seconds)
         self.metrics.policy_version.set(version)
-        log.info("loaded policy version %d from %s in %.2f s", version, weights_uri, seconds)
+        log.info("loaded policy version %d from %s in %.2f s (fetch %.2f s)", version, weights_uri, seconds, fetch_s)
         return seconds
 
     # -- one lease ------------------------------------------------------------------------------
@@ -331,3 +343,10 @@ class RolloutWorker:
                 self._sleep(min(res.retry_after_s, c.max_retry_sleep_s))
         log.info("stopping after %d batches", self.batches_done)
         return 0
+
+
+def weights_fetcher(config: WorkerConfig) -> WeightsFetcher:
+    """The fetcher of remote weights a worker with ``config`` uses (cache: ``weights_cache_dir``,
+    default ``CACHE_DIR/weights`` under the model cache)."""
+    cache = config.weights_cache_dir or (config.cache_dir or models.default_cache_dir()) / "weights"
+    return WeightsFetcher(cache, keep=config.weights_cache_keep, timeout_s=config.weights_fetch_timeout_s)

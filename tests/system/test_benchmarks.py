@@ -219,3 +219,15 @@ async def test_open_loop_serves_the_offered_load(redis_url):
     assert 0 < row["sample_p50_ms"] <= row["sample_p99_ms"] <= row["sample_p999_ms"]
     assert row["client_cores"] >= 0 and row["server_cores"] > 0
     assert out["sustained"][0]["store"] == "memory"
+
+
+def test_weights_fetch_over_http_is_measured_beside_the_shared_volume_load(tmp_path):
+    from benchmarks.publish import main
+
+    out = tmp_path / "results.json"
+    assert main(["--fetch", "tiny", "--repeats", "1", "--out", str(out)]) == 0
+    figs = {r["name"]: r["value"] for r in json.loads(out.read_text())}
+    for k in ("publish_s", "shared_load_s", "http_fetch_s", "http_load_s", "http_total_s"):
+        assert figs[f"weights.tiny.{k}"] > 0, k
+    assert figs["weights.tiny.http_total_s"] == pytest.approx(figs["weights.tiny.http_fetch_s"] + figs["weights.tiny.http_load_s"], abs=2e-4)
+    assert figs["weights.tiny.bytes"] > 10_000

@@ -221,7 +221,8 @@ def weights_path(uri: str) -> Path:
     if uri.startswith("file://"):
         uri = uri[len("file://"):]
     elif "://" in uri:
-        raise InvalidArgument(f"weights uri {uri!r}: only local paths and file:// are supported (use a shared volume)")
+        raise InvalidArgument(f"weights uri {uri!r}: a backend loads local paths and file:// only; the worker fetches "
+                              "a remote URI into its weights cache first (prioreplay.weights_transport.WeightsFetcher)")
     return Path(uri)
 
 
