@@ -251,7 +251,8 @@ def test_the_weights_server_serves_published_files_only(tmp_path, learner_side):
 def test_a_worker_with_no_shared_volume_trains_along_loading_every_version(tmp_path, tiny_dir, monkeypatch):
     """Learner (own checkpoint dir, serving it over HTTP) and worker (own cache dir) around one
     priority server: each step's version reaches the worker by URL and generates the next batch."""
-    from prioreplay.client import PriorityClient, problem_to_proto
+    from prioreplay.client import PriorityClient
+    from prioreplay.convert import problem_to_proto
     from prioreplay.config import ClientSettings
     from prioreplay.learner.config import LearnerConfig
     from prioreplay.learner.learner import Learner
