@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from prioreplay.config import SEED_MAX, LogLevel, PrioreplaySettings, Seed, setting
 from prioreplay.learner.config import LearnerConfig
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.samplers import SamplerName
-from prioreplay.rollout_worker.config import WorkerConfig, escape_stop, unescape_stop  # noqa: F401 - demo and compare write --stop
+from prioreplay.rollout_worker.config import StopStrings, WorkerConfig, escape_stop, unescape_stop  # noqa: F401 - demo and compare write --stop
 
 #: Worker w of a run with seed s generates with seed s * WORKER_SEED_STRIDE + w (< 64 workers).
 WORKER_SEED_STRIDE = 1000
@@ -59,7 +59,7 @@ class DemoRunSettings(PrioreplaySettings):
     group_size: int = setting(WorkerConfig, "group_size", 4)
     batch_size: int = setting(WorkerConfig, "batch_size")
     max_new_tokens: int = setting(WorkerConfig, "max_new_tokens", 24)
-    stop: list[str] = setting(WorkerConfig, "stop", ["\n"])  # pydantic copies a list default per instance
+    stop: StopStrings = setting(WorkerConfig, "stop", ["\n"])  # pydantic copies a list default per instance
     temperature: float = setting(WorkerConfig, "temperature", 0.7)
     # -- the learner's settings ----------------------------------------------------------------
     batch_groups: int = setting(LearnerConfig, "batch_groups", 4)
@@ -73,11 +73,6 @@ class DemoRunSettings(PrioreplaySettings):
     threads: int = Field(0, ge=0, le=256, description="torch threads per child process (0: cores shared out)")
     timeout_s: float = Field(3600.0, gt=0, description="give up (and stop everything) after this many seconds")
     log_level: LogLevel = "INFO"
-
-    @field_validator("stop")
-    @classmethod
-    def _unescape(cls, v: list[str]) -> list[str]:
-        return [unescape_stop(s) for s in v]
 
     @model_validator(mode="after")
     def _check(self) -> "DemoRunSettings":

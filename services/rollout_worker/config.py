@@ -10,9 +10,9 @@ import math
 import os
 import socket
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from prioreplay.config import ClientSettings, LogLevel, Seed, check_role_settings
 from prioreplay.devices import GpuClaimSettings
@@ -39,6 +39,11 @@ def unescape_stop(s: str) -> str:
             chars.append(s[i])
             i += 1
     return "".join(chars)
+
+
+#: ``--stop`` values with their escapes decoded (:func:`unescape_stop`); every command that takes
+#: stop strings declares them with this type.
+StopStrings = Annotated[list[str], AfterValidator(lambda v: [unescape_stop(s) for s in v])]
 
 
 def _default_worker_id() -> str:
@@ -78,7 +83,7 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature (> 0; the learner must use the same)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 disables)")
     max_new_tokens: int = Field(512, ge=1, le=1_000_000, description="completion length limit, tokens")
-    stop: list[str] = Field(default_factory=list, description="strings that end a completion (EOS always does); "
+    stop: StopStrings = Field(default_factory=list, description="strings that end a completion (EOS always does); "
                             "the escapes \\n, \\t and \\\\ are decoded, so --stop '\\n\\n' stops at a blank line")
     seed: Seed = Field(0, description="seeds generation; batch k uses seed + k, so runs reproduce")
     verify_timeout_s: float = Field(5.0, gt=0, le=600, description="bound on one verification, seconds")
@@ -96,11 +101,6 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     # -- observability -------------------------------------------------------------------------
     metrics_port: int = Field(9101, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_level: LogLevel = "INFO"
-
-    @field_validator("stop")
-    @classmethod
-    def _unescape(cls, v: list[str]) -> list[str]:
-        return [unescape_stop(s) for s in v]
 
     @model_validator(mode="after")
     def _check(self) -> "WorkerConfig":
