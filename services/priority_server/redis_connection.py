@@ -80,7 +80,10 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
             name, a db that is not an integer >= 0, or an unknown query parameter (the message
             quotes the URL with its passwords hidden and gives the form).
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # e.g. an unbalanced [ of an IPv6 address
+        raise _bad(url, str(e)) from None
     userinfo, _, hosts = parts.netloc.rpartition("@")
     if not hosts:
         raise _bad(url, "no sentinel address")
