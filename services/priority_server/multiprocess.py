@@ -184,6 +184,22 @@ def _check_port_free(host: str, port: int) -> None:
                                   "--host") from e
 
 
+def _serve_metrics(config: ServerConfig, aggregate: AggregateCollector):
+    """Serve ``aggregate`` on ``config.metrics_port``; the HTTP server (``shutdown()`` stops it).
+
+    Raises:
+        InvalidArgument: the port cannot be bound.
+    """
+    from prometheus_client import start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(aggregate)
+    try:
+        return start_http_server(config.metrics_port, addr=config.host, registry=registry)[0]
+    except OSError as e:
+        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port}: {e.strerror}") from e
+
+
 def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], None]) -> int:
     """Run ``config.processes`` server processes on one port until SIGTERM/SIGINT.
 
@@ -220,15 +236,8 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     code = 0
     try:
         if config.metrics_port:
-            registry = CollectorRegistry()
             aggregate = AggregateCollector([f"http://127.0.0.1:{p}/metrics" for p in private])
-            registry.register(aggregate)
-            from prometheus_client import start_http_server
-
-            try:
-                http, _ = start_http_server(config.metrics_port, addr=config.host, registry=registry)
-            except OSError as e:
-                raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port}: {e.strerror}") from e
+            http = _serve_metrics(config, aggregate)
         log.info("prioreplay server: %d processes on %s:%d (SO_REUSEPORT), pids %s; metrics %s", config.processes,
                  config.host, port, ", ".join(str(p.pid) for p in procs),
                  f"on :{config.metrics_port}/metrics (all processes)" if http else "off")

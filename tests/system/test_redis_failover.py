@@ -161,6 +161,14 @@ class Load:
                 self.errors.append((time.monotonic(), e.code()))
                 time.sleep(0.05)
 
+    def lost(self) -> int:
+        """Acknowledged reports the store no longer has: sent again, each must be "already reported"."""
+        lost = 0
+        for _, req in self.acked:
+            again = self.stub.ReportOutcomes(req, timeout=10)
+            lost += not (not again.accepted and again.reason == "already reported")
+        return lost
+
     def acked_since(self, t: float) -> int:
         return sum(1 for when, _ in self.acked if when > t)
 
@@ -218,11 +226,7 @@ def test_killed_primary_is_followed_to_the_promoted_replica_without_a_restart(cl
         assert any(t > t_kill for t, _ in load.errors)
         assert any(t > t_kill and s == health_pb2.HealthCheckResponse.NOT_SERVING for t, s in health), health[-20:]
 
-        # what was lost: each acknowledged report sent again must be "already reported"
-        lost = 0
-        for _, req in load.acked:
-            again = load.stub.ReportOutcomes(req, timeout=10)
-            lost += not (not again.accepted and again.reason == "already reported")
+        lost = load.lost()
         record_property("acknowledged_reports", len(load.acked))
         record_property("acknowledged_reports_lost", lost)
         record_property("failover_s", round(t_promoted - t_kill, 2))
