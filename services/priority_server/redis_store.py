@@ -96,7 +96,8 @@ _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 #: is an answer the server cannot use (INTERNAL, logged).
 ERROR_KINDS = {
     "unreachable": "connection refused/reset/timed out, AUTH failed, Redis LOADING its data set",
-    "read_only": "READONLY: a replica, or MASTERDOWN / min-replicas-to-write unmet",
+    "read_only": "READONLY: a replica, or MASTERDOWN / min-replicas-to-write unmet, or WAIT counted fewer replicas "
+                 "than --min-replica-acks",
     "out_of_memory": "OOM: used memory over maxmemory (with maxmemory-policy noeviction)",
     "busy": "BUSY (a script over lua-time-limit), TRYAGAIN / CLUSTERDOWN (a failover)",
     "logic": "any other error answer (WRONGTYPE, a script error, NOPERM): a bug or a foreign key",
