@@ -184,22 +184,6 @@ def _check_port_free(host: str, port: int) -> None:
                                   "--host") from e
 
 
-def _serve_metrics(config: ServerConfig, aggregate: AggregateCollector):
-    """Serve ``aggregate`` on ``config.metrics_port``; the HTTP server (``shutdown()`` stops it).
-
-    Raises:
-        InvalidArgument: the port cannot be bound.
-    """
-    from prometheus_client import start_http_server
-
-    registry = CollectorRegistry()
-    registry.register(aggregate)
-    try:
-        return start_http_server(config.metrics_port, addr=config.host, registry=registry)[0]
-    except OSError as e:
-        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port}: {e.strerror}") from e
-
-
 def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], None]) -> int:
     """Run ``config.processes`` server processes on one port until SIGTERM/SIGINT.
 
@@ -219,13 +203,7 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     port = config.port or _free_port(config.host if ":" not in config.host else "127.0.0.1")
     _check_port_free(config.host, port)
     private = [_free_port() for _ in range(config.processes)] if config.metrics_port else []
-    ctx = multiprocessing.get_context("spawn")
-    procs = []
-    for i in range(config.processes):
-        child_cfg = config.model_copy(update={"port": port, "metrics_port": private[i] if private else 0})
-        p = ctx.Process(target=child, args=(child_cfg, i), name=f"prioreplay-server-{i + 1}", daemon=False)
-        p.start()
-        procs.append(p)
+    procs = _start_children(config, child, port, private)
     http = aggregate = None
     stop = {"signum": 0}
 
@@ -235,30 +213,13 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     code = 0
     try:
-        if config.metrics_port:
-            aggregate = AggregateCollector([f"http://127.0.0.1:{p}/metrics" for p in private])
-            http = _serve_metrics(config, aggregate)
+        http, aggregate = _serve_metrics(config, private)
         log.info("prioreplay server: %d processes on %s:%d (SO_REUSEPORT), pids %s; metrics %s", config.processes,
                  config.host, port, ", ".join(str(p.pid) for p in procs),
                  f"on :{config.metrics_port}/metrics (all processes)" if http else "off")
-        while not stop["signum"]:
-            multiprocessing.connection.wait([p.sentinel for p in procs], timeout=0.5)
-            dead = [p for p in procs if p.exitcode is not None]
-            if dead and not stop["signum"]:
-                log.error("server process %s exited with %s; stopping the others", dead[0].name, dead[0].exitcode)
-                code = 1
-                break
+        code = _watch(procs, stop)
     finally:
-        for p in procs:
-            if p.exitcode is None:
-                os.kill(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + config.grace_s + 20.0
-        for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-            if p.exitcode is None:
-                log.warning("%s did not stop in time; killing it", p.name)
-                p.kill()
-                p.join(5)
+        _stop_children(procs, config.grace_s + 20.0)
         if http is not None:
             http.shutdown()
         if aggregate is not None:
@@ -269,3 +230,63 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
         code = 1
     log.info("stopped (%d processes)", len(procs))
     return code
+
+
+def _start_children(config: ServerConfig, child: Callable[[ServerConfig, int], None], port: int,
+                    private: list[int]) -> list:
+    """Spawn one process per server, each on ``port`` with its private metrics port (0: none)."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = []
+    for i in range(config.processes):
+        child_cfg = config.model_copy(update={"port": port, "metrics_port": private[i] if private else 0})
+        p = ctx.Process(target=child, args=(child_cfg, i), name=f"prioreplay-server-{i + 1}", daemon=False)
+        p.start()
+        procs.append(p)
+    return procs
+
+
+def _serve_metrics(config: ServerConfig, private: list[int]):
+    """The summed ``/metrics`` of every process on ``config.metrics_port``: (the HTTP server, its
+    :class:`AggregateCollector`), or (None, None) when the port is 0.
+
+    Raises:
+        InvalidArgument: the port cannot be bound.
+    """
+    if not config.metrics_port:
+        return None, None
+    from prometheus_client import start_http_server
+
+    registry = CollectorRegistry()
+    aggregate = AggregateCollector([f"http://127.0.0.1:{p}/metrics" for p in private])
+    registry.register(aggregate)
+    try:
+        http, _ = start_http_server(config.metrics_port, addr=config.host, registry=registry)
+    except OSError as e:
+        aggregate.close()
+        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port}: {e.strerror}") from e
+    return http, aggregate
+
+
+def _watch(procs: list, stop: dict) -> int:
+    """Wait until a stop signal (0) or until a process exits on its own (1)."""
+    while not stop["signum"]:
+        multiprocessing.connection.wait([p.sentinel for p in procs], timeout=0.5)
+        dead = [p for p in procs if p.exitcode is not None]
+        if dead and not stop["signum"]:
+            log.error("server process %s exited with %s; stopping the others", dead[0].name, dead[0].exitcode)
+            return 1
+    return 0
+
+
+def _stop_children(procs: list, timeout_s: float) -> None:
+    """SIGTERM every live process, wait up to ``timeout_s`` in all, then kill the stragglers."""
+    for p in procs:
+        if p.exitcode is None:
+            os.kill(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.exitcode is None:
+            log.warning("%s did not stop in time; killing it", p.name)
+            p.kill()
+            p.join(5)

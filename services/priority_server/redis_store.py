@@ -357,19 +357,7 @@ class RedisStore(Store):
         if res[0] != b"SAME":  # a replayed lease carries its own (older) step
             self._step_hint = step
         earliest = [float(res[4])] if res[4] else []
-        n = int(res[5])
-        problems: list[SampledProblem] = []
-        for i in range(6, 6 + 5 * n, 5):
-            member, source, stats_value, record = _s(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
-            group_size = int(res[i + 4]) or None
-            pid = member_id(member)
-            stats, _, score = _parse_stats(stats_value)
-            problems.append(SampledProblem(
-                problem=_decode_problem(pid, record),
-                priority=score if source == Pool.HEAP else rules.priority(stats, cfg.params),
-                source=Pool(source),
-                group_size=group_size,
-            ))
+        problems = self._decode_picks(res, int(res[5]))
         if problems:
             earliest.append(deadline)
         retry = 0.0
@@ -384,6 +372,23 @@ class RedisStore(Store):
             retry_after_s=retry,
             step=step,
         )
+
+    def _decode_picks(self, res: list, n: int) -> list[SampledProblem]:
+        """The ``n`` leased problems of a ``sample.lua`` answer: five slots each from index 6
+        (member, source pool, statistics value, problem record, group size or 0)."""
+        problems: list[SampledProblem] = []
+        for i in range(6, 6 + 5 * n, 5):
+            member, source, stats_value, record = _s(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
+            group_size = int(res[i + 4]) or None
+            pid = member_id(member)
+            stats, _, score = _parse_stats(stats_value)
+            problems.append(SampledProblem(
+                problem=_decode_problem(pid, record),
+                priority=score if source == Pool.HEAP else rules.priority(stats, self.config.params),
+                source=Pool(source),
+                group_size=group_size,
+            ))
+        return problems
 
     async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (),
                       more_parts: bool = False) -> ReportResult:

@@ -150,21 +150,3 @@ async def test_unservable_problems_are_quarantined_until_registered_again_in_bot
     assert st.pool is Pool.HEAP and st.score == before.score and st.stats == before.stats
     assert (await store.stats()).quarantined == 0
     assert ids[1] in {p.problem.id for p in (await store.sample(6)).problems}
-
-
-async def test_a_quarantined_problem_survives_a_memory_snapshot(tmp_path):
-    from prioreplay.priority_server.memory_store import MemoryStore
-    from prioreplay.rules import Pool
-
-    path = tmp_path / "state.json"
-    store = MemoryStore(StoreConfig(retest_fraction=0.0), snapshot_path=path)
-    await store.register(_problems(3))
-    lease = await store.sample(3)
-    bad = lease.problems[2].problem.id
-    assert (await store.report(lease.lease_id, [], unservable=[bad])).quarantined == 1
-    await store.close()  # writes the snapshot
-    again = MemoryStore(StoreConfig(retest_fraction=0.0), snapshot_path=path)
-    assert (await again.problem_state(bad)).pool is Pool.QUARANTINED
-    assert (await again.stats()).quarantined == 1 and bad not in {p.problem.id for p in (await again.sample(3)).problems}
-    await again.register(_problems(3))
-    assert (await again.problem_state(bad)).pool is Pool.HEAP

@@ -1,6 +1,6 @@
 """The memory store without Redis: every store invariant (tests/store_semantics.py) on the
 in-process store, then what only the memory store has: snapshot round trip, corrupt-snapshot
-refusal, the store factory, URL redaction.
+refusal, a quarantined problem kept across a snapshot, the store factory, URL redaction.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.open_store import create_store
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.redact import redact_url
+from prioreplay.rules import Pool
 from tests.store_semantics import *  # noqa: F401,F403  (the invariant tests, collected here)
 from tests.store_semantics import FakeClock, make_problems, outcome
 
@@ -122,3 +123,18 @@ def test_create_store_memory_and_refusal_of_unknown_specs(tmp_path):
 def test_redact_url_hides_passwords(url, expected):
     assert redact_url(url) == expected
     assert "s3cret" not in redact_url(url)
+
+
+async def test_a_quarantined_problem_survives_a_memory_snapshot(tmp_path):
+    path = tmp_path / "state.json"
+    store = MemoryStore(StoreConfig(retest_fraction=0.0), snapshot_path=path)
+    await store.register(make_problems(3))
+    lease = await store.sample(3)
+    bad = lease.problems[2].problem.id
+    assert (await store.report(lease.lease_id, [], unservable=[bad])).quarantined == 1
+    await store.close()  # writes the snapshot
+    again = MemoryStore(StoreConfig(retest_fraction=0.0), snapshot_path=path)
+    assert (await again.problem_state(bad)).pool is Pool.QUARANTINED
+    assert (await again.stats()).quarantined == 1 and bad not in {p.problem.id for p in (await again.sample(3)).problems}
+    await again.register(make_problems(3))
+    assert (await again.problem_state(bad)).pool is Pool.HEAP

@@ -91,3 +91,9 @@ def test_store_config_is_immutable_and_refuses_unknown_fields():
     with pytest.raises(InvalidArgument, match="lease_timout_s"):
         StoreConfig(lease_timout_s=5)
     assert StoreConfig(seed=2) == cfg and hash(StoreConfig(seed=2)) == hash(cfg)
+
+
+def test_several_processes_need_a_redis_store():
+    with pytest.raises(ValidationError, match=r"processes \(2\) > 1 needs a Redis store"):
+        ServerConfig(processes=2)
+    assert ServerConfig(processes=2, store="redis://127.0.0.1:6379/0").processes == 2

@@ -1,9 +1,10 @@
 """Imports as prioreplay.priority_server.samplers: the sampler seam. Every sampler is named once,
-here (the registry), with its in-process implementation and its Lua branch. Configurations import the names from this module (:data:`SamplerName`).
+here (the registry), with its in-process implementation and its Lua branch. Configurations
+import the names from this module (:data:`SamplerName`).
 
 A sampler decides which problems one ``sample`` call leases. Each sampler is one module of this
 package (``heap.py``, ``weighted.py``, ...; what they share is in ``base.py``) with its own test
-(``tests/unit/samplers/test_<name>.py``). Adding one touches its module, a row of
+(``tests/unit/samplers/test_sampler_<name>.py``). Adding one touches its module, a row of
 :data:`SAMPLERS` here, its branch in ``lua/sample.lua`` (when the Redis store should run it) and
 its test, nothing else: both stores, the servicer and every configuration
 (``prioreplay server --sampler``, ``prioreplay demo --sampler``, :class:`StoreConfig`) pick the
