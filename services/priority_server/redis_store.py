@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from redis import exceptions as redis_errors
+from redis.asyncio.sentinel import MasterNotFoundError
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, NotFound, PrioreplayError, StoreUnavailable
@@ -232,6 +233,10 @@ class RedisStore(Store):
 
     # -- plumbing -------------------------------------------------------------------------
     def _unavailable(self, e: Exception) -> StoreUnavailable:
+        if isinstance(e, MasterNotFoundError):  # redis-py's message repeats every sentinel client's settings
+            return StoreUnavailable(
+                f"Redis at {self.redacted_url} is unreachable: no sentinel names a primary that is up (a failover "
+                "in progress, or no sentinel answers); wait for the promotion or check the sentinels, then retry")
         return StoreUnavailable(
             f"Redis at {self.redacted_url} is unreachable ({type(e).__name__}: {e}); "
             "check that Redis runs and the URL is right, then retry"

@@ -166,6 +166,7 @@ AGE_S = 1.0
 STATED_S = 3 * AGE_S
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_connection_age_s", [AGE_S, 0.0], ids=["connection-age", "connections-live-forever"])
 def test_a_replica_added_under_load_receives_rpcs_within_the_connection_age(max_connection_age_s):
     dns = TinyDNS()
