@@ -6,6 +6,7 @@ Parts (docs/BENCHMARKS.md explains each figure):
                and time to register 10^6 problems
   openloop  1b. open-loop latency at fixed offered loads (not in the default parts)
   reportpath 1c. ReportOutcomes handling, per-field vs lean path (not in the default parts)
+  replicaacks 1d. the report path's cost of --min-replica-acks 1 (Redis WAIT; not in the default parts)
   simulate  2. learning efficiency of the samplers in a simulated GRPO learner (many seeds)
   samplers  2b. the samplers beyond the paper in four populations, paired seeds
   overhead  4. priority-RPC share of the worker's and learner's step time, from a demo run dir
@@ -194,6 +195,18 @@ def part_reportpath(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     return out
 
 
+def part_replicaacks(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    """Part 1d: the store's report call without and with ``min_replica_acks`` 1 (a local replica)."""
+    from benchmarks import replica_acks
+
+    out = replica_acks.run(rounds=20 if args.quick else 200, blocks=2 if args.quick else 4)
+    extra = {"batch_size": out["batch_size"], "group_size": out["group_size"], "reports": out["reports"],
+             "how": "RedisStore.report of B problems x G rewards with payloads; primary and replica on one machine"}
+    for name in ("acks0_50_ms", "acks0_90_ms", "acks1_50_ms", "acks1_90_ms", "added_p50_ms"):
+        res.add(f"replicaacks.{name}", out[name], "ms", **extra)
+    return out
+
+
 # -- part 2 -----------------------------------------------------------------------------------
 SIM_VARIANTS = {
     "default": {},
@@ -371,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["service"] = part_service(args, res)
     if "reportpath" in parts:
         summary["reportpath"] = part_reportpath(args, res)
+    if "replicaacks" in parts:
+        summary["replicaacks"] = part_replicaacks(args, res)
     if "openloop" in parts:
         summary["openloop"] = part_openloop(args, res)
     if "overhead" in parts:

@@ -18,7 +18,7 @@ def redact_url(url: str) -> str:
 
     Hides the password of the user-info part (``redis://user:secret@host`` →
     ``redis://user:***@host``, ``redis://:secret@host`` → ``redis://:***@host``) and the value of a
-    ``password`` query parameter. A string that does not parse as a URL is replaced whole by
+    ``password`` query parameter (or one ending in ``password``, e.g. ``sentinel_password``). A string that does not parse as a URL is replaced whole by
     ``<unparsable URL>`` (it might hold a secret).
     """
     try:
@@ -34,8 +34,8 @@ def redact_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        if any(k.lower() == "password" for k, _ in pairs):
-            query = urlencode([(k, _REDACTED if k.lower() == "password" else v) for k, v in pairs], safe="*")
+        if any(k.lower().endswith("password") for k, _ in pairs):  # also sentinel_password
+            query = urlencode([(k, _REDACTED if k.lower().endswith("password") else v) for k, v in pairs], safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

@@ -36,14 +36,15 @@ def _redis_answers(url: str) -> bool:
         return False
 
 
-def start_redis_server(port: int, workdir: str, appendonly: bool = False) -> subprocess.Popen:
-    """Start a test-owned ``redis-server`` on ``port`` and wait until it answers."""
+def start_redis_server(port: int, workdir: str, appendonly: bool = False, *extra: str) -> subprocess.Popen:
+    """Start a test-owned ``redis-server`` on ``port`` (``extra``: more flags, e.g. ``--replicaof``)
+    and wait until it answers."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.exit("redis-server not found: install it (Debian: apt-get install redis-server) "
                     "or set PRIOREPLAY_TEST_REDIS_URL to a running Redis", returncode=3)
     args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir,
-            "--appendonly", "yes" if appendonly else "no", "--appendfsync", "always"]
+            "--appendonly", "yes" if appendonly else "no", "--appendfsync", "always", *extra]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
     for _ in range(100):

@@ -43,7 +43,7 @@ from prioreplay.priority_server.samplers import (
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
 from prioreplay.rules import PriorityParams
 
-_STORE_RE = re.compile(r"^(memory|(redis|rediss|unix)://\S+)$")
+_STORE_RE = re.compile(r"^(memory|(redis|rediss|unix|redis\+sentinel|rediss\+sentinel)://\S+)$")
 #: A run namespace (the Redis hash tag of every key of the run): no braces, at most MAX_NAME_BYTES.
 NAMESPACE_RE = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_NAME_BYTES}}}$")
 
@@ -109,6 +109,26 @@ class StoreSettings(BaseModel):
         return self
 
 
+class ReplicationSettings(BaseModel):
+    """How many Redis replicas must hold a change before the server acknowledges it, declared once.
+
+    Composed into :class:`ServerConfig`; the Redis store takes it (``RedisStore(replication=...)``).
+    With ``min_replica_acks`` N > 0 every register, report, publish and acknowledge script is
+    followed by Redis ``WAIT N timeout`` on the same connection; fewer acknowledgements within the
+    timeout answer UNAVAILABLE (kind ``read_only``), so a change the server acknowledged is on at
+    least N replicas and survives the failover to one of them. The write probe of the health check
+    waits too, so health is NOT_SERVING while fewer than N replicas follow.
+    """
+
+    min_replica_acks: int = Field(
+        0, ge=0, le=16,
+        description="Redis replicas that must acknowledge each register/report/publish/ack before it is answered "
+        "(Redis WAIT); fewer answer UNAVAILABLE. 0: no wait (a failover can lose the last acknowledged changes)",
+    )
+    min_replica_acks_timeout_ms: int = Field(
+        100, ge=1, le=60_000, description="milliseconds WAIT waits for --min-replica-acks replicas")
+
+
 def _explain(err: ValidationError) -> str:
     """One line per invalid field: its name, the value given and what is allowed."""
     lines = []
@@ -143,18 +163,20 @@ class StoreConfig(StoreSettings):
             raise InvalidArgument(_explain(e)) from None
 
 
-class ServerConfig(PrioreplaySettings, ChannelSettings, StoreSettings):
+class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, StoreSettings):
     """Configuration of ``prioreplay server``: the store, the sampler, leases, limits and security.
 
     The sampler, retest, seed, lease and batch-size fields come from :class:`StoreSettings`, the
-    token and message limit from :class:`prioreplay.config.ChannelSettings` (the clients' too).
+    token and message limit from :class:`prioreplay.config.ChannelSettings` (the clients' too),
+    the replica acknowledgements from :class:`ReplicationSettings`.
     """
 
     # -- store ---------------------------------------------------------------------------
     store: str = Field(
         "memory",
         description="'memory' (in-process, snapshots to --snapshot-path) or a Redis URL redis://HOST:PORT/DB "
-        "(rediss:// for TLS, unix:// for a socket)",
+        "(rediss:// for TLS, unix:// for a socket, redis+sentinel://HOST:PORT[,HOST:PORT]/SERVICE[/DB] for the "
+        "primary Redis Sentinel names: followed through failovers)",
     )
     namespace: str = Field(
         "default", description=f"run namespace: every Redis key of this run carries it (1-{MAX_NAME_BYTES} of A-Z a-z 0-9 _ . : -)"
@@ -171,6 +193,16 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, StoreSettings):
     )
     port: int = Field(50051, ge=0, le=65535, description="gRPC port (0: an ephemeral port, logged at start)")
     metrics_port: int = Field(9100, ge=0, le=65535, description="Prometheus /metrics port (0 disables it)")
+    max_connection_age_s: float = Field(
+        30.0, ge=0, le=86400,
+        description="seconds after which the server asks a client connection to close (gRPC GOAWAY), so clients "
+        "of a dns:/// name reconnect, resolve it again and reach replicas added since; 0: connections live forever",
+    )
+    max_connection_age_grace_s: float = Field(
+        65.0, gt=0, le=86400,
+        description="seconds the RPCs of a connection asked to close get to finish (above PullTrajectories' longest "
+        "wait_s, 60)",
+    )
     # -- statistics ----------------------------------------------------------------------
     decay: float = Field(
         DEFAULT_DECAY, ge=0, le=1,
@@ -230,6 +262,9 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, StoreSettings):
                 "so each process would have its own problems, leases and queue. Use --store redis://HOST:PORT/DB "
                 "or --processes 1"
             )
+        if self.min_replica_acks and self.store == "memory":
+            raise ValueError(f"min_replica_acks ({self.min_replica_acks}) needs a Redis store with replicas: use --store "
+                             "redis://HOST:PORT/DB or redis+sentinel://..., or --min-replica-acks 0")
         if self.auth_token is not None and self.auth_token_file is not None:
             raise ValueError("give auth_token or auth_token_file, not both")
         if self.auth_token is not None and not self.auth_token.get_secret_value().strip():
@@ -240,6 +275,10 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, StoreSettings):
     def tls_enabled(self) -> bool:
         """True when both a certificate and a key are configured."""
         return self.tls_cert_file is not None and self.tls_key_file is not None
+
+    def replication(self) -> ReplicationSettings:
+        """The :class:`ReplicationSettings` fields of this configuration (what the Redis store takes)."""
+        return ReplicationSettings(**{name: getattr(self, name) for name in ReplicationSettings.model_fields})
 
     def to_store_config(self) -> StoreConfig:
         """The store's parameters: every :class:`StoreSettings` field, and the statistics' params."""

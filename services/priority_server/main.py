@@ -88,7 +88,7 @@ async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str =
     from prioreplay.redact import redact_url
 
     store = create_store(config.store, config.to_store_config(), namespace=config.namespace,
-                         snapshot_path=config.snapshot_path)
+                         snapshot_path=config.snapshot_path, replication=config.replication())
     metrics = ServerMetrics()
     try:
         server, port = await create_server(_grpc_address(config.host, config.port), store, config, metrics=metrics,

@@ -12,14 +12,30 @@ The parent process only supervises: it checks that the port is free, starts the 
 Each child serves its own metrics on a private port on 127.0.0.1; the parent's ``/metrics`` sums
 the process-local series (RPC latency histograms, error counters, served priorities, client
 traffic) over the children and takes the store-derived series (pools, counters kept in Redis),
-identical in every process, from one of them. ``prioreplay_server_processes`` is the number of
-children that answered the scrape and ``prioreplay_server_process_rpcs_total{process}`` the RPCs
-each has handled (the balance). If a child exits on its own, the parent stops the others and
-exits 1, so an orchestrator restarts the whole server.
+the same in every process up to each one's last refresh, from them: gauges from the first child
+that answered, counters as the largest value any child reported (the freshest read of a counter
+that only grows in the store). ``prioreplay_server_processes`` is the number of children that
+answered the scrape, ``prioreplay_server_process_up{process}`` whether each did, and
+``prioreplay_server_process_rpcs_total{process}`` the RPCs each has handled (the balance).
+
+Counters never decrease between scrapes, whatever a child does. The children are scraped at once,
+each for at most ``SCRAPE_TIMEOUT_S``; a child that does not answer in time (stalled, busy, paused)
+contributes the last exposition it answered (a last-known-value cache), so a sum never drops and
+``rate()`` never reads a reset. Its counters then stand still until it answers again with values
+at least as large (a child's counters only grow while it lives). This cache was chosen over
+prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``): that mode sums the
+library's own instruments from files, but the server's custom collectors (store statistics,
+traffic per kind of client) do not write such files and would still need a scrape of each child.
+A child never restarts alone (below), so a cached exposition is only ever older than the child's
+current one, never from a previous life of it.
+
+If a child exits on its own, the parent stops the others and exits 1, so an orchestrator restarts
+the whole server (and Prometheus sees one reset, of the whole server).
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -28,6 +44,7 @@ import signal
 import socket
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
@@ -57,9 +74,11 @@ SCRAPE_TIMEOUT_S = 2.0
 def merge_exposition(texts: list[str]) -> list[Metric]:
     """Merge the text expositions of several processes into one set of metric families.
 
-    Samples of :data:`STORE_FAMILIES` come from the first text that has the family; every other
-    sample is summed over the texts by (sample name, labels), except ``*_created`` timestamps
-    (the earliest is kept).
+    Samples of :data:`STORE_FAMILIES` come from one process: a counter's largest value over the
+    texts (the freshest read of a store counter), any other sample from the first text that has
+    the family. Every other sample is summed over the texts by (sample name, labels), except
+    ``*_created`` timestamps (the earliest is kept). Put the texts of the processes that answered
+    this scrape first.
     """
     merged: dict[str, Metric] = {}
     values: dict[str, dict[tuple, float]] = {}
@@ -69,7 +88,7 @@ def merge_exposition(texts: list[str]) -> list[Metric]:
             if first:
                 merged[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
                 values[fam.name] = {}
-            elif fam.name in STORE_FAMILIES:
+            elif fam.name in STORE_FAMILIES and fam.type != "counter":
                 continue
             acc = values[fam.name]
             for smp in fam.samples:
@@ -78,6 +97,8 @@ def merge_exposition(texts: list[str]) -> list[Metric]:
                     acc[key] = smp.value
                 elif smp.name.endswith("_created"):
                     acc[key] = min(acc[key], smp.value)
+                elif fam.name in STORE_FAMILIES:
+                    acc[key] = max(acc[key], smp.value)
                 else:
                     acc[key] += smp.value
     for name, fam in merged.items():
@@ -86,30 +107,66 @@ def merge_exposition(texts: list[str]) -> list[Metric]:
     return list(merged.values())
 
 
-class AggregateCollector(Collector):
-    """Scrapes the children's ``/metrics`` at each collect and yields the merged families."""
+def _rpcs_handled(text: str) -> float:
+    """RPCs a process handled: the sum of its ``prioreplay_rpc_latency_seconds_count`` samples."""
+    return sum(smp.value for fam in text_string_to_metric_families(text)
+               if fam.name == "prioreplay_rpc_latency_seconds" for smp in fam.samples if smp.name.endswith("_count"))
 
-    def __init__(self, urls: list[str]):
+
+def _fetch(url: str, timeout_s: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - our own 127.0.0.1 URLs
+        return r.read().decode("utf-8")
+
+
+class AggregateCollector(Collector):
+    """Scrapes the children's ``/metrics`` at each collect (all at once, each for at most
+    ``timeout_s``) and yields the merged families; a child that does not answer contributes the
+    last exposition it answered (see the module docstring: counters never decrease).
+
+    Args:
+        urls: each child's ``/metrics`` URL, in process order.
+        timeout_s: seconds a child gets to answer one scrape.
+    """
+
+    def __init__(self, urls: list[str], timeout_s: float = SCRAPE_TIMEOUT_S):
         self.urls = urls
+        self.timeout_s = timeout_s
+        self.last: dict[int, str] = {}  # process index -> the last exposition it answered
+        self._pool = ThreadPoolExecutor(max(1, len(urls)), thread_name_prefix="prioreplay-scrape")
+
+    def _scrape(self) -> set[int]:
+        """Scrape every child once; update :attr:`last`; return the indices of those that answered."""
+        futures = [self._pool.submit(_fetch, url, self.timeout_s) for url in self.urls]
+        deadline = time.monotonic() + self.timeout_s + 1.0  # a child that trickles bytes is cut off too
+        answered = set()
+        for i, (url, f) in enumerate(zip(self.urls, futures)):
+            try:
+                self.last[i] = f.result(timeout=max(0.0, deadline - time.monotonic()))
+                answered.add(i)
+            except (OSError, http.client.HTTPException) as e:  # OSError includes TimeoutError
+                log.warning("metrics of %s not available (%s); using its last known values", url, e)
+        return answered
 
     def collect(self) -> Iterator[Metric]:
-        texts = []
+        answered = self._scrape()
+        order = sorted(self.last, key=lambda i: (i not in answered, i))  # fresh first
         rpcs = CounterMetricFamily("prioreplay_server_process_rpcs", "RPCs handled by each server process "
                                    "(how evenly SO_REUSEPORT spreads the connections)", labels=["process"])
-        for i, url in enumerate(self.urls):
-            try:
-                with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as r:  # noqa: S310 - our own 127.0.0.1 URLs
-                    texts.append(r.read().decode("utf-8"))
-            except OSError as e:
-                log.warning("metrics of %s not available: %s", url, e)
-                continue
-            rpcs.add_metric([str(i + 1)], sum(smp.value for fam in text_string_to_metric_families(texts[-1])
-                                              if fam.name == "prioreplay_rpc_latency_seconds"
-                                              for smp in fam.samples if smp.name.endswith("_count")))
-        yield from merge_exposition(texts)
+        up = GaugeMetricFamily("prioreplay_server_process_up", "1 when the server process answered this scrape "
+                               "(0: its last known values are served)", labels=["process"])
+        for i in range(len(self.urls)):
+            up.add_metric([str(i + 1)], 1.0 if i in answered else 0.0)
+            if i in self.last:
+                rpcs.add_metric([str(i + 1)], _rpcs_handled(self.last[i]))
+        yield from merge_exposition([self.last[i] for i in order])
         yield GaugeMetricFamily("prioreplay_server_processes", "server processes whose /metrics answered this scrape",
-                                value=len(texts))
+                                value=len(answered))
         yield rpcs
+        yield up
+
+    def close(self) -> None:
+        """Stop the scraping threads."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -142,7 +199,7 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     _check_port_free(config.host, port)
     private = [free_port() for _ in range(config.processes)] if config.metrics_port else []
     procs = _start_children(config, child, port, private)
-    http = None
+    http = aggregate = None
     stop = {"signum": 0}
 
     def on_signal(signum, _frame):
@@ -151,7 +208,7 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     code = 0
     try:
-        http = _serve_metrics(config, private)
+        http, aggregate = _serve_metrics(config, private)
         log.info("prioreplay server: %d processes on %s:%d (SO_REUSEPORT), pids %s; metrics %s", config.processes,
                  config.host, port, ", ".join(str(p.pid) for p in procs),
                  f"on :{config.metrics_port}/metrics (all processes)" if http else "off")
@@ -160,6 +217,8 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
         _stop_children(procs, config.grace_s + 20.0)
         if http is not None:
             http.shutdown()
+        if aggregate is not None:
+            aggregate.close()
         for sig, h in old.items():
             signal.signal(sig, h)
     if code == 0 and any(p.exitcode not in (0, -signal.SIGTERM) for p in procs):
@@ -182,22 +241,25 @@ def _start_children(config: ServerConfig, child: Callable[[ServerConfig, int], N
 
 
 def _serve_metrics(config: ServerConfig, private: list[int]):
-    """The summed ``/metrics`` of every process on ``config.metrics_port``, or None when it is 0.
+    """The summed ``/metrics`` of every process on ``config.metrics_port``: (the HTTP server, its
+    :class:`AggregateCollector`), or (None, None) when the port is 0.
 
     Raises:
         InvalidArgument: the port cannot be bound.
     """
     if not config.metrics_port:
-        return None
+        return None, None
     from prometheus_client import start_http_server
 
     registry = CollectorRegistry()
-    registry.register(AggregateCollector([f"http://127.0.0.1:{p}/metrics" for p in private]))
+    aggregate = AggregateCollector([f"http://127.0.0.1:{p}/metrics" for p in private])
+    registry.register(aggregate)
     try:
         http, _ = start_http_server(config.metrics_port, addr=config.host, registry=registry)
     except OSError as e:
+        aggregate.close()
         raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port}: {e.strerror}") from e
-    return http
+    return http, aggregate
 
 
 def _watch(procs: list, stop: dict) -> int:

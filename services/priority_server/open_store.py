@@ -11,30 +11,38 @@ from pathlib import Path
 from typing import Callable
 
 from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server.config import ReplicationSettings
 from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.redact import redact_url
 
-REDIS_SCHEMES = ("redis", "rediss")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
 
 def create_store(spec: str, config: StoreConfig, *, namespace: str = "default", snapshot_path: Path | None = None,
-                 clock: Callable[[], float] = time.time) -> Store:
+                 clock: Callable[[], float] = time.time, replication: ReplicationSettings | None = None) -> Store:
     """Build the store named by ``spec``.
 
     Args:
         spec: ``"memory"`` (the in-process store) or a Redis URL ``redis://[[user]:password@]host[:port][/db]``
-            (``rediss://`` for TLS).
+            (``rediss://`` for TLS, ``unix://`` for a socket), or
+            ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name[/db]``: the
+            primary Redis Sentinel names, followed through failovers (:mod:`.redis_connection`).
         config: sampling and bookkeeping parameters shared by both stores.
         namespace: the run's key prefix / hash tag in Redis (ignored by ``memory``).
         snapshot_path: JSON file the ``memory`` store restores from and snapshots to (ignored by
             ``redis``, which persists by itself); None: no snapshot.
         clock: returns unix seconds (injected for deterministic tests).
+        replication: replica acknowledgements each change of the Redis store waits for (Redis
+            ``WAIT``; default none); the memory store refuses any.
 
     Raises:
         InvalidArgument: ``spec`` is neither form (the message names it, password hidden), or the
             memory snapshot is corrupt.
     """
     if spec == "memory":
+        if replication is not None and replication.min_replica_acks:
+            raise InvalidArgument(f"min_replica_acks ({replication.min_replica_acks}) needs a Redis store with "
+                                  "replicas; use a Redis URL or --min-replica-acks 0")
         from prioreplay.priority_server.memory_store import MemoryStore
 
         return MemoryStore(config, snapshot_path, clock=clock)
@@ -42,8 +50,9 @@ def create_store(spec: str, config: StoreConfig, *, namespace: str = "default", 
     if scheme in REDIS_SCHEMES:
         from prioreplay.priority_server.redis_store import RedisStore
 
-        return RedisStore(config, spec, namespace, clock=clock)
+        return RedisStore(config, spec, namespace, clock=clock, replication=replication)
     raise InvalidArgument(
         f"store ({redact_url(spec)!r}) must be 'memory' (in-process, snapshots to a file) or a Redis URL "
-        "'redis://HOST:PORT/DB' ('rediss://...' for TLS)"
+        "'redis://HOST:PORT/DB' ('rediss://...' for TLS, "
+        "'redis+sentinel://HOST:PORT[,HOST:PORT]/SERVICE[/DB]' through Sentinel)"
     )

@@ -56,12 +56,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
+from redis.asyncio.sentinel import MasterNotFoundError
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, NotFound, PrioreplayError, StoreUnavailable
-from prioreplay.priority_server.config import NAMESPACE_RE
+from prioreplay.priority_server.config import NAMESPACE_RE, ReplicationSettings
+from prioreplay.priority_server.redis_connection import RedisConnection
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
 from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
                                               member_id, tie_member)
@@ -96,7 +97,8 @@ _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 #: is an answer the server cannot use (INTERNAL, logged).
 ERROR_KINDS = {
     "unreachable": "connection refused/reset/timed out, AUTH failed, Redis LOADING its data set",
-    "read_only": "READONLY: a replica, or MASTERDOWN / min-replicas-to-write unmet",
+    "read_only": "READONLY: a replica, or MASTERDOWN / min-replicas-to-write unmet, or WAIT counted fewer replicas "
+                 "than --min-replica-acks",
     "out_of_memory": "OOM: used memory over maxmemory (with maxmemory-policy noeviction)",
     "busy": "BUSY (a script over lua-time-limit), TRYAGAIN / CLUSTERDOWN (a failover)",
     "logic": "any other error answer (WRONGTYPE, a script error, NOPERM): a bug or a foreign key",
@@ -130,6 +132,10 @@ def error_kind(e: BaseException) -> str:
 
 _LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack")
+#: Scripts whose change a client is told is done: with ``min_replica_acks`` each is followed by WAIT.
+#: (A lost lease of ``sample`` or a lost expiry changes nothing a client was promised: a report of
+#: that lease is answered ``unknown lease``, the problems are leased again.)
+WAITED_SCRIPTS = frozenset({"register", "report", "publish", "ack"})
 
 
 def lua_library() -> str:
@@ -178,10 +184,16 @@ class RedisStore(Store):
 
     Args:
         config: sampling and bookkeeping parameters (must match across servers of one run).
-        url: ``redis://[:password@]host:port/db`` (or ``rediss://``, ``unix://``).
+        url: ``redis://[:password@]host:port/db`` (or ``rediss://``, ``unix://``), or
+            ``redis+sentinel://host:port[,host:port]/service_name[/db]`` (the primary Sentinel names,
+            followed through failovers; :mod:`.redis_connection`).
         namespace: the run's name; 1–MAX_NAME_BYTES (128) characters of ``[A-Za-z0-9_.:-]`` (no
             braces: it is the hash tag).
         clock: unix seconds; injected for deterministic tests.
+        replication: with ``min_replica_acks`` N > 0, each script of :data:`WAITED_SCRIPTS` is
+            followed by ``WAIT N timeout`` on its connection, and a shortfall raises
+            StoreUnavailable (kind ``read_only``; the change is applied on the primary but not known
+            to survive a failover: a retry is answered as for a lost answer).
 
     Raises:
         InvalidArgument: a malformed URL or namespace, or a sampler without a Lua branch.
@@ -192,7 +204,7 @@ class RedisStore(Store):
     """
 
     def __init__(self, config: StoreConfig, url: str, namespace: str = "default",
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, replication: ReplicationSettings | None = None):
         super().__init__(config, clock)
         if not NAMESPACE_RE.match(namespace or ""):
             raise InvalidArgument(
@@ -203,12 +215,9 @@ class RedisStore(Store):
             raise InvalidArgument(f"sampler {config.sampler!r} runs in the memory store only; use --store memory")
         self.namespace = namespace
         self.redacted_url = redact_url(url)
-        try:
-            self._r = aioredis.Redis.from_url(url, decode_responses=False, socket_connect_timeout=5.0)
-        except ValueError as e:
-            raise InvalidArgument(
-                f"redis url {self.redacted_url!r} is invalid ({e}); use redis://[:password@]host:port/db"
-            ) from None
+        self._connection = RedisConnection(url)
+        self._r = self._connection.client
+        self._replication = replication or ReplicationSettings()
         self._scripts = {name: self._r.register_script(src) for name, src in _SCRIPTS.items()}
         self._keys = {name: self.key(name) for name in KEY_NAMES}
         self._state_keys = [self._keys[n] for n in _STATE_KEYS]
@@ -224,6 +233,10 @@ class RedisStore(Store):
 
     # -- plumbing -------------------------------------------------------------------------
     def _unavailable(self, e: Exception) -> StoreUnavailable:
+        if isinstance(e, MasterNotFoundError):  # redis-py's message repeats every sentinel client's settings
+            return StoreUnavailable(
+                f"Redis at {self.redacted_url} is unreachable: no sentinel names a primary that is up (a failover "
+                "in progress, or no sentinel answers); wait for the promotion or check the sentinels, then retry")
         return StoreUnavailable(
             f"Redis at {self.redacted_url} is unreachable ({type(e).__name__}: {e}); "
             "check that Redis runs and the URL is right, then retry"
@@ -240,10 +253,32 @@ class RedisStore(Store):
                                 kind=kind)
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        if self._replication.min_replica_acks and name in WAITED_SCRIPTS:
+            async def fill(pipe):
+                await self._scripts[name](keys=list(keys), args=list(args), client=pipe)
+                self._wait(pipe)
+
+            res, acks = await self._pipe(fill, transaction=False)
+            self._check_acks(name, acks)
+            return res
         try:
             return await self._scripts[name](keys=list(keys), args=list(args))
         except (redis_errors.RedisError, OSError) as e:
             raise self._error(e) from None
+
+    def _wait(self, pipe) -> None:
+        """Queue ``WAIT min_replica_acks timeout`` (on the pipeline's one connection, after its writes)."""
+        pipe.execute_command("WAIT", self._replication.min_replica_acks, self._replication.min_replica_acks_timeout_ms)
+
+    def _check_acks(self, what: str, acks: Any) -> None:
+        """Raise StoreUnavailable (kind ``read_only``) when WAIT counted fewer than ``min_replica_acks`` replicas."""
+        want, ms = self._replication.min_replica_acks, self._replication.min_replica_acks_timeout_ms
+        if int(acks) < want:
+            raise StoreUnavailable(
+                f"Redis at {self.redacted_url}: {what} was acknowledged by {int(acks)} of the {want} replicas "
+                f"--min-replica-acks asks for within {ms} ms, so it may not survive a failover; check the replicas "
+                "(INFO replication), raise --min-replica-acks-timeout-ms or lower --min-replica-acks, then retry",
+                kind="read_only")
 
     async def _do(self, coro) -> Any:
         try:
@@ -281,8 +316,12 @@ class RedisStore(Store):
                                   for p in problems[start:start + REGISTER_CHUNK])
                 await script(keys=keys, args=[*head, chunk], client=pipe)
             pipe.hlen(self._keys["problems"])
+            if self._replication.min_replica_acks:
+                self._wait(pipe)
 
         res = await self._pipe(fill, transaction=False)
+        if self._replication.min_replica_acks:
+            self._check_acks("register", res.pop())
         created = sum(int(r[0]) for r in res[:-1])
         updated = sum(int(r[1]) for r in res[:-1])
         return created, updated, int(res[-1])
@@ -555,9 +594,14 @@ class RedisStore(Store):
         replica), so the probe writes; the reason of a failure is logged once per change.
         """
         try:
-            await self._r.set(self._keys["health"], _f(self.clock()), px=60_000)
-        except (redis_errors.RedisError, OSError) as e:
-            reason = str(self._error(e))
+            if self._replication.min_replica_acks:
+                _, acks = await self._pipe(lambda p: (p.set(self._keys["health"], _f(self.clock()), px=60_000),
+                                                      self._wait(p)), transaction=False)
+                self._check_acks("the health probe", acks)
+            else:
+                await self._do(self._r.set(self._keys["health"], _f(self.clock()), px=60_000))
+        except PrioreplayError as e:
+            reason = str(e)
             if reason != self._health_error:
                 log.warning("store health check failed: %s", reason)
             self._health_error = reason
@@ -568,5 +612,5 @@ class RedisStore(Store):
         return True
 
     async def close(self) -> None:
-        """Close the connection pool."""
-        await self._r.aclose()
+        """Close the connection pool (and the connections to the sentinels)."""
+        await self._connection.aclose()

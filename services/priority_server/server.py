@@ -61,6 +61,11 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
         interceptors.append(AuthInterceptor(token))
     # so_reuseport off unless asked: a second server on a port in use must fail, not silently share the clients
     options = [*channel_options(config.max_message_mb), ("grpc.so_reuseport", 1 if reuse_port else 0)]
+    if config.max_connection_age_s > 0:
+        # GOAWAY after the age (gRPC adds +-10% jitter): clients reconnect and resolve their target
+        # again, so replicas added behind a dns:/// name get traffic from clients already connected
+        options += [("grpc.max_connection_age_ms", int(config.max_connection_age_s * 1000)),
+                    ("grpc.max_connection_age_grace_ms", int(config.max_connection_age_grace_s * 1000))]
     server = grpc.aio.server(interceptors=interceptors, options=options)
     backpressure = (Backpressure(store, config.max_queue_depth, config.backpressure_retry_s)
                     if config.max_queue_depth > 0 else None)

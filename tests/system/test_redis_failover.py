@@ -1,0 +1,281 @@
+"""Redis failover through Sentinel, with real processes on local ports.
+
+A primary, two replicas (``--replicaof``) and one ``redis-server --sentinel`` (quorum 1, the
+primary down after 1 s) in a temporary directory; a priority server whose store is
+``redis+sentinel://.../prio``; a client thread that leases and reports in a loop. The primary is
+SIGKILLed under that load. Expected: the server answers UNAVAILABLE and its health turns
+NOT_SERVING while no primary is known, then follows the promoted replica and serves again
+without a restart. What was lost is counted against what Redis replication promises: every
+acknowledged report is sent again after the failover, and one that survived is answered
+``already reported``. Replication is asynchronous, so without ``--min-replica-acks`` the reports
+acknowledged in the last moment before the kill may be lost (counted, bounded by the reports of
+the kill's window); with ``--min-replica-acks 1`` (Redis WAIT) none is.
+
+Two replicas, so that after the failover the new primary still has one to acknowledge WAIT.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import grpc
+import pytest
+import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from prioreplay.errors import StoreUnavailable
+from prioreplay.priority_server.background_server import BackgroundServer
+from prioreplay.priority_server.config import ReplicationSettings, ServerConfig
+from prioreplay.priority_server.open_store import create_store
+from prioreplay.priority_server.store import StoreConfig
+from prioreplay.v1 import priority_service_pb2 as pb
+from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
+from tests.conftest import free_port, start_redis_server
+
+SERVICE = "prio"
+PROBLEMS = 200
+BATCH = 4
+#: Seconds the whole failover (kill → promoted → serving) may take: down-after 1 s, election, promotion.
+FAILOVER_BOUND_S = 30.0
+
+pytestmark = pytest.mark.slow
+
+
+def _info(port: int, section: str = "replication") -> dict:
+    return redis.Redis(port=port, socket_timeout=2).info(section)
+
+
+def _until(what: str, check, timeout_s: float = 20.0, every_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = check()
+        except (redis.RedisError, OSError):
+            value = None
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(every_s)
+
+
+class SentinelCluster:
+    """A primary, two replicas and a sentinel, each a ``redis-server`` on a free port in ``workdir``."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.ports = {name: free_port() for name in ("primary", "replica1", "replica2", "sentinel")}
+
+    def start(self) -> "SentinelCluster":
+        p = self.ports
+        for name in ("primary", "replica1", "replica2"):
+            d = self.workdir / name
+            d.mkdir()
+            # no delay before the first (diskless) full sync; 5 s by default
+            extra = ("--repl-diskless-sync-delay", "0") + (
+                () if name == "primary" else ("--replicaof", "127.0.0.1", str(p["primary"])))
+            self.procs[name] = start_redis_server(p[name], str(d), False, *extra)
+        for name in ("replica1", "replica2"):
+            _until(f"{name} in sync", lambda: _info(p[name]).get("master_link_status") == "up")
+        conf = self.workdir / "sentinel.conf"
+        conf.write_text(f"port {p['sentinel']}\nbind 127.0.0.1\ndir {self.workdir}\n"
+                        f"sentinel monitor {SERVICE} 127.0.0.1 {p['primary']} 1\n"
+                        f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+                        f"sentinel failover-timeout {SERVICE} 4000\n"
+                        f"sentinel parallel-syncs {SERVICE} 2\n")
+        self.procs["sentinel"] = subprocess.Popen([shutil.which("redis-server"), str(conf), "--sentinel"],
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _until("the sentinel knows both replicas",
+               lambda: int(self.sentinel().sentinel_master(SERVICE)["num-slaves"]) == 2)
+        return self
+
+    def sentinel(self) -> redis.Redis:
+        return redis.Redis(port=self.ports["sentinel"], socket_timeout=2, decode_responses=True)
+
+    def master_port(self) -> int:
+        return int(self.sentinel().sentinel_get_master_addr_by_name(SERVICE)[1])
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.ports['sentinel']}/{SERVICE}/0"
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = SentinelCluster(tmp_path)
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+def _server(url: str, replication: ReplicationSettings) -> BackgroundServer:
+    config = ServerConfig(store=url, namespace="failover", stats_interval_s=0.2, reaper_interval_s=0.5,
+                          metrics_port=0, **replication.model_dump())
+    return BackgroundServer(lambda: create_store(url, config.to_store_config(), namespace="failover",
+                                                 replication=replication), config).start()
+
+
+def _report(lease: pb.SampleProblemsResponse, r: int) -> pb.ReportOutcomesRequest:
+    return pb.ReportOutcomesRequest(lease_id=lease.lease_id, worker_id="w", outcomes=[
+        pb.ProblemOutcome(problem_id=lp.problem.id, completions=[
+            pb.Completion(reward=float((j + n + r) % 2), token_ids=[1, 2], logprobs=[-0.1, -0.2]) for j in range(4)])
+        for n, lp in enumerate(lease.problems)])
+
+
+class Load:
+    """Leases and reports in a loop on its own thread; records what was acknowledged and every error."""
+
+    def __init__(self, address: str):
+        self.channel = grpc.insecure_channel(address)
+        self.stub = pb_grpc.PriorityServiceStub(self.channel)
+        self.acked: list[tuple[float, pb.ReportOutcomesRequest]] = []  # (time acknowledged, the report)
+        self.errors: list[tuple[float, grpc.StatusCode]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        r = 0
+        while not self.stop.is_set():
+            r += 1
+            try:
+                lease = self.stub.SampleProblems(pb.SampleProblemsRequest(batch_size=BATCH, worker_id="w"), timeout=10)
+                if not lease.problems:
+                    time.sleep(0.05)
+                    continue
+                req = _report(lease, r)
+                if self.stub.ReportOutcomes(req, timeout=10).accepted:
+                    self.acked.append((time.monotonic(), req))
+            except grpc.RpcError as e:
+                self.errors.append((time.monotonic(), e.code()))
+                time.sleep(0.05)
+
+    def lost(self) -> int:
+        """Acknowledged reports the store no longer has: sent again, each must be "already reported"."""
+        lost = 0
+        for _, req in self.acked:
+            again = self.stub.ReportOutcomes(req, timeout=10)
+            lost += not (not again.accepted and again.reason == "already reported")
+        return lost
+
+    def acked_since(self, t: float) -> int:
+        return sum(1 for when, _ in self.acked if when > t)
+
+
+def _health(address: str) -> int:
+    with grpc.insecure_channel(address) as ch:
+        return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
+
+
+def _watch_health(address: str, seen: list, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            seen.append((time.monotonic(), _health(address)))
+        except grpc.RpcError:
+            pass
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("min_replica_acks", [0, 1], ids=["async-replication", "min-replica-acks-1"])
+def test_killed_primary_is_followed_to_the_promoted_replica_without_a_restart(cluster, min_replica_acks,
+                                                                              record_property):
+    t_start = time.monotonic()
+    replication = ReplicationSettings(min_replica_acks=min_replica_acks, min_replica_acks_timeout_ms=1000)
+    srv = _server(cluster.url, replication)
+    load = Load(srv.address)
+    health: list[tuple[float, int]] = []
+    watching = threading.Event()
+    try:
+        load.stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=[
+            pb.Problem(id=f"p{i:03d}", prompt=f"{i}+1", answer=str(i + 1)) for i in range(PROBLEMS)])]), timeout=30)
+        threading.Thread(target=_watch_health, args=(srv.address, health, watching), daemon=True).start()
+        load.thread.start()
+        _until("reports acknowledged before the kill", lambda: len(load.acked) >= 20)
+
+        # -- the failover ------------------------------------------------------------------
+        old = cluster.ports["primary"]
+        t_kill = time.monotonic()
+        cluster.procs["primary"].kill()
+        promoted = _until("a replica promoted", lambda: cluster.master_port() != old and cluster.master_port(),
+                          FAILOVER_BOUND_S)
+        t_promoted = time.monotonic()
+        assert promoted in (cluster.ports["replica1"], cluster.ports["replica2"])
+        _until("reports acknowledged by the promoted replica", lambda: load.acked_since(t_promoted) >= 10,
+               FAILOVER_BOUND_S)
+        _until("health SERVING again", lambda: health and health[-1][1] == health_pb2.HealthCheckResponse.SERVING)
+    finally:
+        load.stop.set()
+        load.thread.join(15)
+        watching.set()
+
+    try:
+        # meanwhile: UNAVAILABLE and NOT_SERVING; no other status code, ever
+        codes = Counter(code for _, code in load.errors)
+        assert set(codes) == {grpc.StatusCode.UNAVAILABLE}, codes
+        assert any(t > t_kill for t, _ in load.errors), load.errors[-5:]
+        assert any(t > t_kill and s == health_pb2.HealthCheckResponse.NOT_SERVING for t, s in health), health[-20:]
+
+        lost = load.lost()
+        record_property("acknowledged_reports", len(load.acked))
+        record_property("acknowledged_reports_lost", lost)
+        record_property("failover_s", round(t_promoted - t_kill, 2))
+        print(f"\nmin_replica_acks={min_replica_acks}: {len(load.acked)} reports acknowledged, {lost} lost in the "
+              f"failover; promoted after {t_promoted - t_kill:.1f} s; {codes[grpc.StatusCode.UNAVAILABLE]} UNAVAILABLE")
+        if min_replica_acks:
+            assert lost == 0
+        else:  # asynchronous replication: at most what was acknowledged in the kill's window
+            assert lost <= load.acked_since(t_kill - 1.0) - load.acked_since(t_promoted)
+        stats = load.stub.GetStats(pb.GetStatsRequest(), timeout=10)
+        assert stats.problems == PROBLEMS
+        assert stats.heap_size + stats.solved + stats.unsolved + stats.leased + stats.quarantined == PROBLEMS
+        assert time.monotonic() - t_start < 60
+    finally:
+        load.channel.close()
+        srv.stop()
+
+
+@pytest.fixture
+def lone_primary(tmp_path):
+    """A Redis primary with no replica at all (every WAIT for one falls short)."""
+    port = free_port()
+    proc = start_redis_server(port, str(tmp_path))
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+async def test_a_report_fewer_replicas_acknowledged_is_refused_as_unavailable(lone_primary):
+    """``--min-replica-acks 1`` on a primary without replicas: WAIT falls short, so register and
+    report answer UNAVAILABLE (kind ``read_only``, naming the setting) and health is False."""
+    from prioreplay.priority_server.records import GroupOutcome
+    from prioreplay.problems import ProblemRecord
+
+    plain = create_store(lone_primary, StoreConfig(), namespace="acks")
+    store = create_store(lone_primary, StoreConfig(), namespace="acks",
+                         replication=ReplicationSettings(min_replica_acks=1, min_replica_acks_timeout_ms=20))
+    try:
+        problems = [ProblemRecord(id=f"p{i}", prompt="q", answer="1") for i in range(4)]
+        with pytest.raises(StoreUnavailable, match="--min-replica-acks") as err:
+            await store.register(problems)
+        assert err.value.kind == "read_only" and "0 of the 1 replicas" in str(err.value)
+        assert await plain.healthy() and not await store.healthy()
+        lease = await plain.sample(2, 60.0)
+        with pytest.raises(StoreUnavailable, match="--min-replica-acks"):
+            await store.report(lease.lease_id, [GroupOutcome(problem_id=sp.problem.id, rewards=(1.0, 0.0),
+                                                             payload=b"") for sp in lease.problems])
+    finally:
+        await store.close()
+        await plain.close()
