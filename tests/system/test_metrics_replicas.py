@@ -56,7 +56,7 @@ def _children(pid: int) -> list[int]:
 def two_processes(redis_url, namespace):
     """``prioreplay server --processes 2`` on the test Redis: (address, metrics port, parent process)."""
     port, mport = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "prioreplay.cli", "server", "--store", redis_url, "--namespace",
+    proc = subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", redis_url, "--namespace",
                              namespace, "--processes", "2", "--port", str(port), "--metrics-port", str(mport),
                              "--stats-interval-s", "0.2", "--log-level", "ERROR"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
