@@ -479,3 +479,35 @@ async def test_every_pooled_problem_is_retested_within_the_bound(store_factory):
 
 
 # -- memory store: snapshots ----------------------------------------------------------------------
+
+
+# -- pass-rate bands (--solved-at / --unsolved-at) ---------------------------------------------
+@pytest.mark.parametrize("solved_at, unsolved_at, expected", [
+    (1.0, 0.0, [Pool.HEAP, Pool.HEAP, Pool.HEAP, Pool.SOLVED, Pool.HEAP, Pool.UNSOLVED]),  # the paper's rule
+    (0.75, 0.25, [Pool.SOLVED, Pool.HEAP, Pool.UNSOLVED, Pool.SOLVED, Pool.SOLVED, Pool.UNSOLVED]),
+])
+async def test_pass_rate_bands_pool_groups_at_or_past_them(store_factory, solved_at, unsolved_at, expected):
+    store = store_factory(StoreConfig(retest_fraction=0.0, solved_at=solved_at, unsolved_at=unsolved_at), FakeClock())
+    await store.register(make_problems(6))
+    lease = await store.sample(6)
+    # pass rates 0.75, 0.5, 0.25, 1, 0.75 (non-binary), 0
+    rewards = [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1], [0.5, 0.5, 1, 1], [0, 0, 0, 0]]
+    ids = [sp.problem.id for sp in lease.problems]
+    result = await store.report(lease.lease_id, [outcome(pid, r) for pid, r in zip(ids, rewards)])
+    assert [(await store.problem_state(pid)).pool for pid in ids] == expected
+    assert result.groups_queued == 4  # a pooled mixed group still has a gradient: queued all the same
+    await check_one_place(store, [f"p{i:04d}" for i in range(6)])
+
+
+async def test_a_retest_that_stays_inside_its_band_is_no_forgetting_event(store_factory):
+    store = store_factory(StoreConfig(retest_fraction=1.0, retest_interval=0, solved_at=0.75), FakeClock())
+    await store.register(make_problems(2))
+    lease = await store.sample(2)
+    await store.report(lease.lease_id, [outcome(sp.problem.id, [1, 1, 1, 0]) for sp in lease.problems])
+    retest = await store.sample(2)
+    assert {sp.source for sp in retest.problems} == {Pool.SOLVED}
+    first, second = (sp.problem.id for sp in retest.problems)
+    await store.report(retest.lease_id, [outcome(first, [1, 0, 1, 1]), outcome(second, [1, 0, 0, 1])])
+    counters = (await store.dump())["counters"]
+    assert counters["forgetting_events"] == 1  # only the one that fell below 0.75 left the solved pool
+    assert [(await store.problem_state(p)).pool for p in (first, second)] == [Pool.SOLVED, Pool.HEAP]

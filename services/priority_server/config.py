@@ -41,7 +41,7 @@ from prioreplay.priority_server.samplers import (
     SamplerName,
 )
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
-from prioreplay.rules import PriorityParams
+from prioreplay.rules import PoolBands, PriorityParams
 
 _STORE_RE = re.compile(r"^(memory|(redis|rediss|unix)://\S+)$")
 #: A run namespace (the Redis hash tag of every key of the run): no braces, at most MAX_NAME_BYTES.
@@ -74,6 +74,15 @@ class StoreSettings(BaseModel):
     retest_interval: int = Field(
         4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
     )
+    # -- pools ---------------------------------------------------------------------------
+    solved_at: float = Field(
+        1.0, gt=0, le=1,
+        description="a group with pass rate (mean reward) >= this sends its problem to the solved pool; "
+                    "1: all-correct groups only (the paper)")
+    unsolved_at: float = Field(
+        0.0, ge=0, lt=1,
+        description="a group with pass rate (mean reward) <= this sends its problem to the unsolved pool; "
+                    "0: all-wrong groups only (the paper); must be below --solved-at")
     # -- leases and deliveries -----------------------------------------------------------
     lease_timeout_s: float = Field(
         600.0, gt=0, le=7 * 86400, description="default lease length, seconds (a lease not reported by then expires)"
@@ -106,7 +115,16 @@ class StoreSettings(BaseModel):
             raise ValueError(
                 f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
             )
+        try:
+            self.bands  # noqa: B018 - the bands' own check (unsolved_at below solved_at), once
+        except InvalidArgument as e:
+            raise ValueError(str(e)) from None
         return self
+
+    @property
+    def bands(self) -> PoolBands:
+        """The pass-rate bands of the pools (:class:`prioreplay.rules.PoolBands`)."""
+        return PoolBands(solved_at=self.solved_at, unsolved_at=self.unsolved_at)
 
 
 def _explain(err: ValidationError) -> str:

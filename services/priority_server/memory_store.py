@@ -76,6 +76,7 @@ class MemoryStore(Store):
         self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
         self._sampler = SAMPLERS[config.sampler]
         self._sample_impl = self._sampler.memory(config)
+        self._bands = config.bands
         state = MemoryState()
         if self.snapshot_path is not None and self.snapshot_path.exists():
             state = snapshot.read(self.snapshot_path, lambda pid: tie_member(pid, config.seed))
@@ -293,20 +294,20 @@ class MemoryStore(Store):
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
         """One reported group: statistics, place, counters, and the queue when it is MIXED with a
         payload (an empty payload: a rewards-only client, nothing to learn from). Returns its kind."""
-        params, c = self.config.params, self._s.counters
+        params, bands, c = self.config.params, self._bands, self._s.counters
         e = self._s.problems[o.problem_id]
         source = e.home
         kind = rules.classify(o.rewards)
         self._seen += e.stats.n == 0
         e.stats = rules.update_stats(e.stats, o.rewards, params)
-        dest = rules.destination(kind)
+        dest = rules.destination(kind, rules.pass_rate(o.rewards), bands)
         self._place(e, dest, rules.priority(e.stats, params) if dest is Pool.HEAP else float(lease_step))
         c[_KIND_COUNTER[kind]] += 1
         c["completions_reported"] += len(o.rewards)
         c["reward_sum"] = c["reward_sum"] + rules.reward_sums(o.rewards)[0]
-        if rules.is_forgetting(source, o.rewards):
+        if rules.is_forgetting(source, o.rewards, bands):
             c["forgetting_events"] += 1
-        if rules.is_breakthrough(source, o.rewards):
+        if rules.is_breakthrough(source, o.rewards, bands):
             c["breakthroughs"] += 1
         if kind is GroupKind.MIXED and o.payload:
             self._enqueue(o.payload, now)

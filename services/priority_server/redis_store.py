@@ -215,7 +215,9 @@ class RedisStore(Store):
         self._step_hint: int | None = None
         self._health_error = ""
         p = config.params
-        self._params_args = [_f(p.decay), _f(p.prior_alpha), _f(p.prior_beta)]
+        self._bands = config.bands
+        self._params_args = [_f(p.decay), _f(p.prior_alpha), _f(p.prior_beta),
+                             _f(self._bands.solved_at), _f(self._bands.unsolved_at)]
         self._initial_priority = rules.priority(rules.Stats(), p)
 
     def key(self, name: str) -> str:
@@ -361,8 +363,8 @@ class RedisStore(Store):
             sr, sq = rules.reward_sums(rewards)
             # the script counts a forgetting event / breakthrough when the problem came from the
             # solved / unsolved pool: send whether it would be one
-            forgetting = rules.is_forgetting(Pool.SOLVED, rewards)
-            breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards)
+            forgetting = rules.is_forgetting(Pool.SOLVED, rewards, self._bands)
+            breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards, self._bands)
             args += [
                 f"{tie_member(o.problem_id, seed)}\t{rules.classify(rewards).value}\t{len(rewards)}\t"
                 f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}",

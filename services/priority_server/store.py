@@ -43,9 +43,12 @@ report(lease_id, outcomes)
     (a due but unreaped lease is expired first), ``late_reports`` += 1, nothing else changes.
     Outcome for a problem not in the lease, or twice → InvalidArgument, nothing changes.
     Otherwise per outcome (in request order): kind = classify(rewards); stats = update_stats;
-    priority recomputed; destination(kind): heap with score = priority, or the pool with
-    score = the lease's step; counters: groups_<kind>, completions_reported += G, reward_sum +=
-    Σr, forgetting_events / breakthroughs per rules.is_forgetting / is_breakthrough(source);
+    priority recomputed; destination(kind, pass_rate(rewards), config.bands): heap with score =
+    priority, or the pool with score = the lease's step (the bands ``--solved-at`` /
+    ``--unsolved-at`` also pool a group whose pass rate Σr/G is at or past them; at their
+    defaults 1 and 0 only all-correct / all-wrong groups are pooled); counters: groups_<kind>,
+    completions_reported += G, reward_sum += Σr, forgetting_events / breakthroughs per
+    rules.is_forgetting / is_breakthrough(source, rewards, bands) (a retest that leaves its pool);
     MIXED groups with a non-empty payload append it to the trajectory queue (groups_queued);
     groups of other kinds count as groups_filtered; a MIXED group with an empty payload (a
     rewards-only client that trains on its own) counts as neither and is not queued. Leased
