@@ -43,6 +43,13 @@ from prioreplay.priority_server.samplers import (
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
 from prioreplay.rules import PoolBands, PriorityParams
 
+#: Default backpressure bound, trajectory groups (docs/DEPLOY.md, "Bounded memory"): a group on
+#: the lean report path is G × T × (4 B token id + 4 B log-prob) + ~8 KiB of prompt, rewards and
+#: framing, i.e. 8 × 512 × 8 B = 32 KiB + 8 KiB ≈ 40 KiB, so 1024 groups ≈ 40 MiB (G=16 × 2048
+#: tokens: ≈ 264 KiB a group, ≈ 264 MiB), well under the compose Redis's 4 GiB ``maxmemory``;
+#: 1024 is 128 steps of the learner's default 8 groups, 4 of 256.
+DEFAULT_MAX_QUEUE_DEPTH = 1024
+
 _STORE_RE = re.compile(r"^(memory|(redis|rediss|unix)://\S+)$")
 #: A run namespace (the Redis hash tag of every key of the run): no braces, at most MAX_NAME_BYTES.
 NAMESPACE_RE = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_NAME_BYTES}}}$")
@@ -205,9 +212,10 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, StoreSettings):
     )
     # -- limits --------------------------------------------------------------------------
     max_queue_depth: int = Field(
-        0, ge=0, le=1_000_000_000,
+        DEFAULT_MAX_QUEUE_DEPTH, ge=0, le=1_000_000_000,
         description="backpressure: refuse leases (empty batch, backpressure=true) while at least this many trajectory "
-                    "groups wait undelivered to a learner; 0: no bound. Set it to a few learner steps' worth of groups",
+                    "groups wait undelivered to a learner; 0: no bound (the queue then grows while no learner pulls). "
+                    "1024 groups of G=8 x 512 tokens hold about 40 MiB (docs/DEPLOY.md, 'Bounded memory')",
     )
     backpressure_retry_s: float = Field(
         2.0, gt=0, le=3600, description="retry_after_s of a lease refused by backpressure, seconds"

@@ -91,3 +91,14 @@ def test_store_config_is_immutable_and_refuses_unknown_fields():
     with pytest.raises(InvalidArgument, match="lease_timout_s"):
         StoreConfig(lease_timout_s=5)
     assert StoreConfig(seed=2) == cfg and hash(StoreConfig(seed=2)) == hash(cfg)
+
+
+def test_backpressure_is_on_by_default_and_its_bound_fits_the_documented_arithmetic():
+    """redis #6941: an unbounded queue by default grew ~1 GB while a learner was down."""
+    from prioreplay.priority_server.config import DEFAULT_MAX_QUEUE_DEPTH
+
+    depth = ServerConfig().max_queue_depth
+    assert depth == DEFAULT_MAX_QUEUE_DEPTH > 0
+    group_bytes = 8 * 512 * (4 + 4) + 8 * 1024  # G=8 x 512 tokens x (id + log-prob) + prompt and framing
+    assert depth * group_bytes <= 64 * 2**20  # far below the compose Redis's 4 GiB maxmemory
+    assert ServerConfig(max_queue_depth=0).max_queue_depth == 0  # still possible to turn off
