@@ -511,3 +511,42 @@ async def test_a_retest_that_stays_inside_its_band_is_no_forgetting_event(store_
     counters = (await store.dump())["counters"]
     assert counters["forgetting_events"] == 1  # only the one that fell below 0.75 left the solved pool
     assert [(await store.problem_state(p)).pool for p in (first, second)] == [Pool.SOLVED, Pool.HEAP]
+
+
+# -- re-registration: colliding ids are refused unless asked to replace (croissant-baker #101) ----
+async def test_an_id_with_another_prompt_or_answer_is_refused_and_nothing_changes(store_factory):
+    store = store_factory(StoreConfig(retest_fraction=0.0), FakeClock())
+    first = make_problems(8)
+    await store.register(first, replace=False)
+    lease = await store.sample(8)
+    await store.report(lease.lease_id, [outcome(sp.problem.id, [1, 0]) for sp in lease.problems])
+    before = await store.dump()
+    other = [ProblemRecord(p.id, f"Another dataset's question {i}", "7") for i, p in enumerate(first)]
+    with pytest.raises(InvalidArgument) as err:
+        await store.register(other + make_problems(2, prefix="new"), replace=False)
+    msg = str(err.value)
+    assert "8 problem id(s)" in msg and "'p0000'" in msg and "'p0004'" in msg and "'p0005'" not in msg
+    assert "and 3 more" in msg and "--id-prefix" in msg and "--replace" in msg
+    assert await store.dump() == before  # not even the two new ids
+    assert (await store.problem_state("p0003")).problem == first[3]
+    answer_only = [ProblemRecord(first[0].id, first[0].prompt, "999")]
+    with pytest.raises(InvalidArgument, match="'p0000'"):
+        await store.register(answer_only, replace=False)
+
+
+async def test_identical_re_registration_is_harmless_and_replace_keeps_statistics(store_factory):
+    store = store_factory(StoreConfig(retest_fraction=0.0), FakeClock())
+    first = make_problems(4)
+    await store.register(first, replace=False)
+    lease = await store.sample(4)
+    await store.report(lease.lease_id, [outcome(sp.problem.id, [1, 0]) for sp in lease.problems])
+    before = await store.dump()
+    retagged = [ProblemRecord(p.id, p.prompt, p.answer, "math", {"split": "train"}) for p in first]
+    assert await store.register(retagged, replace=False) == (0, 4, 4)  # a loader that re-runs
+    assert await store.dump() == before
+    new_text = [ProblemRecord("p0001", "A shorter prompt", "2")]
+    assert await store.register(new_text, replace=True) == (0, 1, 4)
+    state = await store.problem_state("p0001")
+    assert state.problem == new_text[0] and state.stats.n == 2  # text replaced, statistics kept
+    with pytest.raises(InvalidArgument, match="'p0002'"):  # a clash inside one call too
+        await store.register([first[2], ProblemRecord("p0002", "other", "x")], replace=False)

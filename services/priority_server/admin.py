@@ -52,8 +52,9 @@ def run_load(config: LoadConfig) -> int:
         0 when every problem was registered.
 
     Raises:
-        InvalidArgument: malformed input (file:line), unknown source, or a problem the server
-            refused (its index in the stream).
+        InvalidArgument: malformed input (file:line), unknown source, a problem the server
+            refused (its index in the stream), or ids registered with another prompt or answer
+            (without ``--replace``; the message names them and ``--id-prefix``).
         StoreUnavailable: the server cannot be reached.
     """
     from tqdm import tqdm
@@ -78,7 +79,7 @@ def run_load(config: LoadConfig) -> int:
                 sent += len(chunk)
                 bar.update(len(chunk))
 
-        resp = client.register(problems(), chunk_size=config.chunk_size)
+        resp = client.register(problems(), chunk_size=config.chunk_size, replace=config.replace)
     if failure:
         print(f"registered {sent} problem(s) before the error (created={resp.created} updated={resp.updated} "
               f"total={resp.total})", file=sys.stderr)

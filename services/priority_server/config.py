@@ -288,6 +288,9 @@ class LoadConfig(ClientSettings):
         None, description="verifier for every problem, overriding the loader's choice"
     )
     id_prefix: str = Field("", max_length=64, description="prefix prepended to every problem id (e.g. 'gsm8k-test/')")
+    replace: bool = Field(
+        False, description="let a problem whose id is registered with another prompt or answer replace it "
+                           "(statistics kept); without it such ids are refused (use --id-prefix for another dataset)")
     chunk_size: int = Field(512, ge=1, le=100_000, description="problems per RegisterProblems message")
     limit: int | None = Field(None, ge=1, description="register at most this many problems")
 

@@ -41,8 +41,8 @@ from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
 from prioreplay.priority_server import snapshot
 from prioreplay.priority_server.samplers import SAMPLERS, Pick, SampleRequest, XorShift32, retest_quota, step_seed
 from prioreplay.priority_server.snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState, QueuedGroup
-from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
-                                              member_id, tie_member)
+from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, conflict_error,
+                                              histogram_edges, member_id, same_text, tie_member)
 from prioreplay.priority_server.records import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
                                                     SampledProblem, StoreStats)
 from prioreplay.problems import ProblemRecord
@@ -170,11 +170,15 @@ class MemoryStore(Store):
     async def _count_problems(self) -> int:
         return len(self._s.problems)
 
-    async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]:
+    async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
         updated = 0
         initial = rules.priority(Stats(), self.config.params)
         added: list[tuple[float, str]] = []
         known = self._s.problems
+        if not replace:
+            clashes = [p.id for p in problems if p.id in known and not same_text(known[p.id].record, p)]
+            if clashes:
+                raise conflict_error(clashes)
         for p in problems:
             e = known.get(p.id)
             if e is not None:

@@ -63,8 +63,8 @@ from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, NotFound, PrioreplayError, StoreUnavailable
 from prioreplay.priority_server.config import NAMESPACE_RE
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
-from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
-                                              member_id, tie_member)
+from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, conflict_error,
+                                              histogram_edges, member_id, same_text, tie_member)
 from prioreplay.priority_server.records import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
                                                     SampledProblem, StoreStats)
 from prioreplay.problems import MAX_NAME_BYTES, ProblemRecord
@@ -269,25 +269,37 @@ class RedisStore(Store):
     async def _count_problems(self) -> int:
         return int(await self._do(self._r.hlen(self._keys["problems"])))
 
-    async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]:
+    async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
         seed = self.config.seed
         keys = [self._keys["stats"], self._keys["heap"], self._keys["problems"], self._keys["solved"],
                 self._keys["unsolved"], self._keys["quarantine"]]
         prio = _f(self._initial_priority)
         head = [f"0 0 0 {int(Pool.HEAP)} {prio}", prio]
         script = self._scripts["register"]
+        if not replace and len(problems) > REGISTER_CHUNK:
+            await self._refuse_clashes(problems)  # each script checks its own chunk; the call is several
 
         async def fill(pipe):
             for start in range(0, len(problems), REGISTER_CHUNK):
                 chunk = "\n".join(f"{p.id}\t{tie_member(p.id, seed)}\t{_encode_problem(p)}"
                                   for p in problems[start:start + REGISTER_CHUNK])
-                await script(keys=keys, args=[*head, chunk], client=pipe)
+                await script(keys=keys, args=[*head, chunk, int(replace)], client=pipe)
             pipe.hlen(self._keys["problems"])
 
         res = await self._pipe(fill, transaction=False)
+        clashes = [_s(pid) for r in res[:-1] if int(r[0]) == -1 for pid in r[1:]]
+        if clashes:  # only a registration racing another one gets here with several chunks
+            raise conflict_error(clashes)
         created = sum(int(r[0]) for r in res[:-1])
         updated = sum(int(r[1]) for r in res[:-1])
         return created, updated, int(res[-1])
+
+    async def _refuse_clashes(self, problems: list[ProblemRecord]) -> None:
+        """Raise :func:`conflict_error` when a registered id holds another prompt or answer (one read)."""
+        stored = await self._do(self._r.hmget(self._keys["problems"], [p.id for p in problems]))
+        clashes = [p.id for p, v in zip(problems, stored) if v is not None and not same_text(_decode_problem(p.id, v), p)]
+        if clashes:
+            raise conflict_error(clashes)
 
     # -- leases ---------------------------------------------------------------------------
     async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease:

@@ -224,7 +224,10 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     @rpc
     async def RegisterProblems(self, request_iterator: AsyncIterator[pb.RegisterProblemsRequest],
                                context) -> pb.RegisterProblemsResponse:
-        """Upsert the stream's problems chunk by chunk; a bad chunk is refused whole, earlier ones stay."""
+        """Upsert the stream's problems chunk by chunk; a bad chunk is refused whole, earlier ones stay.
+
+        An id that holds another prompt or answer refuses its chunk unless the chunk sets ``replace``.
+        """
         created = updated = 0
         total: int | None = None
         offset = 0
@@ -233,7 +236,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             if not records:
                 continue
             try:
-                c, u, total = await self.store.register(records)
+                c, u, total = await self.store.register(records, replace=chunk.replace)
             except InvalidArgument:
                 for i, r in enumerate(records):  # name the index in the whole stream
                     validate_problem(r, offset + i)

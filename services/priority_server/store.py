@@ -12,10 +12,15 @@ Keys and ordering
     ``ZREVRANGE`` order; each pool orders by (last tested step asc, member asc), i.e. ``ZRANGE``
     order. Strings compare bytewise.
 
-register(problems)
+register(problems, replace)
     New id: stats (0, 0, 0), heap with priority ``rules.priority(Stats())`` (0.25 without prior).
     Existing id: text/verifier/metadata replaced, statistics and place kept. Duplicate ids within
     one call: the last wins. Returns (created, updated, total).
+    With ``replace`` false (what RegisterProblems sends unless asked): when any problem of the call
+    has an id registered (or earlier in the call) with another prompt or answer
+    (:func:`same_text` false), the call is refused with :func:`conflict_error` and nothing
+    changes (ids collide across datasets; croissant-baker #101). The store API's default is
+    ``replace=True`` (the upsert above).
 
 sample(batch_size, lease_timeout_s)
     1. Expire due leases (deadline <= now), at most 64, oldest deadline first (as expire_leases).
@@ -178,6 +183,27 @@ def member_id(member: str) -> str:
     return member[TIE_HEX_CHARS:]
 
 
+#: Conflicting ids a refused registration names at most.
+MAX_NAMED_CONFLICTS = 5
+
+
+def same_text(a: ProblemRecord, b: ProblemRecord) -> bool:
+    """True when two records of one id have the same prompt and answer (verifier and metadata may
+    differ: re-registering them is harmless). Lua twin: ``register.lua``'s ``same_text``."""
+    return a.prompt == b.prompt and a.answer == b.answer
+
+
+def conflict_error(ids: Sequence[str]) -> InvalidArgument:
+    """The refusal of a registration whose ``ids`` (in call order) hold another prompt or answer."""
+    shown = ", ".join(repr(i) for i in ids[:MAX_NAMED_CONFLICTS])
+    more = f" and {len(ids) - MAX_NAMED_CONFLICTS} more" if len(ids) > MAX_NAMED_CONFLICTS else ""
+    return InvalidArgument(
+        f"{len(ids)} problem id(s) are already registered with another prompt or answer: {shown}{more}. "
+        "Another dataset whose ids collide needs its own ids: load it with --id-prefix NAME/; to replace "
+        "the registered text (statistics kept), load with --replace (RegisterProblemsRequest.replace). "
+        "Nothing of this chunk was registered")
+
+
 def histogram_edges(buckets: int) -> list[float]:
     """``buckets + 1`` equal-width edges over [0, 0.25] (the last bucket includes 0.25)."""
     return [rules.MAX_PRIORITY * i / buckets for i in range(buckets + 1)]
@@ -196,21 +222,29 @@ class Store(abc.ABC):
         self.clock = clock
 
     # -- problems -------------------------------------------------------------------------
-    async def register(self, problems: Sequence[ProblemRecord]) -> tuple[int, int, int]:
+    async def register(self, problems: Sequence[ProblemRecord], *, replace: bool = True) -> tuple[int, int, int]:
         """Upsert problems by id. Returns (created, updated, total).
+
+        ``replace`` false: refuse ids registered with another prompt or answer (see "register").
 
         Raises:
             InvalidArgument: a problem with an empty/oversized id, empty prompt or answer, or an
-                unknown verifier (the message names its index); nothing of this call is stored.
+                unknown verifier (the message names its index); with ``replace`` false, ids that
+                hold another prompt or answer (:func:`conflict_error`). Nothing of this call is stored.
         """
         for i, p in enumerate(problems):
             validate_problem(p, i)
         dedup: dict[str, ProblemRecord] = {}
+        clashes: list[str] = []
         for p in problems:
+            if not replace and p.id in dedup and not same_text(dedup[p.id], p):
+                clashes.append(p.id)
             dedup[p.id] = p
+        if clashes:
+            raise conflict_error(clashes)
         if not dedup:
             return 0, 0, await self._count_problems()
-        return await self._register(list(dedup.values()))
+        return await self._register(list(dedup.values()), replace)
 
     async def sample(self, batch_size: int, lease_timeout_s: float | None = None, request_id: str = "") -> Lease:
         """Lease up to ``batch_size`` problems (see the module docstring for the exact rule).
@@ -329,7 +363,9 @@ class Store(abc.ABC):
     async def _count_problems(self) -> int: ...
 
     @abc.abstractmethod
-    async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]: ...
+    async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
+        """Upsert distinct, valid problems; with ``replace`` false raise :func:`conflict_error`
+        (changing nothing) when an id holds another prompt or answer."""
 
     @abc.abstractmethod
     async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease: ...
