@@ -550,3 +550,34 @@ async def test_identical_re_registration_is_harmless_and_replace_keeps_statistic
     assert state.problem == new_text[0] and state.stats.n == 2  # text replaced, statistics kept
     with pytest.raises(InvalidArgument, match="'p0002'"):  # a clash inside one call too
         await store.register([first[2], ProblemRecord("p0002", "other", "x")], replace=False)
+
+
+# -- run settings: a namespace refuses a start with other settings ------------------------------
+async def _restart(store_factory, store, config):
+    """The same namespace (Redis) or snapshot (memory) opened again with ``config``."""
+    await store.snapshot()
+    return store_factory(config, snapshot_path=store.snapshot_path if store_factory.kind == "memory" else None)
+
+
+async def test_a_start_with_other_run_settings_is_refused_naming_each_change(store_factory, tmp_path):
+    from prioreplay.rules import PriorityParams
+
+    clock = FakeClock()
+    first = store_factory(StoreConfig(sampler="heap", params=PriorityParams(decay=0.5)), clock,
+                          snapshot_path=tmp_path / "state.json")
+    assert await first.claim_settings() == {}  # the first start stores them
+    assert await first.claim_settings() == {}  # the same settings again: fine
+    other = StoreConfig(sampler="uniform", solved_at=0.875, params=PriorityParams(decay=1.0, prior_alpha=1.0))
+    again = await _restart(store_factory, first, other)
+    with pytest.raises(FailedPrecondition) as err:
+        await again.claim_settings()
+    msg = str(err.value)
+    for change in ("sampler 'heap' -> 'uniform'", "decay 0.5 -> 1.0", "prior_alpha 0.0 -> 1.0", "solved_at 1.0 -> 0.875"):
+        assert change in msg
+    assert "retest_fraction" not in msg and "--accept-setting-changes" in msg
+    changes = await again.claim_settings(accept_changes=True)
+    assert set(changes) == {"sampler", "decay", "prior_alpha", "solved_at"}
+    assert await (await _restart(store_factory, again, other)).claim_settings() == {}  # now stored
+    with pytest.raises(FailedPrecondition, match="seed 0 -> 5.*cannot change.*--namespace"):
+        await (await _restart(store_factory, again, StoreConfig(sampler="uniform", solved_at=0.875, seed=5,
+                                                                params=other.params))).claim_settings(accept_changes=True)

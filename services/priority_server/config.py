@@ -184,6 +184,9 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, StoreSettings):
     namespace: str = Field(
         "default", description=f"run namespace: every Redis key of this run carries it (1-{MAX_NAME_BYTES} of A-Z a-z 0-9 _ . : -)"
     )
+    accept_setting_changes: bool = Field(
+        False, description="start on a namespace (or snapshot) made with other sampler, retest, decay, prior or band "
+                           "settings, storing the new ones (without it such a start is refused, naming each change)")
     snapshot_path: Path | None = Field(
         None, description="memory store: file the state is loaded from at start and snapshotted to (none: not kept)"
     )

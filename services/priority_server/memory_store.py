@@ -166,6 +166,15 @@ class MemoryStore(Store):
             return 1.0
         return max(0.05, min(5.0, self._deadlines[0][0] - now))
 
+    # -- run settings ---------------------------------------------------------------------
+    async def _claim_settings(self, wanted: dict) -> dict:
+        if self._s.settings is None:
+            self._s.settings = dict(wanted)
+        return self._s.settings
+
+    async def _put_settings(self, wanted: dict) -> None:
+        self._s.settings = dict(wanted)
+
     # -- problems -------------------------------------------------------------------------
     async def _count_problems(self) -> int:
         return len(self._s.problems)

@@ -26,6 +26,7 @@ health         string  the health probe's last write (expires after 60 s)
 quarantine     hash    id → the pool (1..3) a quarantined problem returns to (stats pool = 5)
 requests       hash    request id → the lease a sample with that id made (retried requests)
 requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)
+settings       string  JSON of the run settings the namespace was made with (``store.run_settings``)
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
 ============== ======= ========================================================================
 
@@ -81,6 +82,7 @@ STEP_RETRIES = 32
 KEY_NAMES = (
     "problems", "stats", "heap", "solved", "unsolved", "leases", "deadlines",
     "tomb:reported", "tomb:expired", "counters", "policy", "stream", "health", "requests", "requests:due", "quarantine",
+    "settings",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters",
                "tomb:reported", "tomb:expired")
@@ -264,6 +266,15 @@ class RedisStore(Store):
                 return await pipe.execute()
 
         return await self._do(go())
+
+    # -- run settings ---------------------------------------------------------------------
+    async def _claim_settings(self, wanted: dict) -> dict:
+        key = self._keys["settings"]
+        _, stored = await self._pipe(lambda p: (p.set(key, json.dumps(wanted, sort_keys=True), nx=True), p.get(key)))
+        return json.loads(_s(stored))
+
+    async def _put_settings(self, wanted: dict) -> None:
+        await self._do(self._r.set(self._keys["settings"], json.dumps(wanted, sort_keys=True)))
 
     # -- problems -------------------------------------------------------------------------
     async def _count_problems(self) -> int:

@@ -161,6 +161,8 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     @functools.wraps(method)
     async def wrapper(self, request, context):
         try:
+            if self.pending_check is not None:  # run settings not checked yet (the store was down at start)
+                await self.pending_check()
             return await method(self, request, context)
         except grpc.aio.AbortError:
             raise
@@ -204,6 +206,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         #: Called (no arguments) when an RPC meets a store outage; the server factory sets it to
         #: turn the health status NOT_SERVING at once (the periodic refresh turns it back).
         self.on_store_unavailable: Callable[[], None] | None = None
+        #: Awaited before every RPC while set: the server factory's deferred check of the run
+        #: settings (it raises FailedPrecondition on a mismatch, StoreUnavailable while the store is down).
+        self.pending_check: Callable[[], Awaitable[None]] | None = None
 
     def store_failed(self, e: PrioreplayError, method: str) -> None:
         """A store error ended ``method``: count it by kind, log one line, report an outage.

@@ -92,6 +92,15 @@ Trajectory queue (Redis stream + consumer group semantics)
     release(consumer, deliveries): deliveries this consumer got but could not be sent (an answer
     over the message limit) are handed back: delivery_count as before that delivery, idle at once,
     so the next pull of any consumer delivers them first (before new groups). Never lost.
+Run settings (``claim_settings(accept_changes)``, called once by every server at start)
+    The settings that decide what the statistics and pools mean (:data:`RUN_SETTINGS`: sampler and
+    its parameters, retests, decay, prior, bands, seed) are stored in the namespace (Redis: key
+    ``settings``; memory: the snapshot) by the first start. A later start with other values is
+    refused with FailedPrecondition naming each changed setting (stored → new) unless
+    ``accept_changes`` (``--accept-setting-changes``): then the new values are stored and the
+    changes returned (logged). A changed ``seed`` is refused even then: it is part of every
+    sorted-set member. A setting the stored set lacks (added by a later version) counts as
+    changed only when the new value differs from its default.
 publish(version, uri): version >= 1; lower than current → FailedPrecondition; equal with another
     uri → FailedPrecondition; equal with the same uri → idempotent.
 
@@ -143,7 +152,7 @@ import time
 from typing import Callable, Sequence
 
 from prioreplay import rules
-from prioreplay.errors import InvalidArgument
+from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay.priority_server.config import StoreConfig  # noqa: F401  (re-exported: the stores take it from here)
 from prioreplay.priority_server.records import (
     Delivery,
@@ -181,6 +190,28 @@ def tie_member(problem_id: str, seed: int) -> str:
 def member_id(member: str) -> str:
     """The problem id inside a sorted-set member (inverse of :func:`tie_member`)."""
     return member[TIE_HEX_CHARS:]
+
+
+#: The settings a namespace's statistics and pools were made with (``claim_settings``).
+RUN_SETTINGS = ("sampler", "alpha", "temperature", "probe_size", "posterior_decay", "posterior_prior",
+                "retest_fraction", "retest_interval", "solved_at", "unsolved_at", "decay", "prior_alpha",
+                "prior_beta", "seed")
+#: Run settings no flag may change on an existing namespace.
+FIXED_SETTINGS = ("seed",)
+
+
+def run_settings(config: StoreConfig) -> dict[str, str | int | float]:
+    """The :data:`RUN_SETTINGS` of ``config`` by name (decay and prior from ``config.params``)."""
+    p = config.params
+    values = {"decay": p.decay, "prior_alpha": p.prior_alpha, "prior_beta": p.prior_beta}
+    return {name: values[name] if name in values else getattr(config, name) for name in RUN_SETTINGS}
+
+
+def setting_changes(stored: dict, wanted: dict) -> dict[str, tuple]:
+    """``{name: (stored, wanted)}`` for every run setting that differs (see "Run settings")."""
+    defaults = run_settings(StoreConfig())
+    return {name: (stored.get(name, defaults[name]), value) for name, value in wanted.items()
+            if stored.get(name, defaults[name]) != value}
 
 
 #: Conflicting ids a refused registration names at most.
@@ -302,6 +333,31 @@ class Store(abc.ABC):
             seen.add(pid)
         return await self._report(lease_id, list(outcomes), unservable=list(unservable), more_parts=bool(more_parts))
 
+    async def claim_settings(self, accept_changes: bool = False) -> dict[str, tuple]:
+        """Store this run's settings in the namespace, or check them against the stored ones
+        (see "Run settings"). Returns the accepted changes ``{name: (old, new)}`` ({} when none).
+
+        Raises:
+            FailedPrecondition: the namespace was made with other settings (each named, old → new,
+                with the flag ``--accept-setting-changes``), or with another seed (always).
+        """
+        wanted = run_settings(self.config)
+        changes = setting_changes(await self._claim_settings(wanted), wanted)
+        listed = ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items())
+        fixed = [name for name in FIXED_SETTINGS if name in changes]
+        if fixed:
+            raise FailedPrecondition(
+                f"this namespace was made with other settings ({listed}); {', '.join(fixed)} cannot change on a "
+                "namespace (every key's tie-break depends on it): start with the old value, or use a new --namespace")
+        if changes and not accept_changes:
+            raise FailedPrecondition(
+                f"this namespace was made with other settings ({listed}); its statistics and pools were gathered "
+                "with the old ones. Start with the old values, pass --accept-setting-changes to go on with the "
+                "new ones, or use a new --namespace")
+        if changes:
+            await self._put_settings(wanted)
+        return changes
+
     async def expire_leases(self, limit: int = EXPIRE_LIMIT) -> int:
         """Expire up to ``limit`` due leases (oldest deadline first). Returns how many expired."""
         return await self._expire_leases(limit)
@@ -359,6 +415,14 @@ class Store(abc.ABC):
         return await self._stats(histogram_buckets)
 
     # -- implementation hooks -------------------------------------------------------------
+    @abc.abstractmethod
+    async def _claim_settings(self, wanted: dict) -> dict:
+        """Store ``wanted`` when the namespace has no settings yet (atomically); return the stored ones."""
+
+    @abc.abstractmethod
+    async def _put_settings(self, wanted: dict) -> None:
+        """Replace the stored settings with ``wanted``."""
+
     @abc.abstractmethod
     async def _count_problems(self) -> int: ...
 
