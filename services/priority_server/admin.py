@@ -130,8 +130,8 @@ def format_stats(d: dict, width: int = BAR_WIDTH) -> str:
         f"  unsolved     {d['unsolved']}",
         f"  leased       {d['leased']} (in {d['active_leases']} lease(s))",
         f"  unseen       {d.get('unseen', 0)} (never tested yet)",
-        *([f"  quarantined  {d['quarantined']} (unservable: prompt over a worker's context; register again to "
-           "release)"] if d.get("quarantined") else []),
+        *([f"  quarantined  {d['quarantined']} (unservable: prompt over a worker's context; register again, "
+           "with --replace for a new prompt, to release)"] if d.get("quarantined") else []),
         "",
         "priority histogram of the heap (p(1-p), Fatemi 2026):",
     ]

@@ -122,3 +122,21 @@ def test_create_store_memory_and_refusal_of_unknown_specs(tmp_path):
 def test_redact_url_hides_passwords(url, expected):
     assert redact_url(url) == expected
     assert "s3cret" not in redact_url(url)
+
+
+async def test_a_snapshot_from_before_stored_settings_loads_and_takes_the_current_ones(tmp_path):
+    from prioreplay.errors import FailedPrecondition
+
+    path = tmp_path / "state.json"
+    store = MemoryStore(StoreConfig(seed=3), path)
+    await store.register(make_problems(3))
+    await store.close()
+    doc = json.loads(path.read_text())
+    assert doc["settings"] is None  # never claimed (no server started on it)
+    del doc["settings"]  # as written before the run settings were stored
+    path.write_text(json.dumps(doc))
+    old = MemoryStore(StoreConfig(seed=3, retest_interval=2), path)
+    assert await old.claim_settings() == {}
+    await old.close()
+    with pytest.raises(FailedPrecondition, match="retest_interval 2 -> 4"):
+        await MemoryStore(StoreConfig(seed=3), path).claim_settings()
