@@ -350,10 +350,12 @@ async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str
     receives the server's process id (subprocess servers), for CPU accounting.
     """
     if params.server == "inprocess" and processes == 1:
+        from prioreplay.priority_server.config import ServerConfig
         from prioreplay.priority_server.server import create_server, stop_server
 
         store = make_store(kind, redis_url, namespace)
-        server, port = await create_server("127.0.0.1:0", store)  # started
+        # no learner drains the queue here: backpressure off, so throughput is measured, not refusals
+        server, port = await create_server("127.0.0.1:0", store, ServerConfig(max_queue_depth=0))  # started
         try:
             yield f"127.0.0.1:{port}"
         finally:
@@ -367,7 +369,8 @@ async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str
     port = free_port()
     args = [sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", store_spec(kind, redis_url),
             "--namespace", namespace, "--port", str(port), "--metrics-port", "0", "--log-level", "WARNING",
-            "--max-message-mb", str(MAX_MESSAGE_BYTES // (1024 * 1024)), "--processes", str(processes)]
+            "--max-message-mb", str(MAX_MESSAGE_BYTES // (1024 * 1024)), "--processes", str(processes),
+            "--max-queue-depth", "0"]
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
         if pids is not None:

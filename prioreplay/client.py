@@ -154,18 +154,28 @@ class PriorityClient:
             raise StoreUnavailable(f"priority server at {self.settings.server} did not answer within {timeout_s}s") from None
 
     # -- RPCs ---------------------------------------------------------------------------
-    def register(self, problems: Iterable[pb.Problem], chunk_size: int = 512) -> pb.RegisterProblemsResponse:
-        """Stream problems in chunks of ``chunk_size``. Not retried (a stream is not replayable)."""
+    def register(self, problems: Iterable[pb.Problem], chunk_size: int = 512,
+                 replace: bool = False) -> pb.RegisterProblemsResponse:
+        """Stream problems in chunks of ``chunk_size``. Not retried (a stream is not replayable).
+
+        ``replace``: a registered id with another prompt or answer takes the new text (statistics
+        kept); without it such an id refuses its chunk.
+
+        Raises:
+            InvalidArgument: a malformed problem, or (without ``replace``) ids registered with
+                another prompt or answer (the message names them, ``--id-prefix`` and ``--replace``).
+            StoreUnavailable: the server or its store cannot be reached.
+        """
 
         def chunks() -> Iterator[pb.RegisterProblemsRequest]:
             buf: list[pb.Problem] = []
             for p in problems:
                 buf.append(p)
                 if len(buf) >= chunk_size:
-                    yield pb.RegisterProblemsRequest(problems=buf)
+                    yield pb.RegisterProblemsRequest(problems=buf, replace=replace)
                     buf = []
             if buf:
-                yield pb.RegisterProblemsRequest(problems=buf)
+                yield pb.RegisterProblemsRequest(problems=buf, replace=replace)
 
         try:
             return self.stub.RegisterProblems(chunks(), timeout=None, metadata=self._metadata)

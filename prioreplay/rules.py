@@ -19,9 +19,11 @@ Python                     Lua twin (``services/priority_server/lua/``)
 :func:`priority`           ``lib.lua``: ``local function priority``
 :func:`update_stats`       ``report.lua``: the three ``n = lam * tonumber(n) + G`` lines (the sums
                            themselves come from :func:`reward_sums`, computed in Python)
-:func:`destination`        ``report.lua``: ``if kind == 'all_correct' then dest, score = 2 ...``
+:func:`destination`        ``report.lua``: ``if kind == 'all_correct' or (solved_at < 1 and rate >= ...``
+:func:`pass_rate`          ``report.lua``: ``local rate = sr / G``
 :func:`is_forgetting`,     ``report.lua``: ``if source == '2' and o[6] == '1'`` / ``source == '3'``
-:func:`is_breakthrough`    (the flags come from these functions, computed in Python)
+:func:`is_breakthrough`    (the flags come from these functions, computed in Python with the bands)
+:class:`PoolBands`         ARGV ``solved_at`` / ``unsolved_at`` of ``report.lua``
 :class:`Pool`              the numbers 1–4 in ``lib.lua`` and ``report.lua``
 =========================  =========================================================================
 
@@ -87,6 +89,43 @@ class PriorityParams:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise InvalidArgument(f"{name} ({v}) must be a finite number >= 0")
+
+
+@dataclass(frozen=True)
+class PoolBands:
+    """Pass-rate bands that send a problem to the solved or unsolved pool.
+
+    After a report the problem goes to the solved pool when its group was all-correct or its pass
+    rate p̂ = Σr / G (:func:`pass_rate`) is at least ``solved_at``, and to the unsolved pool when
+    the group was all-wrong or p̂ is at most ``unsolved_at``. The defaults (1, 0) are the paper's
+    rule (Fatemi 2026, arXiv 2601.02648): all-correct and all-wrong groups only. A band at its
+    default is off, so a group the paper keeps in the heap stays there bit for bit.
+
+    Attributes:
+        solved_at: a in (0, 1]; e.g. 0.875 treats 7 of 8 correct as solved.
+        unsolved_at: b in [0, 1), below ``solved_at``; e.g. 0.125 treats 1 of 8 as unsolved.
+
+    Raises:
+        InvalidArgument: a bound out of range or ``unsolved_at >= solved_at`` (the message names
+            both values and the flags ``--solved-at`` / ``--unsolved-at``).
+    """
+
+    solved_at: float = 1.0
+    unsolved_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        a, b = self.solved_at, self.unsolved_at
+        if not (isinstance(a, (int, float)) and math.isfinite(a) and 0.0 < a <= 1.0):
+            raise InvalidArgument(f"solved_at ({a!r}) must be in (0, 1]; 1 (the default) counts all-correct groups only")
+        if not (isinstance(b, (int, float)) and math.isfinite(b) and 0.0 <= b < 1.0):
+            raise InvalidArgument(f"unsolved_at ({b!r}) must be in [0, 1); 0 (the default) counts all-wrong groups only")
+        if b >= a:
+            raise InvalidArgument(f"unsolved_at ({b!r}) must be below solved_at ({a!r}); "
+                                  "lower --unsolved-at or raise --solved-at so the bands do not overlap")
+
+
+#: The paper's rule: only all-correct groups are solved, only all-wrong ones unsolved.
+PAPER_BANDS = PoolBands()
 
 
 @dataclass(frozen=True)
@@ -191,20 +230,37 @@ def classify(rewards: Sequence[float]) -> GroupKind:
     return GroupKind.CONSTANT
 
 
-def destination(kind: GroupKind) -> Pool:
-    """Where a problem goes after a report: solved / unsolved pool, or back to the heap."""
-    if kind is GroupKind.ALL_CORRECT:
+def pass_rate(rewards: Sequence[float]) -> float:
+    """p̂ = Σ r_i / G of a non-empty group (Σ from :func:`reward_sums`, one IEEE division)."""
+    return reward_sums(rewards)[0] / len(rewards)
+
+
+def destination(kind: GroupKind, rate: float | None = None, bands: PoolBands = PAPER_BANDS) -> Pool:
+    """Where a problem goes after a report: solved / unsolved pool, or back to the heap.
+
+    Solved: all-correct, or (``bands.solved_at`` < 1 and ``rate`` >= ``solved_at``); unsolved:
+    all-wrong, or (``bands.unsolved_at`` > 0 and ``rate`` <= ``unsolved_at``); else the heap.
+    ``rate`` is the group's :func:`pass_rate` (None: the bands are not applied).
+    """
+    banded = rate is not None
+    if kind is GroupKind.ALL_CORRECT or (banded and bands.solved_at < 1.0 and rate >= bands.solved_at):
         return Pool.SOLVED
-    if kind is GroupKind.ALL_WRONG:
+    if kind is GroupKind.ALL_WRONG or (banded and bands.unsolved_at > 0.0 and rate <= bands.unsolved_at):
         return Pool.UNSOLVED
     return Pool.HEAP
 
 
-def is_forgetting(source: Pool, rewards: Sequence[float]) -> bool:
-    """A retest of a solved problem in which some completion failed (reward < 1)."""
-    return source is Pool.SOLVED and any(r < 1.0 for r in rewards)
+def _lands_in(rewards: Sequence[float], bands: PoolBands) -> Pool:
+    return destination(classify(rewards), pass_rate(rewards), bands)
 
 
-def is_breakthrough(source: Pool, rewards: Sequence[float]) -> bool:
-    """A retest of an unsolved problem in which some completion succeeded (reward > 0)."""
-    return source is Pool.UNSOLVED and any(r > 0.0 for r in rewards)
+def is_forgetting(source: Pool, rewards: Sequence[float], bands: PoolBands = PAPER_BANDS) -> bool:
+    """A retest of a solved problem that does not stay solved (with the paper's bands: some
+    completion failed, reward < 1)."""
+    return source is Pool.SOLVED and _lands_in(rewards, bands) is not Pool.SOLVED
+
+
+def is_breakthrough(source: Pool, rewards: Sequence[float], bands: PoolBands = PAPER_BANDS) -> bool:
+    """A retest of an unsolved problem that does not stay unsolved (with the paper's bands: some
+    completion succeeded, reward > 0)."""
+    return source is Pool.UNSOLVED and _lands_in(rewards, bands) is not Pool.UNSOLVED

@@ -57,10 +57,12 @@ class Problem(_message.Message):
     def __init__(self, id: _Optional[str] = ..., prompt: _Optional[str] = ..., answer: _Optional[str] = ..., verifier: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RegisterProblemsRequest(_message.Message):
-    __slots__ = ("problems",)
+    __slots__ = ("problems", "replace")
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
     problems: _containers.RepeatedCompositeFieldContainer[Problem]
-    def __init__(self, problems: _Optional[_Iterable[_Union[Problem, _Mapping]]] = ...) -> None: ...
+    replace: bool
+    def __init__(self, problems: _Optional[_Iterable[_Union[Problem, _Mapping]]] = ..., replace: _Optional[bool] = ...) -> None: ...
 
 class RegisterProblemsResponse(_message.Message):
     __slots__ = ("created", "updated", "total")

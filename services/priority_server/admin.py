@@ -54,8 +54,9 @@ def run_load(config: LoadConfig) -> int:
 
     Raises:
         InvalidArgument: malformed input (file:line), unknown source, a source with no problems
-            (an empty file loaded 0 problems with exit 0), or a problem the server refused (its
-            index in the stream).
+            (an empty file loaded 0 problems with exit 0), a problem the server refused (its index
+            in the stream), or ids registered with another prompt or answer (without
+            ``--replace``; the message names them and ``--id-prefix``).
         StoreUnavailable: the server cannot be reached.
     """
     from tqdm import tqdm
@@ -81,7 +82,7 @@ def run_load(config: LoadConfig) -> int:
                 sent += len(chunk)
                 bar.update(len(chunk))
 
-        resp = client.register(problems(), chunk_size=config.chunk_size)
+        resp = client.register(problems(), chunk_size=config.chunk_size, replace=config.replace)
     if failure:
         print(f"registered {sent} problem(s) before the error (created={resp.created} updated={resp.updated} "
               f"total={resp.total})", file=sys.stderr)
@@ -135,8 +136,8 @@ def format_stats(d: dict, width: int = BAR_WIDTH) -> str:
         f"  unsolved     {d['unsolved']}",
         f"  leased       {d['leased']} (in {d['active_leases']} lease(s))",
         f"  unseen       {d.get('unseen', 0)} (never tested yet)",
-        *([f"  quarantined  {d['quarantined']} (unservable: prompt over a worker's context; register again to "
-           "release)"] if d.get("quarantined") else []),
+        *([f"  quarantined  {d['quarantined']} (unservable: prompt over a worker's context; register again, "
+           "with --replace for a new prompt, to release)"] if d.get("quarantined") else []),
         "",
         "priority histogram of the heap (p(1-p), Fatemi 2026):",
     ]

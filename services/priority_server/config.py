@@ -41,7 +41,14 @@ from prioreplay.priority_server.samplers import (
     SamplerName,
 )
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
-from prioreplay.rules import PriorityParams
+from prioreplay.rules import PoolBands, PriorityParams
+
+#: Default backpressure bound, trajectory groups (docs/DEPLOY.md, "Bounded memory"): a group on
+#: the lean report path is G × T × (4 B token id + 4 B log-prob) + ~8 KiB of prompt, rewards and
+#: framing, i.e. 8 × 512 × 8 B = 32 KiB + 8 KiB ≈ 40 KiB, so 1024 groups ≈ 40 MiB (G=16 × 2048
+#: tokens: ≈ 264 KiB a group, ≈ 264 MiB), well under the compose Redis's 4 GiB ``maxmemory``;
+#: 1024 is 128 steps of the learner's default 8 groups, 4 of 256.
+DEFAULT_MAX_QUEUE_DEPTH = 1024
 
 _STORE_RE = re.compile(r"^(memory|(redis|rediss|unix|redis\+sentinel|rediss\+sentinel)://\S+)$")
 #: A run namespace (the Redis hash tag of every key of the run): no braces, at most MAX_NAME_BYTES.
@@ -74,6 +81,15 @@ class StoreSettings(BaseModel):
     retest_interval: int = Field(
         4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
     )
+    # -- pools ---------------------------------------------------------------------------
+    solved_at: float = Field(
+        1.0, gt=0, le=1,
+        description="a group with pass rate (mean reward) >= this sends its problem to the solved pool; "
+                    "1: all-correct groups only (the paper)")
+    unsolved_at: float = Field(
+        0.0, ge=0, lt=1,
+        description="a group with pass rate (mean reward) <= this sends its problem to the unsolved pool; "
+                    "0: all-wrong groups only (the paper); must be below --solved-at")
     # -- leases and deliveries -----------------------------------------------------------
     lease_timeout_s: float = Field(
         600.0, gt=0, le=7 * 86400, description="default lease length, seconds (a lease not reported by then expires)"
@@ -106,7 +122,16 @@ class StoreSettings(BaseModel):
             raise ValueError(
                 f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
             )
+        try:
+            self.bands  # noqa: B018 - the bands' own check (unsolved_at below solved_at), once
+        except InvalidArgument as e:
+            raise ValueError(str(e)) from None
         return self
+
+    @property
+    def bands(self) -> PoolBands:
+        """The pass-rate bands of the pools (:class:`prioreplay.rules.PoolBands`)."""
+        return PoolBands(solved_at=self.solved_at, unsolved_at=self.unsolved_at)
 
 
 class ReplicationSettings(BaseModel):
@@ -181,6 +206,9 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
     namespace: str = Field(
         "default", description=f"run namespace: every Redis key of this run carries it (1-{MAX_NAME_BYTES} of A-Z a-z 0-9 _ . : -)"
     )
+    accept_setting_changes: bool = Field(
+        False, description="start on a namespace (or snapshot) made with other sampler, retest, decay, prior or band "
+                           "settings, storing the new ones (without it such a start is refused, naming each change)")
     snapshot_path: Path | None = Field(
         None, description="memory store: file the state is loaded from at start and snapshotted to (none: not kept)"
     )
@@ -219,9 +247,10 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
     )
     # -- limits --------------------------------------------------------------------------
     max_queue_depth: int = Field(
-        0, ge=0, le=1_000_000_000,
+        DEFAULT_MAX_QUEUE_DEPTH, ge=0, le=1_000_000_000,
         description="backpressure: refuse leases (empty batch, backpressure=true) while at least this many trajectory "
-                    "groups wait undelivered to a learner; 0: no bound. Set it to a few learner steps' worth of groups",
+                    "groups wait undelivered to a learner; 0: no bound (the queue then grows while no learner pulls). "
+                    "1024 groups of G=8 x 512 tokens hold about 40 MiB (docs/DEPLOY.md, 'Bounded memory')",
     )
     backpressure_retry_s: float = Field(
         2.0, gt=0, le=3600, description="retry_after_s of a lease refused by backpressure, seconds"
@@ -301,6 +330,9 @@ class LoadConfig(ClientSettings):
         None, description="verifier for every problem, overriding the loader's choice"
     )
     id_prefix: str = Field("", max_length=64, description="prefix prepended to every problem id (e.g. 'gsm8k-test/')")
+    replace: bool = Field(
+        False, description="let a problem whose id is registered with another prompt or answer replace it "
+                           "(statistics kept); without it such ids are refused (use --id-prefix for another dataset)")
     chunk_size: int = Field(512, ge=1, le=100_000, description="problems per RegisterProblems message")
     limit: int | None = Field(None, ge=1, description="register at most this many problems")
 

@@ -50,14 +50,14 @@ def run(config: ServerConfig) -> int:
 def _child(config: ServerConfig, index: int) -> None:
     """One process of ``--processes N`` (spawned): the same server, bound with SO_REUSEPORT, its
     /metrics on a private 127.0.0.1 port that the parent aggregates."""
-    from prioreplay.errors import InvalidArgument
+    from prioreplay.errors import FailedPrecondition, InvalidArgument
 
     setup_logging(config.log_level)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into one SIGTERM per process
     try:
         code = asyncio.run(_serve(config, reuse_port=True, label=f"process {index + 1}/{config.processes}",
                                   metrics_host="127.0.0.1"))
-    except InvalidArgument as e:
+    except (InvalidArgument, FailedPrecondition) as e:  # a bad setting, or one the namespace refuses
         log.error("%s", e)
         code = 2
     raise SystemExit(code)

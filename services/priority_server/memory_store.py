@@ -41,8 +41,8 @@ from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
 from prioreplay.priority_server import snapshot
 from prioreplay.priority_server.samplers import SAMPLERS, Pick, SampleRequest, XorShift32, retest_quota, step_seed
 from prioreplay.priority_server.snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState, QueuedGroup
-from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
-                                              member_id, tie_member)
+from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, conflict_error,
+                                              histogram_edges, member_id, same_text, tie_member)
 from prioreplay.priority_server.records import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
                                                     SampledProblem, StoreStats)
 from prioreplay.problems import ProblemRecord
@@ -76,6 +76,7 @@ class MemoryStore(Store):
         self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
         self._sampler = SAMPLERS[config.sampler]
         self._sample_impl = self._sampler.memory(config)
+        self._bands = config.bands
         state = MemoryState()
         if self.snapshot_path is not None and self.snapshot_path.exists():
             state = snapshot.read(self.snapshot_path, lambda pid: tie_member(pid, config.seed))
@@ -165,15 +166,28 @@ class MemoryStore(Store):
             return 1.0
         return max(0.05, min(5.0, self._deadlines[0][0] - now))
 
+    # -- run settings ---------------------------------------------------------------------
+    async def _claim_settings(self, wanted: dict) -> dict:
+        if self._s.settings is None:
+            self._s.settings = dict(wanted)
+        return self._s.settings
+
+    async def _put_settings(self, wanted: dict) -> None:
+        self._s.settings = dict(wanted)
+
     # -- problems -------------------------------------------------------------------------
     async def _count_problems(self) -> int:
         return len(self._s.problems)
 
-    async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]:
+    async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
         updated = 0
         initial = rules.priority(Stats(), self.config.params)
         added: list[tuple[float, str]] = []
         known = self._s.problems
+        if not replace:
+            clashes = [p.id for p in problems if p.id in known and not same_text(known[p.id].record, p)]
+            if clashes:
+                raise conflict_error(clashes)
         for p in problems:
             e = known.get(p.id)
             if e is not None:
@@ -293,20 +307,20 @@ class MemoryStore(Store):
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
         """One reported group: statistics, place, counters, and the queue when it is MIXED with a
         payload (an empty payload: a rewards-only client, nothing to learn from). Returns its kind."""
-        params, c = self.config.params, self._s.counters
+        params, bands, c = self.config.params, self._bands, self._s.counters
         e = self._s.problems[o.problem_id]
         source = e.home
         kind = rules.classify(o.rewards)
         self._seen += e.stats.n == 0
         e.stats = rules.update_stats(e.stats, o.rewards, params)
-        dest = rules.destination(kind)
+        dest = rules.destination(kind, rules.pass_rate(o.rewards), bands)
         self._place(e, dest, rules.priority(e.stats, params) if dest is Pool.HEAP else float(lease_step))
         c[_KIND_COUNTER[kind]] += 1
         c["completions_reported"] += len(o.rewards)
         c["reward_sum"] = c["reward_sum"] + rules.reward_sums(o.rewards)[0]
-        if rules.is_forgetting(source, o.rewards):
+        if rules.is_forgetting(source, o.rewards, bands):
             c["forgetting_events"] += 1
-        if rules.is_breakthrough(source, o.rewards):
+        if rules.is_breakthrough(source, o.rewards, bands):
             c["breakthroughs"] += 1
         if kind is GroupKind.MIXED and o.payload:
             self._enqueue(o.payload, now)

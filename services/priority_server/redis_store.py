@@ -26,6 +26,7 @@ health         string  the health probe's last write (expires after 60 s)
 quarantine     hash    id → the pool (1..3) a quarantined problem returns to (stats pool = 5)
 requests       hash    request id → the lease a sample with that id made (retried requests)
 requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)
+settings       string  JSON of the run settings the namespace was made with (``store.run_settings``)
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
 ============== ======= ========================================================================
 
@@ -64,8 +65,8 @@ from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, Not
 from prioreplay.priority_server.config import NAMESPACE_RE, ReplicationSettings
 from prioreplay.priority_server.redis_connection import RedisConnection
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
-from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, histogram_edges,
-                                              member_id, tie_member)
+from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, conflict_error,
+                                              histogram_edges, member_id, same_text, tie_member)
 from prioreplay.priority_server.records import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
                                                     SampledProblem, StoreStats)
 from prioreplay.problems import MAX_NAME_BYTES, ProblemRecord
@@ -82,6 +83,7 @@ STEP_RETRIES = 32
 KEY_NAMES = (
     "problems", "stats", "heap", "solved", "unsolved", "leases", "deadlines",
     "tomb:reported", "tomb:expired", "counters", "policy", "stream", "health", "requests", "requests:due", "quarantine",
+    "settings",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters",
                "tomb:reported", "tomb:expired")
@@ -224,7 +226,9 @@ class RedisStore(Store):
         self._step_hint: int | None = None
         self._health_error = ""
         p = config.params
-        self._params_args = [_f(p.decay), _f(p.prior_alpha), _f(p.prior_beta)]
+        self._bands = config.bands
+        self._params_args = [_f(p.decay), _f(p.prior_alpha), _f(p.prior_beta),
+                             _f(self._bands.solved_at), _f(self._bands.unsolved_at)]
         self._initial_priority = rules.priority(rules.Stats(), p)
 
     def key(self, name: str) -> str:
@@ -298,23 +302,34 @@ class RedisStore(Store):
 
         return await self._do(go())
 
+    # -- run settings ---------------------------------------------------------------------
+    async def _claim_settings(self, wanted: dict) -> dict:
+        key = self._keys["settings"]
+        _, stored = await self._pipe(lambda p: (p.set(key, json.dumps(wanted, sort_keys=True), nx=True), p.get(key)))
+        return json.loads(_s(stored))
+
+    async def _put_settings(self, wanted: dict) -> None:
+        await self._do(self._r.set(self._keys["settings"], json.dumps(wanted, sort_keys=True)))
+
     # -- problems -------------------------------------------------------------------------
     async def _count_problems(self) -> int:
         return int(await self._do(self._r.hlen(self._keys["problems"])))
 
-    async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]:
+    async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
         seed = self.config.seed
         keys = [self._keys["stats"], self._keys["heap"], self._keys["problems"], self._keys["solved"],
                 self._keys["unsolved"], self._keys["quarantine"]]
         prio = _f(self._initial_priority)
         head = [f"0 0 0 {int(Pool.HEAP)} {prio}", prio]
         script = self._scripts["register"]
+        if not replace and len(problems) > REGISTER_CHUNK:
+            await self._refuse_clashes(problems)  # each script checks its own chunk; the call is several
 
         async def fill(pipe):
             for start in range(0, len(problems), REGISTER_CHUNK):
                 chunk = "\n".join(f"{p.id}\t{tie_member(p.id, seed)}\t{_encode_problem(p)}"
                                   for p in problems[start:start + REGISTER_CHUNK])
-                await script(keys=keys, args=[*head, chunk], client=pipe)
+                await script(keys=keys, args=[*head, chunk, int(replace)], client=pipe)
             pipe.hlen(self._keys["problems"])
             if self._replication.min_replica_acks:
                 self._wait(pipe)
@@ -322,9 +337,19 @@ class RedisStore(Store):
         res = await self._pipe(fill, transaction=False)
         if self._replication.min_replica_acks:
             self._check_acks("register", res.pop())
+        clashes = [_s(pid) for r in res[:-1] if int(r[0]) == -1 for pid in r[1:]]
+        if clashes:  # only a registration racing another one gets here with several chunks
+            raise conflict_error(clashes)
         created = sum(int(r[0]) for r in res[:-1])
         updated = sum(int(r[1]) for r in res[:-1])
         return created, updated, int(res[-1])
+
+    async def _refuse_clashes(self, problems: list[ProblemRecord]) -> None:
+        """Raise :func:`conflict_error` when a registered id holds another prompt or answer (one read)."""
+        stored = await self._do(self._r.hmget(self._keys["problems"], [p.id for p in problems]))
+        clashes = [p.id for p, v in zip(problems, stored) if v is not None and not same_text(_decode_problem(p.id, v), p)]
+        if clashes:
+            raise conflict_error(clashes)
 
     # -- leases ---------------------------------------------------------------------------
     async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease:
@@ -405,8 +430,8 @@ class RedisStore(Store):
             sr, sq = rules.reward_sums(rewards)
             # the script counts a forgetting event / breakthrough when the problem came from the
             # solved / unsolved pool: send whether it would be one
-            forgetting = rules.is_forgetting(Pool.SOLVED, rewards)
-            breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards)
+            forgetting = rules.is_forgetting(Pool.SOLVED, rewards, self._bands)
+            breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards, self._bands)
             args += [
                 f"{tie_member(o.problem_id, seed)}\t{rules.classify(rewards).value}\t{len(rewards)}\t"
                 f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}",

@@ -8,6 +8,7 @@ thread for blocking callers (tests, benchmarks) is :class:`.background_server.Ba
 
 from __future__ import annotations
 
+import logging
 import weakref
 
 import grpc
@@ -16,7 +17,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from prioreplay.channel import channel_options
-from prioreplay.errors import InvalidArgument
+from prioreplay.errors import InvalidArgument, StoreUnavailable
 from prioreplay.priority_server.backpressure import Backpressure
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.interceptors import AuthInterceptor, MetricsInterceptor
@@ -24,6 +25,8 @@ from prioreplay.priority_server.metrics import ServerMetrics
 from prioreplay.priority_server.runtime import SHUTDOWN_STEP_S, ServerRuntime, bounded
 from prioreplay.priority_server.servicer import SERVICE_NAME, PriorityServicer
 from prioreplay.priority_server.store import Store
+
+log = logging.getLogger(__name__)
 
 _RUNTIMES: "weakref.WeakKeyDictionary[grpc.aio.Server, ServerRuntime]" = weakref.WeakKeyDictionary()
 
@@ -70,6 +73,7 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     backpressure = (Backpressure(store, config.max_queue_depth, config.backpressure_retry_s)
                     if config.max_queue_depth > 0 else None)
     servicer = PriorityServicer(store, metrics, config.max_message_mb, backpressure)
+    await check_run_settings(store, config, servicer)
     handlers = method_handlers(servicer)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
@@ -84,6 +88,30 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     await rt.refresh()
     rt.start_tasks(server)
     return server, port
+
+
+async def check_run_settings(store: Store, config: ServerConfig, servicer: PriorityServicer) -> None:
+    """Claim or check the namespace's run settings (:meth:`Store.claim_settings`) before serving.
+
+    A store that cannot be reached now is checked before the first RPC it answers (every RPC
+    awaits ``servicer.pending_check`` until one check passes), so a server may start before Redis.
+
+    Raises:
+        FailedPrecondition: the namespace was made with other settings (the message names each).
+    """
+
+    async def check() -> None:
+        changes = await store.claim_settings(config.accept_setting_changes)
+        servicer.pending_check = None
+        if changes:
+            log.warning("run settings changed on this namespace (--accept-setting-changes): %s",
+                        ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items()))
+
+    try:
+        await check()
+    except StoreUnavailable as e:
+        log.warning("run settings not checked yet (%s); they are checked before the first RPC the store answers", e)
+        servicer.pending_check = check
 
 
 #: Methods registered without a request deserializer: the servicer gets the received bytes.

@@ -120,6 +120,8 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     @functools.wraps(method)
     async def wrapper(self, request, context):
         try:
+            if self.pending_check is not None:  # run settings not checked yet (the store was down at start)
+                await self.pending_check()
             return await method(self, request, context)
         except grpc.aio.AbortError:
             raise
@@ -163,6 +165,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         #: Called (no arguments) when an RPC meets a store outage; the server factory sets it to
         #: turn the health status NOT_SERVING at once (the periodic refresh turns it back).
         self.on_store_unavailable: Callable[[], None] | None = None
+        #: Awaited before every RPC while set: the server factory's deferred check of the run
+        #: settings (it raises FailedPrecondition on a mismatch, StoreUnavailable while the store is down).
+        self.pending_check: Callable[[], Awaitable[None]] | None = None
 
     def store_failed(self, e: PrioreplayError, method: str) -> None:
         """A store error ended ``method``: count it by kind, log one line, report an outage.
@@ -183,7 +188,10 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     @rpc
     async def RegisterProblems(self, request_iterator: AsyncIterator[pb.RegisterProblemsRequest],
                                context) -> pb.RegisterProblemsResponse:
-        """Upsert the stream's problems chunk by chunk; a bad chunk is refused whole, earlier ones stay."""
+        """Upsert the stream's problems chunk by chunk; a bad chunk is refused whole, earlier ones stay.
+
+        An id that holds another prompt or answer refuses its chunk unless the chunk sets ``replace``.
+        """
         created = updated = 0
         total: int | None = None
         offset = 0
@@ -192,7 +200,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             if not records:
                 continue
             try:
-                c, u, total = await self.store.register(records)
+                c, u, total = await self.store.register(records, replace=chunk.replace)
             except InvalidArgument:
                 for i, r in enumerate(records):  # name the index in the whole stream
                     validate_problem(r, offset + i)

@@ -8,7 +8,8 @@ these records as one JSON document (payloads base64):
 "counters": {...}, "problems": [[id, prompt, answer, verifier, metadata, n, s1, s2, pool, home,
 score], ...], "leases": [[lease id, deadline, step, [problem ids]], ...], "tombstones": [[lease
 id, reason, ended], ...], "queue": {"last_id": [ms, seq], "new": [[group id, payload], ...],
-"pending": [[group id, payload, delivery count, consumer, delivered at], ...]}}``
+"pending": [[group id, payload, delivery count, consumer, delivered at], ...]}, "settings": {name:
+value} or null}`` (``settings``: the run settings, ``store.run_settings``; older files lack it)
 
 :func:`write_atomic` writes through a temporary file, fsync and ``os.replace``, so a crash leaves
 the previous snapshot whole. :func:`read` checks the whole document (types, every leased problem
@@ -108,6 +109,8 @@ class MemoryState:
     last_key: GroupKey = (0, 0)
     new: collections.OrderedDict[GroupKey, QueuedGroup] = field(default_factory=collections.OrderedDict)
     pending: dict[GroupKey, QueuedGroup] = field(default_factory=dict)
+    #: The run settings the state was made with (``store.run_settings``); None before the first start.
+    settings: dict[str, Any] | None = None
 
 
 def group_id(key: GroupKey) -> str:
@@ -140,6 +143,7 @@ def encode(state: MemoryState) -> dict[str, Any]:
         ],
         "leases": [[lz.lease_id, lz.deadline, lz.step, list(lz.problem_ids)] for lz in state.leases.values()],
         "tombstones": [[lid, reason, ended] for lid, (reason, ended) in state.tombstones.items()],
+        "settings": dict(state.settings) if state.settings is not None else None,
         "queue": {
             "last_id": list(state.last_key),
             "new": [[group_id(g.key), b64(g.payload)] for g in state.new.values()],
@@ -229,6 +233,11 @@ def decode(doc: Any, member_of) -> MemoryState:
             raise InvalidArgument(f"tombstone reason {reason!r} is unknown")
         state.tombstones[str(lease_id)] = (reason, _number(ended, "ended"))
     _decode_queue(doc["queue"], state)
+    settings = doc.get("settings")  # absent in snapshots older than the stored settings: None
+    if settings is not None and not (isinstance(settings, dict) and all(
+            isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in settings.items())):
+        raise InvalidArgument("settings must be an object of setting names to numbers or strings")
+    state.settings = settings
     return state
 
 

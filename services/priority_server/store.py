@@ -12,10 +12,15 @@ Keys and ordering
     ``ZREVRANGE`` order; each pool orders by (last tested step asc, member asc), i.e. ``ZRANGE``
     order. Strings compare bytewise.
 
-register(problems)
+register(problems, replace)
     New id: stats (0, 0, 0), heap with priority ``rules.priority(Stats())`` (0.25 without prior).
     Existing id: text/verifier/metadata replaced, statistics and place kept. Duplicate ids within
     one call: the last wins. Returns (created, updated, total).
+    With ``replace`` false (what RegisterProblems sends unless asked): when any problem of the call
+    has an id registered (or earlier in the call) with another prompt or answer
+    (:func:`same_text` false), the call is refused with :func:`conflict_error` and nothing
+    changes (ids collide across datasets; croissant-baker #101). The store API's default is
+    ``replace=True`` (the upsert above).
 
 sample(batch_size, lease_timeout_s)
     1. Expire due leases (deadline <= now), at most 64, oldest deadline first (as expire_leases).
@@ -43,9 +48,12 @@ report(lease_id, outcomes)
     (a due but unreaped lease is expired first), ``late_reports`` += 1, nothing else changes.
     Outcome for a problem not in the lease, or twice → InvalidArgument, nothing changes.
     Otherwise per outcome (in request order): kind = classify(rewards); stats = update_stats;
-    priority recomputed; destination(kind): heap with score = priority, or the pool with
-    score = the lease's step; counters: groups_<kind>, completions_reported += G, reward_sum +=
-    Σr, forgetting_events / breakthroughs per rules.is_forgetting / is_breakthrough(source);
+    priority recomputed; destination(kind, pass_rate(rewards), config.bands): heap with score =
+    priority, or the pool with score = the lease's step (the bands ``--solved-at`` /
+    ``--unsolved-at`` also pool a group whose pass rate Σr/G is at or past them; at their
+    defaults 1 and 0 only all-correct / all-wrong groups are pooled); counters: groups_<kind>,
+    completions_reported += G, reward_sum += Σr, forgetting_events / breakthroughs per
+    rules.is_forgetting / is_breakthrough(source, rewards, bands) (a retest that leaves its pool);
     MIXED groups with a non-empty payload append it to the trajectory queue (groups_queued);
     groups of other kinds count as groups_filtered; a MIXED group with an empty payload (a
     rewards-only client that trains on its own) counts as neither and is not queued. Leased
@@ -84,6 +92,15 @@ Trajectory queue (Redis stream + consumer group semantics)
     release(consumer, deliveries): deliveries this consumer got but could not be sent (an answer
     over the message limit) are handed back: delivery_count as before that delivery, idle at once,
     so the next pull of any consumer delivers them first (before new groups). Never lost.
+Run settings (``claim_settings(accept_changes)``, called once by every server at start)
+    The settings that decide what the statistics and pools mean (:data:`RUN_SETTINGS`: sampler and
+    its parameters, retests, decay, prior, bands, seed) are stored in the namespace (Redis: key
+    ``settings``; memory: the snapshot) by the first start. A later start with other values is
+    refused with FailedPrecondition naming each changed setting (stored → new) unless
+    ``accept_changes`` (``--accept-setting-changes``): then the new values are stored and the
+    changes returned (logged). A changed ``seed`` is refused even then: it is part of every
+    sorted-set member. A setting the stored set lacks (added by a later version) counts as
+    changed only when the new value differs from its default.
 publish(version, uri): version >= 1; lower than current → FailedPrecondition; equal with another
     uri → FailedPrecondition; equal with the same uri → idempotent.
 
@@ -135,7 +152,7 @@ import time
 from typing import Callable, Sequence
 
 from prioreplay import rules
-from prioreplay.errors import InvalidArgument
+from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay.priority_server.config import StoreConfig  # noqa: F401  (re-exported: the stores take it from here)
 from prioreplay.priority_server.records import (
     Delivery,
@@ -175,6 +192,49 @@ def member_id(member: str) -> str:
     return member[TIE_HEX_CHARS:]
 
 
+#: The settings a namespace's statistics and pools were made with (``claim_settings``).
+RUN_SETTINGS = ("sampler", "alpha", "temperature", "probe_size", "posterior_decay", "posterior_prior",
+                "retest_fraction", "retest_interval", "solved_at", "unsolved_at", "decay", "prior_alpha",
+                "prior_beta", "seed")
+#: Run settings no flag may change on an existing namespace.
+FIXED_SETTINGS = ("seed",)
+
+
+def run_settings(config: StoreConfig) -> dict[str, str | int | float]:
+    """The :data:`RUN_SETTINGS` of ``config`` by name (decay and prior from ``config.params``)."""
+    p = config.params
+    values = {"decay": p.decay, "prior_alpha": p.prior_alpha, "prior_beta": p.prior_beta}
+    return {name: values[name] if name in values else getattr(config, name) for name in RUN_SETTINGS}
+
+
+def setting_changes(stored: dict, wanted: dict) -> dict[str, tuple]:
+    """``{name: (stored, wanted)}`` for every run setting that differs (see "Run settings")."""
+    defaults = run_settings(StoreConfig())
+    return {name: (stored.get(name, defaults[name]), value) for name, value in wanted.items()
+            if stored.get(name, defaults[name]) != value}
+
+
+#: Conflicting ids a refused registration names at most.
+MAX_NAMED_CONFLICTS = 5
+
+
+def same_text(a: ProblemRecord, b: ProblemRecord) -> bool:
+    """True when two records of one id have the same prompt and answer (verifier and metadata may
+    differ: re-registering them is harmless). Lua twin: ``register.lua``'s ``same_text``."""
+    return a.prompt == b.prompt and a.answer == b.answer
+
+
+def conflict_error(ids: Sequence[str]) -> InvalidArgument:
+    """The refusal of a registration whose ``ids`` (in call order) hold another prompt or answer."""
+    shown = ", ".join(repr(i) for i in ids[:MAX_NAMED_CONFLICTS])
+    more = f" and {len(ids) - MAX_NAMED_CONFLICTS} more" if len(ids) > MAX_NAMED_CONFLICTS else ""
+    return InvalidArgument(
+        f"{len(ids)} problem id(s) are already registered with another prompt or answer: {shown}{more}. "
+        "Another dataset whose ids collide needs its own ids: load it with --id-prefix NAME/; to replace "
+        "the registered text (statistics kept), load with --replace (RegisterProblemsRequest.replace). "
+        "Nothing of this chunk was registered")
+
+
 def histogram_edges(buckets: int) -> list[float]:
     """``buckets + 1`` equal-width edges over [0, 0.25] (the last bucket includes 0.25)."""
     return [rules.MAX_PRIORITY * i / buckets for i in range(buckets + 1)]
@@ -193,21 +253,29 @@ class Store(abc.ABC):
         self.clock = clock
 
     # -- problems -------------------------------------------------------------------------
-    async def register(self, problems: Sequence[ProblemRecord]) -> tuple[int, int, int]:
+    async def register(self, problems: Sequence[ProblemRecord], *, replace: bool = True) -> tuple[int, int, int]:
         """Upsert problems by id. Returns (created, updated, total).
+
+        ``replace`` false: refuse ids registered with another prompt or answer (see "register").
 
         Raises:
             InvalidArgument: a problem with an empty/oversized id, empty prompt or answer, or an
-                unknown verifier (the message names its index); nothing of this call is stored.
+                unknown verifier (the message names its index); with ``replace`` false, ids that
+                hold another prompt or answer (:func:`conflict_error`). Nothing of this call is stored.
         """
         for i, p in enumerate(problems):
             validate_problem(p, i)
         dedup: dict[str, ProblemRecord] = {}
+        clashes: list[str] = []
         for p in problems:
+            if not replace and p.id in dedup and not same_text(dedup[p.id], p):
+                clashes.append(p.id)
             dedup[p.id] = p
+        if clashes:
+            raise conflict_error(clashes)
         if not dedup:
             return 0, 0, await self._count_problems()
-        return await self._register(list(dedup.values()))
+        return await self._register(list(dedup.values()), replace)
 
     async def sample(self, batch_size: int, lease_timeout_s: float | None = None, request_id: str = "") -> Lease:
         """Lease up to ``batch_size`` problems (see the module docstring for the exact rule).
@@ -264,6 +332,31 @@ class Store(abc.ABC):
                 raise InvalidArgument(f"unservable[{i}]: problem {pid!r} is reported twice in one report")
             seen.add(pid)
         return await self._report(lease_id, list(outcomes), unservable=list(unservable), more_parts=bool(more_parts))
+
+    async def claim_settings(self, accept_changes: bool = False) -> dict[str, tuple]:
+        """Store this run's settings in the namespace, or check them against the stored ones
+        (see "Run settings"). Returns the accepted changes ``{name: (old, new)}`` ({} when none).
+
+        Raises:
+            FailedPrecondition: the namespace was made with other settings (each named, old → new,
+                with the flag ``--accept-setting-changes``), or with another seed (always).
+        """
+        wanted = run_settings(self.config)
+        changes = setting_changes(await self._claim_settings(wanted), wanted)
+        listed = ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items())
+        fixed = [name for name in FIXED_SETTINGS if name in changes]
+        if fixed:
+            raise FailedPrecondition(
+                f"this namespace was made with other settings ({listed}); {', '.join(fixed)} cannot change on a "
+                "namespace (every key's tie-break depends on it): start with the old value, or use a new --namespace")
+        if changes and not accept_changes:
+            raise FailedPrecondition(
+                f"this namespace was made with other settings ({listed}); its statistics and pools were gathered "
+                "with the old ones. Start with the old values, pass --accept-setting-changes to go on with the "
+                "new ones, or use a new --namespace")
+        if changes:
+            await self._put_settings(wanted)
+        return changes
 
     async def expire_leases(self, limit: int = EXPIRE_LIMIT) -> int:
         """Expire up to ``limit`` due leases (oldest deadline first). Returns how many expired."""
@@ -323,10 +416,20 @@ class Store(abc.ABC):
 
     # -- implementation hooks -------------------------------------------------------------
     @abc.abstractmethod
+    async def _claim_settings(self, wanted: dict) -> dict:
+        """Store ``wanted`` when the namespace has no settings yet (atomically); return the stored ones."""
+
+    @abc.abstractmethod
+    async def _put_settings(self, wanted: dict) -> None:
+        """Replace the stored settings with ``wanted``."""
+
+    @abc.abstractmethod
     async def _count_problems(self) -> int: ...
 
     @abc.abstractmethod
-    async def _register(self, problems: list[ProblemRecord]) -> tuple[int, int, int]: ...
+    async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
+        """Upsert distinct, valid problems; with ``replace`` false raise :func:`conflict_error`
+        (changing nothing) when an id holds another prompt or answer."""
 
     @abc.abstractmethod
     async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease: ...

@@ -348,3 +348,32 @@ def test_stats_into_a_closed_pipe_exits_quietly():
         proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stdout.strip() in ("0", "141")
+
+
+def test_load_of_a_second_dataset_with_colliding_ids_is_refused_until_asked(memory_server, tmp_path, capsys):
+    """croissant-baker #101: a second dataset whose ids collide overwrote the first's prompts and
+    inherited its statistics, the only sign ``updated=N``. Now it is refused naming the ids and
+    both fixes; the same file again is harmless; --id-prefix or --replace let it in."""
+    import json
+
+    from prioreplay import cli
+
+    server = memory_server()
+    files = {}
+    for name, question in (("gsm8k", "How many apples?"), ("math", "Find x if 2x = 4.")):
+        path = tmp_path / name / "train.jsonl"
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps({"id": f"train-{i:05d}", "prompt": f"{question} ({i})", "answer": str(i)}) + "\n"
+                                for i in range(3)), encoding="utf-8")
+        files[name] = str(path)
+    base = ["--server", server.address]
+    assert cli.main(["load", files["gsm8k"], *base]) == 0
+    assert cli.main(["load", files["gsm8k"], *base]) == 0  # a loader that re-runs changes nothing
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("created=0 updated=3 total=3")
+    assert cli.main(["load", files["math"], *base]) == 2
+    err = capsys.readouterr().err
+    assert "'train-00000'" in err and "--id-prefix" in err and "--replace" in err
+    assert cli.main(["load", files["math"], *base, "--id-prefix", "math/"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("created=3 updated=0 total=6")
+    assert cli.main(["load", files["math"], *base, "--replace"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("created=0 updated=3 total=6")

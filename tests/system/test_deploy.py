@@ -218,6 +218,16 @@ def test_redis_is_persistent_and_health_checked(compose):
     assert "redis-cli" in redis["healthcheck"]["test"] and "ping" in redis["healthcheck"]["test"]
 
 
+def test_redis_memory_is_bounded_and_never_evicts(compose):
+    """redis #6941: the stream must not grow until the host runs out; a bound that evicts would
+    drop groups or statistics silently, so it refuses writes instead (noeviction)."""
+    cmd = compose["services"]["redis"]["command"]
+    cmd = cmd if isinstance(cmd, list) else cmd.split()
+    assert cmd[cmd.index("--maxmemory-policy") + 1] == "noeviction"
+    bound = cmd[cmd.index("--maxmemory") + 1]
+    assert bound == "4gb"  # compose interpolated ${PRIOREPLAY_REDIS_MAXMEMORY:-4gb}
+
+
 def test_priority_server_shape(compose, monkeypatch):
     server = compose["services"]["priority-server"]
     assert server["depends_on"]["redis"]["condition"] == "service_healthy"

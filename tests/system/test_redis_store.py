@@ -240,3 +240,20 @@ async def test_problem_text_with_newlines_tabs_and_unicode_round_trips(make):
     lease = await store.sample(4)
     assert tricky in [p.problem for p in lease.problems]
     assert await store.register([tricky]) == (0, 1, 4)
+
+
+async def test_a_clash_in_the_last_chunk_of_a_large_registration_changes_nothing(make):
+    """Over REGISTER_CHUNK problems go in several scripts: the clash check reads them all first."""
+    from prioreplay.priority_server.redis_store import REGISTER_CHUNK
+
+    store = make(StoreConfig())
+    await store.register([ProblemRecord("zz-last", "old prompt", "1")])
+    before = await store.dump()
+    batch = _problems(REGISTER_CHUNK + 5) + [ProblemRecord("zz-last", "new prompt", "1")]
+    with pytest.raises(InvalidArgument, match="'zz-last'.*--id-prefix"):
+        await store.register(batch, replace=False)
+    assert await store.dump() == before
+    assert await store.register([ProblemRecord("zz-last", "old prompt ünï\ttab", "1")], replace=True) == (0, 1, 1)
+    with pytest.raises(InvalidArgument, match="zz-last"):  # non-ASCII and tabs compare exactly through cjson
+        await store.register([ProblemRecord("zz-last", "old prompt uni\ttab", "1")], replace=False)
+    assert await store.register([ProblemRecord("zz-last", "old prompt ünï\ttab", "1", "math")], replace=False) == (0, 1, 1)

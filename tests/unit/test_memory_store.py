@@ -138,3 +138,21 @@ async def test_a_quarantined_problem_survives_a_memory_snapshot(tmp_path):
     assert (await again.stats()).quarantined == 1 and bad not in {p.problem.id for p in (await again.sample(3)).problems}
     await again.register(make_problems(3))
     assert (await again.problem_state(bad)).pool is Pool.HEAP
+
+
+async def test_a_snapshot_from_before_stored_settings_loads_and_takes_the_current_ones(tmp_path):
+    from prioreplay.errors import FailedPrecondition
+
+    path = tmp_path / "state.json"
+    store = MemoryStore(StoreConfig(seed=3), path)
+    await store.register(make_problems(3))
+    await store.close()
+    doc = json.loads(path.read_text())
+    assert doc["settings"] is None  # never claimed (no server started on it)
+    del doc["settings"]  # as written before the run settings were stored
+    path.write_text(json.dumps(doc))
+    old = MemoryStore(StoreConfig(seed=3, retest_interval=2), path)
+    assert await old.claim_settings() == {}
+    await old.close()
+    with pytest.raises(FailedPrecondition, match="retest_interval 2 -> 4"):
+        await MemoryStore(StoreConfig(seed=3), path).claim_settings()

@@ -167,3 +167,45 @@ def test_tiny_true_variance_is_kept():
     params = rules.PriorityParams()
     stats = rules.update_stats(rules.Stats(), [1.0] + [0.0] * 9999, params)
     assert rules.priority(stats, params) == pytest.approx(1e-4 * (1 - 1e-4))
+
+
+# -- pass-rate bands (--solved-at / --unsolved-at) ---------------------------------------------
+@pytest.mark.parametrize(
+    "rewards, bands, pool",
+    [
+        ([1, 1, 1, 0], rules.PoolBands(solved_at=0.75), Pool.SOLVED),  # p̂ = 0.75 >= 0.75
+        ([1, 1, 0, 0], rules.PoolBands(solved_at=0.75), Pool.HEAP),
+        ([1, 0, 0, 0], rules.PoolBands(unsolved_at=0.25), Pool.UNSOLVED),  # p̂ = 0.25 <= 0.25
+        ([0.5, 0.5], rules.PoolBands(solved_at=0.5), Pool.SOLVED),  # a constant group too
+        ([1, 1, 1, 0], rules.PAPER_BANDS, Pool.HEAP),
+        ([1, 1, 1, 1], rules.PoolBands(unsolved_at=0.5), Pool.SOLVED),
+        ([0, 0], rules.PoolBands(solved_at=0.5), Pool.UNSOLVED),
+    ],
+)
+def test_bands_pool_groups_whose_pass_rate_is_at_or_past_them(rewards, bands, pool):
+    assert rules.destination(rules.classify(rewards), rules.pass_rate(rewards), bands) is pool
+
+
+def test_paper_bands_keep_a_mixed_group_whose_sum_rounds_to_g_in_the_heap():
+    rewards = [1.0, 1.0 - 2**-53]  # the sum rounds to 2.0: p̂ = 1, yet not all-correct
+    assert rules.pass_rate(rewards) == 1.0
+    assert rules.destination(rules.classify(rewards), rules.pass_rate(rewards)) is Pool.HEAP
+    assert rules.is_forgetting(Pool.SOLVED, rewards)
+
+
+@pytest.mark.parametrize("rewards, forgetting", [([1, 1, 1, 0], False), ([1, 1, 0, 0], True), ([1, 1, 1, 1], False)])
+def test_a_retest_is_forgetting_only_when_it_leaves_the_solved_band(rewards, forgetting):
+    bands = rules.PoolBands(solved_at=0.75, unsolved_at=0.25)
+    assert rules.is_forgetting(Pool.SOLVED, rewards, bands) is forgetting
+    assert rules.is_breakthrough(Pool.UNSOLVED, [1, 0, 0, 0], bands) is False  # p̂ = 0.25 stays unsolved
+    assert rules.is_breakthrough(Pool.UNSOLVED, [1, 1, 0, 0], bands) is True
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    ({"solved_at": 0.0}, "solved_at (0.0) must be in (0, 1]"), ({"unsolved_at": 1.0}, "unsolved_at (1.0) must be in [0, 1)"),
+    ({"solved_at": 0.5, "unsolved_at": 0.5}, "--unsolved-at"), ({"solved_at": float("nan")}, "solved_at (nan)"),
+])
+def test_bands_refuse_out_of_range_or_overlapping_values(kwargs, text):
+    with pytest.raises(InvalidArgument) as err:
+        rules.PoolBands(**kwargs)
+    assert text in str(err.value)

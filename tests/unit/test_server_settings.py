@@ -30,7 +30,7 @@ def _same_declaration(a, b) -> bool:
 def test_settings_shared_by_server_and_stores_are_one_declaration():
     shared = set(ServerConfig.model_fields) & set(StoreConfig.model_fields)
     assert shared == set(StoreSettings.model_fields)  # everything the server passes on to the store
-    assert len(shared) == 13
+    assert len(shared) == 15
     for name in shared:
         assert _same_declaration(ServerConfig.model_fields[name], StoreConfig.model_fields[name]), name
 
@@ -97,3 +97,14 @@ def test_several_processes_need_a_redis_store():
     with pytest.raises(ValidationError, match=r"processes \(2\) > 1 needs a Redis store"):
         ServerConfig(processes=2)
     assert ServerConfig(processes=2, store="redis://127.0.0.1:6379/0").processes == 2
+
+
+def test_backpressure_is_on_by_default_and_its_bound_fits_the_documented_arithmetic():
+    """redis #6941: an unbounded queue by default grew ~1 GB while a learner was down."""
+    from prioreplay.priority_server.config import DEFAULT_MAX_QUEUE_DEPTH
+
+    depth = ServerConfig().max_queue_depth
+    assert depth == DEFAULT_MAX_QUEUE_DEPTH > 0
+    group_bytes = 8 * 512 * (4 + 4) + 8 * 1024  # G=8 x 512 tokens x (id + log-prob) + prompt and framing
+    assert depth * group_bytes <= 64 * 2**20  # far below the compose Redis's 4 GiB maxmemory
+    assert ServerConfig(max_queue_depth=0).max_queue_depth == 0  # still possible to turn off

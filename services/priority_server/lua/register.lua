@@ -10,11 +10,31 @@
 -- ARGV[3]  chunk        one line per problem, "id\tmember\tJSON" joined by "\n" (ids hold no
 --                       control characters and compact JSON escapes them, so the split is
 --                       exact; one argument keeps the client's packing cheap). Ids are unique.
+-- ARGV[4]  replace      '1': another prompt or answer replaces the registered one; '0': a chunk
+--                       holding such an id is refused whole (store.py docstring, "register")
 -- A quarantined problem registered again returns to its pool with its score (stats unchanged).
--- Returns {created, updated}.
+-- Returns {created, updated}, or {-1, id, ...} (every clashing id, chunk order) when refused:
+-- nothing changed.
 local sets = { KEYS[2], KEYS[4], KEYS[5] }
 local created, updated = 0, 0
-for id, member, record in string.gmatch(ARGV[3], '([^\t\n]+)\t([^\t\n]+)\t([^\n]+)') do
+local pattern = '([^\t\n]+)\t([^\t\n]+)\t([^\n]+)'
+
+-- Python twin: store.same_text: same prompt and answer (JSON slots 1 and 2); verifier and
+-- metadata may differ.
+local function same_text(old, new)
+  local a, b = cjson.decode(old), cjson.decode(new)
+  return a[1] == b[1] and a[2] == b[2]
+end
+
+if ARGV[4] == '0' then
+  local clashes = { -1 }
+  for id, _, record in string.gmatch(ARGV[3], pattern) do
+    local old = redis.call('HGET', KEYS[3], id)
+    if old and not same_text(old, record) then clashes[#clashes + 1] = id end
+  end
+  if #clashes > 1 then return clashes end
+end
+for id, member, record in string.gmatch(ARGV[3], pattern) do
   redis.call('HSET', KEYS[3], id, record)
   if redis.call('HSETNX', KEYS[1], id, ARGV[1]) == 1 then
     redis.call('ZADD', KEYS[2], ARGV[2], member)

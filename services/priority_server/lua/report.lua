@@ -20,14 +20,16 @@
 -- ARGV[5]  decay        lambda
 -- ARGV[6]  prior_alpha
 -- ARGV[7]  prior_beta
--- ARGV[8]  n_outcomes
+-- ARGV[8]  solved_at    rules.PoolBands.solved_at (1: all-correct only)
+-- ARGV[9]  unsolved_at  rules.PoolBands.unsolved_at (0: all-wrong only)
+-- ARGV[10] n_outcomes
 -- then 2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
---   ARGV[9 + 2j]   "member\tkind\tG\tsum r\tsum r^2\tany r < 1\tany r > 0" with kind one of
+--   ARGV[11 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough" with kind one of
 --                  mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
---                  repr strings), the two flags 0/1
---   ARGV[10 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
+--                  repr strings), the two flags 0/1 (rules.is_forgetting / is_breakthrough from a pool, with the bands)
+--   ARGV[12 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
 -- Outcomes for members reported by an earlier part are skipped (counted in the reply).
--- then ARGV[9 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
+-- then ARGV[11 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
 --   (problems to quarantine: pool 5, score kept, their home pool in KEYS[12]).
 -- Returns {0, reason} when the lease is not live (late_reports += 1; a due lease is expired);
 -- {-1, index} when outcome #index (0-based) names a problem not in the lease (nothing changed);
@@ -59,10 +61,10 @@ end
 -- membership: member -> {source, score}
 local leased = {}
 for i = 3, #f, 3 do leased[f[i]] = { f[i + 1], f[i + 2] } end
-local n_out = tonumber(ARGV[8])
+local n_out = tonumber(ARGV[10])
 local outs, skip, skipped = {}, {}, 0
 for j = 0, n_out - 1 do
-  local o = split_tabs(ARGV[9 + 2 * j])
+  local o = split_tabs(ARGV[11 + 2 * j])
   if not leased[o[1]] then
     if redis.call('SISMEMBER', k.parts, o[1]) == 0 then return { -1, j } end
     skip[j] = true  -- reported by an earlier part: applied once only
@@ -70,13 +72,14 @@ for j = 0, n_out - 1 do
   end
   outs[j] = o
 end
-local q_base = 9 + 2 * n_out
+local q_base = 11 + 2 * n_out
 local n_q = tonumber(ARGV[q_base] or '0')
 for j = 1, n_q do
   if not leased[ARGV[q_base + j]] then return { -2, j - 1 } end
 end
 
 local lam, pa, pb = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local solved_at, unsolved_at = tonumber(ARGV[8]), tonumber(ARGV[9])
 local step_s = f[1]
 local queued, filtered = 0, 0
 local completions = 0
@@ -100,10 +103,13 @@ for j = 0, n_out - 1 do
   s1 = lam * tonumber(s1) + sr
   s2 = lam * tonumber(s2) + sq
   local prio = priority(n, s1, s2, pa, pb)
-  -- Python twin: rules.destination: all-correct -> solved, all-wrong -> unsolved, else the heap
+  -- Python twin: rules.pass_rate: p = sum r / G (one IEEE division)
+  local rate = sr / G
+  -- Python twin: rules.destination: all-correct or p >= solved_at (< 1) -> solved, all-wrong or
+  -- p <= unsolved_at (> 0) -> unsolved, else the heap
   local dest, score
-  if kind == 'all_correct' then dest, score = 2, step_s
-  elseif kind == 'all_wrong' then dest, score = 3, step_s
+  if kind == 'all_correct' or (solved_at < 1 and rate >= solved_at) then dest, score = 2, step_s
+  elseif kind == 'all_wrong' or (unsolved_at > 0 and rate <= unsolved_at) then dest, score = 3, step_s
   else dest, score = 1, fmt(prio) end
   redis.call('HSET', k.stats, id, fmt(n) .. ' ' .. fmt(s1) .. ' ' .. fmt(s2) .. ' ' .. dest .. ' ' .. score)
   redis.call('ZADD', sets[dest], score, member)
@@ -112,7 +118,7 @@ for j = 0, n_out - 1 do
   -- Python twins: rules.is_forgetting / rules.is_breakthrough (flags computed in Python)
   if source == '2' and o[6] == '1' then forgetting = forgetting + 1 end
   if source == '3' and o[7] == '1' then breakthroughs = breakthroughs + 1 end
-  if kind == 'mixed' and ARGV[10 + 2 * j] == '' then
+  if kind == 'mixed' and ARGV[12 + 2 * j] == '' then
     -- an empty payload: a rewards-only client, nothing to queue for the learner
   elseif kind == 'mixed' then
     if not stream_ready then
@@ -121,7 +127,7 @@ for j = 0, n_out - 1 do
       end
       stream_ready = true
     end
-    redis.call('XADD', k.stream, '*', 'p', ARGV[10 + 2 * j])
+    redis.call('XADD', k.stream, '*', 'p', ARGV[12 + 2 * j])
     queued = queued + 1
   else
     filtered = filtered + 1
