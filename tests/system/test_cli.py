@@ -356,7 +356,7 @@ def test_load_of_a_second_dataset_with_colliding_ids_is_refused_until_asked(memo
     both fixes; the same file again is harmless; --id-prefix or --replace let it in."""
     import json
 
-    from prioreplay import cli
+    from prioreplay.apps import cli
 
     server = memory_server()
     files = {}
