@@ -335,8 +335,35 @@ def collect_real(run_root: Path, samplers: tuple[str, ...] = ("heap", "uniform")
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def run_parts(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    """Run the parts named in ``--parts`` (in a fixed order), then part 3 if asked; returns each part's summary."""
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    summary: dict[str, Any] = {}
+    if "simulate" in parts:
+        summary["simulate"] = part_simulate(args, res)
+    if "samplers" in parts:
+        summary["samplers"] = part_samplers(args, res)
+    if "service" in parts:
+        summary["service"] = part_service(args, res)
+    if "reportpath" in parts:
+        summary["reportpath"] = part_reportpath(args, res)
+    if "replicaacks" in parts:
+        summary["replicaacks"] = part_replicaacks(args, res)
+    if "openloop" in parts:
+        summary["openloop"] = part_openloop(args, res)
+    if "overhead" in parts:
+        summary["overhead"] = part_overhead(args, res)
+    if "integration" in parts:
+        summary["integration"] = part_integration(args, res)
+    if args.real_from:
+        summary["real"] = collect_real(Path(args.real_from), res=res)
+    elif args.real:
+        summary["real"] = real_grpo(REPO / "runs" / "bench-real", args.real_args.split() or None, res=res)
+    return summary
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.run``: which parts to run and their sizes."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny versions of every part (seconds)")
@@ -366,7 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", default=None, help="demo run directory for part 4 (default: newest runs/*)")
     ap.add_argument("--out", default=None, help="results file (default benchmarks/results.json; quick: none)")
     ap.add_argument("--plot-dir", default=None, help="where PNGs go (default docs/; quick: none)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
     from benchmarks.service import DEFAULT_REDIS_URL
 
     args.redis_url = args.redis_url or DEFAULT_REDIS_URL
@@ -374,28 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out = args.out or str(RESULTS)
         args.plot_dir = args.plot_dir or str(DOCS)
     res = Results("python -m benchmarks.run" + (" " + " ".join(argv) if argv else ""), note=args.note, prefix=args.prefix)
-    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    summary: dict[str, Any] = {}
-    if "simulate" in parts:
-        summary["simulate"] = part_simulate(args, res)
-    if "samplers" in parts:
-        summary["samplers"] = part_samplers(args, res)
-    if "service" in parts:
-        summary["service"] = part_service(args, res)
-    if "reportpath" in parts:
-        summary["reportpath"] = part_reportpath(args, res)
-    if "replicaacks" in parts:
-        summary["replicaacks"] = part_replicaacks(args, res)
-    if "openloop" in parts:
-        summary["openloop"] = part_openloop(args, res)
-    if "overhead" in parts:
-        summary["overhead"] = part_overhead(args, res)
-    if "integration" in parts:
-        summary["integration"] = part_integration(args, res)
-    if args.real_from:
-        summary["real"] = collect_real(Path(args.real_from), res=res)
-    elif args.real:
-        summary["real"] = real_grpo(REPO / "runs" / "bench-real", args.real_args.split() or None, res=res)
+    run_parts(args, res)
     for item in res.items:
         v = item["value"]
         print(f"{item['name']:<60} {v if not isinstance(v, float) else round(v, 4)!s:>14} {item['unit']}")

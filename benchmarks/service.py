@@ -468,6 +468,69 @@ async def register_grpc(stub: Any, n: int, chunk: int = 512) -> tuple[pb.Registe
     return resp, time.perf_counter() - t
 
 
+async def _throughput_grpc(kind: str, n_proc: int, params: ServiceParams, redis_url: str,
+                           out: dict[str, Any], say: Callable[[str], None]) -> None:
+    """End to end: register over gRPC, then one row per C of gRPC clients against ``n_proc`` servers."""
+    ns = f"bench-{uuid.uuid4().hex[:12]}"
+    pids: list[int] = []
+    try:
+        async with serve(kind, params, redis_url, ns, processes=n_proc, pids=pids) as address:
+            chans = await connections(address, min(max(params.concurrency), 16))
+            try:
+                resp, secs = await register_grpc(pb_grpc.PriorityServiceStub(chans[0]), params.problems)
+                assert resp.total == params.problems, resp
+                out["register_s"].setdefault(kind, secs)
+                say(f"service: {kind} x{n_proc}: registered {params.problems} problems over gRPC in {secs:.1f}s")
+                for c in params.concurrency:
+                    fns = [grpc_fns(ch, params, seed=c * 100 + i) for i, ch in enumerate(chans[:min(c, 16)])]
+                    with CpuMeter(pids) as cpu:
+                        res = await load(c, fns, params.duration_s, params.warmup_s)
+                    out["rows"].append({"store": kind, "path": "grpc", "processes": n_proc, "clients": c,
+                                        **res.summary(), "client_cores": cpu.client_cores,
+                                        "server_cores": cpu.server_cores})
+                    say(f"service: {kind} grpc x{n_proc} C={c}: {out['rows'][-1]}")
+            finally:
+                for ch in chans:
+                    await ch.close()
+    finally:
+        if kind == "redis":
+            await delete_namespace(redis_url, ns)
+
+
+async def _throughput_inprocess(kind: str, params: ServiceParams, redis_url: str,
+                                out: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Ceiling: the same operations on the store in-process, one row per C."""
+    ns = f"bench-{uuid.uuid4().hex[:12]}"
+    store = make_store(kind, redis_url, ns)
+    try:
+        await store.register([make_problem(i) for i in range(params.problems)])
+        for c in params.concurrency:
+            s, r = store_fns(store, params, seed=c)
+            with CpuMeter([]) as cpu:
+                res = await load(c, [(s, r)], params.duration_s, params.warmup_s)
+            out["rows"].append({"store": kind, "path": "inprocess", "processes": 0, "clients": c, **res.summary(),
+                                "client_cores": cpu.client_cores, "server_cores": None})
+            say(f"service: {kind} in-process C={c}: {out['rows'][-1]}")
+    finally:
+        await store.close()
+        if kind == "redis":
+            await delete_namespace(redis_url, ns)
+
+
+def _throughput_ratios(rows: list[dict[str, Any]], kind: str, concurrency: tuple[int, ...]) -> list[dict[str, Any]]:
+    """End-to-end rate over the in-process ceiling, per (processes, C) of store ``kind``."""
+    ratios = []
+    for c in concurrency:
+        ceil = next(x for x in rows if x["store"] == kind and x["path"] == "inprocess" and x["clients"] == c)
+        for e2e in (x for x in rows if x["store"] == kind and x["path"] == "grpc" and x["clients"] == c):
+            ratios.append({
+                "store": kind, "processes": e2e["processes"], "clients": c,
+                "sampled_ratio": e2e["sampled_per_s"] / ceil["sampled_per_s"] if ceil["sampled_per_s"] else float("nan"),
+                "reported_ratio": e2e["reported_per_s"] / ceil["reported_per_s"] if ceil["reported_per_s"] else float("nan"),
+            })
+    return ratios
+
+
 # -- the benchmark ----------------------------------------------------------------------------
 async def run_throughput(params: ServiceParams, redis_url: str = DEFAULT_REDIS_URL,
                          progress: Callable[[str], None] | None = None,
@@ -486,62 +549,37 @@ async def run_throughput(params: ServiceParams, redis_url: str = DEFAULT_REDIS_U
     out: dict[str, Any] = {"register_s": {}, "rows": [], "ratios": []}
     say = progress or (lambda s: None)
     for kind in params.stores:
-        # -- end to end: gRPC clients against a server -----------------------------------------
         for n_proc in processes:
             if n_proc > 1 and kind != "redis":
                 continue
-            ns = f"bench-{uuid.uuid4().hex[:12]}"
-            pids: list[int] = []
-            try:
-                async with serve(kind, params, redis_url, ns, processes=n_proc, pids=pids) as address:
-                    chans = await connections(address, min(max(params.concurrency), 16))
-                    try:
-                        resp, secs = await register_grpc(pb_grpc.PriorityServiceStub(chans[0]), params.problems)
-                        assert resp.total == params.problems, resp
-                        out["register_s"].setdefault(kind, secs)
-                        say(f"service: {kind} x{n_proc}: registered {params.problems} problems over gRPC in {secs:.1f}s")
-                        for c in params.concurrency:
-                            fns = [grpc_fns(ch, params, seed=c * 100 + i) for i, ch in enumerate(chans[:min(c, 16)])]
-                            with CpuMeter(pids) as cpu:
-                                res = await load(c, fns, params.duration_s, params.warmup_s)
-                            out["rows"].append({"store": kind, "path": "grpc", "processes": n_proc, "clients": c,
-                                                **res.summary(), "client_cores": cpu.client_cores,
-                                                "server_cores": cpu.server_cores})
-                            say(f"service: {kind} grpc x{n_proc} C={c}: {out['rows'][-1]}")
-                    finally:
-                        for ch in chans:
-                            await ch.close()
-            finally:
-                if kind == "redis":
-                    await delete_namespace(redis_url, ns)
-        # -- ceiling: the same operations on the store in-process --------------------------------
-        ns = f"bench-{uuid.uuid4().hex[:12]}"
-        store = make_store(kind, redis_url, ns)
-        try:
-            await store.register([make_problem(i) for i in range(params.problems)])
-            for c in params.concurrency:
-                s, r = store_fns(store, params, seed=c)
-                with CpuMeter([]) as cpu:
-                    res = await load(c, [(s, r)], params.duration_s, params.warmup_s)
-                out["rows"].append({"store": kind, "path": "inprocess", "processes": 0, "clients": c, **res.summary(),
-                                    "client_cores": cpu.client_cores, "server_cores": None})
-                say(f"service: {kind} in-process C={c}: {out['rows'][-1]}")
-        finally:
-            await store.close()
-            if kind == "redis":
-                await delete_namespace(redis_url, ns)
-        for c in params.concurrency:
-            ceil = next(x for x in out["rows"] if x["store"] == kind and x["path"] == "inprocess" and x["clients"] == c)
-            for e2e in (x for x in out["rows"] if x["store"] == kind and x["path"] == "grpc" and x["clients"] == c):
-                out["ratios"].append({
-                    "store": kind, "processes": e2e["processes"], "clients": c,
-                    "sampled_ratio": e2e["sampled_per_s"] / ceil["sampled_per_s"] if ceil["sampled_per_s"] else float("nan"),
-                    "reported_ratio": e2e["reported_per_s"] / ceil["reported_per_s"] if ceil["reported_per_s"] else float("nan"),
-                })
+            await _throughput_grpc(kind, n_proc, params, redis_url, out, say)
+        await _throughput_inprocess(kind, params, redis_url, out, say)
+        out["ratios"].extend(_throughput_ratios(out["rows"], kind, params.concurrency))
     return out
 
 
 # -- open loop --------------------------------------------------------------------------------
+def _tick_schedule(workers: int, period_s: float, t0: float, warmup_s: float, duration_s: float,
+                   seed: int) -> list[tuple[float, int]]:
+    """Sorted (scheduled time, worker) ticks from ``t0`` to the window's end: a random phase, then every ``period_s``."""
+    rng = np.random.default_rng(seed)
+    stop = t0 + warmup_s + duration_s
+    return sorted((t0 + ph + k * period_s, w) for w, ph in enumerate(rng.random(workers) * period_s)
+                  for k in range(int((warmup_s + duration_s) / period_s) + 1)
+                  if t0 + ph + k * period_s < stop)
+
+
+def _open_loop_summary(sampled_per_s: float, sample_lat: list[float], report_lat: list[float], lag: list[float],
+                       unfinished: int) -> dict[str, Any]:
+    """The open-loop result dict: latencies (seconds in) as p50/p99/p99.9 milliseconds."""
+    pct = lambda a, q: float(np.percentile(np.asarray(a) * 1e3, q)) if a else float("nan")  # noqa: E731
+    return {"sampled_per_s": sampled_per_s,
+            "ticks": len(sample_lat), "sample_p50_ms": pct(sample_lat, 50), "sample_p99_ms": pct(sample_lat, 99),
+            "sample_p999_ms": pct(sample_lat, 99.9), "report_p50_ms": pct(report_lat, 50),
+            "report_p99_ms": pct(report_lat, 99), "report_p999_ms": pct(report_lat, 99.9),
+            "lag_p99_ms": pct(lag, 99), "unfinished": unfinished}
+
+
 async def open_loop(fns: list[tuple[SampleFn, ReportFn]], workers: int, period_s: float, duration_s: float,
                     warmup_s: float, seed: int = 0) -> dict[str, Any]:
     """A fixed offered load: ``workers`` simulated workers, each leasing a batch every ``period_s``.
@@ -558,13 +596,10 @@ async def open_loop(fns: list[tuple[SampleFn, ReportFn]], workers: int, period_s
         "sample_p999_ms", "report_p50_ms", "report_p99_ms", "report_p999_ms", "lag_p99_ms",
         "unfinished"}: ``unfinished`` ticks were still running 30 s after the window.
     """
-    rng = np.random.default_rng(seed)
     loop = asyncio.get_running_loop()
     t0 = loop.time() + 0.1
-    start, stop = t0 + warmup_s, t0 + warmup_s + duration_s
-    ticks = sorted((t0 + ph + k * period_s, w) for w, ph in enumerate(rng.random(workers) * period_s)
-                   for k in range(int((warmup_s + duration_s) / period_s) + 1)
-                   if t0 + ph + k * period_s < stop)
+    start = t0 + warmup_s
+    ticks = _tick_schedule(workers, period_s, t0, warmup_s, duration_s, seed)
     sample_lat: list[float] = []
     report_lat: list[float] = []
     lag: list[float] = []
@@ -597,12 +632,7 @@ async def open_loop(fns: list[tuple[SampleFn, ReportFn]], workers: int, period_s
         t.cancel()
     for t in done:
         t.result()  # a refused report is a benchmark error
-    pct = lambda a, q: float(np.percentile(np.asarray(a) * 1e3, q)) if a else float("nan")  # noqa: E731
-    return {"sampled_per_s": sampled / duration_s,
-            "ticks": len(sample_lat), "sample_p50_ms": pct(sample_lat, 50), "sample_p99_ms": pct(sample_lat, 99),
-            "sample_p999_ms": pct(sample_lat, 99.9), "report_p50_ms": pct(report_lat, 50),
-            "report_p99_ms": pct(report_lat, 99), "report_p999_ms": pct(report_lat, 99.9),
-            "lag_p99_ms": pct(lag, 99), "unfinished": len(pending)}
+    return _open_loop_summary(sampled / duration_s, sample_lat, report_lat, lag, len(pending))
 
 
 async def run_open_loop(params: ServiceParams, redis_url: str = DEFAULT_REDIS_URL,

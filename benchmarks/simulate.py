@@ -217,6 +217,34 @@ class RunResult:
     curve_success: list[float] = field(default_factory=list)
 
 
+async def _generate_batch(store: Store, pop: Population, rng: np.random.Generator, B: int,
+                          G: int) -> tuple[np.ndarray, np.ndarray, list[tuple[float, ...]]]:
+    """Lease ``B`` problems, draw g_j Bernoulli rewards each and report them: (idx (b,), g_j (b,), groups)."""
+    lease = await store.sample(B)
+    idx = np.fromiter((int(sp.problem.id[1:]) for sp in lease.problems), dtype=np.int64)  # (b,)
+    sizes = np.fromiter((sp.group_size or G for sp in lease.problems), dtype=np.int64)  # (b,) g_j
+    u = rng.random((idx.size, G))  # (b, G): the same draws whatever g_j, columns >= g_j unused
+    hits = u < pop.success(idx)[:, None]
+    groups = [tuple(map(float, hits[j, :sizes[j]])) for j in range(idx.size)]
+    await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, g) for sp, g in zip(lease.problems, groups)])
+    return idx, sizes, groups
+
+
+def _group_updates(groups: list[tuple[float, ...]], sizes: np.ndarray, G: int, train_probes: bool,
+                   dilute: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Which groups train (mixed, (b,) bool) and each group's update size ((b,), ω̂ · g_j / G)."""
+    phat = np.array([sum(g) / len(g) for g in groups])  # (b,)
+    omega = phat * (1.0 - phat)  # (b,) empirical priority ω̂
+    mixed = omega > 0
+    if not train_probes:
+        mixed &= sizes == G
+    # a group's update scales with its completions (token-mean loss): ω̂ · g_j / G
+    update = omega * sizes / G
+    if dilute:  # zero-variance groups dilute the step (token mean over the whole batch)
+        update = update * (sizes[mixed].sum() / sizes.sum())
+    return mixed, update
+
+
 async def run_one(params: SimParams, method: Method, seed: int,
                   store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory) -> RunResult:
     """Train one simulated population with one method until the rollout budget is spent."""
@@ -236,25 +264,11 @@ async def run_one(params: SimParams, method: Method, seed: int,
     curve_r, curve_s = [0], [float(peak.mean())]
     while rollouts + B * G <= params.budget_rollouts:
         # -- generate: lease a batch, draw g_j rewards per problem, report them ---------------
-        lease = await store.sample(B)
-        idx = np.fromiter((int(sp.problem.id[1:]) for sp in lease.problems), dtype=np.int64)  # (b,)
-        sizes = np.fromiter((sp.group_size or G for sp in lease.problems), dtype=np.int64)  # (b,) g_j
-        u = rng.random((idx.size, G))  # (b, G): the same draws whatever g_j, columns >= g_j unused
-        hits = u < pop.success(idx)[:, None]
-        groups = [tuple(map(float, hits[j, :sizes[j]])) for j in range(idx.size)]
-        await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, g) for sp, g in zip(lease.problems, groups)])
+        idx, sizes, groups = await _generate_batch(store, pop, rng, B, G)
         rollouts += int(sizes.sum())
         probes += int(np.sum(sizes < G))
         clock.t += 1.0
-        phat = np.array([sum(g) / len(g) for g in groups])  # (b,)
-        omega = phat * (1.0 - phat)  # (b,) empirical priority ω̂
-        mixed = omega > 0
-        if not method.train_probes:
-            mixed &= sizes == G
-        # a group's update scales with its completions (token-mean loss): ω̂ · g_j / G
-        update = omega * sizes / G
-        if params.dilute:  # zero-variance groups dilute the step (token mean over the whole batch)
-            update = update * (sizes[mixed].sum() / sizes.sum())
+        mixed, update = _group_updates(groups, sizes, G, method.train_probes, params.dilute)
 
         # -- learn: one optimizer step per batch (dynamic sampling: per B mixed groups) -------
         if method.dynamic_sampling:

@@ -38,6 +38,47 @@ def build_backend(config: WorkerConfig):
                           max_batch_sequences=config.max_batch_sequences)
 
 
+def serve_metrics(config: WorkerConfig):
+    """Start the worker's /metrics server; returns (metrics, server or None when the port is 0).
+
+    Raises:
+        InvalidArgument: the port is taken.
+    """
+    from prioreplay.errors import InvalidArgument
+    from prioreplay.rollout_worker.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    try:
+        return metrics, metrics.serve(config.metrics_port)
+    except OSError as e:
+        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
+                              "give each worker its own --metrics-port, or 0 to disable") from None
+
+
+def stop_after_batch_on_signal(worker, grace_s: float) -> list[threading.Timer]:
+    """On SIGTERM/SIGINT let ``worker`` finish its batch, interrupting it after ``grace_s`` seconds.
+
+    Returns the list the grace timers are appended to (cancel them when the worker returns).
+    """
+    timer: list[threading.Timer] = []
+
+    def _give_up() -> None:
+        log.warning("the batch did not finish within grace_s=%.1f s; stopping without reporting (the lease expires)",
+                    grace_s)
+        _thread.interrupt_main()
+
+    def _stop(signum: int) -> None:
+        log.info("signal %d: finishing the current batch (at most %.1f s), then stopping", signum, grace_s)
+        worker.stop_event.set()
+        t = threading.Timer(grace_s, _give_up)
+        t.daemon = True
+        t.start()
+        timer.append(t)
+
+    on_stop_signal(_stop)
+    return timer
+
+
 def run(config: WorkerConfig) -> int:
     """Run a rollout worker process; returns the exit code (0 after a clean stop).
 
@@ -55,16 +96,9 @@ def run(config: WorkerConfig) -> int:
     # GPU(s) of this replica, before torch/vLLM touch CUDA; held until the process exits.
     claim_for_role(config, "worker", config.tensor_parallel_size if config.backend == "vllm" else 1, config.device)
     from prioreplay.client import PriorityClient
-    from prioreplay.errors import InvalidArgument
-    from prioreplay.rollout_worker.metrics import WorkerMetrics
     from prioreplay.rollout_worker.worker import RolloutWorker
 
-    metrics = WorkerMetrics()
-    try:  # before the model loads, so a taken port fails at once
-        server = metrics.serve(config.metrics_port)
-    except OSError as e:
-        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
-                              "give each worker its own --metrics-port, or 0 to disable") from None
+    metrics, server = serve_metrics(config)  # before the model loads, so a taken port fails at once
     backend = build_backend(config)
     log.info("worker %s: %s backend, policy version %d, G=%d, B=%d", config.worker_id, config.backend,
              backend.policy_version, config.group_size, config.batch_size)
@@ -72,22 +106,7 @@ def run(config: WorkerConfig) -> int:
         log.info("metrics on :%d/metrics", config.metrics_port)
     client = PriorityClient(config)
     worker = RolloutWorker(config, backend, client, metrics)
-    timer: list[threading.Timer] = []
-
-    def _give_up() -> None:
-        log.warning("the batch did not finish within grace_s=%.1f s; stopping without reporting (the lease expires)",
-                    config.grace_s)
-        _thread.interrupt_main()
-
-    def _stop(signum: int) -> None:
-        log.info("signal %d: finishing the current batch (at most %.1f s), then stopping", signum, config.grace_s)
-        worker.stop_event.set()
-        t = threading.Timer(config.grace_s, _give_up)
-        t.daemon = True
-        t.start()
-        timer.append(t)
-
-    on_stop_signal(_stop)
+    timer = stop_after_batch_on_signal(worker, config.grace_s)
     try:
         return worker.run()
     except KeyboardInterrupt:
