@@ -75,7 +75,9 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     max_new_tokens: int = Field(512, ge=1, le=1_000_000, description="completion length limit, tokens")
     stop: list[str] = Field(default_factory=list, description="strings that end a completion (EOS always does); "
                             "the escapes \\n, \\t and \\\\ are decoded, so --stop '\\n\\n' stops at a blank line")
-    seed: Seed = Field(0, description="seeds generation; batch k uses seed + k, so runs reproduce")
+    seed: Seed = Field(0, description="seeds generation: each problem of a lease is sampled from a hash of (seed, worker id, "
+                       "lease id, problem id), distinct across leases, replicas and restarts for any seed; the same four "
+                       "values reproduce the same completions")
     verify_timeout_s: float = Field(5.0, gt=0, le=600, description="bound on one verification, seconds")
 
     # -- loop ----------------------------------------------------------------------------------
