@@ -63,8 +63,9 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model (0: no reference model is loaded)")
 
     # -- trajectories and versions -------------------------------------------------------------
-    max_staleness: int = Field(4, ge=0, le=1_000_000, description="drop groups generated more than this many policy versions "
-                               "before the learner's current one (counted, acknowledged)")
+    max_staleness: int = Field(4, ge=0, le=1_000_000, description="drop groups generated more than this many steps before "
+                               "the newest published policy version (counted, acknowledged); a group from the newest "
+                               "published version is never stale, whatever --publish-every is")
     pull_wait_s: float = Field(5.0, ge=0, le=60, description="seconds one PullTrajectories call waits for a group")
     batch_timeout_s: float = Field(60.0, ge=0, le=86400, description="seconds a step keeps pulling to fill batch_groups; "
                                    "then it trains on what came (>= 1 group)")

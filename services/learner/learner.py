@@ -25,9 +25,15 @@ checkpoint holds its update: a learner killed at any point resumes from its newe
 gets every group trained after it back (its own pending groups, ``include_own_pending``), so no
 update is lost; some are recomputed (at-least-once). That bookkeeping is the feed's (:mod:`~.feed`).
 
-Policy versions are learner steps: the weights after optimizer step N are version N, so the
-staleness of a group is ``current version − its policy_version`` in steps (corrected for the
-versions a crash rolled back: :class:`~.feed.Rollback`). New log-probs are computed by teacher
+Policy versions are learner steps: the weights after optimizer step N are version N. The staleness
+of a group is ``newest published version − its policy_version`` in steps (corrected for the
+versions a crash rolled back: :class:`~.feed.Rollback`): it counts only versions the workers could
+have loaded. Measured from the learner's own unpublished steps instead, every group from the newest
+published version would turn stale ``max_staleness`` steps after it when ``publish_every`` is
+larger (``--publish-every 8 --max-staleness 4``: from step 13 on), and the step that would publish
+the next version could never fill its batch (NeMo-RL #3220). A group from the newest published
+version is never stale, so the learner always makes progress; within one publish interval the
+weights are up to ``publish_every − 1`` steps ahead of the freshest group, by the user's choice. New log-probs are computed by teacher
 forcing under the distribution each group was sampled from, read from the group itself
 (``sampling_temperature``, ``sampling_top_p``; 0 = not sent = 1): logits divided by the
 temperature, renormalised over the top-p nucleus, as the behaviour log-probs were.
@@ -248,7 +254,7 @@ class Learner:
         """Sort pulled groups by fate (:func:`~.filters.sort_groups`), count them, acknowledge the
         dropped ones at once (no update to lose) and give the deferred ones back to the feed."""
         cfg = self.config
-        out = sort_groups(groups, lambda v: self.feed.age(v, self.current_version), cfg.max_staleness,
+        out = sort_groups(groups, lambda v: self.feed.age(v, self.version), cfg.max_staleness,
                           cfg.max_sequence_tokens, cfg.truncated)
         if out.truncated:
             self.metrics.truncated_completions.inc(out.truncated)

@@ -223,6 +223,24 @@ def test_stale_groups_are_dropped_counted_and_acked(server, client, tiny_dir, tm
     assert stats.policy_version == 4  # the next version after the server's, not step 1
 
 
+def test_publishing_less_often_than_max_staleness_still_trains_on_the_newest_version(server, client, tiny_dir,
+                                                                                     tmp_path):
+    """--publish-every 8 --max-staleness 4: counted from the learner's unpublished steps, the groups of
+    version 8 (the newest workers can load) were stale from step 14 on and no step could complete."""
+    from prioreplay.learner.learner import Learner
+
+    learner = Learner(make_config(server, tiny_dir, tmp_path, publish_every=8, max_staleness=4, batch_groups=1,
+                                  checkpoint_every=100, batch_timeout_s=0.5))
+    learner.resume()
+    used = []
+    for k in range(16):
+        feed(client, tiny_dir, 1, versions=[learner.version], seed=20 + k)  # a worker at the newest version
+        used.append(learner.step().record.get("groups_used", 0))
+    assert used == [1] * 16 and learner.version == learner.step_count == 16
+    assert learner.metrics.groups.labels("stale")._value.get() == 0
+    learner.client.close()
+
+
 def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_resume(server, client, tiny_dir, tmp_path):
     from prioreplay.learner.learner import Learner
 
