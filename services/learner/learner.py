@@ -14,7 +14,9 @@ One :meth:`Learner.step` reads top to bottom:
 5. **forward/backward** in micro-batches with gradient accumulation (each micro-batch's loss
    divided by the whole batch's token or sequence count, so the accumulated gradient is the
    full-batch gradient), clip the gradient norm, AdamW step with linear LR warm-up; the feed
-   holds the trained groups;
+   holds the trained groups. A non-finite loss or gradient norm (a bf16 overflow, too high a
+   learning rate) skips the step (:meth:`Learner._skip`): no optimizer or scheduler step, the
+   gradients zeroed, nothing published, counted in ``prioreplay_learner_skipped_steps_total``;
 6. every ``publish_every`` steps: **publish** the weights only (``PUBLISH_DIR/v-N/``, the model's
    dtype) and ``PublishPolicy(version=N)``;
 7. every ``checkpoint_every`` steps: a full **checkpoint** ``step-N`` (weights, optimizer,
@@ -42,6 +44,7 @@ temperature, renormalised over the top-p nucleus, as the behaviour log-probs wer
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -228,7 +231,9 @@ class Learner:
 
         # --- 4. collate; 5. forward/backward in micro-batches, optimizer step ---------------------
         batch = collate(fates.used, advantages, self._pad_id, mask_truncated=cfg.truncated == "mask")
-        metrics = self._train(batch)
+        metrics, applied = self._train(batch)
+        if not applied:  # a NaN or inf loss or gradient: nothing applied, nothing published
+            return self._skip(fates, record, metrics)
         self.feed.hold([g.group_id for g in fates.used])  # acknowledged after the next checkpoint
         t["publish"] = time.perf_counter()
 
@@ -272,8 +277,27 @@ class Learner:
         self.feed.put_back(out.deferred)
         return out
 
-    def _train(self, batch: Batch) -> dict[str, float]:
-        """Gradient accumulation over micro-batches, grad-norm clipping, AdamW step, LR schedule."""
+    def _skip(self, fates: Sorted, record: dict[str, Any], metrics: dict[str, float]) -> StepResult:
+        """End a step whose loss or gradient norm was not finite: count and log it, and acknowledge
+        its groups unused. They are not retried: on the same weights they would give the same
+        non-finite gradient, and a step that never completes would stall the learner."""
+        ids = [g.group_id for g in fates.used]
+        self.metrics.skipped_steps.inc()
+        log.error("step %d skipped: loss %s, gradient norm %s (not finite); nothing applied or published, "
+                  "%d groups acknowledged unused (lower --lr or --max-grad-norm if this repeats)",
+                  self.step_count + 1, metrics.get("loss"), metrics.get("grad_norm"), len(ids))
+        self.feed.drop(ids)
+        record.update(step=self.step_count, policy_version=self.version, skipped="non-finite", groups_skipped=len(ids),
+                      **metrics)
+        self.metrics.write_line(record)
+        return StepResult(False, record, ids + [g.group_id for g in fates.dropped])
+
+    def _train(self, batch: Batch) -> tuple[dict[str, float], bool]:
+        """Gradient accumulation over micro-batches, grad-norm clipping, AdamW step, LR schedule.
+
+        Returns the step's metrics and whether it was applied: False, with the gradients zeroed and
+        no optimizer or scheduler step, when the loss or the gradient norm is NaN or inf.
+        """
         cfg = self.config
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -287,10 +311,14 @@ class Learner:
                 totals[k] = totals.get(k, 0.0) + float(v)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
+        metrics = {**totals, "grad_norm": float(grad_norm), "lr": lr}
+        if not (math.isfinite(metrics.get("loss", 0.0)) and math.isfinite(metrics["grad_norm"])):
+            self.optimizer.zero_grad(set_to_none=True)
+            return metrics, False
         self.optimizer.step()
         self.scheduler.step()
         self.step_count += 1
-        return {**totals, "grad_norm": float(grad_norm), "lr": lr}
+        return metrics, True
 
     def _micro_batch_loss(self, mb: Batch, normalizer: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The GRPO loss of one micro-batch, divided by the whole batch's ``normalizer``."""

@@ -60,6 +60,8 @@ class LearnerMetrics:
                                        registry=r)
         self.step = Gauge(p + "step", "optimizer steps done", registry=r)
         self.policy_version = Gauge(p + "policy_version", "newest policy version published by this learner", registry=r)
+        self.skipped_steps = Counter(p + "skipped_steps", "steps whose loss or gradient norm was not finite (NaN or inf): "
+                                     "nothing applied, nothing published, their groups acknowledged unused", registry=r)
         self.server_unavailable = Counter(p + "server_unavailable", "steps (or the resume) that met an unavailable "
                                           "server or store and backed off", registry=r)
         self.rpc_seconds = Histogram(p + "rpc_seconds", "seconds spent in priority-server RPCs", ["method"],

@@ -241,6 +241,29 @@ def test_publishing_less_often_than_max_staleness_still_trains_on_the_newest_ver
     learner.client.close()
 
 
+def test_a_non_finite_gradient_skips_the_step_and_publishes_nothing(server, client, tiny_dir, tmp_path):
+    """One inf gradient (a bf16 overflow) was applied and published: workers then loaded NaN weights."""
+    from prioreplay.learner.learner import Learner
+
+    learner = Learner(make_config(server, tiny_dir, tmp_path))
+    learner.resume()
+    before = _params(learner.model)
+    overflow = next(learner.model.parameters()).register_hook(lambda g: g * float("inf"))
+    feed(client, tiny_dir, 2, seed=30)
+    result = learner.step()
+    assert not result.trained and result.record["skipped"] == "non-finite"
+    assert learner.step_count == 0 and all(torch.equal(before[k], v) for k, v in _params(learner.model).items())
+    assert learner.metrics.skipped_steps._value.get() == 1
+    s = client.stats()
+    assert (s.policy_version, s.groups_acked, s.pending_groups) == (0, 2, 0)  # nothing published; acked unused
+    assert not (tmp_path / "ckpt" / "published").exists()
+    overflow.remove()
+    feed(client, tiny_dir, 2, seed=31)
+    assert learner.step().trained and learner.step_count == 1  # the next finite step trains as usual
+    assert all(torch.isfinite(v).all() for v in _params(learner.model).values())
+    learner.client.close()
+
+
 def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_resume(server, client, tiny_dir, tmp_path):
     from prioreplay.learner.learner import Learner
 
