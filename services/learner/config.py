@@ -60,7 +60,9 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         "mask", description="completions cut at the workers' max_new_tokens: 'mask' (default) keeps their reward in the "
         "group's advantages but leaves their tokens out of the loss; 'zero' scores them 0 before the advantages; "
         "'keep' trains on them like finished ones. Counted in prioreplay_learner_truncated_completions_total")
-    kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model (0: no reference model is loaded)")
+    kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model --model, "
+                           "across any number of resumes (0: no reference model is loaded; a frozen copy, or with LoRA the "
+                           "adapter-free base until the first resume, which loads a frozen copy)")
 
     # -- trajectories and versions -------------------------------------------------------------
     max_staleness: int = Field(4, ge=0, le=1_000_000, description="drop groups generated more than this many steps before "

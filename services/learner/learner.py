@@ -117,7 +117,10 @@ class Learner:
             models.load_weights(self.model, self._resume_path)
         if config.lora:
             self.model = policy.wrap_lora(self.model, config.lora_rank)
-        elif config.kl_coef > 0:  # frozen copy of the initial policy (LoRA uses the adapter-free base)
+        # the KL reference is the initial policy (--model), never a checkpoint: a frozen copy, except
+        # for LoRA before any checkpoint, whose adapter-free base still is the initial model. A LoRA
+        # resume merged the checkpoint into the base, so the base would anchor KL to resumed weights.
+        if config.kl_coef > 0 and (not config.lora or self._resume_path is not None):
             self.ref_model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=str(self.device))
             self.ref_model.requires_grad_(False)
         self.model.train()

@@ -264,6 +264,35 @@ def test_a_non_finite_gradient_skips_the_step_and_publishes_nothing(server, clie
     learner.client.close()
 
 
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_kl_reference_is_the_initial_model_after_a_resume(server, client, tiny_dir, tmp_path, lora):
+    """3 steps, stop, resume: with LoRA the checkpoint was merged into the base before wrapping, so
+    disable_adapter() anchored the KL to the resumed weights, not the initial policy."""
+    from prioreplay.learner import policy
+    from prioreplay.learner.learner import Learner, token_logprobs
+    from prioreplay.models import load_causal_lm
+
+    cfg = make_config(server, tiny_dir, tmp_path, lora=lora, lora_rank=4, kl_coef=0.1, lr=5e-2)
+    first = Learner(cfg)
+    first.resume()
+    for k in range(3):
+        feed(client, tiny_dir, 2, seed=40 + k)
+        assert first.step().trained
+    first.client.close()  # stopped after its step-3 checkpoint
+
+    second = Learner(cfg)
+    assert second.resume() is not None and second.step_count == 3
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21, 25]])  # (1, 7)
+    base = load_causal_lm(tiny_dir)
+    with torch.no_grad(), policy.reference(second.model, second.ref_model) as ref:
+        ref_lp, _ = token_logprobs(ref, ids, torch.ones_like(ids), 1.0)  # (1, 6)
+        now_lp, _ = token_logprobs(second.model, ids, torch.ones_like(ids), 1.0)  # (1, 6)
+        base_lp, _ = token_logprobs(base, ids, torch.ones_like(ids), 1.0)  # (1, 6)
+    assert torch.allclose(ref_lp, base_lp, atol=1e-6)
+    assert not torch.allclose(now_lp, base_lp, atol=1e-4)  # the resumed policy did move away from it
+    second.client.close()
+
+
 def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_resume(server, client, tiny_dir, tmp_path):
     from prioreplay.learner.learner import Learner
 
