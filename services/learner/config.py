@@ -56,10 +56,10 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     eps_high: float = Field(0.28, ge=0, le=10, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
     dual_clip_c: float = Field(3.0, ge=0, le=1e6, description="dual-clip cap c on the ratio for negative advantages "
                                "(Ye et al. 2020, eq. 5; > 1; 0 turns it off)")
-    truncated: Literal["mask", "zero", "keep"] = Field(
+    truncated: Literal["mask", "keep"] = Field(
         "mask", description="completions cut at the workers' max_new_tokens: 'mask' (default) keeps their reward in the "
-        "group's advantages but leaves their tokens out of the loss; 'zero' scores them 0 before the advantages; "
-        "'keep' trains on them like finished ones. Counted in prioreplay_learner_truncated_completions_total")
+        "group's advantages but leaves their tokens out of the loss; 'keep' trains on them like finished ones. Their "
+        "reward is the workers' (--truncated-reward). Counted in prioreplay_learner_truncated_completions_total")
     kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model --model, "
                            "across any number of resumes (0: no reference model is loaded; a frozen copy, or with LoRA the "
                            "adapter-free base until the first resume, which loads a frozen copy)")
@@ -107,6 +107,15 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
                 raise ValueError(f"{name} ({data[name]!r}) is not a learner setting: each trajectory group carries the "
                                  f"value its completions were sampled at (sampling_{name}) and the learner reads it "
                                  f"from there; set --{name.replace('_', '-')} on the workers only")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_reward_rule(cls, data):
+        if isinstance(data, dict) and data.get("truncated") == "zero":
+            raise ValueError("truncated ('zero') is a reward rule, which the learner no longer applies: scored 0 here only, "
+                             "the server's statistics and priorities kept the verifier's reward. Set --truncated-reward "
+                             "zero on the workers (they report 0, so both agree) and --truncated mask or keep here")
         return data
 
     @model_validator(mode="after")

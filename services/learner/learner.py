@@ -263,7 +263,7 @@ class Learner:
         dropped ones at once (no update to lose) and give the deferred ones back to the feed."""
         cfg = self.config
         out = sort_groups(groups, lambda v: self.feed.age(v, self.version), cfg.max_staleness,
-                          cfg.max_sequence_tokens, cfg.truncated)
+                          cfg.max_sequence_tokens)
         if out.truncated:
             self.metrics.truncated_completions.inc(out.truncated)
         for g, why in out.invalid:

@@ -49,7 +49,7 @@ class LearnerMetrics:
         for fate in FATES:
             self.groups.labels(fate)
         self.truncated_completions = Counter(p + "truncated_completions", "completions in pulled groups that were cut at "
-                                             "max_new_tokens (handled by --truncated: mask, zero or keep)", registry=r)
+                                             "max_new_tokens (their tokens: --truncated mask or keep)", registry=r)
         self.staleness = Histogram(p + "staleness", "policy versions between a group's generation and its use",
                                    buckets=STALENESS_BUCKETS, registry=r)
         self.step_seconds = Histogram(p + "step_seconds", "seconds per step phase", ["phase"], buckets=SECONDS_BUCKETS,

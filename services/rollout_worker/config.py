@@ -78,6 +78,10 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     seed: Seed = Field(0, description="seeds generation: each problem of a lease is sampled from a hash of (seed, worker id, "
                        "lease id, problem id), distinct across leases, replicas and restarts for any seed; the same four "
                        "values reproduce the same completions")
+    truncated_reward: Literal["verifier", "zero"] = Field(
+        "verifier", description="reward of a completion cut at max_new_tokens: 'verifier' (default) scores it like any "
+        "other; 'zero' reports 0 without verifying it (a cut answer is not an answer). Applied before reporting, so the "
+        "server's statistics and priorities and the learner's advantages see the same reward")
     verify_timeout_s: float = Field(5.0, gt=0, le=600, description="bound on one verification, seconds")
 
     # -- loop ----------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ One :meth:`RolloutWorker.run_once` is one lease:
    (:mod:`~prioreplay.rollout_worker.seeds`): distinct across problems, leases, replicas and
    restarts; the same four values reproduce the same seed.
 4. Every completion is scored by its problem's verifier (errors count as reward 0 and in
-   ``prioreplay_worker_verifier_errors_total``).
+   ``prioreplay_worker_verifier_errors_total``); with ``--truncated-reward zero`` a completion cut
+   at ``max_new_tokens`` is reported with reward 0 unverified, so the server and the learner see
+   the same reward.
 5. ``ReportOutcomes`` with rewards, the prompt's token ids, each completion's token ids and
    behaviour log-probs, and the policy version that generated the group. A report larger than the
    message limit (``--max-message-mb``, this worker's or, when the server refuses it, the
@@ -227,7 +229,7 @@ class RolloutWorker:
         self.batches_done += 1
 
         t0 = time.perf_counter()
-        rewards = [[self._score(p, comp.text) for comp in group] for (p, _), group in zip(leased, groups)]
+        rewards = [[self._reward(p, comp) for comp in group] for (p, _), group in zip(leased, groups)]
         verification_s = time.perf_counter() - t0
 
         outcomes = [outcome_to_proto(p.id, version, r, generated=group, prompt_token_ids=ids,
@@ -295,6 +297,13 @@ class RolloutWorker:
         if probes:
             self.metrics.probes.inc(probes)
         return groups
+
+    def _reward(self, problem: ProblemRecord, completion: GeneratedCompletion) -> float:
+        """The reward reported for ``completion``: 0 for a truncated one under ``--truncated-reward zero``,
+        else its verifier's."""
+        if completion.truncated and self.config.truncated_reward == "zero":
+            return 0.0
+        return self._score(problem, completion.text)
 
     def _score(self, problem: ProblemRecord, text: str) -> float:
         try:

@@ -1,6 +1,9 @@
-"""Generation seeds: each problem of each lease its own seed, distinct across leases, replicas and
-restarts, reproducible from (seed, worker id, lease id, problem id). No model: a fake backend
-records the seeds it was given and, like vLLM, gives child j of a request the seed s + j."""
+"""The worker loop's seeds and rewards, with no model: a fake backend records the seeds it was given
+and, like vLLM, gives child j of a request the seed s + j.
+
+Seeds: each problem of each lease its own, distinct across leases, replicas and restarts,
+reproducible from (seed, worker id, lease id, problem id). Rewards: ``--truncated-reward zero``
+reports truncated completions with reward 0, so the server's statistics see what the learner does."""
 
 from __future__ import annotations
 
@@ -33,14 +36,16 @@ class ChildSeedBackend:
     policy_version = 0
     max_context_tokens = None
 
-    def __init__(self):
+    def __init__(self, truncated: bool = False):
         self.child_seeds: list[list[int]] = []
+        self.truncated = truncated
 
     def generate(self, prompts, n, params: SamplingParams):
         out = []
         for s in params.seeds_for(len(prompts)):
             self.child_seeds.append([s + j for j in range(n)])
-            out.append([GeneratedCompletion([1], [-0.5], f"seed {s + j}", False) for j in range(n)])
+            out.append([GeneratedCompletion([1], [-0.5], "the answer is 2", self.truncated and j == 0)
+                        for j in range(n)])
         return out
 
     def load_weights(self, uri, version):  # pragma: no cover - never published here
@@ -52,6 +57,7 @@ class OneProblemClient:
 
     def __init__(self):
         self.leases = 0
+        self.reported: list = []
 
     def sample(self, batch_size, **kw):
         self.leases += 1
@@ -59,6 +65,7 @@ class OneProblemClient:
                                          problems=[pb.LeasedProblem(problem=problem_to_proto(PROBLEM))])
 
     def report_lease(self, lease_id, outcomes, **kw):
+        self.reported.extend(outcomes)
         return pb.ReportOutcomesResponse(accepted=True, groups_queued=len(outcomes))
 
 
@@ -114,3 +121,16 @@ def test_prompt_seeds_must_fit_the_prompts():
     with pytest.raises(InvalidArgument, match="prompt_seeds"):
         SamplingParams(prompt_seeds=(-1,))
     assert SamplingParams(seed=4).seeds_for(2) == [4, 4]
+
+
+@pytest.mark.parametrize("rule, first_reward", [("verifier", 1.0), ("zero", 0.0)])
+def test_truncated_completions_are_reported_with_the_workers_reward_rule(rule, first_reward):
+    """--truncated zero used to score a cut completion 0 in the learner only: the server's statistics
+    and priority kept the verifier's 1. The rule now acts where rewards are made."""
+    client = OneProblemClient()
+    w = RolloutWorker(WorkerConfig(group_size=4, batch_size=1, truncated_reward=rule, metrics_port=0),
+                      ChildSeedBackend(truncated=True), client, sleep=lambda s: None)
+    w.run_once()
+    rewards = [c.reward for c in client.reported[0].completions]
+    assert client.reported[0].completions[0].truncated
+    assert rewards == [first_reward, 1.0, 1.0, 1.0]  # "the answer is 2" is right; only the cut one changes
