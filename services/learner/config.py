@@ -101,21 +101,21 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_reward_rule(cls, data):
+        if isinstance(data, dict) and data.get("truncated") == "zero":
+            raise ValueError("truncated ('zero') is a reward rule, which the learner no longer applies: scored 0 here only, "
+                             "the server's statistics and priorities kept the verifier's reward. Set --truncated-reward "
+                             "zero on the workers (they report 0, so both agree) and --truncated mask or keep here")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _no_sampling_settings(cls, data):
         for name in ("temperature", "top_p"):
             if isinstance(data, dict) and name in data:
                 raise ValueError(f"{name} ({data[name]!r}) is not a learner setting: each trajectory group carries the "
                                  f"value its completions were sampled at (sampling_{name}) and the learner reads it "
                                  f"from there; set --{name.replace('_', '-')} on the workers only")
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_reward_rule(cls, data):
-        if isinstance(data, dict) and data.get("truncated") == "zero":
-            raise ValueError("truncated ('zero') is a reward rule, which the learner no longer applies: scored 0 here only, "
-                             "the server's statistics and priorities kept the verifier's reward. Set --truncated-reward "
-                             "zero on the workers (they report 0, so both agree) and --truncated mask or keep here")
         return data
 
     @model_validator(mode="after")
