@@ -32,13 +32,16 @@ of a group is ``newest published version − its policy_version`` in steps (corr
 versions a crash rolled back: :class:`~.feed.Rollback`): it counts only versions the workers could
 have loaded. Measured from the learner's own unpublished steps instead, every group from the newest
 published version would turn stale ``max_staleness`` steps after it when ``publish_every`` is
-larger (``--publish-every 8 --max-staleness 4``: from step 13 on), and the step that would publish
-the next version could never fill its batch (NeMo-RL #3220). A group from the newest published
-version is never stale, so the learner always makes progress; within one publish interval the
-weights are up to ``publish_every − 1`` steps ahead of the freshest group, by the user's choice. New log-probs are computed by teacher
-forcing under the distribution each group was sampled from, read from the group itself
-(``sampling_temperature``, ``sampling_top_p``; 0 = not sent = 1): logits divided by the
-temperature, renormalised over the top-p nucleus, as the behaviour log-probs were.
+larger (``--publish-every 8 --max-staleness 4``: the groups of version 8 from step 14 on, before
+version 16 exists), and the step that would publish the next version could never fill its batch
+(NeMo-RL #3220). A group from the newest published version is never stale, so the learner always
+makes progress; within one publish interval the weights are up to ``publish_every − 1`` steps
+ahead of the freshest group, by the user's choice.
+
+New log-probs are computed by teacher forcing under the distribution each group was sampled from,
+read from the group itself (``sampling_temperature``, ``sampling_top_p``; 0 = not sent = 1):
+logits divided by the temperature, renormalised over the top-p nucleus, as the behaviour
+log-probs were.
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ class RolloutWorker:
         return BatchResult(reported=True, accepted=resp.accepted, reason=resp.reason, groups_queued=resp.groups_queued,
                            groups_filtered=resp.groups_filtered, **result)
 
-    def generate_batch(self, leased: list[tuple[ProblemRecord, int]], lease_id: str = ""
+    def generate_batch(self, leased: list[tuple[ProblemRecord, int]], lease_id: str
                        ) -> tuple[list[pb.ProblemOutcome], list[str], dict[str, Any]]:
         """Generate, verify and convert one lease's groups (steps 3-4 of the module docstring).
 

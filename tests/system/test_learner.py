@@ -306,7 +306,7 @@ def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_res
     # step 2 trains, then the process "dies" before its checkpoint (so before acknowledging)
     seen: dict = {}
     train = first._train
-    first._train = lambda batch: seen.setdefault("metrics", train(batch))
+    first._train = lambda batch: seen.setdefault("trained", train(batch))  # (metrics, applied)
     pull = first.client.pull
     first.client.pull = lambda *a, **k: seen.setdefault("resp", pull(*a, **k))
 
@@ -326,8 +326,8 @@ def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_res
     assert second.step_count == 1
     result = second.step()
     assert sorted(result.group_ids) == pulled
-    assert result.record["loss"] == pytest.approx(seen["metrics"]["loss"], rel=1e-5, abs=1e-7)
-    assert result.record["grad_norm"] == pytest.approx(seen["metrics"]["grad_norm"], rel=1e-4)
+    assert result.record["loss"] == pytest.approx(seen["trained"][0]["loss"], rel=1e-5, abs=1e-7)
+    assert result.record["grad_norm"] == pytest.approx(seen["trained"][0]["grad_norm"], rel=1e-4)
     # version 2 was published before the crash: the retrained step is numbered after it
     assert second.step_count == 2 and client.stats().policy_version == 3
     # the optimizer (Adam moments) and scheduler were restored too: the same update as the dead one made
