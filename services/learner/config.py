@@ -56,15 +56,18 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     eps_high: float = Field(0.28, ge=0, le=10, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
     dual_clip_c: float = Field(3.0, ge=0, le=1e6, description="dual-clip cap c on the ratio for negative advantages "
                                "(Ye et al. 2020, eq. 5; > 1; 0 turns it off)")
-    truncated: Literal["mask", "zero", "keep"] = Field(
+    truncated: Literal["mask", "keep"] = Field(
         "mask", description="completions cut at the workers' max_new_tokens: 'mask' (default) keeps their reward in the "
-        "group's advantages but leaves their tokens out of the loss; 'zero' scores them 0 before the advantages; "
-        "'keep' trains on them like finished ones. Counted in prioreplay_learner_truncated_completions_total")
-    kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model (0: no reference model is loaded)")
+        "group's advantages but leaves their tokens out of the loss; 'keep' trains on them like finished ones. Their "
+        "reward is the workers' (--truncated-reward). Counted in prioreplay_learner_truncated_completions_total")
+    kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model --model, "
+                           "across any number of resumes (0: no reference model is loaded; a frozen copy, or with LoRA the "
+                           "adapter-free base until the first resume, which loads a frozen copy)")
 
     # -- trajectories and versions -------------------------------------------------------------
-    max_staleness: int = Field(4, ge=0, le=1_000_000, description="drop groups generated more than this many policy versions "
-                               "before the learner's current one (counted, acknowledged)")
+    max_staleness: int = Field(4, ge=0, le=1_000_000, description="drop groups generated more than this many steps before "
+                               "the newest published policy version (counted, acknowledged); a group from the newest "
+                               "published version is never stale, whatever --publish-every is")
     pull_wait_s: float = Field(5.0, ge=0, le=60, description="seconds one PullTrajectories call waits for a group")
     batch_timeout_s: float = Field(60.0, ge=0, le=86400, description="seconds a step keeps pulling to fill batch_groups; "
                                    "then it trains on what came (>= 1 group)")
@@ -102,6 +105,15 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     metrics_port: int = Field(9102, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_file: Path | None = Field(None, description="append one JSON line of metrics per step to this file")
     log_level: LogLevel = "INFO"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_reward_rule(cls, data):
+        if isinstance(data, dict) and data.get("truncated") == "zero":
+            raise ValueError("truncated ('zero') is a reward rule, which the learner no longer applies: scored 0 here only, "
+                             "the server's statistics and priorities kept the verifier's reward. Set --truncated-reward "
+                             "zero on the workers (they report 0, so both agree) and --truncated mask or keep here")
+        return data
 
     @model_validator(mode="before")
     @classmethod

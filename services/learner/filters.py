@@ -18,7 +18,7 @@ deferred groups are neither trained on nor acknowledged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from typing import Callable, Sequence
 
 from prioreplay import rules
 
@@ -69,19 +69,15 @@ def group_problem(group, max_tokens: int) -> str | None:
     return None
 
 
-def score_truncated(group, mode: Literal["mask", "zero", "keep"]) -> int:
-    """Apply the ``truncated`` setting's reward rule; returns how many completions are truncated.
+def count_truncated(group) -> int:
+    """How many completions of ``group`` were cut at ``max_new_tokens``.
 
-    ``zero`` sets the reward of each truncated completion to 0 (in place, before the advantages and
-    the zero-variance test); ``mask`` and ``keep`` leave rewards alone (``mask`` acts in collation).
+    The learner never changes a reward: a reward rule for truncated completions is the workers'
+    (``--truncated-reward zero``), applied before reporting, so that the server's statistics and
+    priorities and the learner's advantages see the same reward. The learner's ``truncated``
+    setting only decides whether their tokens enter the loss (``mask`` acts in collation).
     """
-    n = 0
-    for c in group.completions:
-        if c.truncated:
-            n += 1
-            if mode == "zero":
-                c.reward = 0.0
-    return n
+    return sum(1 for c in group.completions if c.truncated)
 
 
 def group_fate(group, age: int, max_staleness: int, max_tokens: int) -> tuple[str, str | None]:
@@ -129,8 +125,7 @@ class Sorted:
     truncated: int = 0
 
 
-def sort_groups(groups: Sequence, age: Callable[[int], int], max_staleness: int, max_tokens: int,
-                truncated: Literal["mask", "zero", "keep"] = "mask") -> Sorted:
+def sort_groups(groups: Sequence, age: Callable[[int], int], max_staleness: int, max_tokens: int) -> Sorted:
     """Sort pulled groups by fate, so that one batch never mixes sampling distributions.
 
     The batch takes the sampling of the first group; a group sampled at another temperature or
@@ -141,7 +136,6 @@ def sort_groups(groups: Sequence, age: Callable[[int], int], max_staleness: int,
         groups: ``TrajectoryGroup`` messages in pull order.
         age: a group's staleness in versions from its ``policy_version``.
         max_staleness, max_tokens: see :func:`group_fate`.
-        truncated: the learner's ``truncated`` setting (see :func:`score_truncated`).
     """
     out = Sorted(sampling=group_sampling(groups[0]) if groups else Sampling())
     for g in groups:
@@ -149,7 +143,7 @@ def sort_groups(groups: Sequence, age: Callable[[int], int], max_staleness: int,
             out.deferred.append(g)
             out.counts["deferred"] += 1
             continue
-        out.truncated += score_truncated(g, truncated)
+        out.truncated += count_truncated(g)
         a = age(g.policy_version)
         fate, why = group_fate(g, a, max_staleness, max_tokens)
         out.counts[fate] += 1

@@ -14,7 +14,9 @@ One :meth:`Learner.step` reads top to bottom:
 5. **forward/backward** in micro-batches with gradient accumulation (each micro-batch's loss
    divided by the whole batch's token or sequence count, so the accumulated gradient is the
    full-batch gradient), clip the gradient norm, AdamW step with linear LR warm-up; the feed
-   holds the trained groups;
+   holds the trained groups. A non-finite loss or gradient norm (a bf16 overflow, too high a
+   learning rate) skips the step (:meth:`Learner._skip`): no optimizer or scheduler step, the
+   gradients zeroed, nothing published, counted in ``prioreplay_learner_skipped_steps_total``;
 6. every ``publish_every`` steps: **publish** the weights only (``PUBLISH_DIR/v-N/``, the model's
    dtype) and ``PublishPolicy(version=N)``;
 7. every ``checkpoint_every`` steps: a full **checkpoint** ``step-N`` (weights, optimizer,
@@ -25,17 +27,27 @@ checkpoint holds its update: a learner killed at any point resumes from its newe
 gets every group trained after it back (its own pending groups, ``include_own_pending``), so no
 update is lost; some are recomputed (at-least-once). That bookkeeping is the feed's (:mod:`~.feed`).
 
-Policy versions are learner steps: the weights after optimizer step N are version N, so the
-staleness of a group is ``current version − its policy_version`` in steps (corrected for the
-versions a crash rolled back: :class:`~.feed.Rollback`). New log-probs are computed by teacher
-forcing under the distribution each group was sampled from, read from the group itself
-(``sampling_temperature``, ``sampling_top_p``; 0 = not sent = 1): logits divided by the
-temperature, renormalised over the top-p nucleus, as the behaviour log-probs were.
+Policy versions are learner steps: the weights after optimizer step N are version N. The staleness
+of a group is ``newest published version − its policy_version`` in steps (corrected for the
+versions a crash rolled back: :class:`~.feed.Rollback`): it counts only versions the workers could
+have loaded. Measured from the learner's own unpublished steps instead, every group from the newest
+published version would turn stale ``max_staleness`` steps after it when ``publish_every`` is
+larger (``--publish-every 8 --max-staleness 4``: the groups of version 8 from step 14 on, before
+version 16 exists), and the step that would publish the next version could never fill its batch
+(NeMo-RL #3220). A group from the newest published version is never stale, so the learner always
+makes progress; within one publish interval the weights are up to ``publish_every − 1`` steps
+ahead of the freshest group, by the user's choice.
+
+New log-probs are computed by teacher forcing under the distribution each group was sampled from,
+read from the group itself (``sampling_temperature``, ``sampling_top_p``; 0 = not sent = 1):
+logits divided by the temperature, renormalised over the top-p nucleus, as the behaviour
+log-probs were.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -109,7 +121,10 @@ class Learner:
             models.load_weights(self.model, self._resume_path)
         if config.lora:
             self.model = policy.wrap_lora(self.model, config.lora_rank)
-        elif config.kl_coef > 0:  # frozen copy of the initial policy (LoRA uses the adapter-free base)
+        # the KL reference is the initial policy (--model), never a checkpoint: a frozen copy, except
+        # for LoRA before any checkpoint, whose adapter-free base still is the initial model. A LoRA
+        # resume merged the checkpoint into the base, so the base would anchor KL to resumed weights.
+        if config.kl_coef > 0 and (not config.lora or self._resume_path is not None):
             self.ref_model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=str(self.device))
             self.ref_model.requires_grad_(False)
         self.model.train()
@@ -223,7 +238,9 @@ class Learner:
 
         # --- 4. collate; 5. forward/backward in micro-batches, optimizer step ---------------------
         batch = collate(fates.used, advantages, self._pad_id, mask_truncated=cfg.truncated == "mask")
-        metrics = self._train(batch)
+        metrics, applied = self._train(batch)
+        if not applied:  # a NaN or inf loss or gradient: nothing applied, nothing published
+            return self._skip(fates, record, metrics)
         self.feed.hold([g.group_id for g in fates.used])  # acknowledged after the next checkpoint
         t["publish"] = time.perf_counter()
 
@@ -249,8 +266,8 @@ class Learner:
         """Sort pulled groups by fate (:func:`~.filters.sort_groups`), count them, acknowledge the
         dropped ones at once (no update to lose) and give the deferred ones back to the feed."""
         cfg = self.config
-        out = sort_groups(groups, lambda v: self.feed.age(v, self.current_version), cfg.max_staleness,
-                          cfg.max_sequence_tokens, cfg.truncated)
+        out = sort_groups(groups, lambda v: self.feed.age(v, self.version), cfg.max_staleness,
+                          cfg.max_sequence_tokens)
         if out.truncated:
             self.metrics.truncated_completions.inc(out.truncated)
         for g, why in out.invalid:
@@ -267,8 +284,27 @@ class Learner:
         self.feed.put_back(out.deferred)
         return out
 
-    def _train(self, batch: Batch) -> dict[str, float]:
-        """Gradient accumulation over micro-batches, grad-norm clipping, AdamW step, LR schedule."""
+    def _skip(self, fates: Sorted, record: dict[str, Any], metrics: dict[str, float]) -> StepResult:
+        """End a step whose loss or gradient norm was not finite: count and log it, and acknowledge
+        its groups unused. They are not retried: on the same weights they would give the same
+        non-finite gradient, and a step that never completes would stall the learner."""
+        ids = [g.group_id for g in fates.used]
+        self.metrics.skipped_steps.inc()
+        log.error("step %d skipped: loss %s, gradient norm %s (not finite); nothing applied or published, "
+                  "%d groups acknowledged unused (lower --lr or --max-grad-norm if this repeats)",
+                  self.step_count + 1, metrics.get("loss"), metrics.get("grad_norm"), len(ids))
+        self.feed.drop(ids)
+        record.update(step=self.step_count, policy_version=self.version, skipped="non-finite", groups_skipped=len(ids),
+                      **metrics)
+        self.metrics.write_line(record)
+        return StepResult(False, record, ids + [g.group_id for g in fates.dropped])
+
+    def _train(self, batch: Batch) -> tuple[dict[str, float], bool]:
+        """Gradient accumulation over micro-batches, grad-norm clipping, AdamW step, LR schedule.
+
+        Returns the step's metrics and whether it was applied: False, with the gradients zeroed and
+        no optimizer or scheduler step, when the loss or the gradient norm is NaN or inf.
+        """
         cfg = self.config
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -282,10 +318,14 @@ class Learner:
                 totals[k] = totals.get(k, 0.0) + float(v)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
+        metrics = {**totals, "grad_norm": float(grad_norm), "lr": lr}
+        if not (math.isfinite(metrics.get("loss", 0.0)) and math.isfinite(metrics["grad_norm"])):
+            self.optimizer.zero_grad(set_to_none=True)
+            return metrics, False
         self.optimizer.step()
         self.scheduler.step()
         self.step_count += 1
-        return {**totals, "grad_norm": float(grad_norm), "lr": lr}
+        return metrics, True
 
     def _micro_batch_loss(self, mb: Batch, normalizer: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The GRPO loss of one micro-batch, divided by the whole batch's ``normalizer``."""

@@ -49,7 +49,7 @@ class LearnerMetrics:
         for fate in FATES:
             self.groups.labels(fate)
         self.truncated_completions = Counter(p + "truncated_completions", "completions in pulled groups that were cut at "
-                                             "max_new_tokens (handled by --truncated: mask, zero or keep)", registry=r)
+                                             "max_new_tokens (their tokens: --truncated mask or keep)", registry=r)
         self.staleness = Histogram(p + "staleness", "policy versions between a group's generation and its use",
                                    buckets=STALENESS_BUCKETS, registry=r)
         self.step_seconds = Histogram(p + "step_seconds", "seconds per step phase", ["phase"], buckets=SECONDS_BUCKETS,
@@ -60,6 +60,8 @@ class LearnerMetrics:
                                        registry=r)
         self.step = Gauge(p + "step", "optimizer steps done", registry=r)
         self.policy_version = Gauge(p + "policy_version", "newest policy version published by this learner", registry=r)
+        self.skipped_steps = Counter(p + "skipped_steps", "steps whose loss or gradient norm was not finite (NaN or inf): "
+                                     "nothing applied, nothing published, their groups acknowledged unused", registry=r)
         self.server_unavailable = Counter(p + "server_unavailable", "steps (or the resume) that met an unavailable "
                                           "server or store and backed off", registry=r)
         self.rpc_seconds = Histogram(p + "rpc_seconds", "seconds spent in priority-server RPCs", ["method"],

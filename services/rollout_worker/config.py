@@ -85,7 +85,13 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     max_new_tokens: int = Field(512, ge=1, le=1_000_000, description="completion length limit, tokens")
     stop: StopStrings = Field(default_factory=list, description="strings that end a completion (EOS always does); "
                             "the escapes \\n, \\t and \\\\ are decoded, so --stop '\\n\\n' stops at a blank line")
-    seed: Seed = Field(0, description="seeds generation; batch k uses seed + k, so runs reproduce")
+    seed: Seed = Field(0, description="seeds generation: each problem of a lease is sampled from a hash of (seed, worker id, "
+                       "lease id, problem id), distinct across leases, replicas and restarts for any seed; the same four "
+                       "values reproduce the same completions")
+    truncated_reward: Literal["verifier", "zero"] = Field(
+        "verifier", description="reward of a completion cut at max_new_tokens: 'verifier' (default) scores it like any "
+        "other; 'zero' reports 0 without verifying it (a cut answer is not an answer). Applied before reporting, so the "
+        "server's statistics and priorities and the learner's advantages see the same reward")
     verify_timeout_s: float = Field(5.0, gt=0, le=600, description="bound on one verification, seconds")
 
     # -- loop ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ class WorkerMetrics:
         self.completions = Counter(p + "completions", "completions generated and reported", registry=r)
         self.tokens_generated = Counter(p + "tokens_generated", "completion tokens generated", registry=r)
         self.truncated_completions = Counter(p + "truncated_completions", "completions cut at max_new_tokens (reported "
-                                             "with truncated = true; the learner's --truncated decides their use)",
+                                             "with truncated = true; their reward: --truncated-reward; their tokens: the learner's --truncated)",
                                              registry=r)
         self.reward_mean = Gauge(p + "reward_mean", "mean reward of the last reported batch", registry=r)
         self.groups = Counter(p + "groups", "groups generated, by kind of reward pattern", ["kind"], registry=r)

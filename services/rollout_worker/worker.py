@@ -10,9 +10,13 @@ One :meth:`RolloutWorker.run_once` is one lease:
    logged and the batch is generated with the weights already loaded, reported under their
    (older) version, which the learner's staleness rule handles.
 3. Each problem's prompt goes through the chat template; the backend samples G completions per
-   problem with seed ``config.seed + batch index``.
+   problem from that problem's own seed, a hash of (``--seed``, worker id, lease id, problem id)
+   (:mod:`~prioreplay.rollout_worker.seeds`): distinct across problems, leases, replicas and
+   restarts; the same four values reproduce the same seed.
 4. Every completion is scored by its problem's verifier (errors count as reward 0 and in
-   ``prioreplay_worker_verifier_errors_total``).
+   ``prioreplay_worker_verifier_errors_total``); with ``--truncated-reward zero`` a completion cut
+   at ``max_new_tokens`` is reported with reward 0 unverified, so the server and the learner see
+   the same reward.
 5. ``ReportOutcomes`` with rewards, the prompt's token ids, each completion's token ids and
    behaviour log-probs, and the policy version that generated the group. A report larger than the
    message limit (``--max-message-mb``, this worker's or, when the server refuses it, the
@@ -41,6 +45,7 @@ from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, Genera
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.interfaces import WorkerClient
 from prioreplay.rollout_worker.metrics import WorkerMetrics
+from prioreplay.rollout_worker.seeds import problem_seed
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import verify
 from prioreplay.weights_transport import WeightsFetcher, WeightsFetchError
@@ -109,7 +114,7 @@ class RolloutWorker:
 
     Attributes:
         stop_event: set it to end :meth:`run` after the current batch (the SIGTERM handler does).
-        batches_done: leases generated and reported so far (also the seed offset).
+        batches_done: leases generated and reported so far.
     """
 
     def __init__(self, config: WorkerConfig, backend: GenerationBackend, client: WorkerClient,
@@ -132,11 +137,16 @@ class RolloutWorker:
     def _observe_rpc(self, method: str, seconds: float) -> None:
         self.metrics.rpc_seconds.labels(method).observe(seconds)
 
-    def sampling_params(self) -> SamplingParams:
-        """Sampling parameters of the next batch (seed = config.seed + batches done)."""
+    def sampling_params(self, prompt_seeds: Sequence[int] = ()) -> SamplingParams:
+        """Sampling parameters of a ``generate`` call: the configured temperature, top-p, length
+        and stop strings, with ``prompt_seeds`` (one per prompt; empty: the backend's own RNG)."""
         c = self.config
         return SamplingParams(temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens,
-                              stop=tuple(c.stop), seed=c.seed + self.batches_done)
+                              stop=tuple(c.stop), prompt_seeds=tuple(prompt_seeds))
+
+    def problem_seeds(self, lease_id: str, problems: Sequence[ProblemRecord]) -> list[int]:
+        """The generation seed of each problem of lease ``lease_id`` (:func:`~.seeds.problem_seed`)."""
+        return [problem_seed(self.config.seed, self.config.worker_id, lease_id, p.id) for p in problems]
 
     def maybe_reload(self, version: int, weights_uri: str) -> float:
         """Load ``weights_uri`` if ``version`` is newer than the loaded one; returns seconds (0.0: none).
@@ -188,7 +198,7 @@ class RolloutWorker:
                          "waiting %.1f s", lease.retry_after_s)
             return BatchResult(retry_after_s=lease.retry_after_s or 1.0, backpressure=lease.backpressure)
         reload_s = self.maybe_reload(lease.policy_version, lease.weights_uri)
-        outcomes, unservable, result = self.generate_batch(leased_problems(lease, c.group_size))
+        outcomes, unservable, result = self.generate_batch(leased_problems(lease, c.group_size), lease.lease_id)
         result.update(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s,
                       reload_s=reload_s)
         try:
@@ -207,29 +217,31 @@ class RolloutWorker:
         return BatchResult(reported=True, accepted=resp.accepted, reason=resp.reason, groups_queued=resp.groups_queued,
                            groups_filtered=resp.groups_filtered, **result)
 
-    def generate_batch(self, leased: list[tuple[ProblemRecord, int]]
+    def generate_batch(self, leased: list[tuple[ProblemRecord, int]], lease_id: str
                        ) -> tuple[list[pb.ProblemOutcome], list[str], dict[str, Any]]:
         """Generate, verify and convert one lease's groups (steps 3-4 of the module docstring).
 
         Args:
             leased: each leased problem with its group size (:func:`prioreplay.convert.leased_problems`).
+            lease_id: the lease's id, mixed into each problem's seed (:meth:`problem_seeds`).
 
         Returns:
             (outcomes to report, ids of unservable problems, the :class:`BatchResult` fields
             ``completions``, ``tokens``, ``reward_mean``, ``policy_version``, ``generation_s``,
-            ``verification_s``, ``unservable``). Advances :attr:`batches_done` (the seed offset).
+            ``verification_s``, ``unservable``). Advances :attr:`batches_done`.
         """
         version = self.backend.policy_version
         prompts = [models.apply_chat_template(self.backend.tokenizer, p.prompt) for p, _ in leased]
         leased, prompts, unservable = self._servable(leased, prompts)
 
         t0 = time.perf_counter()
-        groups = self.generate_groups(prompts, [size for _, size in leased]) if prompts else []
+        seeds = self.problem_seeds(lease_id, [p for p, _ in leased])
+        groups = self.generate_groups(prompts, [size for _, size in leased], seeds) if prompts else []
         generation_s = time.perf_counter() - t0
         self.batches_done += 1
 
         t0 = time.perf_counter()
-        rewards = [[self._score(p, comp.text) for comp in group] for (p, _), group in zip(leased, groups)]
+        rewards = [[self._reward(p, comp) for comp in group] for (p, _), group in zip(leased, groups)]
         verification_s = time.perf_counter() - t0
 
         outcomes = [outcome_to_proto(p.id, version, r, generated=group, prompt_token_ids=ids,
@@ -277,24 +289,33 @@ class RolloutWorker:
                 keep_prompts.append(ids)
         return keep, keep_prompts, unservable
 
-    def generate_groups(self, prompts: list[list[int]], sizes: list[int]) -> list[list[GeneratedCompletion]]:
+    def generate_groups(self, prompts: list[list[int]], sizes: list[int], seeds: Sequence[int] = ()
+                        ) -> list[list[GeneratedCompletion]]:
         """One group per prompt, of ``sizes[i]`` completions (the lease's ``group_size``, else G):
         one ``backend.generate`` call per distinct size, results back in lease order.
 
         Args:
             prompts: the B prompts as token ids (after the chat template).
             sizes: completions per prompt, each >= 1.
+            seeds: each prompt's seed (:meth:`problem_seeds`); empty: the backend's own RNG.
         """
-        params = self.sampling_params()
         groups: list[list[GeneratedCompletion]] = [[] for _ in prompts]
         for size in sorted(set(sizes), reverse=True):
             where = [i for i, s in enumerate(sizes) if s == size]
+            params = self.sampling_params([seeds[i] for i in where] if seeds else ())
             for i, group in zip(where, self.backend.generate([prompts[i] for i in where], size, params)):
                 groups[i] = group
         probes = sum(1 for s in sizes if s < self.config.group_size)
         if probes:
             self.metrics.probes.inc(probes)
         return groups
+
+    def _reward(self, problem: ProblemRecord, completion: GeneratedCompletion) -> float:
+        """The reward reported for ``completion``: 0 for a truncated one under ``--truncated-reward zero``,
+        else its verifier's."""
+        if completion.truncated and self.config.truncated_reward == "zero":
+            return 0.0
+        return self._score(problem, completion.text)
 
     def _score(self, problem: ProblemRecord, text: str) -> float:
         try:

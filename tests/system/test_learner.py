@@ -223,6 +223,76 @@ def test_stale_groups_are_dropped_counted_and_acked(server, client, tiny_dir, tm
     assert stats.policy_version == 4  # the next version after the server's, not step 1
 
 
+def test_publishing_less_often_than_max_staleness_still_trains_on_the_newest_version(server, client, tiny_dir,
+                                                                                     tmp_path):
+    """--publish-every 8 --max-staleness 4: counted from the learner's unpublished steps, the groups of
+    version 8 (the newest workers can load) were stale from step 14 on and no step could complete."""
+    from prioreplay.learner.learner import Learner
+
+    learner = Learner(make_config(server, tiny_dir, tmp_path, publish_every=8, max_staleness=4, batch_groups=1,
+                                  checkpoint_every=100, batch_timeout_s=0.5))
+    learner.resume()
+    used = []
+    for k in range(16):
+        feed(client, tiny_dir, 1, versions=[learner.version], seed=20 + k)  # a worker at the newest version
+        used.append(learner.step().record.get("groups_used", 0))
+    assert used == [1] * 16 and learner.version == learner.step_count == 16
+    assert learner.metrics.groups.labels("stale")._value.get() == 0
+    learner.client.close()
+
+
+def test_a_non_finite_gradient_skips_the_step_and_publishes_nothing(server, client, tiny_dir, tmp_path):
+    """One inf gradient (a bf16 overflow) was applied and published: workers then loaded NaN weights."""
+    from prioreplay.learner.learner import Learner
+
+    learner = Learner(make_config(server, tiny_dir, tmp_path))
+    learner.resume()
+    before = _params(learner.model)
+    overflow = next(learner.model.parameters()).register_hook(lambda g: g * float("inf"))
+    feed(client, tiny_dir, 2, seed=30)
+    result = learner.step()
+    assert not result.trained and result.record["skipped"] == "non-finite"
+    assert learner.step_count == 0 and all(torch.equal(before[k], v) for k, v in _params(learner.model).items())
+    assert learner.metrics.skipped_steps._value.get() == 1
+    s = client.stats()
+    assert (s.policy_version, s.groups_acked, s.pending_groups) == (0, 2, 0)  # nothing published; acked unused
+    assert not (tmp_path / "ckpt" / "published").exists()
+    overflow.remove()
+    feed(client, tiny_dir, 2, seed=31)
+    assert learner.step().trained and learner.step_count == 1  # the next finite step trains as usual
+    assert all(torch.isfinite(v).all() for v in _params(learner.model).values())
+    learner.client.close()
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_kl_reference_is_the_initial_model_after_a_resume(server, client, tiny_dir, tmp_path, lora):
+    """3 steps, stop, resume: with LoRA the checkpoint was merged into the base before wrapping, so
+    disable_adapter() anchored the KL to the resumed weights, not the initial policy."""
+    from prioreplay.learner import policy
+    from prioreplay.learner.learner import Learner, token_logprobs
+    from prioreplay.models import load_causal_lm
+
+    cfg = make_config(server, tiny_dir, tmp_path, lora=lora, lora_rank=4, kl_coef=0.1, lr=5e-2)
+    first = Learner(cfg)
+    first.resume()
+    for k in range(3):
+        feed(client, tiny_dir, 2, seed=40 + k)
+        assert first.step().trained
+    first.client.close()  # stopped after its step-3 checkpoint
+
+    second = Learner(cfg)
+    assert second.resume() is not None and second.step_count == 3
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21, 25]])  # (1, 7)
+    base = load_causal_lm(tiny_dir)
+    with torch.no_grad(), policy.reference(second.model, second.ref_model) as ref:
+        ref_lp, _ = token_logprobs(ref, ids, torch.ones_like(ids), 1.0)  # (1, 6)
+        now_lp, _ = token_logprobs(second.model, ids, torch.ones_like(ids), 1.0)  # (1, 6)
+        base_lp, _ = token_logprobs(base, ids, torch.ones_like(ids), 1.0)  # (1, 6)
+    assert torch.allclose(ref_lp, base_lp, atol=1e-6)
+    assert not torch.allclose(now_lp, base_lp, atol=1e-4)  # the resumed policy did move away from it
+    second.client.close()
+
+
 def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_resume(server, client, tiny_dir, tmp_path):
     from prioreplay.learner.learner import Learner
 
@@ -236,7 +306,7 @@ def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_res
     # step 2 trains, then the process "dies" before its checkpoint (so before acknowledging)
     seen: dict = {}
     train = first._train
-    first._train = lambda batch: seen.setdefault("metrics", train(batch))
+    first._train = lambda batch: seen.setdefault("trained", train(batch))  # (metrics, applied)
     pull = first.client.pull
     first.client.pull = lambda *a, **k: seen.setdefault("resp", pull(*a, **k))
 
@@ -256,8 +326,8 @@ def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_res
     assert second.step_count == 1
     result = second.step()
     assert sorted(result.group_ids) == pulled
-    assert result.record["loss"] == pytest.approx(seen["metrics"]["loss"], rel=1e-5, abs=1e-7)
-    assert result.record["grad_norm"] == pytest.approx(seen["metrics"]["grad_norm"], rel=1e-4)
+    assert result.record["loss"] == pytest.approx(seen["trained"][0]["loss"], rel=1e-5, abs=1e-7)
+    assert result.record["grad_norm"] == pytest.approx(seen["trained"][0]["grad_norm"], rel=1e-4)
     # version 2 was published before the crash: the retrained step is numbered after it
     assert second.step_count == 2 and client.stats().policy_version == 3
     # the optimizer (Adam moments) and scheduler were restored too: the same update as the dead one made
@@ -494,7 +564,7 @@ def test_truncated_completions_are_masked_from_the_loss_by_default(tiny_dir, tmp
 
 
 def test_truncated_completions_can_be_kept(tiny_dir, tmp_path):
-    # scoring them zero is a pure rule: tests/unit/test_learner_filters.py
+    # scoring them zero is the workers' rule (--truncated-reward): tests/unit/test_worker_loop.py
     learner = _learner(tiny_dir, tmp_path, truncated="keep")
     fates = learner._filter([_truncation_group()])
     assert fates.counts["used"] == 1 and fates.used[0].completions[0].reward == 1.0

@@ -197,12 +197,21 @@ def test_run_stops_after_max_batches_and_when_asked(client, dirs, parity_verifie
     assert stats.completions_reported == 3 * B * G and stats.active_leases == 0
 
 
-def test_batch_seeds_advance_so_batches_differ(dirs):
-    cfg = WorkerConfig(seed=100, metrics_port=0)
-    w = RolloutWorker(cfg, TransformersBackend(dirs[0]), client=None, sleep=lambda s: None)
-    assert w.sampling_params().seed == 100
-    w.batches_done = 3
-    assert w.sampling_params().seed == 103
+def test_a_problem_leased_again_with_unchanged_weights_gets_new_completions(dirs, parity_verifier):
+    """A restarted worker (seed + batch index began at 0 again) leasing the same problem under a new
+    lease drew the same completions, which the server counted as new evidence; the same lease id
+    reproduces them."""
+    problem = pb.LeasedProblem(problem=problem_to_proto(PROBLEMS[0]))
+
+    def completions(lease_id: str) -> list[list[int]]:
+        w = make_worker(None, dirs[0])  # a fresh worker each time: a restart, same seed and worker id
+        outcomes, _, _ = w.generate_batch(worker_mod.leased_problems(
+            pb.SampleProblemsResponse(lease_id=lease_id, problems=[problem]), G), lease_id)
+        return [list(c.token_ids) for c in outcomes[0].completions]
+
+    first, again, replay = completions("lease-1"), completions("lease-2"), completions("lease-1")
+    assert first != again
+    assert first == replay
 
 
 @pytest.mark.parametrize("server", ["memory"], indirect=True)

@@ -19,8 +19,8 @@ def group(gid="g", rewards=(1.0, 0.0, 0.0), version=0, n_tokens=3, n_logprobs=No
                               completions=comps, sampling_temperature=temperature, sampling_top_p=top_p)
 
 
-def sort(groups, current=0, max_staleness=4, max_tokens=12, truncated="mask"):
-    return sort_groups(groups, lambda v: current - v, max_staleness, max_tokens, truncated)
+def sort(groups, current=0, max_staleness=4, max_tokens=12):
+    return sort_groups(groups, lambda v: current - v, max_staleness, max_tokens)
 
 
 def test_sampling_is_read_from_the_group_and_a_field_not_sent_reads_as_1():
@@ -68,14 +68,14 @@ def test_a_batch_takes_the_first_groups_sampling_and_defers_the_others():
     assert sort([]).sampling == Sampling() and sort([]).used == []
 
 
-def test_truncated_completions_count_and_score_zero_only_when_asked():
-    out = sort([group(rewards=(1.0, 0.0, 0.0), truncated=(0,))], truncated="zero")
-    assert out.truncated == 1 and out.counts["zero_variance"] == 1  # 1 → 0 leaves no variance
-    out = sort([group(rewards=(1.0, 0.0, 0.0), truncated=(0,))], truncated="mask")
+def test_truncated_completions_are_counted_and_their_rewards_left_as_reported():
+    """The reward is the workers' (--truncated-reward): the learner changing it disagreed with the
+    server's statistics, which saw the reported one."""
+    out = sort([group(rewards=(1.0, 0.0, 0.0), truncated=(0,))])
     assert out.truncated == 1 and out.used[0].completions[0].reward == 1.0
     deferred = group("other", rewards=(1.0, 0.0), temperature=0.5, truncated=(0,))
-    out = sort([group(), deferred], truncated="zero")
-    assert out.truncated == 0 and deferred.completions[0].reward == 1.0  # scored when it is trained, not now
+    out = sort([group(), deferred])
+    assert out.truncated == 0 and deferred.completions[0].reward == 1.0  # counted when it is trained, not now
 
 
 def test_a_batch_carries_its_groups_sampling_and_refuses_a_mix():

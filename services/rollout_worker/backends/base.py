@@ -32,6 +32,10 @@ class SamplingParams:
             generation config, see :func:`eos_token_ids`) always ends a completion.
         seed: seeds the sampler; the same seed, prompts, params and weights reproduce the same
             completions. None: not reseeded.
+        prompt_seeds: one seed per prompt of the ``generate`` call (the worker's per-problem seeds,
+            :mod:`prioreplay.rollout_worker.seeds`); when given, they replace ``seed``: vLLM seeds
+            prompt i's request with ``prompt_seeds[i]`` (child j: + j), the transformers backend
+            seeds each decoded chunk with a hash of its prompts' seeds. Empty: ``seed`` applies.
     """
 
     temperature: float = 1.0
@@ -39,6 +43,7 @@ class SamplingParams:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = field(default_factory=tuple)
     seed: int | None = None
+    prompt_seeds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -53,6 +58,24 @@ class SamplingParams:
         object.__setattr__(self, "stop", stop)
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):
             raise InvalidArgument(f"seed ({self.seed}) must be an integer in [0, 2**63) or None")
+        seeds = tuple(self.prompt_seeds)
+        bad = [s for s in seeds if not (isinstance(s, int) and 0 <= s < 2**63)]
+        if bad:
+            raise InvalidArgument(f"prompt_seeds ({bad[0]!r}, ...) must be integers in [0, 2**63), one per prompt")
+        object.__setattr__(self, "prompt_seeds", seeds)
+
+    def seeds_for(self, prompts: int) -> list[int | None]:
+        """The seed of each of ``prompts`` prompts: ``prompt_seeds`` if given, else ``seed`` for all.
+
+        Raises:
+            InvalidArgument: ``prompt_seeds`` is given but does not hold one seed per prompt.
+        """
+        if not self.prompt_seeds:
+            return [self.seed] * prompts
+        if len(self.prompt_seeds) != prompts:
+            raise InvalidArgument(f"prompt_seeds holds {len(self.prompt_seeds)} seeds for {prompts} prompts; "
+                                  f"give one per prompt (or none, and seed)")
+        return list(self.prompt_seeds)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from prioreplay import models
 from prioreplay.errors import InvalidArgument
 from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams, context_limit,
                                                     model_eos_token_ids, validate_prompts, verified_weights_dir)
+from prioreplay.rollout_worker.seeds import mix_seed
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +153,10 @@ class TransformersBackend(LoadedPolicy):
         """Sample ``n`` completions per prompt; see ``GenerationBackend.generate``.
 
         Sequences are ordered prompt-major (prompt 0's n completions first) and decoded in chunks
-        of at most ``max_batch_sequences``. With ``params.seed`` set, the torch RNG is seeded once
-        per call inside a forked RNG state, so the global RNG is left untouched.
+        of at most ``max_batch_sequences``. With ``params.prompt_seeds``, each chunk is seeded with
+        a hash of its sequences' prompt seeds (one sampler per chunk: torch's generate draws a whole
+        batch from one RNG); else with ``params.seed`` set, the torch RNG is seeded once per call.
+        Either way inside a forked RNG state, so the global RNG is left untouched.
 
         Raises:
             InvalidArgument: see :func:`~prioreplay.rollout_worker.backends.base.validate_prompts`.
@@ -162,11 +165,15 @@ class TransformersBackend(LoadedPolicy):
         seqs = [list(p) for p in prompt_token_ids for _ in range(n)]
         devices = [self.device] if self.device.type == "cuda" else []
         out: list[GeneratedCompletion] = []
-        with torch.random.fork_rng(devices=devices, enabled=params.seed is not None):
-            if params.seed is not None:
+        seeds = [s for s in params.seeds_for(len(prompt_token_ids)) for _ in range(n)]  # (P·n,) prompt-major
+        with torch.random.fork_rng(devices=devices, enabled=params.seed is not None or bool(params.prompt_seeds)):
+            if params.seed is not None and not params.prompt_seeds:
                 torch.manual_seed(params.seed)
             for start in range(0, len(seqs), self.max_batch_sequences):
-                out.extend(self._generate_chunk(seqs[start:start + self.max_batch_sequences], params))
+                end = start + self.max_batch_sequences
+                if params.prompt_seeds:
+                    torch.manual_seed(mix_seed("chunk", start, *seeds[start:end]))
+                out.extend(self._generate_chunk(seqs[start:end], params))
         return [out[i * n:(i + 1) * n] for i in range(len(prompt_token_ids))]
 
     def _left_pad(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -207,11 +207,11 @@ class VLLMBackend(LoadedPolicy):
             InvalidArgument: see :func:`~prioreplay.rollout_worker.backends.base.validate_prompts`.
         """
         validate_prompts(prompt_token_ids, n, self.vocab_size)
-        sp = self._vllm.SamplingParams(
+        sp = [self._vllm.SamplingParams(
             n=n, temperature=params.temperature, top_p=params.top_p,
-            max_tokens=params.max_new_tokens, stop=list(params.stop) or None, seed=params.seed, logprobs=0,
+            max_tokens=params.max_new_tokens, stop=list(params.stop) or None, seed=seed, logprobs=0,
             include_stop_str_in_output=True, stop_token_ids=vllm_stop_token_ids(self.eos_token_ids),
-        )
+        ) for seed in params.seeds_for(len(prompt_token_ids))]  # one per prompt: its own seed
         prompts = [self._TokensPrompt(prompt_token_ids=list(p)) for p in prompt_token_ids]
         outputs = self.llm.generate(prompts, sp, use_tqdm=False)
         groups = []
