@@ -111,7 +111,7 @@ def _server(kind: str) -> Iterator[str]:
 
 def _correct(completions, answer, **kwargs):
     found = [re.search(r"-?\d+", c) for c in completions]
-    return [float(m is not None and m.group() == a) for m, a in zip(found, answer)]
+    return [float(m is not None and m.group() == a) for m, a in zip(found, answer, strict=True)]
 
 
 def _run_arm(arm: str, params: IntegrationParams, model_dir: str, server: str, out_dir: Path) -> dict[str, Any]:

@@ -242,7 +242,7 @@ async def run_one(params: SimParams, method: Method, seed: int,
         u = rng.random((idx.size, G))  # (b, G): the same draws whatever g_j, columns >= g_j unused
         hits = u < pop.success(idx)[:, None]
         groups = [tuple(map(float, hits[j, :sizes[j]])) for j in range(idx.size)]
-        await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, g) for sp, g in zip(lease.problems, groups)])
+        await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, g) for sp, g in zip(lease.problems, groups, strict=True)])
         rollouts += int(sizes.sum())
         probes += int(np.sum(sizes < G))
         clock.t += 1.0

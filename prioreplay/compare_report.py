@@ -48,7 +48,7 @@ def _curves(ax, data, color, key: str, title: str) -> None:
         if not pts:
             continue
         s = run["sampler"]
-        ax.plot(*zip(*pts), color=color[s], alpha=0.8, marker=".", label=None if s in labelled else s)
+        ax.plot(*zip(*pts, strict=True), color=color[s], alpha=0.8, marker=".", label=None if s in labelled else s)
         labelled.add(s)
     ax.set_title(title)
     ax.set_xlabel("rollouts consumed (completions reported)")

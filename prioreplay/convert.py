@@ -124,7 +124,7 @@ def outcome_to_proto(problem_id: str, policy_version: int, rewards: Sequence[flo
                              "give one reward per completion")
         completions = [pb.Completion(reward=r, token_ids=g.token_ids, logprobs=[min(lp, 0.0) for lp in g.logprobs],
                                      text=g.text, truncated=g.truncated)
-                       for g, r in zip(generated, rewards)]
+                       for g, r in zip(generated, rewards, strict=True)]
     return pb.ProblemOutcome(problem_id=problem_id, policy_version=policy_version, prompt_token_ids=prompt_token_ids,
                              completions=completions, sampling_temperature=temperature, sampling_top_p=top_p)
 

@@ -411,7 +411,7 @@ def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed
         answer = answer + values[2] if ops[1] == "+" else answer - values[2]
         expr = f"{values[0]} * {values[1]} {ops[1]} {values[2]}"
     else:
-        for op, v in zip(ops, values[1:]):
+        for op, v in zip(ops, values[1:], strict=True):
             answer = answer + v if op == "+" else answer - v if op == "-" else answer * v
             expr += f" {op} {v}"
     metadata = {

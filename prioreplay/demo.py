@@ -297,7 +297,7 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
             return server, client
         except PrioreplayError:
             if time.time() > deadline:
-                raise ChildFailed(f"server did not answer on {address} within 60 s:\n{server.tail()}")
+                raise ChildFailed(f"server did not answer on {address} within 60 s:\n{server.tail()}") from None
 
 
 def _register_dataset(demo: Demo, client) -> list:

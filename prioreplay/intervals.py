@@ -54,9 +54,9 @@ def paired_difference(before: Sequence[bool], after: Sequence[bool], z: float = 
     n = len(before)
     if n == 0 or n != len(after):
         raise ValueError(f"paired_difference needs two non-empty sequences of one length (got {n} and {len(after)})")
-    a = sum(1 for x, y in zip(after, before) if x and y)  # right both times
-    b = sum(1 for x, y in zip(after, before) if x and not y)  # right only after
-    c = sum(1 for x, y in zip(after, before) if not x and y)  # right only before
+    a = sum(1 for x, y in zip(after, before, strict=True) if x and y)  # right both times
+    b = sum(1 for x, y in zip(after, before, strict=True) if x and not y)  # right only after
+    c = sum(1 for x, y in zip(after, before, strict=True) if not x and y)  # right only before
     d = n - a - b - c
     p1, p2 = (a + b) / n, (a + c) / n
     l1, u1 = wilson(a + b, n, z)

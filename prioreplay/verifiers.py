@@ -145,7 +145,7 @@ def final_number(text: str) -> Decimal | None:
         if numbers:
             return _to_decimal(numbers[-1])
     last = None
-    for last in _NUMBER_RE.finditer(normalize_numbers(text[-MAX_COMPLETION_CHARS:])):
+    for last in _NUMBER_RE.finditer(normalize_numbers(text[-MAX_COMPLETION_CHARS:])):  # noqa: B007 -- keeps the last match
         pass
     return _to_decimal(last.group()) if last else None
 

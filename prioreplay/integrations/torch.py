@@ -415,7 +415,7 @@ class PrioritySampler(Sampler[int]):
             raise InvalidArgument(f"report: {len(ids)} ids for {len(rewards)} rewards; give one id per reward")
         with self._lock:
             pids = [self.table.ids[k] if isinstance(k, int) else str(k) for k in ids]
-            values = [self._checked(pid, r) for pid, r in zip(pids, rewards)]
+            values = [self._checked(pid, r) for pid, r in zip(pids, rewards, strict=True)]
             adds: dict[str, int] = {}
             for pid in pids:
                 adds[pid] = adds.get(pid, 0) + 1
@@ -425,7 +425,7 @@ class PrioritySampler(Sampler[int]):
                     raise InvalidArgument(f"report: problem {pid!r} would get {lease.slots.get(pid, 0) + k} rewards in "
                                           f"one lease; its group has group_size={self.group_size}")
             touched: dict[str, _Lease] = {}
-            for pid, r in zip(pids, values):
+            for pid, r in zip(pids, values, strict=True):
                 lease = self._leases[self._lease_of[pid]]
                 lease.slots[pid] = lease.slots.get(pid, 0) + 1
                 if r is not None:

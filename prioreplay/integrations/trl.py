@@ -152,7 +152,7 @@ class PriorityReplay:
             ids = kwargs.get(self.id_column)
             return ({k: v for k, v in kwargs.items() if k != ID_COLUMN} if strip else kwargs), ids
 
-        if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
+        if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):  # noqa: B004 -- asks for an async __call__
             async def wrapped(*args, **kwargs):
                 kw, ids = split(kwargs)
                 rewards = await func(*args, **kw)

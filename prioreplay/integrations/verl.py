@@ -183,4 +183,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PriorityRayPPOTrainer", "ReportRewards", "RewardReporter", "make_train_sampler", "problem_id"]
+# PriorityRayPPOTrainer is made on first access by __getattr__ above (verl is imported only then)
+__all__ = [  # noqa: F822
+    "PriorityRayPPOTrainer", "ReportRewards", "RewardReporter", "make_train_sampler", "problem_id"]

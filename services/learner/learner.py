@@ -130,8 +130,8 @@ def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int, m
             completion mask: they take part in their group's advantages but give no gradient.
     """
     seqs, behaviour, starts, adv, rewards, counted = [], [], [], [], [], []
-    for g, a in zip(groups, advantages):
-        for c, a_i in zip(g.completions, a.tolist()):
+    for g, a in zip(groups, advantages, strict=True):
+        for c, a_i in zip(g.completions, a.tolist(), strict=True):
             seqs.append(list(g.prompt_token_ids) + list(c.token_ids))
             behaviour.append(list(c.logprobs))
             starts.append(len(g.prompt_token_ids))
@@ -143,7 +143,7 @@ def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int, m
     attention_mask = torch.zeros(B, T, dtype=torch.long)  # (B, T)
     completion_mask = torch.zeros(B, T - 1, dtype=torch.bool)  # (B, T-1)
     behaviour_lp = torch.zeros(B, T - 1, dtype=torch.float32)  # (B, T-1)
-    for b, (s, lp, p) in enumerate(zip(seqs, behaviour, starts)):
+    for b, (s, lp, p) in enumerate(zip(seqs, behaviour, starts, strict=True)):
         input_ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
         attention_mask[b, : len(s)] = 1
         completion_mask[b, p - 1 : len(s) - 1] = counted[b]  # token j+1 is a completion token

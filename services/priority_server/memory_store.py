@@ -286,7 +286,7 @@ class MemoryStore(Store):
             if not more_parts:
                 self._return_problems(lease, skip=reported)
             self._end_lease(lease, "already reported", now)
-        queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, fresh))
+        queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, fresh, strict=True))
         return ReportResult(True, "", queued, sum(k is not GroupKind.MIXED for k in kinds),
                             skipped=len(outcomes) - len(fresh), quarantined=len(unservable))
 

@@ -167,7 +167,7 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
     view = _VIEWS["ReportView"].FromString(raw)
     group = _VIEWS["GroupView"]
     out = []
-    for o, c in zip(view.outcomes, check.outcomes):
+    for o, c in zip(view.outcomes, check.outcomes, strict=True):
         if not o.problem_id or o.policy_version < 0 or not (o.sampling_temperature >= 0 and o.sampling_temperature != _INF):
             return None  # NaN fails >= 0
         if not 0.0 <= o.sampling_top_p <= 1.0:

@@ -217,12 +217,12 @@ class RolloutWorker:
         self.batches_done += 1
 
         t0 = time.perf_counter()
-        rewards = [[self._score(p, comp.text) for comp in group] for (p, _), group in zip(leased, groups)]
+        rewards = [[self._score(p, comp.text) for comp in group] for (p, _), group in zip(leased, groups, strict=True)]
         verification_s = time.perf_counter() - t0
 
         outcomes = [outcome_to_proto(p.id, version, r, generated=group, prompt_token_ids=ids,
                                      temperature=self.config.temperature, top_p=self.config.top_p)
-                    for (p, _), ids, group, r in zip(leased, prompts, groups, rewards)]
+                    for (p, _), ids, group, r in zip(leased, prompts, groups, rewards, strict=True)]
         flat = [x for r in rewards for x in r]
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
         self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
@@ -254,7 +254,7 @@ class RolloutWorker:
         if not limit:
             return leased, prompts, []
         keep, keep_prompts, unservable = [], [], []
-        for item, ids in zip(leased, prompts):
+        for item, ids in zip(leased, prompts, strict=True):
             if len(ids) >= limit:
                 log.warning("problem %s: its prompt is %d tokens, the model's context %d; reported unservable "
                             "(quarantined until registered again with a shorter prompt)", item[0].id, len(ids), limit)
@@ -277,7 +277,7 @@ class RolloutWorker:
         groups: list[list[GeneratedCompletion]] = [[] for _ in prompts]
         for size in sorted(set(sizes), reverse=True):
             where = [i for i, s in enumerate(sizes) if s == size]
-            for i, group in zip(where, self.backend.generate([prompts[i] for i in where], size, params)):
+            for i, group in zip(where, self.backend.generate([prompts[i] for i in where], size, params), strict=True):
                 groups[i] = group
         probes = sum(1 for s in sizes if s < self.config.group_size)
         if probes:

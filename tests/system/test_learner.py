@@ -238,7 +238,7 @@ def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_res
     # version 2 was published before the crash: the retrained step is numbered after it
     assert second.step_count == 2 and client.stats().policy_version == 3
     # the optimizer (Adam moments) and scheduler were restored too: the same update as the dead one made
-    for (name, a), b in zip(second.model.state_dict().items(), first.model.state_dict().values()):
+    for (name, a), b in zip(second.model.state_dict().items(), first.model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=name)
     assert client.stats().pending_groups == 0
     second.client.close()
@@ -463,7 +463,7 @@ def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
     prompts = [apply_chat_template(backend.tokenizer, p) for p in ("What is 2+3?", "Hi", "Count to 4")]
     groups_out = backend.generate(prompts, 4, SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=16, seed=3))
     groups = [pb.TrajectoryGroup(prompt_token_ids=p, completions=[
-        pb.Completion(reward=1.0, token_ids=c.token_ids, logprobs=c.logprobs) for c in g]) for p, g in zip(prompts, groups_out)]
+        pb.Completion(reward=1.0, token_ids=c.token_ids, logprobs=c.logprobs) for c in g]) for p, g in zip(prompts, groups_out, strict=True)]
     batch = collate(groups, [torch.zeros(4)] * 3, backend.tokenizer.pad_token_id)
     mask = batch.completion_mask
     with torch.no_grad():
