@@ -195,7 +195,7 @@ def start_worker(i: int, device: str, address: str, model_dir: Path, args, loade
         loaded[name].append(version)
         return seconds
 
-    backend.load_weights = load_and_record
+    backend.load_weights = load_and_record  # type: ignore[method-assign]  # the benchmark wraps the method to time it
     worker = RolloutWorker(cfg, backend, PriorityClient(cfg), WorkerMetrics())
     thread = threading.Thread(target=worker.run, name=name, daemon=True)
     thread.start()
@@ -223,7 +223,8 @@ def run(args) -> int:
         print("gpu_check: needs a CUDA GPU and torch sees none; run it on a GPU machine, "
               "or pass --device cpu for the plumbing dry-run", file=sys.stderr)
         return 2
-    from prioreplay.client import PriorityClient, problem_to_proto
+    from prioreplay.client import PriorityClient
+    from prioreplay.convert import problem_to_proto
     from prioreplay.config import ClientSettings
     from prioreplay.learner.config import LearnerConfig
     from prioreplay.learner.learner import Learner
@@ -255,7 +256,7 @@ def run(args) -> int:
                              log_file=run_dir / "learner.jsonl", max_staleness=args.steps, pull_wait_s=1.0)
         gated = GatedClient(PriorityClient(lcfg), loaded, args.gate_timeout_s)
         learner = Learner(lcfg, client=gated, model_dir=model_dir)
-        gated.learner = learner
+        gated.learner = learner  # type: ignore[assignment]  # None until started
         workers = [start_worker(i, d, srv.address, model_dir, args, loaded) for i, d in enumerate(worker_devices)]
         t_steps = time.perf_counter()
         learner.run()

@@ -71,7 +71,7 @@ def lease_to_proto(lease: LeaseLike) -> pb.SampleProblemsResponse:
     return pb.SampleProblemsResponse(
         lease_id=lease.lease_id,
         lease_deadline_unix_s=lease.deadline if lease.problems else 0.0,
-        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source),
+        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source),  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
                                    group_size=s.group_size or 0)
                   for s in lease.problems],
         policy_version=lease.policy_version,

@@ -554,7 +554,7 @@ def _iter_all(source: str, split: str | None, columns: ColumnMapping, verifier: 
                              unit="line" if _is_json_file(source) else "row")
         rows = _iter_json_rows(path, conv) if _is_json_file(source) else _iter_parquet_rows(path)
     else:
-        stem, rows = _iter_dataset_rows(source, split)
+        stem, rows = _iter_dataset_rows(source, split)  # type: ignore[assignment]  # both are iterables of (index, row)
         conv = _RowConverter(stem, columns, verifier, id_prefix, location=source, unit="row")
     for index, row in rows:
         yield conv.convert(row, index)

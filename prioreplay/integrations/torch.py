@@ -135,14 +135,14 @@ class ProblemTable:
             prompts, answers = cls._texts(rows, prompt_column, answer_column)
         h = hashlib.sha256()
         for i in range(n):
-            given = "" if ids is None else str(_column(rows[i], ids) if isinstance(ids, str) else ids[i])
+            given = "" if ids is None else str(_column(rows[i], ids) if isinstance(ids, str) else ids[i])  # type: ignore[index]  # loaded in __init__ before any use
             for part in (given, prompts[i], answers[i]):
                 h.update(part.encode("utf-8", "surrogatepass") + b"\x00")
         fp = h.hexdigest()[:16]
         if ids is None:
             out = [f"{fp}:{i}" for i in range(n)]
         elif isinstance(ids, str):
-            out = [str(_column(r, ids)) for r in rows]
+            out = [str(_column(r, ids)) for r in rows]  # type: ignore[union-attr]  # loaded in __init__ before any use
         else:
             out = [str(x) for x in ids]
         cls._check_ids(out)

@@ -154,7 +154,7 @@ class ReportRewards:
 
     def _prioreplay_report(self, batch) -> None:
         if self.prioreplay_reporter is None:
-            sampler = getattr(self.train_dataloader, "sampler", None)
+            sampler = getattr(self.train_dataloader, "sampler", None)  # type: ignore[attr-defined]  # a mixin: RayPPOTrainer provides it
             if not isinstance(sampler, PrioritySampler):
                 raise InvalidArgument("the trainer's train_sampler is not a PrioritySampler; pass "
                                       "train_sampler=make_train_sampler(config, train_dataset)")

@@ -220,7 +220,7 @@ class RolloutWorker:
         rewards = [[self._score(p, comp.text) for comp in group] for (p, _), group in zip(leased, groups, strict=True)]
         verification_s = time.perf_counter() - t0
 
-        outcomes = [outcome_to_proto(p.id, version, r, generated=group, prompt_token_ids=ids,
+        outcomes = [outcome_to_proto(p.id, version, r, generated=group, prompt_token_ids=ids,  # type: ignore[arg-type]  # matches the protocol at run time; its field types are narrower than the record's
                                      temperature=self.config.temperature, top_p=self.config.top_p)
                     for (p, _), ids, group, r in zip(leased, prompts, groups, rewards, strict=True)]
         flat = [x for r in rewards for x in r]
