@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ALLOWED_TEXT = (" ", "0", "1")  # the random model's vocabulary, with EOS
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ class GatedClient:
 
     def __init__(self, client, loaded: dict[str, list[int]], gate_timeout_s: float):
         self._client, self.loaded, self.gate_timeout_s = client, loaded, gate_timeout_s
-        self.learner = None
+        self.learner: Any = None  # the Learner (torch: imported late), set before its first pull
         self.gaps: list[float] = []
         self.late: list[int] = []
 
@@ -256,7 +257,7 @@ def run(args) -> int:
                              log_file=run_dir / "learner.jsonl", max_staleness=args.steps, pull_wait_s=1.0)
         gated = GatedClient(PriorityClient(lcfg), loaded, args.gate_timeout_s)
         learner = Learner(lcfg, client=gated, model_dir=model_dir)
-        gated.learner = learner  # type: ignore[assignment]  # None until started
+        gated.learner = learner
         workers = [start_worker(i, d, srv.address, model_dir, args, loaded) for i, d in enumerate(worker_devices)]
         t_steps = time.perf_counter()
         learner.run()

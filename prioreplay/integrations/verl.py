@@ -163,11 +163,11 @@ class ReportRewards:
 
     def _update_critic(self, batch):
         self._prioreplay_report(batch)
-        return super()._update_critic(batch)
+        return super()._update_critic(batch)  # type: ignore[misc]  # a mixin: RayPPOTrainer, next in the MRO, has it
 
     def _update_actor(self, batch):
         self._prioreplay_report(batch)
-        return super()._update_actor(batch)
+        return super()._update_actor(batch)  # type: ignore[misc]  # a mixin: RayPPOTrainer, next in the MRO, has it
 
 
 def __getattr__(name: str) -> Any:
