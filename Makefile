@@ -4,15 +4,21 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo compare test test-fast bench proto clean compose-smoke gpu-check k8s-tools
+.PHONY: install lint demo compare test test-fast bench proto clean compose-smoke gpu-check k8s-tools
 
-# setup.py maps every services/<role>/ folder onto prioreplay.<role>: a new folder reinstalls.
-$(STAMP): pyproject.toml setup.py $(wildcard services/*/__init__.py services/*/*/__init__.py)
+# setup.py maps every services/<role>/ folder onto prioreplay.<role>. The strict editable install
+# links each source file into build/__editable__.*/ (a tree that mypy and editors follow), so the
+# install is redone when the list of .py files changes (a new module or role), not only its contents.
+PY_FILES := $(sort $(shell find prioreplay services -name '*.py' -not -path '*/__pycache__/*'))
+FILE_LIST := $(VENV)/.py-files
+$(shell mkdir -p $(VENV) && echo '$(PY_FILES)' | cmp -s - $(FILE_LIST) || echo '$(PY_FILES)' > $(FILE_LIST))
+
+$(STAMP): pyproject.toml setup.py $(FILE_LIST)
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# [dev]: every role (worker, learner, demo), the trainer integrations (torch, trl, verl) and the test
 	# tools; a role alone is prioreplay[worker] etc.
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=strict
 	# verl's own pins (transformers<5.11, packaging<26 via pyvers) are older than ours: the
 	# integration tests use these three without their dependencies (pyproject's [verl] extra).
 	$(BIN)/python -m pip install -q --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0
@@ -22,6 +28,14 @@ $(STAMP): pyproject.toml setup.py $(wildcard services/*/__init__.py services/*/*
 
 install: $(STAMP)
 
+# ruff (lint and format check) over the Python tree and mypy over the import package through the
+# strict editable link tree (docs/INTERFACES.md "Static tools"); config in pyproject.toml
+LINT_PATHS := prioreplay services benchmarks tests examples setup.py
+lint: install
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy
+
 demo: install
 	$(BIN)/prioreplay demo $(ARGS)
 
@@ -30,7 +44,7 @@ compare: install
 	$(BIN)/prioreplay compare $(ARGS)
 
 # k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py (installed once if missing)
-test: install k8s-tools
+test: install lint k8s-tools
 	$(BIN)/python -m pytest -q $(ARGS)
 
 # tests/unit and the system tests not marked slow or soak (about 50 s of CPU time; `make test` runs all)

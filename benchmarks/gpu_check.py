@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ALLOWED_TEXT = (" ", "0", "1")  # the random model's vocabulary, with EOS
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ class GatedClient:
 
     def __init__(self, client, loaded: dict[str, list[int]], gate_timeout_s: float):
         self._client, self.loaded, self.gate_timeout_s = client, loaded, gate_timeout_s
-        self.learner = None
+        self.learner: Any = None  # the Learner (torch: imported late), set before its first pull
         self.gaps: list[float] = []
         self.late: list[int] = []
 
@@ -196,7 +197,7 @@ def start_worker(i: int, device: str, address: str, model_dir: Path, args, loade
         loaded[name].append(version)
         return seconds
 
-    backend.load_weights = load_and_record
+    backend.load_weights = load_and_record  # type: ignore[method-assign]  # the benchmark wraps the method to time it
     worker = RolloutWorker(cfg, backend, PriorityClient(cfg), WorkerMetrics())
     thread = threading.Thread(target=worker.run, name=name, daemon=True)
     thread.start()

@@ -111,7 +111,7 @@ def _server(kind: str) -> Iterator[str]:
 
 def _correct(completions, answer, **kwargs):
     found = [re.search(r"-?\d+", c) for c in completions]
-    return [float(m is not None and m.group() == a) for m, a in zip(found, answer)]
+    return [float(m is not None and m.group() == a) for m, a in zip(found, answer, strict=True)]
 
 
 def _run_arm(arm: str, params: IntegrationParams, model_dir: str, server: str, out_dir: Path) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def _run_arm(arm: str, params: IntegrationParams, model_dir: str, server: str, o
     runtime = float(trainer.train().metrics["train_runtime"])
     row: dict[str, Any] = {"arm": arm, "runtime_s": runtime, "step_s": runtime / params.steps}
     if arm == "prioreplay":
-        c = trainer.priority.sampler.counters
+        c = trainer.priority.sampler.counters  # type: ignore[attr-defined]  # attribute added by prioreplay.integrations.trl.attach
         row.update(lease_s=c["lease_s"], report_s=c["report_s"], rpc_s=c["rpc_s"], leases=int(c["leases"]),
                    groups=int(c["groups"]))
     return row

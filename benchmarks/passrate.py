@@ -36,7 +36,7 @@ def measure(backend, tokenizer, problems, group_size: int, temperature: float, m
         chunk = problems[start:start + batch_problems]
         ids = [apply_chat_template(tokenizer, p.prompt) for p in chunk]
         groups = backend.generate(ids, group_size, params)
-        for p, group in zip(chunk, groups):
+        for p, group in zip(chunk, groups, strict=True):
             rs = [verify(p.verifier, c.text, p.answer).reward for c in group]
             rewards += rs
             tokens += [len(c.token_ids) for c in group]

@@ -124,7 +124,7 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
 
 
 # -- part 2b: the samplers beyond the paper across populations-------------------------------
-def part_samplers(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+def part_samplers(args: argparse.Namespace, res: Results) -> dict[str, Any]:  # type: ignore[return]  # every branch returns or raises
     """Every candidate sampler against ``heap`` and ``uniform`` in each population of
     ``simulate.POPULATIONS``, paired seeds; figures ``samplers.<population>.<method>.<metric>``."""
     from benchmarks import simulate
@@ -223,7 +223,7 @@ def part_simulate(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     for v in variants:
         params = simulate.quick_params() if args.quick else simulate.SimParams()
         if not args.quick:
-            params = replace(params, **SIM_VARIANTS[v])
+            params = replace(params, **SIM_VARIANTS[v])  # type: ignore[arg-type]  # the keyword dict holds exactly the callee's fields
         seeds = range(args.seeds if args.seeds else (2 if args.quick else 20))
         plot = str(Path(args.plot_dir) / f"bench_simulation{'' if v == 'default' else '_' + v}.png") if args.plot_dir else None
         r = simulate.run_simulation(params, seeds, plot_path=plot, progress=_log)

@@ -44,7 +44,7 @@ async def measure(kind: str, sampler: str | None, params: ServiceParams, redis_u
                 stub = pb_grpc.PriorityServiceStub(ch)
                 await register_grpc(stub, params.problems)
                 s, r = grpc_fns(stub, params, seed=1)
-                res = await load(1, s, r, params.duration_s, params.warmup_s)
+                res = await load(1, [(s, r)], params.duration_s, params.warmup_s)
             finally:
                 await ch.close()
     finally:

@@ -118,12 +118,12 @@ class Outcomes:
         rw = self.rewards(len(ids))
         return [pb.ProblemOutcome(problem_id=pid, policy_version=0, prompt_token_ids=self.prompt_ids,
                                   completions=[self.completion[r] for r in row])
-                for pid, row in zip(ids, rw.tolist())]
+                for pid, row in zip(ids, rw.tolist(), strict=True)]
 
     def store(self, ids: list[str]) -> list[GroupOutcome]:
         rw = self.rewards(len(ids))
         out = []
-        for pid, row in zip(ids, rw.tolist()):
+        for pid, row in zip(ids, rw.tolist(), strict=True):
             mixed = 0.0 < sum(row) < len(row)
             out.append(GroupOutcome(pid, tuple(row), self.payload if mixed else b""))
         return out
@@ -169,7 +169,7 @@ class RawReports(Outcomes):
         """Serialized ``ReportOutcomesRequest`` of one report of ``ids``."""
         bits = (self.rewards(len(ids)) @ self.weights).astype(int).tolist()
         parts = [_bytes_field(1, lease_id.encode())]
-        for pid, b in zip(ids, bits):
+        for pid, b in zip(ids, bits, strict=True):
             parts.append(_bytes_field(2, _bytes_field(1, pid.encode()) + self.suffix[b]))
         parts.append(_bytes_field(3, worker_id.encode()))
         return b"".join(parts)

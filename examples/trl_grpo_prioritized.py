@@ -29,7 +29,7 @@ dataset = Dataset.from_dict({"prompt": [f"What is {a} + {b}? Reply with the numb
 def correct(completions, answer, **kwargs):
     """1.0 when the completion's first number is the answer, else 0.0."""
     found = [re.search(r"-?\d+", c) for c in completions]
-    return [float(m is not None and m.group() == a) for m, a in zip(found, answer)]
+    return [float(m is not None and m.group() == a) for m, a in zip(found, answer, strict=True)]
 
 
 config = GRPOConfig(output_dir=output_dir, max_steps=max_steps, per_device_train_batch_size=8, num_generations=4,

@@ -195,7 +195,7 @@ class PriorityClient:
         FailedPrecondition).
         """
         req = pb.SampleProblemsRequest(batch_size=batch_size, worker_id=worker_id, lease_timeout_s=lease_timeout_s,
-                                       client_source=client_source, accepts_group_size=accepts_group_size,
+                                       client_source=client_source, accepts_group_size=accepts_group_size,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
                                        request_id=uuid.uuid4().hex if request_id is None else request_id)
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
@@ -212,7 +212,7 @@ class PriorityClient:
         until registered again.
         """
         req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id,
-                                       client_source=client_source, rewards_only=rewards_only,
+                                       client_source=client_source, rewards_only=rewards_only,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
                                        more_parts=more_parts, unservable_problem_ids=unservable)
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
 
@@ -246,7 +246,7 @@ class PriorityClient:
             kw = dict(worker_id=worker_id, client_source=client_source, rewards_only=rewards_only,
                       more_parts=not last, unservable=unservable if last else ())
             if observe is None:
-                return self.report(lease_id, part, **kw)
+                return self.report(lease_id, part, **kw)  # type: ignore[arg-type]  # the keyword dict holds exactly the callee's fields
             return timed_call(observe, "ReportOutcomes", self.report, lease_id, part, **kw)
 
         total = pb.ReportOutcomesResponse(accepted=True)

@@ -71,7 +71,7 @@ def lease_to_proto(lease: LeaseLike) -> pb.SampleProblemsResponse:
     return pb.SampleProblemsResponse(
         lease_id=lease.lease_id,
         lease_deadline_unix_s=lease.deadline if lease.problems else 0.0,
-        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source),
+        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source),  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
                                    group_size=s.group_size or 0)
                   for s in lease.problems],
         policy_version=lease.policy_version,
@@ -124,7 +124,7 @@ def outcome_to_proto(problem_id: str, policy_version: int, rewards: Sequence[flo
                              "give one reward per completion")
         completions = [pb.Completion(reward=r, token_ids=g.token_ids, logprobs=[min(lp, 0.0) for lp in g.logprobs],
                                      text=g.text, truncated=g.truncated)
-                       for g, r in zip(generated, rewards)]
+                       for g, r in zip(generated, rewards, strict=True)]
     return pb.ProblemOutcome(problem_id=problem_id, policy_version=policy_version, prompt_token_ids=prompt_token_ids,
                              completions=completions, sampling_temperature=temperature, sampling_top_p=top_p)
 

@@ -411,7 +411,7 @@ def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed
         answer = answer + values[2] if ops[1] == "+" else answer - values[2]
         expr = f"{values[0]} * {values[1]} {ops[1]} {values[2]}"
     else:
-        for op, v in zip(ops, values[1:]):
+        for op, v in zip(ops, values[1:], strict=True):
             answer = answer + v if op == "+" else answer - v if op == "-" else answer * v
             expr += f" {op} {v}"
     metadata = {
@@ -554,7 +554,7 @@ def _iter_all(source: str, split: str | None, columns: ColumnMapping, verifier: 
                              unit="line" if _is_json_file(source) else "row")
         rows = _iter_json_rows(path, conv) if _is_json_file(source) else _iter_parquet_rows(path)
     else:
-        stem, rows = _iter_dataset_rows(source, split)
+        stem, rows = _iter_dataset_rows(source, split)  # type: ignore[assignment]  # both are iterables of (index, row)
         conv = _RowConverter(stem, columns, verifier, id_prefix, location=source, unit="row")
     for index, row in rows:
         yield conv.convert(row, index)

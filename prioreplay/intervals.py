@@ -54,16 +54,16 @@ def paired_difference(before: Sequence[bool], after: Sequence[bool], z: float = 
     n = len(before)
     if n == 0 or n != len(after):
         raise ValueError(f"paired_difference needs two non-empty sequences of one length (got {n} and {len(after)})")
-    a = sum(1 for x, y in zip(after, before) if x and y)  # right both times
-    b = sum(1 for x, y in zip(after, before) if x and not y)  # right only after
-    c = sum(1 for x, y in zip(after, before) if not x and y)  # right only before
+    a = sum(1 for x, y in zip(after, before, strict=True) if x and y)  # right both times
+    b = sum(1 for x, y in zip(after, before, strict=True) if x and not y)  # right only after
+    c = sum(1 for x, y in zip(after, before, strict=True) if not x and y)  # right only before
     d = n - a - b - c
     p1, p2 = (a + b) / n, (a + c) / n
     l1, u1 = wilson(a + b, n, z)
     l2, u2 = wilson(a + c, n, z)
     marg = (a + b) * (c + d) * (a + c) * (b + d)
     cross = a * d - b * c  # phi's numerator with Newcombe's continuity correction (method 10)
-    cross = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
+    cross = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)  # type: ignore[assignment]  # the value becomes a float
     phi = cross / math.sqrt(marg) if marg else 0.0
     diff = p1 - p2
     delta = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))

@@ -342,7 +342,7 @@ def load_causal_lm(path: str | os.PathLike, dtype: "torch.dtype | None" = None, 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
     except Exception as e:  # noqa: BLE001
         raise InvalidArgument(f"model in {str(path)!r} could not be loaded: {e}") from e
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers' decorator hides the classmethod's str argument
 
 
 def apply_chat_template(tokenizer: Any, prompt: str) -> list[int]:

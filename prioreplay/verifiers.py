@@ -145,7 +145,7 @@ def final_number(text: str) -> Decimal | None:
         if numbers:
             return _to_decimal(numbers[-1])
     last = None
-    for last in _NUMBER_RE.finditer(normalize_numbers(text[-MAX_COMPLETION_CHARS:])):
+    for last in _NUMBER_RE.finditer(normalize_numbers(text[-MAX_COMPLETION_CHARS:])):  # noqa: B007 -- keeps the last match
         pass
     return _to_decimal(last.group()) if last else None
 
@@ -249,7 +249,7 @@ def _score_math(completion: str, reference: str, timeout_s: float = DEFAULT_TIME
         RuntimeError: a pool process could not be started.
         Exception: whatever math-verify raised, re-created as RuntimeError with its text.
     """
-    return float(_pool().call({"op": "score", "completion": completion, "reference": reference}, timeout_s))
+    return float(_pool().call({"op": "score", "completion": completion, "reference": reference}, timeout_s))  # type: ignore[arg-type]  # the value is a number or numeric string
 
 
 def math_parses(text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:

@@ -193,7 +193,7 @@ async def _store_with_history(store_factory, clock):
     await store.register(make_problems(8))
     lease = await store.sample(8)
     rewards = [[1, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 0], [0, 0, 0], [0, 0, 0], [1, 0, 0], [1, 1, 0]]
-    await store.report(lease.lease_id, [outcome(sp.problem.id, r) for sp, r in zip(lease.problems, rewards)])
+    await store.report(lease.lease_id, [outcome(sp.problem.id, r) for sp, r in zip(lease.problems, rewards, strict=True)])
     return store
 
 
@@ -247,7 +247,7 @@ async def test_every_group_is_delivered_and_an_acked_one_never_again(store_facto
     lease = await store.sample(6)
     order = [sp.problem.id for sp in lease.problems]
     payloads = [f"traj:{pid}".encode() for pid in order]
-    res = await store.report(lease.lease_id, [outcome(pid, [1, 0], p) for pid, p in zip(order, payloads)])
+    res = await store.report(lease.lease_id, [outcome(pid, [1, 0], p) for pid, p in zip(order, payloads, strict=True)])
     assert res.groups_queued == 6
     assert (await store.stats()).queue_depth == 6
 
@@ -284,7 +284,7 @@ async def test_only_mixed_groups_are_queued(store_factory):
     await store.register(make_problems(4))
     lease = await store.sample(4)
     rewards = [[1, 1], [0, 0], [0.5, 0.5], [0, 1]]
-    res = await store.report(lease.lease_id, [outcome(sp.problem.id, r) for sp, r in zip(lease.problems, rewards)])
+    res = await store.report(lease.lease_id, [outcome(sp.problem.id, r) for sp, r in zip(lease.problems, rewards, strict=True)])
     assert (res.groups_queued, res.groups_filtered) == (1, 3)
     d = await store.dump()
     assert d["queue"] == [f"group:{lease.problems[3].problem.id}".encode()]
@@ -358,7 +358,7 @@ async def test_priority_histogram_counts_heap_priorities(store_factory):
     await store.register(make_problems(12))
     lease = await store.sample(9)
     rewards = [[1, 0], [1, 0, 0, 0], [1, 1, 1, 0], [0.5, 0.5], [0.5, 0.5], [1, 0, 0, 0, 0, 0, 0, 0], [1, 1], [0, 0], [0.2, 0.8]]
-    await store.report(lease.lease_id, [outcome(sp.problem.id, r) for sp, r in zip(lease.problems, rewards)])
+    await store.report(lease.lease_id, [outcome(sp.problem.id, r) for sp, r in zip(lease.problems, rewards, strict=True)])
     heap = [v[4] for v in (await store.dump())["problems"].values() if v[0] == Pool.HEAP]
     for buckets in (1, 4, 10):
         st = await store.stats(buckets)
@@ -471,7 +471,7 @@ async def test_every_pooled_problem_is_retested_within_the_bound(store_factory):
     assert set(entered) == pooled
     for pid in pooled:
         steps = [entered[pid]] + tested[pid]
-        gaps = [b - a for a, b in zip(steps, steps[1:])] + [final_step - steps[-1]]
+        gaps = [b - a for a, b in zip(steps, steps[1:], strict=False)] + [final_step - steps[-1]]  # strict=False: neighbouring pairs: one fewer than steps
         assert max(gaps) <= bound, (pid, steps, bound)
         assert len(tested[pid]) >= 5
     st = await store.stats()

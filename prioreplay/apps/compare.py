@@ -246,7 +246,7 @@ def run(cfg: CompareConfig) -> int:
             for arm in batch:
                 print(f"\n== arm {arm.sampler}, seed {arm.seed} -> {arm.run_dir}", flush=True)
             codes = [demo.run(batch[0])] if len(batch) == 1 else _run_concurrently(batch)
-            for arm, rc in zip(batch, codes):
+            for arm, rc in zip(batch, codes, strict=True):
                 if rc != 0:
                     print(f"prioreplay compare: arm {arm.sampler} seed {arm.seed} failed (exit {rc}); "
                           f"see {arm.run_dir}/logs", file=sys.stderr)

@@ -48,7 +48,7 @@ def _curves(ax, data, color, key: str, title: str) -> None:
         if not pts:
             continue
         s = run["sampler"]
-        ax.plot(*zip(*pts), color=color[s], alpha=0.8, marker=".", label=None if s in labelled else s)
+        ax.plot(*zip(*pts, strict=True), color=color[s], alpha=0.8, marker=".", label=None if s in labelled else s)
         labelled.add(s)
     ax.set_title(title)
     ax.set_xlabel("rollouts consumed (completions reported)")
@@ -97,7 +97,7 @@ def _held_out(ax, data, color) -> None:
             ticks.append(x)
             labels.append(f"{s}\nseed {run['seed']}")
             x += 1
-        x += 0.5
+        x += 0.5  # type: ignore[assignment]  # the sum becomes a float
     if not ticks:
         ax.text(0.5, 0.5, "held-out accuracy not measured (--eval-size 0)", ha="center", transform=ax.transAxes)
     ax.axhline(0, color="black", linewidth=0.8)

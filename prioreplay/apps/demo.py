@@ -297,7 +297,7 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
             return server, client
         except PrioreplayError:
             if time.time() > deadline:
-                raise ChildFailed(f"server did not answer on {address} within 60 s:\n{server.tail()}")
+                raise ChildFailed(f"server did not answer on {address} within 60 s:\n{server.tail()}") from None
 
 
 def _register_dataset(demo: Demo, client) -> list:
@@ -422,7 +422,7 @@ def _stop_children(demo: Demo, client, server: Child, workers: list[Child],
     server_metrics = demo.scrape(server)
     try:
         text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
-        server_metrics["served_priority"] = scrape_histogram(text, "prioreplay_sampled_priority")
+        server_metrics["served_priority"] = scrape_histogram(text, "prioreplay_sampled_priority")  # type: ignore[assignment]  # the report dict mixes values
     except OSError:
         pass
     demo.stop(server)

@@ -66,7 +66,7 @@ def evaluate_each(model_dir: Path, problems: Sequence, *, weights_dir: Path | No
             extra = {"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}  # ends the batch early
             out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=False,
                                  max_new_tokens=max_new_tokens, pad_token_id=pad, **extra)  # (B, T + new)
-        for p, row in zip(chunk, out[:, width:]):
+        for p, row in zip(chunk, out[:, width:], strict=True):
             text = tokenizer.decode(row, skip_special_tokens=True)
             cuts = [text.find(s) + len(s) for s in stop if s in text]
             if cuts:

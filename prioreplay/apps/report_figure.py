@@ -98,9 +98,9 @@ def _accuracy_panel(ax, report: dict[str, Any]) -> None:
     before, after = report.get("accuracy_before"), report.get("accuracy_after")
     vals = [v if v is not None else 0.0 for v in (before, after)]
     cis = [report.get("accuracy_before_ci95"), report.get("accuracy_after_ci95")]
-    err = [[v - ci[0] if ci else 0.0 for v, ci in zip(vals, cis)], [ci[1] - v if ci else 0.0 for v, ci in zip(vals, cis)]]
+    err = [[v - ci[0] if ci else 0.0 for v, ci in zip(vals, cis, strict=True)], [ci[1] - v if ci else 0.0 for v, ci in zip(vals, cis, strict=True)]]
     bars = ax.bar(["before", "after"], vals, color=["#999999", "#2a7ab9"], yerr=err, capsize=8)
-    for bar, v, ci in zip(bars, (before, after), cis):
+    for bar, v, ci in zip(bars, (before, after), cis, strict=True):
         top = ci[1] if ci else bar.get_height()
         ax.text(bar.get_x() + bar.get_width() / 2, top + 0.01, "n/a" if v is None else f"{v:.1%}", ha="center")
     ax.set_ylim(0, 1.05)

@@ -135,14 +135,14 @@ class ProblemTable:
             prompts, answers = cls._texts(rows, prompt_column, answer_column)
         h = hashlib.sha256()
         for i in range(n):
-            given = "" if ids is None else str(_column(rows[i], ids) if isinstance(ids, str) else ids[i])
+            given = "" if ids is None else str(_column(rows[i], ids) if isinstance(ids, str) else ids[i])  # type: ignore[index]  # loaded in __init__ before any use
             for part in (given, prompts[i], answers[i]):
                 h.update(part.encode("utf-8", "surrogatepass") + b"\x00")
         fp = h.hexdigest()[:16]
         if ids is None:
             out = [f"{fp}:{i}" for i in range(n)]
         elif isinstance(ids, str):
-            out = [str(_column(r, ids)) for r in rows]
+            out = [str(_column(r, ids)) for r in rows]  # type: ignore[union-attr]  # loaded in __init__ before any use
         else:
             out = [str(x) for x in ids]
         cls._check_ids(out)
@@ -415,7 +415,7 @@ class PrioritySampler(Sampler[int]):
             raise InvalidArgument(f"report: {len(ids)} ids for {len(rewards)} rewards; give one id per reward")
         with self._lock:
             pids = [self.table.ids[k] if isinstance(k, int) else str(k) for k in ids]
-            values = [self._checked(pid, r) for pid, r in zip(pids, rewards)]
+            values = [self._checked(pid, r) for pid, r in zip(pids, rewards, strict=True)]
             adds: dict[str, int] = {}
             for pid in pids:
                 adds[pid] = adds.get(pid, 0) + 1
@@ -425,7 +425,7 @@ class PrioritySampler(Sampler[int]):
                     raise InvalidArgument(f"report: problem {pid!r} would get {lease.slots.get(pid, 0) + k} rewards in "
                                           f"one lease; its group has group_size={self.group_size}")
             touched: dict[str, _Lease] = {}
-            for pid, r in zip(pids, values):
+            for pid, r in zip(pids, values, strict=True):
                 lease = self._leases[self._lease_of[pid]]
                 lease.slots[pid] = lease.slots.get(pid, 0) + 1
                 if r is not None:

@@ -152,7 +152,7 @@ class PriorityReplay:
             ids = kwargs.get(self.id_column)
             return ({k: v for k, v in kwargs.items() if k != ID_COLUMN} if strip else kwargs), ids
 
-        if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
+        if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):  # noqa: B004 -- asks for an async __call__
             async def wrapped(*args, **kwargs):
                 kw, ids = split(kwargs)
                 rewards = await func(*args, **kw)
@@ -160,7 +160,7 @@ class PriorityReplay:
                     self._report(ids, rewards)
                 return rewards
         else:
-            def wrapped(*args, **kwargs):
+            def wrapped(*args, **kwargs):  # type: ignore[misc]  # sync and async variants of one wrapper
                 kw, ids = split(kwargs)
                 rewards = func(*args, **kw)
                 if report:
@@ -169,7 +169,7 @@ class PriorityReplay:
 
         wrapped.__name__ = _reward_name(func)
         wrapped.__doc__ = getattr(func, "__doc__", None)
-        wrapped.__wrapped__ = func
+        wrapped.__wrapped__ = func  # type: ignore[attr-defined]  # functools.wraps sets it
         return wrapped
 
     def _report(self, ids, rewards) -> None:
@@ -178,7 +178,7 @@ class PriorityReplay:
         if ids is None:
             raise InvalidArgument(f"the reward kwargs have no {self.id_column!r} column; was the train dataset "
                                   "replaced after attach()?")
-        values = []
+        values = []  # type: ignore[var-annotated]  # element type follows from the first append
         for r in rewards:
             if r is None or (isinstance(r, float) and math.isnan(r)):
                 values.append(None)  # TRL's "no reward for this completion": counts toward the group only

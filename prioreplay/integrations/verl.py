@@ -154,7 +154,7 @@ class ReportRewards:
 
     def _prioreplay_report(self, batch) -> None:
         if self.prioreplay_reporter is None:
-            sampler = getattr(self.train_dataloader, "sampler", None)
+            sampler = getattr(self.train_dataloader, "sampler", None)  # type: ignore[attr-defined]  # a mixin: RayPPOTrainer provides it
             if not isinstance(sampler, PrioritySampler):
                 raise InvalidArgument("the trainer's train_sampler is not a PrioritySampler; pass "
                                       "train_sampler=make_train_sampler(config, train_dataset)")
@@ -163,11 +163,11 @@ class ReportRewards:
 
     def _update_critic(self, batch):
         self._prioreplay_report(batch)
-        return super()._update_critic(batch)
+        return super()._update_critic(batch)  # type: ignore[misc]  # a mixin: RayPPOTrainer, next in the MRO, has it
 
     def _update_actor(self, batch):
         self._prioreplay_report(batch)
-        return super()._update_actor(batch)
+        return super()._update_actor(batch)  # type: ignore[misc]  # a mixin: RayPPOTrainer, next in the MRO, has it
 
 
 def __getattr__(name: str) -> Any:
@@ -183,4 +183,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PriorityRayPPOTrainer", "ReportRewards", "RewardReporter", "make_train_sampler", "problem_id"]
+# PriorityRayPPOTrainer is made on first access by __getattr__ above (verl is imported only then)
+__all__ = [  # noqa: F822
+    "PriorityRayPPOTrainer", "ReportRewards", "RewardReporter", "make_train_sampler", "problem_id"]

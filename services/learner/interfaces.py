@@ -40,3 +40,6 @@ class WeightPublisher(Protocol):
 
 class LearnerClient(TrajectorySource, WeightPublisher, Protocol):
     """Both seams in one object, as :class:`prioreplay.client.PriorityClient` provides them."""
+
+    def close(self) -> None:
+        """Release the channel (``prioreplay learner`` calls it on the way out)."""

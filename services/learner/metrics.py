@@ -85,7 +85,7 @@ class LearnerMetrics:
                 getattr(self, name).set(v)
         if rec.get("lr") is not None:
             self.learning_rate.set(rec["lr"])
-        for side, key in zip(CLIP_SIDES, ("clip_frac_low", "clip_frac_high", "dual_clip_frac")):
+        for side, key in zip(CLIP_SIDES, ("clip_frac_low", "clip_frac_high", "dual_clip_frac"), strict=True):
             if rec.get(key) is not None:
                 self.clip_fraction.labels(side).set(rec[key])
         if rec.get("tokens_per_s") is not None:

@@ -80,7 +80,7 @@ class ClientTally:
 
     def to_proto(self) -> list[pb.ClientStats]:
         """``GetStatsResponse.clients``: one entry per source seen, in enum order."""
-        return [pb.ClientStats(source=s, leases=c.leases, problems_sampled=c.problems_sampled, groups=c.groups,
+        return [pb.ClientStats(source=s, leases=c.leases, problems_sampled=c.problems_sampled, groups=c.groups,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
                                groups_mixed=c.groups_by_kind.get(rules.GroupKind.MIXED.value, 0),
                                completions=c.completions, reward_sum=c.reward_sum, late_reports=c.late_reports)
                 for s, c in sorted(self.counts.items())]

@@ -133,7 +133,7 @@ class MemoryStore(Store):
         self._deadlines.remove((lease.deadline, lease.lease_id))
         self._s.tombstones[lease.lease_id] = (reason, now)
 
-    def _return_problems(self, lease: LeaseRecord, skip: set[str] = frozenset()) -> None:
+    def _return_problems(self, lease: LeaseRecord, skip: set[str] = frozenset()) -> None:  # type: ignore[assignment]  # read-only default; callers pass sets
         for pid in lease.problem_ids:
             if pid not in skip:
                 e = self._s.problems[pid]
@@ -245,7 +245,7 @@ class MemoryStore(Store):
             e = self._s.problems[pid]
             prio = e.score if e.home is Pool.HEAP else rules.priority(e.stats, self.config.params)
             batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home,
-                                        group_size=seen[2].get(pid)))
+                                        group_size=seen[2].get(pid)))  # type: ignore[index]  # not None: the branch above returned
         version, uri = self._s.policy
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, lease.step)
@@ -300,7 +300,7 @@ class MemoryStore(Store):
             if not more_parts:
                 self._return_problems(lease, skip=reported)
             self._end_lease(lease, "already reported", now)
-        queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, fresh))
+        queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, fresh, strict=True))
         return ReportResult(True, "", queued, sum(k is not GroupKind.MIXED for k in kinds),
                             skipped=len(outcomes) - len(fresh), quarantined=len(unservable))
 
@@ -443,7 +443,7 @@ class MemoryStore(Store):
             queue_depth=len(s.new),
             pending_groups=len(s.pending),
             unseen=len(s.problems) - self._seen,
-            **{name: s.counters[name] for name in COUNTER_NAMES},
+            **{name: s.counters[name] for name in COUNTER_NAMES},  # type: ignore[arg-type]  # the keyword dict holds exactly the callee's fields
         )
 
     async def problem_state(self, problem_id: str) -> ProblemState:

@@ -69,7 +69,7 @@ class StoreStatsCollector(Collector):
             "heap problems with priority below le (the last edge, 0.25, inclusive): the current distribution",
             labels=["le"])
         cumulative = 0
-        for count, edge in zip(s.priority_histogram, s.priority_bucket_edges[1:]):
+        for count, edge in zip(s.priority_histogram, s.priority_bucket_edges[1:], strict=True):
             cumulative += count
             buckets.add_metric([f"{edge:.6g}"], cumulative)
         yield buckets

@@ -541,8 +541,13 @@ class RedisStore(Store):
         edges = histogram_edges(histogram_buckets)
 
         def fill(p):
-            p.hlen(k["problems"]); p.zcard(k["heap"]); p.zcard(k["solved"]); p.zcard(k["unsolved"])
-            p.hlen(k["leases"]); p.hgetall(k["counters"]); p.hmget(k["policy"], "version", "uri")
+            p.hlen(k["problems"])
+            p.zcard(k["heap"])
+            p.zcard(k["solved"])
+            p.zcard(k["unsolved"])
+            p.hlen(k["leases"])
+            p.hgetall(k["counters"])
+            p.hmget(k["policy"], "version", "uri")
             p.hlen(k["quarantine"])
             for i in range(histogram_buckets):
                 hi = _f(edges[i + 1]) if i == histogram_buckets - 1 else "(" + _f(edges[i + 1])

@@ -133,8 +133,8 @@ def method_handlers(servicer: PriorityServicer) -> dict[str, grpc.RpcMethodHandl
                 (False, True): grpc.unary_stream_rpc_method_handler,
                 (True, True): grpc.stream_stream_rpc_method_handler}[(m.client_streaming, m.server_streaming)]
         handlers[m.name] = make(getattr(servicer, m.name),
-                                request_deserializer=None if m.name in RAW_REQUEST_METHODS else req.FromString,
-                                response_serializer=resp.SerializeToString)
+                                request_deserializer=None if m.name in RAW_REQUEST_METHODS else req.FromString,  # type: ignore[attr-defined]  # a generated message class, passed as type
+                                response_serializer=resp.SerializeToString)  # type: ignore[attr-defined]  # a generated message class, passed as type
     return handlers
 
 
@@ -166,8 +166,8 @@ def _bind(server: grpc.aio.Server, address: str, config: ServerConfig) -> int:
     try:
         if config.tls_enabled:
             try:
-                key = config.tls_key_file.read_bytes()
-                cert = config.tls_cert_file.read_bytes()
+                key = config.tls_key_file.read_bytes()  # type: ignore[union-attr]  # checked non-None by the settings validator when TLS is on
+                cert = config.tls_cert_file.read_bytes()  # type: ignore[union-attr]  # checked non-None by the settings validator when TLS is on
             except OSError as e:
                 raise InvalidArgument(f"TLS file {e.filename!r} cannot be read: {e.strerror}") from e
             check_tls_pair(config.tls_cert_file, config.tls_key_file)

@@ -234,7 +234,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             if self.metrics is not None:
                 self.metrics.observe_sampled([s.priority for s in lease.problems],
                                              sum(1 for s in lease.problems if s.group_size))
-        return lease_to_proto(lease)
+        return lease_to_proto(lease)  # type: ignore[arg-type]  # matches the protocol at run time; its field types are narrower than the record's
 
     @rpc
     async def ReportOutcomes(self, request: pb.ReportOutcomesRequest | bytes, context) -> pb.ReportOutcomesResponse:
@@ -303,7 +303,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         server_limit = self.max_message_mb * 1024 * 1024
         limit = min(server_limit, request.max_response_bytes or server_limit)
         budget = limit - RESPONSE_MARGIN_BYTES
-        groups, used = [], 0
+        groups, used = [], 0  # type: ignore[var-annotated]  # element type follows from the first append
         for i, d in enumerate(deliveries):
             g = pb.TrajectoryGroup.FromString(d.payload)
             g.group_id = d.group_id

@@ -470,12 +470,12 @@ class Store(abc.ABC):
         "counters": {...}, "step": int, "policy": (version, uri), "leases": sorted lease problem
         id lists, "queue": [payload, ...] undelivered in order}."""
 
-    async def snapshot(self) -> None:
+    async def snapshot(self) -> None:  # noqa: B027 -- optional hook: a no-op unless overridden
         """Persist state if the store keeps it in process (memory: atomic file write). No-op for Redis."""
 
     async def healthy(self) -> bool:
         """True when the store can serve requests (Redis: answers PING)."""
         return True
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 -- optional hook: a no-op unless overridden
         """Release connections; the memory store also writes its snapshot."""

@@ -154,7 +154,7 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
     """
     if len(raw) < LEAN_MIN_BYTES or not request.outcomes or request.SerializeToString() != raw:
         return None
-    check = _VIEWS["CheckReportView"].FromString(raw)
+    check = _VIEWS["CheckReportView"].FromString(raw)  # type: ignore[attr-defined]  # a generated message class, passed as type
     comps = [c for o in check.outcomes for c in o.completions]
     if comps:
         lps = [c.logprobs for c in comps]
@@ -164,10 +164,10 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
         a = np.frombuffer(b"".join(lps), dtype="<f4")
         if a.size and not (np.isfinite(a).all() and a.max() <= LOGPROB_TOLERANCE):
             return None
-    view = _VIEWS["ReportView"].FromString(raw)
+    view = _VIEWS["ReportView"].FromString(raw)  # type: ignore[attr-defined]  # a generated message class, passed as type
     group = _VIEWS["GroupView"]
     out = []
-    for o, c in zip(view.outcomes, check.outcomes):
+    for o, c in zip(view.outcomes, check.outcomes, strict=True):
         if not o.problem_id or o.policy_version < 0 or not (o.sampling_temperature >= 0 and o.sampling_temperature != _INF):
             return None  # NaN fails >= 0
         if not 0.0 <= o.sampling_top_p <= 1.0:

@@ -244,9 +244,9 @@ class RolloutWorker:
         rewards = [[self._reward(p, comp) for comp in group] for (p, _), group in zip(leased, groups)]
         verification_s = time.perf_counter() - t0
 
-        outcomes = [outcome_to_proto(p.id, version, r, generated=group, prompt_token_ids=ids,
+        outcomes = [outcome_to_proto(p.id, version, r, generated=group, prompt_token_ids=ids,  # type: ignore[arg-type]  # matches the protocol at run time; its field types are narrower than the record's
                                      temperature=self.config.temperature, top_p=self.config.top_p)
-                    for (p, _), ids, group, r in zip(leased, prompts, groups, rewards)]
+                    for (p, _), ids, group, r in zip(leased, prompts, groups, rewards, strict=True)]
         flat = [x for r in rewards for x in r]
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
         self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
@@ -278,7 +278,7 @@ class RolloutWorker:
         if not limit:
             return leased, prompts, []
         keep, keep_prompts, unservable = [], [], []
-        for item, ids in zip(leased, prompts):
+        for item, ids in zip(leased, prompts, strict=True):
             if len(ids) >= limit:
                 log.warning("problem %s: its prompt is %d tokens, the model's context %d; reported unservable "
                             "(quarantined until registered again with a shorter prompt)", item[0].id, len(ids), limit)

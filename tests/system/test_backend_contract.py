@@ -77,7 +77,7 @@ def test_one_group_of_n_per_prompt_with_consistent_shapes(backend, prompts):
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 1.0), (1.5, 1.0), (1.0, 0.8)])
 def test_logprobs_equal_a_teacher_forced_forward_pass(backend, prompts, temperature, top_p):
     groups = backend.generate(prompts, 3, SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=16, seed=3))
-    for prompt, g in zip(prompts, groups):
+    for prompt, g in zip(prompts, groups, strict=True):
         for c in g:
             want = teacher_forced_logprobs(backend.model, prompt, c.token_ids, temperature, top_p)
             assert torch.allclose(torch.tensor(c.logprobs), want, atol=1e-4), (temperature, top_p)
@@ -123,7 +123,7 @@ def test_chunked_decoding_keeps_the_contract(dirs, prompts):
     small = TransformersBackend(dirs[0], max_batch_sequences=2)
     groups = small.generate(prompts, 3, SamplingParams(max_new_tokens=6, seed=0))
     assert [len(g) for g in groups] == [3, 3, 3]
-    for prompt, g in zip(prompts, groups):
+    for prompt, g in zip(prompts, groups, strict=True):
         for c in g:
             want = teacher_forced_logprobs(small.model, prompt, c.token_ids, 1.0)
             assert torch.allclose(torch.tensor(c.logprobs), want, atol=1e-4)
@@ -226,7 +226,7 @@ def test_generation_stops_on_every_eos_id_of_the_generation_config(dirs, prompts
     assert set(backend.eos_token_ids) == {tokenizer_eos, second_eos}
     again = backend.generate(prompts, 4, params)
     cut = 0
-    for before, after in zip((c for g in first for c in g), (c for g in again for c in g)):
+    for before, after in zip((c for g in first for c in g), (c for g in again for c in g), strict=True):
         if second_eos in before.token_ids and (tokenizer_eos not in before.token_ids or
                                                before.token_ids.index(second_eos) < before.token_ids.index(tokenizer_eos)):
             end = before.token_ids.index(second_eos) + 1

@@ -35,7 +35,7 @@ def _outcome(problem_id: str, rewards: list[float]) -> pb.ProblemOutcome:
 
 def _lease_and_report(client, source: int, rewards: list[list[float]]) -> pb.SampleProblemsResponse:
     lease = client.sample(len(rewards), client_source=source)
-    outcomes = [_outcome(lp.problem.id, r) for lp, r in zip(lease.problems, rewards)]
+    outcomes = [_outcome(lp.problem.id, r) for lp, r in zip(lease.problems, rewards, strict=True)]
     assert client.report(lease.lease_id, outcomes, client_source=source).accepted
     return lease
 

@@ -37,7 +37,7 @@ def small_server(request, redis_url, namespace):
 def _queue(client: PriorityClient, n: int, tokens: int = TOKENS, start: int = 0) -> None:
     """n mixed groups of 4 completions of ``tokens`` tokens each, reported in parts of one lease each."""
     client.register([pb.Problem(id=f"p{start + i}", prompt="x", answer="1") for i in range(n)])
-    for i in range(n):
+    for _ in range(n):
         lease = client.sample(1)
         comps = [pb.Completion(reward=r, token_ids=[7] * tokens, logprobs=[-0.5] * tokens) for r in (1.0, 0.0, 0.0, 1.0)]
         resp = client.report(lease.lease_id, [pb.ProblemOutcome(problem_id=lease.problems[0].problem.id,

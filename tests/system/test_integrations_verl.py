@@ -139,7 +139,7 @@ def test_verl_trains_from_leases_and_reports_each_uid_group_once(verl_setup):
     batch = _scored_step(next(it), verl_setup.tokenizer)
     # the batch verl trains on is the lease, in the server's order
     served = [f"{s}:{e['index']}" for s, e in zip(batch.non_tensor_batch["data_source"][::N_ROLLOUT],
-                                                  batch.non_tensor_batch["extra_info"][::N_ROLLOUT])]
+                                                  batch.non_tensor_batch["extra_info"][::N_ROLLOUT], strict=True)]
     assert served == [lp.problem.id for lp in leased[0].problems] and len(served) == B
     # verl's GSM8K rule scored one right and one wrong answer per prompt; its GRPO (grouping by uid)
     # gave them opposite advantages

@@ -331,7 +331,7 @@ def test_killed_between_step_and_checkpoint_gets_the_same_groups_and_loss_on_res
     # version 2 was published before the crash: the retrained step is numbered after it
     assert second.step_count == 2 and client.stats().policy_version == 3
     # the optimizer (Adam moments) and scheduler were restored too: the same update as the dead one made
-    for (name, a), b in zip(second.model.state_dict().items(), first.model.state_dict().values()):
+    for (name, a), b in zip(second.model.state_dict().items(), first.model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=name)
     assert client.stats().pending_groups == 0
     second.client.close()

@@ -157,7 +157,7 @@ def test_two_processes_keep_every_exactly_once_guarantee(two_processes):
     again = stub.AckTrajectories(pb.AckTrajectoriesRequest(group_ids=pulled[:10]), timeout=30)
     assert again.acked == 0 and again.unknown == 10
     # publishing: versions never go backwards, the newest wins
-    assert all(v == -1 or v >= req for v, req in zip(published, range(1, 41))) and stats.policy_version == 40
+    assert all(v == -1 or v >= req for v, req in zip(published, range(1, 41), strict=False)) and stats.policy_version == 40  # strict=False: published may hold fewer versions than the 40 requests
     assert stats.weights_uri == "ckpt/40"
     # one /metrics for both: the RPC counts of both processes add up
     text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()

@@ -160,7 +160,7 @@ async def test_step_moved_by_another_server_is_retried_with_the_right_seed(make,
     probs = _problems(40)
     await a.register(probs)
     await oracle.register(probs)
-    for i in range(6):
+    for _ in range(6):
         first = await a.sample(3)  # b's cached step is now stale: its next call retries once
         second = await b.sample(3)
         for got in (first, second):

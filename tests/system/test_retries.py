@@ -46,8 +46,10 @@ class SlowFirstSamples:
 def test_a_sample_retried_after_its_deadline_leaves_one_lease(kind, redis_url, namespace):
     spec = "memory" if kind == "memory" else redis_url
     config = ServerConfig(snapshot_interval_s=0)
-    factory = lambda: SlowFirstSamples(create_store(spec, StoreConfig(retest_fraction=0.0), namespace=namespace),
-                                       slow=3, delay_s=1.5)
+    def factory():
+        return SlowFirstSamples(create_store(spec, StoreConfig(retest_fraction=0.0), namespace=namespace),
+                                slow=3, delay_s=1.5)
+
     with BackgroundServer(factory, config) as srv, \
             PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=1), max_retries=3, backoff_s=0.01) as c:
         c.register([problem_to_proto(p) for p in _problems(40)])
@@ -93,7 +95,9 @@ def test_leases_are_refused_with_a_retry_hint_while_the_queue_is_over_its_bound(
 
     spec = "memory" if kind == "memory" else redis_url
     config = ServerConfig(snapshot_interval_s=0, max_queue_depth=3, backpressure_retry_s=0.5, retest_fraction=0.0)
-    factory = lambda: create_store(spec, config.to_store_config(), namespace=namespace)
+    def factory():
+        return create_store(spec, config.to_store_config(), namespace=namespace)
+
     with BackgroundServer(factory, config) as srv, \
             PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c:
         c.register([problem_to_proto(p) for p in _problems(20)])

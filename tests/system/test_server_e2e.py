@@ -136,7 +136,7 @@ def test_gsm8k_through_grpc(server, client, gsm8k_dir):
                             for pid in dump["problems"])
     assert Counter(v[0] for v in dump["problems"].values()) == expected_pool
     assert (expected_pool[2], expected_pool[3]) == (st.solved, st.unsolved)
-    for pid, (pool, n, s1, s2, score) in dump["problems"].items():
+    for pid, (_pool, n, _s1, _s2, _score) in dump["problems"].items():
         assert n == G * n_reported[pid]  # decay 1: cumulative counts
 
     # -- mixed groups arrive once, byte for byte ---------------------------------------------

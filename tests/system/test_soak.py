@@ -122,7 +122,7 @@ async def soak(address: str, pid: int, seconds: float, seed: int) -> tuple[Tally
                 tasks[i] = asyncio.create_task(guarded(lambda r=r, s=states[i]: client_loop(stub, r, tally, s), tally))
         rss_end = rss_mb(pid)
         while not all(t.done() for t in tasks):  # the end: cancel each client outside its report
-            for t, st in zip(tasks, states):
+            for t, st in zip(tasks, states, strict=True):
                 if not st.get("reporting"):
                     t.cancel()
             await asyncio.sleep(0.01)

@@ -37,7 +37,7 @@ def test_gsm8k_test_split_loads_with_stable_ids_and_answers(gsm8k_dir):
     assert [p.id for p in first] == [p.id for p in second]
     assert len({p.id for p in first}) == 1319
     assert first[0].id == "gsm8k-test-00000" and first[1318].id == "gsm8k-test-01318"
-    for p, r in zip(first, raw):
+    for p, r in zip(first, raw, strict=True):
         assert p.prompt == r["question"]
         assert p.answer == expected_gsm8k_answer(r["answer"])
         assert re.fullmatch(r"-?\d+(\.\d+)?", p.answer), p.answer
@@ -238,7 +238,7 @@ def test_arithmetic_ids_stable_and_answers_correct():
     assert first == again
     assert [p.id for p in first] == [f"arith-7-{i}" for i in range(400)]
     assert {p.id for p in first}.isdisjoint(p.id for p in other)
-    assert sum(a.prompt != b.prompt for a, b in zip(first, other)) > 300
+    assert sum(a.prompt != b.prompt for a, b in zip(first, other, strict=True)) > 300
     assert list(iter_problems("arithmetic:50:7")) == first[:50]  # problem i does not depend on N
     assert list(iter_problems("arithmetic:1100:7"))[:400] == first
     for p in first:

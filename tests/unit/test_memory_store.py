@@ -30,7 +30,7 @@ async def _busy_memory_store(path, clock):
     await store.register(make_problems(12))
     lease = await store.sample(12)
     rewards = [[1, 0]] * 4 + [[1, 1]] * 4 + [[0, 0]] * 4
-    await store.report(lease.lease_id, [outcome(sp.problem.id, r) for sp, r in zip(lease.problems, rewards)])
+    await store.report(lease.lease_id, [outcome(sp.problem.id, r) for sp, r in zip(lease.problems, rewards, strict=True)])
     await store.report(lease.lease_id, [])  # a late report: counted
     await store.publish(2, "ckpt/step-2")
     pulled = await store.pull("L1", 2)

@@ -31,7 +31,7 @@ def test_parts_keep_order_fit_the_limit_and_are_greedy(tokens, limit):
     assert [o for part in parts for o in part] == outcomes  # nothing lost, nothing reordered
     for part in parts:
         assert len(part) == 1 or sum(map(_cost, part)) <= limit  # only a lone outcome may exceed it
-    for a, b in zip(parts, parts[1:]):  # greedy: the next outcome did not fit in the previous part
+    for a, b in zip(parts, parts[1:], strict=False):  # neighbouring parts (strict=False: one pair fewer); greedy: the next outcome did not fit in the previous part
         assert sum(map(_cost, a)) + _cost(b[0]) > limit
 
 

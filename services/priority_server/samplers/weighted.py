@@ -25,8 +25,8 @@ class WeightedSampler(RetestThenHeap):
                 break
             chosen = 0  # the top, when every try is rejected
             for _try in range(MAX_TRIES):
-                rank = min(math.floor(rng.random() * size), size - 1)
-                if rng.random() < (view.heap_entry(rank)[0] / MAX_PRIORITY) ** alpha:
+                rank = min(math.floor(rng.random() * size), size - 1)  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
+                if rng.random() < (view.heap_entry(rank)[0] / MAX_PRIORITY) ** alpha:  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
                     chosen = rank
                     break
             picks.append(view.take_heap(chosen))

@@ -54,7 +54,7 @@ class BehaviourLogprobs(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._last is not None:
             self.steps.append(self._last.gather(1, input_ids[:, -1:]).squeeze(1))  # (N,)
-        scores = self.warpers(input_ids, scores)  # (N, V)
+        scores = self.warpers(input_ids, scores)  # type: ignore[assignment]  # transformers annotates FloatTensor; torch returns Tensor; (N, V)
         self._last = torch.log_softmax(scores.float(), dim=-1)  # (N, V)
         return scores
 
@@ -91,7 +91,7 @@ class StopOnStrings(StoppingCriteria):
         for i, h in enumerate(hit):
             if h and not self.first_hit[i]:
                 self.first_hit[i] = n_gen
-        return torch.tensor(hit, dtype=torch.bool, device=input_ids.device)
+        return torch.tensor(hit, dtype=torch.bool, device=input_ids.device)  # type: ignore[return-value]  # transformers annotates BoolTensor; torch returns Tensor
 
 
 class TransformersBackend(LoadedPolicy):

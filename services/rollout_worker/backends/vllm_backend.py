@@ -219,7 +219,7 @@ class VLLMBackend(LoadedPolicy):
             group = []
             for c in out.outputs:
                 ids = list(c.token_ids)
-                lps = [float(step[tok].logprob) for tok, step in zip(ids, c.logprobs or [])]
+                lps = [float(step[tok].logprob) for tok, step in zip(ids, c.logprobs or [], strict=False)]  # strict=False: no logprobs asked for: an empty list
                 group.append(GeneratedCompletion(token_ids=ids, logprobs=lps, text=c.text,
                                                  truncated=c.finish_reason == "length"))
             groups.append(group)

@@ -13,8 +13,8 @@ async def test_heap_serves_the_highest_priorities_first_in_priority_then_member_
     # p = 1/2 (priority 1/4), p = 3/4 (3/16), p = 1/4 (3/16), p = 7/8 (7/64): a distinct order
     rewards = [(1.0, 0.0), (1.0, 1.0, 1.0, 0.0), (1.0, 0.0, 0.0, 0.0), (1.0,) * 7 + (0.0,), (1.0, 0.0), (0.0, 1.0)]
     ids = [sp.problem.id for sp in lease.problems]
-    await store.report(lease.lease_id, [GroupOutcome(i, r) for i, r in zip(ids, rewards)])
-    prio = {i: (sum(r) / len(r)) * (1 - sum(r) / len(r)) for i, r in zip(ids, rewards)}
+    await store.report(lease.lease_id, [GroupOutcome(i, r) for i, r in zip(ids, rewards, strict=True)])
+    prio = {i: (sum(r) / len(r)) * (1 - sum(r) / len(r)) for i, r in zip(ids, rewards, strict=True)}
     expected = sorted(ids, key=lambda i: (prio[i], tie_member(i, store.config.seed)), reverse=True)
     got = [sp.problem.id for sp in (await store.sample(4)).problems]
     assert got == expected[:4]
