@@ -73,8 +73,16 @@ def build_model(source: Path, target: Path, tiny: bool, seed: int = 0) -> Path:
     cfg = AutoConfig.from_pretrained(target)
     cfg.tie_word_embeddings = False
     if tiny:
-        cfg.update(dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=16))
+        cfg.update(
+            dict(
+                num_hidden_layers=2,
+                hidden_size=64,
+                intermediate_size=128,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+            )
+        )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(target)
@@ -82,8 +90,7 @@ def build_model(source: Path, target: Path, tiny: bool, seed: int = 0) -> Path:
     eos = int(tok.eos_token_id)
     with torch.no_grad():
         model.get_input_embeddings().weight[:, 0] = 100.0  # a constant feature the head reads
-        h0 = float(model(torch.tensor([tok.encode("Say 0 or 1.")]), output_hidden_states=True)
-                   .hidden_states[-1][0, :, 0].mean())
+        h0 = float(model(torch.tensor([tok.encode("Say 0 or 1.")]), output_hidden_states=True).hidden_states[-1][0, :, 0].mean())
         head = model.get_output_embeddings().weight  # (V, H)
         head.zero_()
         head[allowed, 0] = 15.0 / h0  # logit ~15 for the allowed tokens, 0 for the rest of the vocabulary
@@ -154,8 +161,13 @@ def step0_gaps(learner, groups) -> list[float]:
         return []
     batch = collate(groups, [torch.zeros(len(g.completions)) for g in groups], learner.tokenizer.pad_token_id)
     with torch.no_grad():
-        lp, _ = token_logprobs(learner.model, batch.input_ids.to(learner.device),
-                               batch.attention_mask.to(learner.device), batch.temperature, top_p=batch.top_p)  # (B, T-1)
+        lp, _ = token_logprobs(
+            learner.model,
+            batch.input_ids.to(learner.device),
+            batch.attention_mask.to(learner.device),
+            batch.temperature,
+            top_p=batch.top_p,
+        )  # (B, T-1)
     gap = (lp.float().cpu() - batch.behaviour_logprobs).abs()[batch.completion_mask]  # (tokens,)
     return gap.tolist()
 
@@ -169,10 +181,19 @@ def start_worker(i: int, device: str, address: str, model_dir: Path, args, loade
     from prioreplay.rollout_worker.worker import RolloutWorker
 
     vllm = device != "cpu" and args.backend != "transformers" and _has("vllm")
-    cfg = WorkerConfig(server=address, model=str(model_dir), backend="vllm" if vllm else "transformers",
-                       device=device, group_size=args.group_size, batch_size=args.batch_size,
-                       max_new_tokens=args.max_new_tokens, seed=i, worker_id=f"gpu-check-{i}", metrics_port=0,
-                       max_retry_sleep_s=0.2)
+    cfg = WorkerConfig(
+        server=address,
+        model=str(model_dir),
+        backend="vllm" if vllm else "transformers",
+        device=device,
+        group_size=args.group_size,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        seed=i,
+        worker_id=f"gpu-check-{i}",
+        metrics_port=0,
+        max_retry_sleep_s=0.2,
+    )
     if vllm:  # the engine core is a child process: it takes its GPU from the environment it starts with
         from prioreplay.devices import visible_devices
 
@@ -222,25 +243,31 @@ def run(args) -> int:
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpu_check: needs a CUDA GPU and torch sees none; run it on a GPU machine, "
-              "or pass --device cpu for the plumbing dry-run", file=sys.stderr)
+        print(
+            "gpu_check: needs a CUDA GPU and torch sees none; run it on a GPU machine, "
+            "or pass --device cpu for the plumbing dry-run",
+            file=sys.stderr,
+        )
         return 2
     from prioreplay.client import PriorityClient
-    from prioreplay.convert import problem_to_proto
     from prioreplay.config import ClientSettings
+    from prioreplay.convert import problem_to_proto
     from prioreplay.learner.config import LearnerConfig
     from prioreplay.learner.learner import Learner
     from prioreplay.models import default_cache_dir
-    from prioreplay.priority_server.store import StoreConfig
-    from prioreplay.priority_server.open_store import create_store
     from prioreplay.priority_server.background_server import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.store import StoreConfig
     from prioreplay.problems import ProblemRecord
 
     t0 = time.perf_counter()
     source = Path(args.model_dir) if args.model_dir else default_cache_dir() / "smollm2-135m"
     if not (source / "config.json").is_file():
-        print(f"gpu_check: --model-dir ({source}) has no config.json; give a directory with the model's config and "
-              "tokenizer files (weights are not read)", file=sys.stderr)
+        print(
+            f"gpu_check: --model-dir ({source}) has no config.json; give a directory with the model's config and "
+            "tokenizer files (weights are not read)",
+            file=sys.stderr,
+        )
         return 2
     run_dir = Path(tempfile.mkdtemp(prefix="prioreplay-gpu-check-"))
     tiny = args.device == "cpu"
@@ -250,12 +277,25 @@ def run(args) -> int:
     loaded: dict[str, list[int]] = {}
     with BackgroundServer(lambda: create_store("memory", StoreConfig())) as srv:
         client = PriorityClient(ClientSettings(server=srv.address))
-        client.register(problem_to_proto(ProblemRecord(f"gpu-check-{i}", "Say 0 or 1.", "1", "gsm8k"))
-                        for i in range(args.problems))
-        lcfg = LearnerConfig(server=srv.address, model=str(model_dir), device=learner_device, batch_groups=args.batch_groups,
-                             micro_batch_size=args.micro_batch_size, lr=1e-5, max_steps=args.steps, publish_every=1,
-                             checkpoint_every=args.steps, checkpoint_dir=run_dir / "checkpoints", metrics_port=0,
-                             log_file=run_dir / "learner.jsonl", max_staleness=args.steps, pull_wait_s=1.0)
+        client.register(
+            problem_to_proto(ProblemRecord(f"gpu-check-{i}", "Say 0 or 1.", "1", "gsm8k")) for i in range(args.problems)
+        )
+        lcfg = LearnerConfig(
+            server=srv.address,
+            model=str(model_dir),
+            device=learner_device,
+            batch_groups=args.batch_groups,
+            micro_batch_size=args.micro_batch_size,
+            lr=1e-5,
+            max_steps=args.steps,
+            publish_every=1,
+            checkpoint_every=args.steps,
+            checkpoint_dir=run_dir / "checkpoints",
+            metrics_port=0,
+            log_file=run_dir / "learner.jsonl",
+            max_staleness=args.steps,
+            pull_wait_s=1.0,
+        )
         gated = GatedClient(PriorityClient(lcfg), loaded, args.gate_timeout_s)
         learner = Learner(lcfg, client=gated, model_dir=model_dir)
         gated.learner = learner
@@ -306,8 +346,10 @@ def report(args, learner, gated, workers, loaded, run_dir: Path, steps_s: float,
     else:
         mean, top = sum(gated.gaps) / len(gated.gaps), max(gated.gaps)
         ok = mean <= args.tol_mean and top <= args.tol_max
-        print(f"step-0 log-probs, learner vs workers over {len(gated.gaps)} tokens: mean |Δ| {mean:.2e}, "
-              f"max |Δ| {top:.2e} (tolerance {args.tol_mean:g} / {args.tol_max:g} nats): {'ok' if ok else 'FAILED'}")
+        print(
+            f"step-0 log-probs, learner vs workers over {len(gated.gaps)} tokens: mean |Δ| {mean:.2e}, "
+            f"max |Δ| {top:.2e} (tolerance {args.tol_mean:g} / {args.tol_max:g} nats): {'ok' if ok else 'FAILED'}"
+        )
         if not ok:
             failures.append("step-0 log-probs differ beyond the tolerance")
     for f in failures:
@@ -320,9 +362,15 @@ def report(args, learner, gated, workers, loaded, run_dir: Path, steps_s: float,
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Flags; the defaults fit one GPU in well under 8 minutes."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cuda (the check) or cpu (plumbing dry-run, tiny sizes)")
-    p.add_argument("--backend", choices=("auto", "transformers"), default="auto",
-                   help="auto: vLLM when installed (cuda only), else transformers")
+    p.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda", help="cuda (the check) or cpu (plumbing dry-run, tiny sizes)"
+    )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "transformers"),
+        default="auto",
+        help="auto: vLLM when installed (cuda only), else transformers",
+    )
     p.add_argument("--model-dir", help="directory with config.json and tokenizer files (default: the smollm2-135m alias cache)")
     p.add_argument("--steps", type=int, default=5, help="learner steps")
     p.add_argument("--problems", type=int, default=512, help="problems registered")

@@ -28,9 +28,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ class IntegrationParams:
     rpc_rounds: int = 300  # bare SampleProblems + ReportOutcomes round trips
 
 
-QUICK = IntegrationParams(steps=1, repeats=1, problems=8, batch=4, group_size=2, completion_tokens=4,
-                          server="inprocess", rpc_rounds=20)
+QUICK = IntegrationParams(
+    steps=1, repeats=1, problems=8, batch=4, group_size=2, completion_tokens=4, server="inprocess", rpc_rounds=20
+)
 
 
 def bare_rpc_ms(address: str, params: IntegrationParams) -> dict[str, float]:
@@ -69,15 +71,20 @@ def bare_rpc_ms(address: str, params: IntegrationParams) -> dict[str, float]:
             t0 = time.perf_counter()
             lease = client.sample(b, client_source=pb.CLIENT_SOURCE_TRL)
             t1 = time.perf_counter()
-            outcomes = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=[pb.Completion(reward=float(k % 2))
-                                                                                for k in range(g)])
-                        for lp in lease.problems]
+            outcomes = [
+                pb.ProblemOutcome(problem_id=lp.problem.id, completions=[pb.Completion(reward=float(k % 2)) for k in range(g)])
+                for lp in lease.problems
+            ]
             client.report(lease.lease_id, outcomes, client_source=pb.CLIENT_SOURCE_TRL, rewards_only=True)
             sample_s.append(t1 - t0)
             report_s.append(time.perf_counter() - t1)
     q = lambda x, p: float(np.percentile(np.asarray(x) * 1000, p))  # noqa: E731
-    return {"sample_p50": q(sample_s, 50), "sample_p90": q(sample_s, 90),
-            "report_p50": q(report_s, 50), "report_p90": q(report_s, 90)}
+    return {
+        "sample_p50": q(sample_s, 50),
+        "sample_p90": q(sample_s, 90),
+        "report_p50": q(report_s, 50),
+        "report_p90": q(report_s, 90),
+    }
 
 
 @contextlib.contextmanager
@@ -85,8 +92,8 @@ def _server(kind: str) -> Iterator[str]:
     """A memory-store priority server for the block; yields its address."""
     from prioreplay.client import PriorityClient
     from prioreplay.config import ClientSettings
-    from prioreplay.priority_server.config import ServerConfig
     from prioreplay.priority_server.background_server import BackgroundServer
+    from prioreplay.priority_server.config import ServerConfig
     from prioreplay.priority_server.open_store import create_store
 
     if kind == "inprocess":
@@ -97,9 +104,24 @@ def _server(kind: str) -> Iterator[str]:
     from prioreplay.channel import free_port
 
     address = f"127.0.0.1:{free_port()}"
-    proc = subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", "memory", "--port",
-                             address.rsplit(":", 1)[1], "--metrics-port", "0", "--log-level", "WARNING"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prioreplay.apps.cli",
+            "server",
+            "--store",
+            "memory",
+            "--port",
+            address.rsplit(":", 1)[1],
+            "--metrics-port",
+            "0",
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         with PriorityClient(ClientSettings(server=address)) as client:
             client.wait_ready(60.0)
@@ -120,28 +142,44 @@ def _run_arm(arm: str, params: IntegrationParams, model_dir: str, server: str, o
 
     from prioreplay.integrations.trl import PriorityGRPOTrainer
 
-    data = Dataset.from_dict({"prompt": [f"What is {i} + {i}?" for i in range(params.problems)],
-                              "answer": [str(2 * i) for i in range(params.problems)]})
-    args = GRPOConfig(output_dir=str(out_dir), max_steps=params.steps, per_device_train_batch_size=params.batch,
-                      num_generations=params.group_size, max_completion_length=params.completion_tokens,
-                      save_strategy="no", logging_steps=params.steps, report_to="none", use_cpu=True, seed=0,
-                      disable_tqdm=True)
+    data = Dataset.from_dict(
+        {
+            "prompt": [f"What is {i} + {i}?" for i in range(params.problems)],
+            "answer": [str(2 * i) for i in range(params.problems)],
+        }
+    )
+    args = GRPOConfig(
+        output_dir=str(out_dir),
+        max_steps=params.steps,
+        per_device_train_batch_size=params.batch,
+        num_generations=params.group_size,
+        max_completion_length=params.completion_tokens,
+        save_strategy="no",
+        logging_steps=params.steps,
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
     if arm == "trl":
         trainer = GRPOTrainer(model=model_dir, reward_funcs=_correct, args=args, train_dataset=data)
     else:
-        trainer = PriorityGRPOTrainer(model=model_dir, reward_funcs=_correct, args=args, train_dataset=data,
-                                      priority_server=server)
+        trainer = PriorityGRPOTrainer(
+            model=model_dir, reward_funcs=_correct, args=args, train_dataset=data, priority_server=server
+        )
     runtime = float(trainer.train().metrics["train_runtime"])
     row: dict[str, Any] = {"arm": arm, "runtime_s": runtime, "step_s": runtime / params.steps}
     if arm == "prioreplay":
         c = trainer.priority.sampler.counters  # type: ignore[attr-defined]  # attribute added by prioreplay.integrations.trl.attach
-        row.update(lease_s=c["lease_s"], report_s=c["report_s"], rpc_s=c["rpc_s"], leases=int(c["leases"]),
-                   groups=int(c["groups"]))
+        row.update(
+            lease_s=c["lease_s"], report_s=c["report_s"], rpc_s=c["rpc_s"], leases=int(c["leases"]), groups=int(c["groups"])
+        )
     return row
 
 
-def run_trl_overhead(params: IntegrationParams = IntegrationParams(),
-                     progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+def run_trl_overhead(
+    params: IntegrationParams = IntegrationParams(), progress: Callable[[str], None] = lambda m: None
+) -> dict[str, Any]:
     """Measure both arms; returns the per-run rows and the summary (see the module docstring).
 
     Returns:
@@ -155,7 +193,7 @@ def run_trl_overhead(params: IntegrationParams = IntegrationParams(),
     with tempfile.TemporaryDirectory(prefix="prioreplay-bench-trl-") as tmp, _server(params.server) as address:
         model_dir = str(make_tiny_model(Path(tmp) / "model", seed=0))
         for r in range(params.repeats):
-            for arm in (("trl", "prioreplay") if r % 2 == 0 else ("prioreplay", "trl")):
+            for arm in ("trl", "prioreplay") if r % 2 == 0 else ("prioreplay", "trl"):
                 row = _run_arm(arm, params, model_dir, address, Path(tmp) / f"{arm}-{r}")
                 row["repeat"] = r
                 runs.append(row)
@@ -167,7 +205,8 @@ def run_trl_overhead(params: IntegrationParams = IntegrationParams(),
     by_repeat = {(x["repeat"], x["arm"]): x["step_s"] for x in runs}
     ratios = [by_repeat[(r, "prioreplay")] / by_repeat[(r, "trl")] for r in range(params.repeats)]
     return {
-        "params": asdict(params), "runs": runs,
+        "params": asdict(params),
+        "runs": runs,
         "share": spent / sum(x["runtime_s"] for x in pri),
         "lease_ms_per_step": 1000 * sum(x["lease_s"] for x in pri) / steps,
         "report_ms_per_step": 1000 * sum(x["report_s"] for x in pri) / steps,

@@ -13,7 +13,8 @@ Sources (written by ``prioreplay demo``):
   step's priority RPCs other than PullTrajectories: acknowledgements, publishing, stats),
   ``pull_s`` (seconds in PullTrajectories, which long-poll until workers have produced groups,
   so they measure starvation, not service cost) and the phases ``wait_s`` + ``compute_s`` +
-  ``publish_s`` + ``checkpoint_s`` (the step time; lines before the checkpoint split lack the last). The overhead share is ``rpc_s`` / step time; ``pull_s`` is
+  ``publish_s`` + ``checkpoint_s`` (the step time; lines before the checkpoint split lack the last). The
+  overhead share is ``rpc_s`` / step time; ``pull_s`` is
   reported beside it.
 """
 
@@ -56,9 +57,15 @@ def learner_share(lines: list[dict[str, Any]]) -> dict[str, float] | None:
     pull = sum(float(r["pull_s"]) for r in steps)
     step = sum(float(r.get(k) or 0.0) for r in steps for k in ("wait_s", "compute_s", "publish_s", "checkpoint_s"))
     compute = sum(float(r.get("compute_s") or 0.0) for r in steps)
-    return {"rpc_s": rpc, "pull_s": pull, "step_s": step, "share": rpc / step if step > 0 else float("nan"),
-            "compute_s": compute, "share_of_compute": rpc / compute if compute > 0 else float("nan"),
-            "steps": len(steps)}
+    return {
+        "rpc_s": rpc,
+        "pull_s": pull,
+        "step_s": step,
+        "share": rpc / step if step > 0 else float("nan"),
+        "compute_s": compute,
+        "share_of_compute": rpc / compute if compute > 0 else float("nan"),
+        "steps": len(steps),
+    }
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -21,19 +21,28 @@ import time
 from pathlib import Path
 
 
-def measure(backend, tokenizer, problems, group_size: int, temperature: float, max_new_tokens: int,
-            stop: tuple[str, ...], seed: int, batch_problems: int = 8) -> dict:
+def measure(
+    backend,
+    tokenizer,
+    problems,
+    group_size: int,
+    temperature: float,
+    max_new_tokens: int,
+    stop: tuple[str, ...],
+    seed: int,
+    batch_problems: int = 8,
+) -> dict:
     """Sample ``group_size`` completions per problem and score them; returns one table row."""
+    from prioreplay.intervals import wilson
     from prioreplay.models import apply_chat_template
     from prioreplay.rollout_worker.backends.base import SamplingParams
-    from prioreplay.intervals import wilson
     from prioreplay.verifiers import verify
 
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop=stop, seed=seed)
     rewards, tokens, kinds = [], [], {"mixed": 0, "all_wrong": 0, "all_correct": 0}
     t0 = time.perf_counter()
     for start in range(0, len(problems), batch_problems):
-        chunk = problems[start:start + batch_problems]
+        chunk = problems[start : start + batch_problems]
         ids = [apply_chat_template(tokenizer, p.prompt) for p in chunk]
         groups = backend.generate(ids, group_size, params)
         for p, group in zip(chunk, groups, strict=True):
@@ -45,10 +54,17 @@ def measure(backend, tokenizer, problems, group_size: int, temperature: float, m
     k, n = int(sum(r == 1 for r in rewards)), len(rewards)
     lo, hi = wilson(k, n)
     groups = len(problems)
-    return {"pass_rate": k / n, "pass_rate_ci95": [lo, hi], "completions": n, "groups": groups,
-            "mixed_fraction": kinds["mixed"] / groups, "all_wrong_fraction": kinds["all_wrong"] / groups,
-            "all_correct_fraction": kinds["all_correct"] / groups,
-            "mean_completion_tokens": sum(tokens) / len(tokens), "seconds_per_group": seconds / groups}
+    return {
+        "pass_rate": k / n,
+        "pass_rate_ci95": [lo, hi],
+        "completions": n,
+        "groups": groups,
+        "mixed_fraction": kinds["mixed"] / groups,
+        "all_wrong_fraction": kinds["all_wrong"] / groups,
+        "all_correct_fraction": kinds["all_correct"] / groups,
+        "mean_completion_tokens": sum(tokens) / len(tokens),
+        "seconds_per_group": seconds / groups,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,21 +90,28 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     backend = TransformersBackend(resolve_model(args.model))
     rows = []
-    print(f"{'level':<6} {'style':<6} {'stop':<8} {'pass rate [95% CI]':<22} {'mixed':>6} {'wrong':>6} "
-          f"{'right':>6} {'tokens':>7} {'s/group':>8}", flush=True)
+    print(
+        f"{'level':<6} {'style':<6} {'stop':<8} {'pass rate [95% CI]':<22} {'mixed':>6} {'wrong':>6} "
+        f"{'right':>6} {'tokens':>7} {'s/group':>8}",
+        flush=True,
+    )
     for level in args.levels.split(","):
         for style in args.styles.split(","):
             problems = list(arithmetic_problems(args.problems, args.seed, namespace="passrate", level=level, style=style))
             for stop_name in args.stops.split(","):
                 stop = ("\n",) if stop_name == "newline" else ()
-                row = measure(backend, backend.tokenizer, problems, args.group_size, args.temperature,
-                              args.max_new_tokens, stop, args.seed)
+                row = measure(
+                    backend, backend.tokenizer, problems, args.group_size, args.temperature, args.max_new_tokens, stop, args.seed
+                )
                 row.update(level=level, style=style, stop=stop_name)
                 rows.append(row)
                 lo, hi = row["pass_rate_ci95"]
-                print(f"{level:<6} {style:<6} {stop_name:<8} {row['pass_rate']:6.1%} [{lo:5.1%}, {hi:5.1%}]   "
-                      f"{row['mixed_fraction']:6.2f} {row['all_wrong_fraction']:6.2f} {row['all_correct_fraction']:6.2f} "
-                      f"{row['mean_completion_tokens']:7.1f} {row['seconds_per_group']:8.2f}", flush=True)
+                print(
+                    f"{level:<6} {style:<6} {stop_name:<8} {row['pass_rate']:6.1%} [{lo:5.1%}, {hi:5.1%}]   "
+                    f"{row['mixed_fraction']:6.2f} {row['all_wrong_fraction']:6.2f} {row['all_correct_fraction']:6.2f} "
+                    f"{row['mean_completion_tokens']:7.1f} {row['seconds_per_group']:8.2f}",
+                    flush=True,
+                )
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1))
     return 0

@@ -55,8 +55,12 @@ def publish_figures(run_dir: str | os.PathLike, checkpoint_every: int = 10) -> d
     ckpt_in_steps = sum(float(r.get("checkpoint_s") or 0.0) for r in steps)
     log = run_dir / "logs" / "learner.log"
     ckpts = [float(m.group(1)) for m in _CKPT_RE.finditer(log.read_text())] if log.exists() else []
-    out = {"steps": float(len(steps)), "compute_s_mean": compute / len(steps), "publish_s_mean": publish / len(steps),
-           "publish_share": publish / (compute + publish + ckpt_in_steps)}
+    out = {
+        "steps": float(len(steps)),
+        "compute_s_mean": compute / len(steps),
+        "publish_s_mean": publish / len(steps),
+        "publish_share": publish / (compute + publish + ckpt_in_steps),
+    }
     if ckpts:
         c = sum(ckpts) / len(ckpts)
         out["checkpoint_s"] = c
@@ -109,12 +113,21 @@ def fetch_figures(model: str, repeats: int = 3, workdir: str | os.PathLike | Non
 def record(path: Path, prefix: str, figs: dict[str, float], units: dict[str, str], command: str, note: str) -> None:
     """Replace the figures named ``prefix.<key>`` in the results file ``path`` by ``figs``."""
     results: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     names = {f"{prefix}.{k}" for k in figs}
     results = [r for r in results if r.get("name") not in names]
     for k, v in figs.items():
-        results.append({"name": f"{prefix}.{k}", "value": round(v, 4), "unit": units.get(k, "s"),
-                        "command": command, "date": now, "machine_cores": os.cpu_count(), "note": note})
+        results.append(
+            {
+                "name": f"{prefix}.{k}",
+                "value": round(v, 4),
+                "unit": units.get(k, "s"),
+                "command": command,
+                "date": now,
+                "machine_cores": os.cpu_count(),
+                "note": note,
+            }
+        )
     path.write_text(json.dumps(results, indent=1) + "\n")
 
 
@@ -123,8 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_dir", nargs="?", help="a demo run directory (the publish share figures)")
     ap.add_argument("--label", default="run", help="name part of the figures: learner.publish.<label>.*")
     ap.add_argument("--checkpoint-every", type=int, default=10)
-    ap.add_argument("--fetch", action="append", default=[], metavar="MODEL",
-                    help="measure fetch + load over HTTP beside the shared-volume load for MODEL (tiny, smollm2-135m, ...)")
+    ap.add_argument(
+        "--fetch",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="measure fetch + load over HTTP beside the shared-volume load for MODEL (tiny, smollm2-135m, ...)",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="versions published and loaded per --fetch model")
     ap.add_argument("--command", default="", help="the command that produced the run (recorded)")
     ap.add_argument("--note", default="", help="measurement conditions (recorded)")

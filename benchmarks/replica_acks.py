@@ -28,9 +28,26 @@ def _free_port() -> int:
 
 
 def _start(port: int, workdir: str, *extra: str) -> subprocess.Popen:
-    proc = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--dir", workdir, "--repl-diskless-sync-delay", "0",
-                             *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            shutil.which("redis-server") or "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+            "--repl-diskless-sync-delay",
+            "0",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(200):
         try:
             if redis.Redis(port=port).ping():
@@ -55,8 +72,10 @@ async def _report_times(url: str, acks: int, batch: int, group: int, rounds: int
         payload = bytes(16 * group)
         for r in range(rounds):
             lease = await store.sample(batch, 600.0)
-            outs = [GroupOutcome(problem_id=sp.problem.id, rewards=tuple(float((j + r) % 2) for j in range(group)),
-                                 payload=payload) for sp in lease.problems]
+            outs = [
+                GroupOutcome(problem_id=sp.problem.id, rewards=tuple(float((j + r) % 2) for j in range(group)), payload=payload)
+                for sp in lease.problems
+            ]
             t0 = time.perf_counter()
             await store.report(lease.lease_id, outs)
             times.append((time.perf_counter() - t0) * 1000.0)

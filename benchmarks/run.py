@@ -44,13 +44,19 @@ class Results:
         self.command = command
         self.note = note
         self.prefix = prefix
-        self.date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.cores = os.cpu_count() or 0
         self.items: list[dict[str, Any]] = []
 
     def add(self, name: str, value: float | int | None, unit: str, **extra: Any) -> None:
-        item = {"name": self.prefix + name, "value": value, "unit": unit, "command": self.command, "date": self.date,
-                "machine_cores": self.cores}
+        item = {
+            "name": self.prefix + name,
+            "value": value,
+            "unit": unit,
+            "command": self.command,
+            "date": self.date,
+            "machine_cores": self.cores,
+        }
         if self.note:
             item["note"] = self.note
         item.update(extra)
@@ -99,24 +105,50 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
         res.add(f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_reported", r["reported_ratio"], "ratio")
     for kind in params.stores:
         for c in params.concurrency:
-            one = next((x for x in out["rows"] if x["store"] == kind and x["path"] == "grpc" and x["processes"] == 1
-                        and x["clients"] == c), None)
+            one = next(
+                (
+                    x
+                    for x in out["rows"]
+                    if x["store"] == kind and x["path"] == "grpc" and x["processes"] == 1 and x["clients"] == c
+                ),
+                None,
+            )
             for row in out["rows"]:
                 if one and row["store"] == kind and row["path"] == "grpc" and row["processes"] > 1 and row["clients"] == c:
-                    res.add(f"service.{kind}.x{row['processes']}_over_x1.c{c}.sampled",
-                            row["sampled_per_s"] / one["sampled_per_s"], "ratio")
+                    res.add(
+                        f"service.{kind}.x{row['processes']}_over_x1.c{c}.sampled",
+                        row["sampled_per_s"] / one["sampled_per_s"],
+                        "ratio",
+                    )
     if "redis" in params.stores and params.big_register:
         mem = asyncio.run(service.run_redis_memory(params, args.redis_url, progress=_log))
         n = mem["problems"]
         res.add(f"redis.register_{n}_s", mem["register_s"], "s", problems=n)
-        res.add(f"redis.state_bytes_per_problem_{n}", mem["state_bytes_per_problem"], "bytes",
-                keys=mem["key_bytes"], how="MEMORY USAGE SAMPLES 0 of the run's keys except 'problems'")
-        res.add(f"redis.prompt_bytes_per_problem_{n}", mem["prompt_bytes_per_problem"], "bytes",
-                how="MEMORY USAGE SAMPLES 0 of the 'problems' hash")
-        res.add(f"redis.info_bytes_per_problem_{n}", mem["info_bytes_per_problem"], "bytes",
-                how="INFO memory used_memory after - before registration, all keys")
-        res.add(f"redis.info_state_bytes_per_problem_{n}", mem["info_state_bytes_per_problem"], "bytes",
-                how="INFO delta minus the 'problems' hash")
+        res.add(
+            f"redis.state_bytes_per_problem_{n}",
+            mem["state_bytes_per_problem"],
+            "bytes",
+            keys=mem["key_bytes"],
+            how="MEMORY USAGE SAMPLES 0 of the run's keys except 'problems'",
+        )
+        res.add(
+            f"redis.prompt_bytes_per_problem_{n}",
+            mem["prompt_bytes_per_problem"],
+            "bytes",
+            how="MEMORY USAGE SAMPLES 0 of the 'problems' hash",
+        )
+        res.add(
+            f"redis.info_bytes_per_problem_{n}",
+            mem["info_bytes_per_problem"],
+            "bytes",
+            how="INFO memory used_memory after - before registration, all keys",
+        )
+        res.add(
+            f"redis.info_state_bytes_per_problem_{n}",
+            mem["info_state_bytes_per_problem"],
+            "bytes",
+            how="INFO delta minus the 'problems' hash",
+        )
         out["redis_memory"] = mem
     if args.plot_dir:
         service.plot_service(out, str(Path(args.plot_dir) / "bench_service.png"))
@@ -131,8 +163,11 @@ def part_samplers(args: argparse.Namespace, res: Results) -> dict[str, Any]:  # 
 
     out = {}
     names = [m.strip() for m in args.methods.split(",")] if args.methods else None
-    methods = [m for m in (*simulate.METHODS, *simulate.CANDIDATES)
-               if (m.name in names if names else m.name in ("uniform", "heap") or m in simulate.CANDIDATES)]
+    methods = [
+        m
+        for m in (*simulate.METHODS, *simulate.CANDIDATES)
+        if (m.name in names if names else m.name in ("uniform", "heap") or m in simulate.CANDIDATES)
+    ]
     pops = ["default"] if args.quick else args.populations.split(",")
     for v in pops:
         params = simulate.quick_params() if args.quick else replace(simulate.SimParams(), **simulate.POPULATIONS[v])
@@ -140,14 +175,27 @@ def part_samplers(args: argparse.Namespace, res: Results) -> dict[str, Any]:  # 
         r = simulate.run_simulation(params, seeds, methods=methods, progress=_log)
         out[v] = r
         for name, m in r["methods"].items():
-            for key, unit in (("rollouts_to_target", "rollouts"), ("effective_group_fraction", "fraction"),
-                              ("useful_rollout_fraction", "fraction"), ("final_success", "pass@1"),
-                              ("probes", "groups"), ("rollouts_ratio_vs_uniform", "ratio"),
-                              ("rollouts_ratio_vs_heap", "ratio"), ("efg_ratio_vs_uniform", "ratio")):
+            for key, unit in (
+                ("rollouts_to_target", "rollouts"),
+                ("effective_group_fraction", "fraction"),
+                ("useful_rollout_fraction", "fraction"),
+                ("final_success", "pass@1"),
+                ("probes", "groups"),
+                ("rollouts_ratio_vs_uniform", "ratio"),
+                ("rollouts_ratio_vs_heap", "ratio"),
+                ("efg_ratio_vs_uniform", "ratio"),
+            ):
                 if key in m:
                     s = m[key]
-                    res.add(f"samplers.{v}.{name}.{key}", s["mean"], unit, ci95=[s["lo"], s["hi"]], n=s["n"],
-                            seeds=len(r["seeds"]), reached=m["reached"])
+                    res.add(
+                        f"samplers.{v}.{name}.{key}",
+                        s["mean"],
+                        unit,
+                        ci95=[s["lo"], s["hi"]],
+                        n=s["n"],
+                        seeds=len(r["seeds"]),
+                        reached=m["reached"],
+                    )
         res.add(f"samplers.{v}.wall_s", r["wall_s"], "s", params=r["params"])
 
 
@@ -161,23 +209,47 @@ def part_openloop(args: argparse.Namespace, res: Results) -> dict[str, Any]:
         params = replace(params, duration_s=args.duration_s)
     loads = tuple(float(x) for x in args.open_loads.split(","))
     procs = tuple(int(x) for x in args.processes.split(","))
-    out = asyncio.run(service.run_open_loop(params, args.redis_url, progress=_log, workers=args.open_workers,
-                                            period_s=args.open_period_s, loads=loads, processes=procs))
+    out = asyncio.run(
+        service.run_open_loop(
+            params,
+            args.redis_url,
+            progress=_log,
+            workers=args.open_workers,
+            period_s=args.open_period_s,
+            loads=loads,
+            processes=procs,
+        )
+    )
     for row in out["rows"]:
         pre = f"openloop.{row['store']}.x{row['processes']}.load{row['load']:g}"
-        extra = {"workers": row["workers"], "period_s": args.open_period_s, "batch_size": params.batch_size,
-                 "ticks": row["ticks"]}
+        extra = {
+            "workers": row["workers"],
+            "period_s": args.open_period_s,
+            "batch_size": params.batch_size,
+            "ticks": row["ticks"],
+        }
         res.add(f"{pre}.offered_problems_per_s", row["offered_problems_per_s"], "problems/s", **extra)
         res.add(f"{pre}.sampled_per_s", row["sampled_per_s"], "problems/s", **extra)
-        for k in ("sample_p50_ms", "sample_p99_ms", "sample_p999_ms", "report_p50_ms", "report_p99_ms",
-                  "report_p999_ms", "lag_p99_ms"):
+        for k in (
+            "sample_p50_ms",
+            "sample_p99_ms",
+            "sample_p999_ms",
+            "report_p50_ms",
+            "report_p99_ms",
+            "report_p999_ms",
+            "lag_p99_ms",
+        ):
             res.add(f"{pre}.{k}", row[k], "ms", **extra)
         res.add(f"{pre}.client_cores", row["client_cores"], "cores", **extra)
         res.add(f"{pre}.server_cores", row["server_cores"], "cores", **extra)
     for r in out["sustained"]:
-        res.add(f"openloop.{r['store']}.x{r['processes']}.max_sustained_problems_per_s", r["max_offered_problems_per_s"],
-                "problems/s", how=f"highest offered load with Sample and Report p99 <= {out['p99_limit_ms']:g} ms "
-                "and >= 95% of it served", loads=list(loads))
+        res.add(
+            f"openloop.{r['store']}.x{r['processes']}.max_sustained_problems_per_s",
+            r["max_offered_problems_per_s"],
+            "problems/s",
+            how=f"highest offered load with Sample and Report p99 <= {out['p99_limit_ms']:g} ms and >= 95% of it served",
+            loads=list(loads),
+        )
     return out
 
 
@@ -187,8 +259,13 @@ def part_reportpath(args: argparse.Namespace, res: Results) -> dict[str, Any]:
 
     params = service.QUICK if args.quick else service.ServiceParams()
     out = service.run_report_path(params, reports=5 if args.quick else 20, rounds=3 if args.quick else 9)
-    extra = {"batch_size": params.batch_size, "group_size": params.group_size, "tokens": params.tokens,
-             "request_bytes": out["request_bytes"], "rounds": out["rounds"]}
+    extra = {
+        "batch_size": params.batch_size,
+        "group_size": params.group_size,
+        "tokens": params.tokens,
+        "request_bytes": out["request_bytes"],
+        "rounds": out["rounds"],
+    }
     res.add("reportpath.per_field_ms_per_report", out["per_field_ms"], "ms", **extra)
     res.add("reportpath.lean_ms_per_report", out["lean_ms"], "ms", **extra)
     res.add("reportpath.speedup", out["speedup"], "ratio", **extra)
@@ -200,8 +277,12 @@ def part_replicaacks(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     from benchmarks import replica_acks
 
     out = replica_acks.run(rounds=20 if args.quick else 200, blocks=2 if args.quick else 4)
-    extra = {"batch_size": out["batch_size"], "group_size": out["group_size"], "reports": out["reports"],
-             "how": "RedisStore.report of B problems x G rewards with payloads; primary and replica on one machine"}
+    extra = {
+        "batch_size": out["batch_size"],
+        "group_size": out["group_size"],
+        "reports": out["reports"],
+        "how": "RedisStore.report of B problems x G rewards with payloads; primary and replica on one machine",
+    }
     for name in ("acks0_50_ms", "acks0_90_ms", "acks1_50_ms", "acks1_90_ms", "added_p50_ms"):
         res.add(f"replicaacks.{name}", out[name], "ms", **extra)
     return out
@@ -230,14 +311,27 @@ def part_simulate(args: argparse.Namespace, res: Results) -> dict[str, Any]:
         out[v] = r
         pre = "sim" if v == "default" else f"sim_{v}"
         for name, m in r["methods"].items():
-            for key, unit in (("rollouts_to_target", "rollouts"), ("effective_group_fraction", "fraction"),
-                              ("final_success", "pass@1"), ("forgetting_events", "events"), ("breakthroughs", "events"),
-                              ("forgotten_at_end", "problems"), ("rollouts_ratio_vs_uniform", "ratio"),
-                              ("efg_ratio_vs_uniform", "ratio")):
+            for key, unit in (
+                ("rollouts_to_target", "rollouts"),
+                ("effective_group_fraction", "fraction"),
+                ("final_success", "pass@1"),
+                ("forgetting_events", "events"),
+                ("breakthroughs", "events"),
+                ("forgotten_at_end", "problems"),
+                ("rollouts_ratio_vs_uniform", "ratio"),
+                ("efg_ratio_vs_uniform", "ratio"),
+            ):
                 if key in m:
                     s = m[key]
-                    res.add(f"{pre}.{name}.{key}", s["mean"], unit, ci95=[s["lo"], s["hi"]], n=s["n"],
-                            seeds=len(r["seeds"]), reached=m["reached"])
+                    res.add(
+                        f"{pre}.{name}.{key}",
+                        s["mean"],
+                        unit,
+                        ci95=[s["lo"], s["hi"]],
+                        n=s["n"],
+                        seeds=len(r["seeds"]),
+                        reached=m["reached"],
+                    )
         res.add(f"{pre}.wall_s", r["wall_s"], "s", params=r["params"])
     return out
 
@@ -268,24 +362,45 @@ def part_integration(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     params = integration.QUICK if args.quick else integration.IntegrationParams()
     out = integration.run_trl_overhead(params, progress=_log)
     p = out["params"]
-    res.add("integration.trl.overhead_share", out["share"], "fraction", params=p,
-            how="(lease + report seconds of PrioritySampler) / train_runtime, prioreplay arm")
+    res.add(
+        "integration.trl.overhead_share",
+        out["share"],
+        "fraction",
+        params=p,
+        how="(lease + report seconds of PrioritySampler) / train_runtime, prioreplay arm",
+    )
     res.add("integration.trl.lease_ms_per_step", out["lease_ms_per_step"], "ms", params=p)
     res.add("integration.trl.report_ms_per_step", out["report_ms_per_step"], "ms", params=p)
     for arm, s in out["step_s"].items():
         res.add(f"integration.trl.step_s.{arm}", s, "s", params=p, how="median over repeats of train_runtime / steps")
     r = out["step_ratio"]
-    res.add("integration.trl.step_ratio", r["mean"], "ratio", min=r["min"], max=r["max"], repeats=p["repeats"],
-            how="prioreplay / trl step time, paired by repeat (noisy on a shared machine)")
+    res.add(
+        "integration.trl.step_ratio",
+        r["mean"],
+        "ratio",
+        min=r["min"],
+        max=r["max"],
+        repeats=p["repeats"],
+        how="prioreplay / trl step time, paired by repeat (noisy on a shared machine)",
+    )
     for k, v in out["bare_rpc_ms"].items():
-        res.add(f"integration.trl.bare_{k}_ms", v, "ms", rounds=p["rpc_rounds"],
-                how="SampleProblems(B) / rewards-only ReportOutcomes round trips, no training running")
+        res.add(
+            f"integration.trl.bare_{k}_ms",
+            v,
+            "ms",
+            rounds=p["rpc_rounds"],
+            how="SampleProblems(B) / rewards-only ReportOutcomes round trips, no training running",
+        )
     return out
 
 
 # -- part 3: real GRPO (long; only with --real or --real-from) ------------------------------------
-def real_grpo(run_root: Path, extra_args: list[str] | None = None, samplers: tuple[str, ...] = ("heap", "uniform"),
-              res: Results | None = None) -> dict[str, Any]:
+def real_grpo(
+    run_root: Path,
+    extra_args: list[str] | None = None,
+    samplers: tuple[str, ...] = ("heap", "uniform"),
+    res: Results | None = None,
+) -> dict[str, Any]:
     """Part 3, real GRPO on CPU: run ``prioreplay demo`` once per sampler (only with ``--real``).
 
     Runs ``prioreplay demo --sampler S --run-dir RUN_ROOT/S`` for each sampler (same seed and
@@ -298,14 +413,23 @@ def real_grpo(run_root: Path, extra_args: list[str] | None = None, samplers: tup
     """
     for s in samplers:
         run_dir = run_root / s
-        cmd = [sys.executable, "-m", "prioreplay.apps.cli", "demo", "--sampler", s, "--run-dir", str(run_dir), *(extra_args or [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "prioreplay.apps.cli",
+            "demo",
+            "--sampler",
+            s,
+            "--run-dir",
+            str(run_dir),
+            *(extra_args or []),
+        ]
         _log(f"real: {' '.join(cmd[1:])}")
         subprocess.run(cmd, check=True)
     return collect_real(run_root, samplers, res)
 
 
-def collect_real(run_root: Path, samplers: tuple[str, ...] = ("heap", "uniform"),
-                 res: Results | None = None) -> dict[str, Any]:
+def collect_real(run_root: Path, samplers: tuple[str, ...] = ("heap", "uniform"), res: Results | None = None) -> dict[str, Any]:
     """Read the ``report.json`` of finished demo runs ``RUN_ROOT/<sampler>`` (part 3 and 4 figures).
 
     Raises:
@@ -317,12 +441,16 @@ def collect_real(run_root: Path, samplers: tuple[str, ...] = ("heap", "uniform")
         rep = json.loads((run_dir / "report.json").read_text())
         from benchmarks import overhead
 
-        out[s] = {"accuracy_before": rep.get("accuracy_before"), "accuracy_after": rep.get("accuracy_after"),
-                  "effective_group_fraction": rep.get("final", {}).get("effective_group_fraction"),
-                  "forgetting_events": rep.get("forgetting_events"), "duration_s": rep.get("duration_s"),
-                  "completions": rep.get("final", {}).get("completions_reported"),
-                  "groups_mixed": rep.get("final", {}).get("groups_mixed"),
-                  "overhead": overhead.rpc_share(run_dir)}
+        out[s] = {
+            "accuracy_before": rep.get("accuracy_before"),
+            "accuracy_after": rep.get("accuracy_after"),
+            "effective_group_fraction": rep.get("final", {}).get("effective_group_fraction"),
+            "forgetting_events": rep.get("forgetting_events"),
+            "duration_s": rep.get("duration_s"),
+            "completions": rep.get("final", {}).get("completions_reported"),
+            "groups_mixed": rep.get("final", {}).get("groups_mixed"),
+            "overhead": overhead.rpc_share(run_dir),
+        }
         if res is not None:
             for k in ("accuracy_before", "accuracy_after", "effective_group_fraction"):
                 res.add(f"real.{s}.{k}", out[s][k], "fraction", run_dir=str(run_dir.name))
@@ -364,17 +492,22 @@ def run_parts(args: argparse.Namespace, res: Results) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m benchmarks.run``: which parts to run and their sizes."""
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="tiny versions of every part (seconds)")
     ap.add_argument("--prefix", default="", help="prepended to every figure name (keeps a side run's figures apart)")
     ap.add_argument("--note", default=SHARED_NOTE, help="a note stored with every figure (measurement conditions)")
-    ap.add_argument("--parts", default="service,simulate,overhead,integration",
-                    help="comma-separated: service, simulate, samplers, overhead, integration, openloop, reportpath")
+    ap.add_argument(
+        "--parts",
+        default="service,simulate,overhead,integration",
+        help="comma-separated: service, simulate, samplers, overhead, integration, openloop, reportpath",
+    )
     ap.add_argument("--real", action="store_true", help="also part 3: two `prioreplay demo` runs (long)")
     ap.add_argument("--real-args", default="", help="extra `prioreplay demo` flags for --real, one string")
-    ap.add_argument("--real-from", default=None,
-                    help="read part 3 from finished runs DIR/heap and DIR/uniform instead of running them")
+    ap.add_argument(
+        "--real-from", default=None, help="read part 3 from finished runs DIR/heap and DIR/uniform instead of running them"
+    )
     ap.add_argument("--stores", default="memory,redis", help="stores of part 1")
     ap.add_argument("--processes", default="1", help="part 1 / openloop: server process counts, e.g. 1,2 (>1: Redis)")
     ap.add_argument("--open-loads", default="1,2,4,6,8,10", help="openloop: multiples of the base offered load")
@@ -386,10 +519,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-big-register", action="store_true", help="skip the 10^6-problem Redis test")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per method in part 2 (default 20; quick 2)")
     ap.add_argument("--sim-variants", default="default,hard", help="part-2 populations: default, hard")
-    ap.add_argument("--populations", default="default,hard,forgetting,dilute",
-                    help="part samplers: populations of simulate.POPULATIONS")
-    ap.add_argument("--methods", default=None,
-                    help="part samplers: method names (default uniform, heap and every candidate)")
+    ap.add_argument(
+        "--populations", default="default,hard,forgetting,dilute", help="part samplers: populations of simulate.POPULATIONS"
+    )
+    ap.add_argument("--methods", default=None, help="part samplers: method names (default uniform, heap and every candidate)")
     ap.add_argument("--run-dir", default=None, help="demo run directory for part 4 (default: newest runs/*)")
     ap.add_argument("--out", default=None, help="results file (default benchmarks/results.json; quick: none)")
     ap.add_argument("--plot-dir", default=None, help="where PNGs go (default docs/; quick: none)")

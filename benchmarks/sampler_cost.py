@@ -22,13 +22,13 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from benchmarks.service import (DEFAULT_REDIS_URL, ServiceParams, channel, delete_namespace, grpc_fns, load,
-                                register_grpc, serve)
+from benchmarks.service import DEFAULT_REDIS_URL, ServiceParams, channel, delete_namespace, grpc_fns, load, register_grpc, serve
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
 
-async def measure(kind: str, sampler: str | None, params: ServiceParams, redis_url: str,
-                  pythonpath: str | None = None) -> dict[str, Any]:
+async def measure(
+    kind: str, sampler: str | None, params: ServiceParams, redis_url: str, pythonpath: str | None = None
+) -> dict[str, Any]:
     """One (store, sampler) configuration: register, then the C = 1 loop. ``sampler`` None: the
     server's default; ``pythonpath``: the server subprocess imports its code from there."""
     env_before = {k: os.environ.get(k) for k in ("PYTHONPATH", "PRIOREPLAY_SAMPLER")}
@@ -58,12 +58,12 @@ async def measure(kind: str, sampler: str | None, params: ServiceParams, redis_u
     return {"store": kind, "sampler": sampler or "default", "baseline": bool(pythonpath), **res.summary()}
 
 
-async def run(samplers: list[str], stores: list[str], params: ServiceParams, redis_url: str,
-              baseline: str | None) -> list[dict[str, Any]]:
+async def run(
+    samplers: list[str], stores: list[str], params: ServiceParams, redis_url: str, baseline: str | None
+) -> list[dict[str, Any]]:
     rows = []
     for kind in stores:
-        plan = ([(None, baseline)] if baseline else []) + [(s, None) for s in samplers] + \
-               ([(None, baseline)] if baseline else [])
+        plan = ([(None, baseline)] if baseline else []) + [(s, None) for s in samplers] + ([(None, baseline)] if baseline else [])
         for sampler, path in plan:
             rows.append(await measure(kind, sampler, params, redis_url, path))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
@@ -71,8 +71,9 @@ async def run(samplers: list[str], stores: list[str], params: ServiceParams, red
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.sampler_cost", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.sampler_cost", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--samplers", default="heap,screened,posterior,gumbel")
     ap.add_argument("--stores", default="memory,redis")
     ap.add_argument("--problems", type=int, default=100_000)
@@ -82,10 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
-    params = replace(ServiceParams(), problems=args.problems, batch_size=args.batch_size, concurrency=(1,),
-                     duration_s=args.duration_s, server="subprocess")
-    rows = asyncio.run(run(args.samplers.split(","), args.stores.split(","), params, args.redis_url,
-                           args.baseline_pythonpath))
+    params = replace(
+        ServiceParams(),
+        problems=args.problems,
+        batch_size=args.batch_size,
+        concurrency=(1,),
+        duration_s=args.duration_s,
+        server="subprocess",
+    )
+    rows = asyncio.run(run(args.samplers.split(","), args.stores.split(","), params, args.redis_url, args.baseline_pythonpath))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)

@@ -27,15 +27,16 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import numpy as np
 
 from prioreplay.channel import free_port
 from prioreplay.convert import problem_to_proto
-from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.priority_server.records import GroupOutcome
+from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -77,16 +78,20 @@ class ServiceParams:
     big_register: int = 1_000_000
 
 
-QUICK = ServiceParams(problems=2_000, batch_size=32, concurrency=(1, 4), duration_s=0.6, warmup_s=0.2,
-                      server="inprocess", big_register=5_000)
+QUICK = ServiceParams(
+    problems=2_000, batch_size=32, concurrency=(1, 4), duration_s=0.6, warmup_s=0.2, server="inprocess", big_register=5_000
+)
 
 
 def make_problem(i: int) -> ProblemRecord:
     """Synthetic problem ``i``: a GSM8K-sized prompt (~130 bytes) and a short answer."""
-    return ProblemRecord(id=f"bench-{i:07d}",
-                         prompt=f"A shop sells {i % 97 + 3} pencils for {i % 13 + 2} dollars each and gives a "
-                                f"discount of {i % 9 + 1} dollars on the total. What does a customer pay?",
-                         answer=str((i % 97 + 3) * (i % 13 + 2) - (i % 9 + 1)), verifier="exact")
+    return ProblemRecord(
+        id=f"bench-{i:07d}",
+        prompt=f"A shop sells {i % 97 + 3} pencils for {i % 13 + 2} dollars each and gives a "
+        f"discount of {i % 9 + 1} dollars on the total. What does a customer pay?",
+        answer=str((i % 97 + 3) * (i % 13 + 2) - (i % 9 + 1)),
+        verifier="exact",
+    )
 
 
 # -- synthetic reports ------------------------------------------------------------------------
@@ -106,8 +111,9 @@ class Outcomes:
         self.prompt_ids = list(range(200, 200 + params.prompt_tokens))
         # in-process payload: a mixed TrajectoryGroup of the same shape, serialized once
         mixed = [self.completion[float(k % 2)] for k in range(params.group_size)]
-        self.payload = pb.TrajectoryGroup(problem_id="bench-0000000", prompt_token_ids=self.prompt_ids,
-                                          completions=mixed, reported_unix_s=time.time()).SerializeToString()
+        self.payload = pb.TrajectoryGroup(
+            problem_id="bench-0000000", prompt_token_ids=self.prompt_ids, completions=mixed, reported_unix_s=time.time()
+        ).SerializeToString()
 
     def rewards(self, n: int) -> np.ndarray:
         """(n, G) float rewards in {0, 1}."""
@@ -116,9 +122,12 @@ class Outcomes:
 
     def proto(self, ids: list[str]) -> list[pb.ProblemOutcome]:
         rw = self.rewards(len(ids))
-        return [pb.ProblemOutcome(problem_id=pid, policy_version=0, prompt_token_ids=self.prompt_ids,
-                                  completions=[self.completion[r] for r in row])
-                for pid, row in zip(ids, rw.tolist(), strict=True)]
+        return [
+            pb.ProblemOutcome(
+                problem_id=pid, policy_version=0, prompt_token_ids=self.prompt_ids, completions=[self.completion[r] for r in row]
+            )
+            for pid, row in zip(ids, rw.tolist(), strict=True)
+        ]
 
     def store(self, ids: list[str]) -> list[GroupOutcome]:
         rw = self.rewards(len(ids))
@@ -157,8 +166,12 @@ class RawReports(Outcomes):
             raise ValueError(f"group_size ({params.group_size}) > 12: too many reward patterns to pre-serialize")
         g = params.group_size
         self.weights = 1 << np.arange(g)
-        self.suffix = [pb.ProblemOutcome(prompt_token_ids=self.prompt_ids, completions=[
-            self.completion[float(bits >> j & 1)] for j in range(g)]).SerializeToString() for bits in range(1 << g)]
+        self.suffix = [
+            pb.ProblemOutcome(
+                prompt_token_ids=self.prompt_ids, completions=[self.completion[float(bits >> j & 1)] for j in range(g)]
+            ).SerializeToString()
+            for bits in range(1 << g)
+        ]
         ids = ["bench-0000001", "bench-0000002"]
         rng_state = self.rng.bit_generator.state
         raw = self.request("L", ids, "w")
@@ -193,8 +206,10 @@ class LoadResult:
         return {
             "sampled_per_s": self.sampled / self.window_s if self.window_s else 0.0,
             "reported_per_s": self.reported / self.window_s if self.window_s else 0.0,
-            "sample_p50_ms": pct(s, 50), "sample_p99_ms": pct(s, 99),
-            "report_p50_ms": pct(r, 50), "report_p99_ms": pct(r, 99),
+            "sample_p50_ms": pct(s, 50),
+            "sample_p99_ms": pct(s, 99),
+            "report_p50_ms": pct(r, 50),
+            "report_p99_ms": pct(r, 99),
             "rpcs": int(s.size + r.size),
         }
 
@@ -245,12 +260,16 @@ def grpc_fns(ch: Any, params: ServiceParams, seed: int) -> tuple[SampleFn, Repor
     :class:`RawReports` (the same messages a worker sends, at a fraction of the client's CPU)."""
     gen = RawReports(params, seed)
     stub = pb_grpc.PriorityServiceStub(ch)
-    report_raw = ch.unary_unary("/prioreplay.v1.PriorityService/ReportOutcomes", request_serializer=None,
-                                response_deserializer=pb.ReportOutcomesResponse.FromString)
+    report_raw = ch.unary_unary(
+        "/prioreplay.v1.PriorityService/ReportOutcomes",
+        request_serializer=None,
+        response_deserializer=pb.ReportOutcomesResponse.FromString,
+    )
 
     async def sample() -> tuple[str, list[str]]:
-        r = await stub.SampleProblems(pb.SampleProblemsRequest(batch_size=params.batch_size, worker_id="bench",
-                                                               accepts_group_size=True))
+        r = await stub.SampleProblems(
+            pb.SampleProblemsRequest(batch_size=params.batch_size, worker_id="bench", accepts_group_size=True)
+        )
         return r.lease_id, [lp.problem.id for lp in r.problems]
 
     async def report(lease_id: str, ids: list[str]) -> None:
@@ -291,8 +310,10 @@ def run_report_path(params: ServiceParams, reports: int = 20, rounds: int = 7, s
 
     gen = Outcomes(params, seed)
     ids = [make_problem(i).id for i in range(params.batch_size)]
-    raws = [pb.ReportOutcomesRequest(lease_id="L" * 32, outcomes=gen.proto(ids), worker_id="bench").SerializeToString()
-            for _ in range(reports)]
+    raws = [
+        pb.ReportOutcomesRequest(lease_id="L" * 32, outcomes=gen.proto(ids), worker_id="bench").SerializeToString()
+        for _ in range(reports)
+    ]
 
     def per_field(raw: bytes) -> Any:
         return checked_groups(pb.ReportOutcomesRequest.FromString(raw), 1.0, True)
@@ -311,8 +332,14 @@ def run_report_path(params: ServiceParams, reports: int = 20, rounds: int = 7, s
                 fn(raw)
             times[name].append((time.perf_counter() - t) / reports * 1e3)
     med = {k: float(np.median(v)) for k, v in times.items()}
-    return {"per_field_ms": med["per_field"], "lean_ms": med["lean"], "speedup": med["per_field"] / med["lean"],
-            "request_bytes": len(raws[0]), "rounds": rounds, "reports_per_round": reports}
+    return {
+        "per_field_ms": med["per_field"],
+        "lean_ms": med["lean"],
+        "speedup": med["per_field"] / med["lean"],
+        "request_bytes": len(raws[0]),
+        "rounds": rounds,
+        "reports_per_round": reports,
+    }
 
 
 # -- servers, stores, cleanup -----------------------------------------------------------------
@@ -335,15 +362,16 @@ async def delete_namespace(redis_url: str, namespace: str) -> int:
     try:
         batch = [k async for k in r.scan_iter(match=f"*{{{namespace}}}*", count=1000)]
         for i in range(0, len(batch), 1000):
-            n += await r.delete(*batch[i:i + 1000])
+            n += await r.delete(*batch[i : i + 1000])
     finally:
         await r.aclose()
     return n
 
 
 @contextlib.asynccontextmanager
-async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str,
-                processes: int = 1, pids: list[int] | None = None) -> AsyncIterator[str]:
+async def serve(
+    kind: str, params: ServiceParams, redis_url: str, namespace: str, processes: int = 1, pids: list[int] | None = None
+) -> AsyncIterator[str]:
     """A priority server on a free port for the duration of the block; yields its address.
 
     ``processes`` > 1: ``prioreplay server --processes N`` (a subprocess, Redis only). ``pids``
@@ -367,10 +395,28 @@ async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str
     import grpc
 
     port = free_port()
-    args = [sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", store_spec(kind, redis_url),
-            "--namespace", namespace, "--port", str(port), "--metrics-port", "0", "--log-level", "WARNING",
-            "--max-message-mb", str(MAX_MESSAGE_BYTES // (1024 * 1024)), "--processes", str(processes),
-            "--max-queue-depth", "0"]
+    args = [
+        sys.executable,
+        "-m",
+        "prioreplay.apps.cli",
+        "server",
+        "--store",
+        store_spec(kind, redis_url),
+        "--namespace",
+        namespace,
+        "--port",
+        str(port),
+        "--metrics-port",
+        "0",
+        "--log-level",
+        "WARNING",
+        "--max-message-mb",
+        str(MAX_MESSAGE_BYTES // (1024 * 1024)),
+        "--processes",
+        str(processes),
+        "--max-queue-depth",
+        "0",
+    ]
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
         if pids is not None:
@@ -388,7 +434,7 @@ async def serve(kind: str, params: ServiceParams, redis_url: str, namespace: str
                         await pb_grpc.PriorityServiceStub(ch).GetStats(pb.GetStatsRequest(), timeout=1.0)
                         await ch.close()
                     break
-                except (asyncio.TimeoutError, TimeoutError, grpc.aio.AioRpcError):
+                except (TimeoutError, grpc.aio.AioRpcError):
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"prioreplay server on {address} did not answer within 60 s") from None
             yield address
@@ -406,8 +452,11 @@ async def channel(address: str, timeout_s: float = 60.0):
     ``--processes N`` each connection may be served by another process)."""
     import grpc
 
-    opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.use_local_subchannel_pool", 1)]
+    opts = [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
     ch = grpc.aio.insecure_channel(address, options=opts)
     try:
         await asyncio.wait_for(ch.channel_ready(), timeout_s)
@@ -440,7 +489,7 @@ class CpuMeter:
     def __init__(self, server_pids: list[int]):
         self.server_pids = server_pids
 
-    def __enter__(self) -> "CpuMeter":
+    def __enter__(self) -> CpuMeter:
         self.t0 = time.perf_counter()
         self.c0 = time.process_time()
         self.s0 = sum(tree_cpu_s(p) for p in self.server_pids)
@@ -461,15 +510,18 @@ async def register_grpc(stub: Any, n: int, chunk: int = 512) -> tuple[pb.Registe
 
     async def chunks():
         for start in range(0, n, chunk):
-            yield pb.RegisterProblemsRequest(problems=[problem_to_proto(make_problem(i)) for i in range(start, min(n, start + chunk))])
+            yield pb.RegisterProblemsRequest(
+                problems=[problem_to_proto(make_problem(i)) for i in range(start, min(n, start + chunk))]
+            )
 
     t = time.perf_counter()
     resp = await stub.RegisterProblems(chunks())
     return resp, time.perf_counter() - t
 
 
-async def _throughput_grpc(kind: str, n_proc: int, params: ServiceParams, redis_url: str,
-                           out: dict[str, Any], say: Callable[[str], None]) -> None:
+async def _throughput_grpc(
+    kind: str, n_proc: int, params: ServiceParams, redis_url: str, out: dict[str, Any], say: Callable[[str], None]
+) -> None:
     """End to end: register over gRPC, then one row per C of gRPC clients against ``n_proc`` servers."""
     ns = f"bench-{uuid.uuid4().hex[:12]}"
     pids: list[int] = []
@@ -482,12 +534,20 @@ async def _throughput_grpc(kind: str, n_proc: int, params: ServiceParams, redis_
                 out["register_s"].setdefault(kind, secs)
                 say(f"service: {kind} x{n_proc}: registered {params.problems} problems over gRPC in {secs:.1f}s")
                 for c in params.concurrency:
-                    fns = [grpc_fns(ch, params, seed=c * 100 + i) for i, ch in enumerate(chans[:min(c, 16)])]
+                    fns = [grpc_fns(ch, params, seed=c * 100 + i) for i, ch in enumerate(chans[: min(c, 16)])]
                     with CpuMeter(pids) as cpu:
                         res = await load(c, fns, params.duration_s, params.warmup_s)
-                    out["rows"].append({"store": kind, "path": "grpc", "processes": n_proc, "clients": c,
-                                        **res.summary(), "client_cores": cpu.client_cores,
-                                        "server_cores": cpu.server_cores})
+                    out["rows"].append(
+                        {
+                            "store": kind,
+                            "path": "grpc",
+                            "processes": n_proc,
+                            "clients": c,
+                            **res.summary(),
+                            "client_cores": cpu.client_cores,
+                            "server_cores": cpu.server_cores,
+                        }
+                    )
                     say(f"service: {kind} grpc x{n_proc} C={c}: {out['rows'][-1]}")
             finally:
                 for ch in chans:
@@ -497,8 +557,9 @@ async def _throughput_grpc(kind: str, n_proc: int, params: ServiceParams, redis_
             await delete_namespace(redis_url, ns)
 
 
-async def _throughput_inprocess(kind: str, params: ServiceParams, redis_url: str,
-                                out: dict[str, Any], say: Callable[[str], None]) -> None:
+async def _throughput_inprocess(
+    kind: str, params: ServiceParams, redis_url: str, out: dict[str, Any], say: Callable[[str], None]
+) -> None:
     """Ceiling: the same operations on the store in-process, one row per C."""
     ns = f"bench-{uuid.uuid4().hex[:12]}"
     store = make_store(kind, redis_url, ns)
@@ -508,8 +569,17 @@ async def _throughput_inprocess(kind: str, params: ServiceParams, redis_url: str
             s, r = store_fns(store, params, seed=c)
             with CpuMeter([]) as cpu:
                 res = await load(c, [(s, r)], params.duration_s, params.warmup_s)
-            out["rows"].append({"store": kind, "path": "inprocess", "processes": 0, "clients": c, **res.summary(),
-                                "client_cores": cpu.client_cores, "server_cores": None})
+            out["rows"].append(
+                {
+                    "store": kind,
+                    "path": "inprocess",
+                    "processes": 0,
+                    "clients": c,
+                    **res.summary(),
+                    "client_cores": cpu.client_cores,
+                    "server_cores": None,
+                }
+            )
             say(f"service: {kind} in-process C={c}: {out['rows'][-1]}")
     finally:
         await store.close()
@@ -523,18 +593,25 @@ def _throughput_ratios(rows: list[dict[str, Any]], kind: str, concurrency: tuple
     for c in concurrency:
         ceil = next(x for x in rows if x["store"] == kind and x["path"] == "inprocess" and x["clients"] == c)
         for e2e in (x for x in rows if x["store"] == kind and x["path"] == "grpc" and x["clients"] == c):
-            ratios.append({
-                "store": kind, "processes": e2e["processes"], "clients": c,
-                "sampled_ratio": e2e["sampled_per_s"] / ceil["sampled_per_s"] if ceil["sampled_per_s"] else float("nan"),
-                "reported_ratio": e2e["reported_per_s"] / ceil["reported_per_s"] if ceil["reported_per_s"] else float("nan"),
-            })
+            ratios.append(
+                {
+                    "store": kind,
+                    "processes": e2e["processes"],
+                    "clients": c,
+                    "sampled_ratio": e2e["sampled_per_s"] / ceil["sampled_per_s"] if ceil["sampled_per_s"] else float("nan"),
+                    "reported_ratio": e2e["reported_per_s"] / ceil["reported_per_s"] if ceil["reported_per_s"] else float("nan"),
+                }
+            )
     return ratios
 
 
 # -- the benchmark ----------------------------------------------------------------------------
-async def run_throughput(params: ServiceParams, redis_url: str = DEFAULT_REDIS_URL,
-                         progress: Callable[[str], None] | None = None,
-                         processes: tuple[int, ...] = (1,)) -> dict[str, Any]:
+async def run_throughput(
+    params: ServiceParams,
+    redis_url: str = DEFAULT_REDIS_URL,
+    progress: Callable[[str], None] | None = None,
+    processes: tuple[int, ...] = (1,),
+) -> dict[str, Any]:
     """End-to-end (gRPC) and ceiling (in-process) loops for each store and C, side by side.
 
     ``processes``: server process counts to measure end to end (values > 1 on Redis only). The
@@ -559,29 +636,42 @@ async def run_throughput(params: ServiceParams, redis_url: str = DEFAULT_REDIS_U
 
 
 # -- open loop --------------------------------------------------------------------------------
-def _tick_schedule(workers: int, period_s: float, t0: float, warmup_s: float, duration_s: float,
-                   seed: int) -> list[tuple[float, int]]:
+def _tick_schedule(
+    workers: int, period_s: float, t0: float, warmup_s: float, duration_s: float, seed: int
+) -> list[tuple[float, int]]:
     """Sorted (scheduled time, worker) ticks from ``t0`` to the window's end: a random phase, then every ``period_s``."""
     rng = np.random.default_rng(seed)
     stop = t0 + warmup_s + duration_s
-    return sorted((t0 + ph + k * period_s, w) for w, ph in enumerate(rng.random(workers) * period_s)
-                  for k in range(int((warmup_s + duration_s) / period_s) + 1)
-                  if t0 + ph + k * period_s < stop)
+    return sorted(
+        (t0 + ph + k * period_s, w)
+        for w, ph in enumerate(rng.random(workers) * period_s)
+        for k in range(int((warmup_s + duration_s) / period_s) + 1)
+        if t0 + ph + k * period_s < stop
+    )
 
 
-def _open_loop_summary(sampled_per_s: float, sample_lat: list[float], report_lat: list[float], lag: list[float],
-                       unfinished: int) -> dict[str, Any]:
+def _open_loop_summary(
+    sampled_per_s: float, sample_lat: list[float], report_lat: list[float], lag: list[float], unfinished: int
+) -> dict[str, Any]:
     """The open-loop result dict: latencies (seconds in) as p50/p99/p99.9 milliseconds."""
     pct = lambda a, q: float(np.percentile(np.asarray(a) * 1e3, q)) if a else float("nan")  # noqa: E731
-    return {"sampled_per_s": sampled_per_s,
-            "ticks": len(sample_lat), "sample_p50_ms": pct(sample_lat, 50), "sample_p99_ms": pct(sample_lat, 99),
-            "sample_p999_ms": pct(sample_lat, 99.9), "report_p50_ms": pct(report_lat, 50),
-            "report_p99_ms": pct(report_lat, 99), "report_p999_ms": pct(report_lat, 99.9),
-            "lag_p99_ms": pct(lag, 99), "unfinished": unfinished}
+    return {
+        "sampled_per_s": sampled_per_s,
+        "ticks": len(sample_lat),
+        "sample_p50_ms": pct(sample_lat, 50),
+        "sample_p99_ms": pct(sample_lat, 99),
+        "sample_p999_ms": pct(sample_lat, 99.9),
+        "report_p50_ms": pct(report_lat, 50),
+        "report_p99_ms": pct(report_lat, 99),
+        "report_p999_ms": pct(report_lat, 99.9),
+        "lag_p99_ms": pct(lag, 99),
+        "unfinished": unfinished,
+    }
 
 
-async def open_loop(fns: list[tuple[SampleFn, ReportFn]], workers: int, period_s: float, duration_s: float,
-                    warmup_s: float, seed: int = 0) -> dict[str, Any]:
+async def open_loop(
+    fns: list[tuple[SampleFn, ReportFn]], workers: int, period_s: float, duration_s: float, warmup_s: float, seed: int = 0
+) -> dict[str, Any]:
     """A fixed offered load: ``workers`` simulated workers, each leasing a batch every ``period_s``.
 
     Worker ``w`` starts at a random phase in [0, period_s) and then ticks every ``period_s``
@@ -635,10 +725,16 @@ async def open_loop(fns: list[tuple[SampleFn, ReportFn]], workers: int, period_s
     return _open_loop_summary(sampled / duration_s, sample_lat, report_lat, lag, len(pending))
 
 
-async def run_open_loop(params: ServiceParams, redis_url: str = DEFAULT_REDIS_URL,
-                        progress: Callable[[str], None] | None = None, workers: int = 64, period_s: float = 10.0,
-                        loads: tuple[float, ...] = (1, 2, 4, 6, 8, 10), processes: tuple[int, ...] = (1,),
-                        p99_limit_ms: float = 50.0) -> dict[str, Any]:
+async def run_open_loop(
+    params: ServiceParams,
+    redis_url: str = DEFAULT_REDIS_URL,
+    progress: Callable[[str], None] | None = None,
+    workers: int = 64,
+    period_s: float = 10.0,
+    loads: tuple[float, ...] = (1, 2, 4, 6, 8, 10),
+    processes: tuple[int, ...] = (1,),
+    p99_limit_ms: float = 50.0,
+) -> dict[str, Any]:
     """Open-loop sweeps: ``workers`` × each of ``loads`` simulated workers leasing ``batch_size``
     problems every ``period_s`` (offered load = workers × load × B / period_s problems/s), per
     store and server process count. A sweep stops after the first load whose SampleProblems p99
@@ -651,8 +747,7 @@ async def run_open_loop(params: ServiceParams, redis_url: str = DEFAULT_REDIS_UR
         and whose achieved rate was >= 95% of the offered one.
     """
     say = progress or (lambda s: None)
-    out: dict[str, Any] = {"rows": [], "sustained": [], "workers": workers, "period_s": period_s,
-                           "p99_limit_ms": p99_limit_ms}
+    out: dict[str, Any] = {"rows": [], "sustained": [], "workers": workers, "period_s": period_s, "p99_limit_ms": p99_limit_ms}
     for kind in params.stores:
         for n_proc in processes:
             if n_proc > 1 and kind != "redis":
@@ -661,8 +756,9 @@ async def run_open_loop(params: ServiceParams, redis_url: str = DEFAULT_REDIS_UR
             pids: list[int] = []
             best = 0.0
             try:
-                async with serve(kind, replace(params, server="subprocess"), redis_url, ns, processes=n_proc,
-                                 pids=pids) as address:
+                async with serve(
+                    kind, replace(params, server="subprocess"), redis_url, ns, processes=n_proc, pids=pids
+                ) as address:
                     chans = await connections(address, 16)
                     try:
                         resp, _ = await register_grpc(pb_grpc.PriorityServiceStub(chans[0]), params.problems)
@@ -673,13 +769,24 @@ async def run_open_loop(params: ServiceParams, redis_url: str = DEFAULT_REDIS_UR
                             with CpuMeter(pids) as cpu:
                                 r = await open_loop(fns, w, period_s, params.duration_s, params.warmup_s, seed=w)
                             offered = w * params.batch_size / period_s
-                            row = {"store": kind, "processes": n_proc, "load": load_x, "workers": w,
-                                   "offered_problems_per_s": offered, **r, "client_cores": cpu.client_cores,
-                                   "server_cores": cpu.server_cores}
+                            row = {
+                                "store": kind,
+                                "processes": n_proc,
+                                "load": load_x,
+                                "workers": w,
+                                "offered_problems_per_s": offered,
+                                **r,
+                                "client_cores": cpu.client_cores,
+                                "server_cores": cpu.server_cores,
+                            }
                             out["rows"].append(row)
                             say(f"service open loop: {kind} x{n_proc} load {load_x}: {row}")
-                            ok = (r["sample_p99_ms"] <= p99_limit_ms and r["report_p99_ms"] <= p99_limit_ms
-                                  and r["sampled_per_s"] >= 0.95 * offered and not r["unfinished"])
+                            ok = (
+                                r["sample_p99_ms"] <= p99_limit_ms
+                                and r["report_p99_ms"] <= p99_limit_ms
+                                and r["sampled_per_s"] >= 0.95 * offered
+                                and not r["unfinished"]
+                            )
                             if ok:
                                 best = max(best, offered)
                             if not (r["sample_p99_ms"] <= 20 * p99_limit_ms):
@@ -694,8 +801,12 @@ async def run_open_loop(params: ServiceParams, redis_url: str = DEFAULT_REDIS_UR
     return out
 
 
-async def run_redis_memory(params: ServiceParams, redis_url: str = DEFAULT_REDIS_URL,
-                           progress: Callable[[str], None] | None = None, namespace: str | None = None) -> dict[str, Any]:
+async def run_redis_memory(
+    params: ServiceParams,
+    redis_url: str = DEFAULT_REDIS_URL,
+    progress: Callable[[str], None] | None = None,
+    namespace: str | None = None,
+) -> dict[str, Any]:
     """Register ``params.big_register`` problems through gRPC into a Redis-backed server.
 
     Memory: ``INFO memory`` ``used_memory`` before and after (other clients of the same Redis
@@ -732,10 +843,16 @@ async def run_redis_memory(params: ServiceParams, redis_url: str = DEFAULT_REDIS
             key_bytes[name] = int(await r.memory_usage(k, samples=0) or 0)
         prompts = key_bytes.get("problems", 0)
         state = sum(v for k, v in key_bytes.items() if k != "problems")
-        return {"problems": n, "register_s": secs, "info_delta_bytes": after - before, "key_bytes": key_bytes,
-                "state_bytes_per_problem": state / n, "prompt_bytes_per_problem": prompts / n,
-                "info_bytes_per_problem": (after - before) / n,
-                "info_state_bytes_per_problem": (after - before - prompts) / n}
+        return {
+            "problems": n,
+            "register_s": secs,
+            "info_delta_bytes": after - before,
+            "key_bytes": key_bytes,
+            "state_bytes_per_problem": state / n,
+            "prompt_bytes_per_problem": prompts / n,
+            "info_bytes_per_problem": (after - before) / n,
+            "info_state_bytes_per_problem": (after - before - prompts) / n,
+        }
     finally:
         await delete_namespace(redis_url, ns)
         await r.aclose()

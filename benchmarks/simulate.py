@@ -34,13 +34,14 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.priority_server.records import GroupOutcome
+from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import PriorityParams
 
@@ -125,23 +126,34 @@ METHODS: tuple[Method, ...] = (
 CANDIDATES: tuple[Method, ...] = (
     Method("gumbel_t1", "Gumbel-top-k T=1 + retest 0.1", "gumbel", 0.1, store=(("temperature", 1.0),)),
     Method("gumbel_t03", "Gumbel-top-k T=0.3 + retest 0.1", "gumbel", 0.1, store=(("temperature", 0.3),)),
-    Method("posterior_l1", "posterior retests, decay 1 (no step decay)", "posterior", 0.1,
-           store=(("posterior_decay", 1.0),)),
-    Method("posterior_l095", "posterior retests, decay 0.95/step", "posterior", 0.1,
-           store=(("posterior_decay", 0.95),)),
-    Method("posterior_l08", "posterior retests, decay 0.8/step", "posterior", 0.1,
-           store=(("posterior_decay", 0.8),)),
-    Method("thompson_l095", "Thompson retests, decay 0.95/step", "thompson", 0.1,
-           store=(("posterior_decay", 0.95),)),
+    Method("posterior_l1", "posterior retests, decay 1 (no step decay)", "posterior", 0.1, store=(("posterior_decay", 1.0),)),
+    Method("posterior_l095", "posterior retests, decay 0.95/step", "posterior", 0.1, store=(("posterior_decay", 0.95),)),
+    Method("posterior_l08", "posterior retests, decay 0.8/step", "posterior", 0.1, store=(("posterior_decay", 0.8),)),
+    Method("thompson_l095", "Thompson retests, decay 0.95/step", "thompson", 0.1, store=(("posterior_decay", 0.95),)),
     Method("screened", "screened: probes of 2 for unseen, probes not trained", "screened", 0.1),
     Method("screened_train", "screened, mixed probes trained", "screened", 0.1, train_probes=True),
     Method("screened_pools", "screened-pools: unseen and retests probed", "screened-pools", 0.1),
-    Method("screened_posterior", "screened probes + posterior retests (0.95)", "screened-posterior", 0.1,
-           store=(("posterior_decay", 0.95),)),
-    Method("heap_decay08", "heap + retest, statistics decay λ=0.8 per report", "heap", 0.1,
-           store=(("params", PriorityParams(decay=0.8)),)),
-    Method("heap_decay05", "heap + retest, statistics decay λ=0.5 per report", "heap", 0.1,
-           store=(("params", PriorityParams(decay=0.5)),)),
+    Method(
+        "screened_posterior",
+        "screened probes + posterior retests (0.95)",
+        "screened-posterior",
+        0.1,
+        store=(("posterior_decay", 0.95),),
+    ),
+    Method(
+        "heap_decay08",
+        "heap + retest, statistics decay λ=0.8 per report",
+        "heap",
+        0.1,
+        store=(("params", PriorityParams(decay=0.8)),),
+    ),
+    Method(
+        "heap_decay05",
+        "heap + retest, statistics decay λ=0.5 per report",
+        "heap",
+        0.1,
+        store=(("params", PriorityParams(decay=0.5)),),
+    ),
 )
 
 #: The populations of part 2b (assumptions in docs/BENCHMARKS.md, stated before the runs).
@@ -217,21 +229,23 @@ class RunResult:
     curve_success: list[float] = field(default_factory=list)
 
 
-async def _generate_batch(store: Store, pop: Population, rng: np.random.Generator, B: int,
-                          G: int) -> tuple[np.ndarray, np.ndarray, list[tuple[float, ...]]]:
+async def _generate_batch(
+    store: Store, pop: Population, rng: np.random.Generator, B: int, G: int
+) -> tuple[np.ndarray, np.ndarray, list[tuple[float, ...]]]:
     """Lease ``B`` problems, draw g_j Bernoulli rewards each and report them: (idx (b,), g_j (b,), groups)."""
     lease = await store.sample(B)
     idx = np.fromiter((int(sp.problem.id[1:]) for sp in lease.problems), dtype=np.int64)  # (b,)
     sizes = np.fromiter((sp.group_size or G for sp in lease.problems), dtype=np.int64)  # (b,) g_j
     u = rng.random((idx.size, G))  # (b, G): the same draws whatever g_j, columns >= g_j unused
     hits = u < pop.success(idx)[:, None]
-    groups = [tuple(map(float, hits[j, :sizes[j]])) for j in range(idx.size)]
-    await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, g) for sp, g in zip(lease.problems, groups)])
+    groups = [tuple(map(float, hits[j, : sizes[j]])) for j in range(idx.size)]
+    await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, g) for sp, g in zip(lease.problems, groups, strict=True)])
     return idx, sizes, groups
 
 
-def _group_updates(groups: list[tuple[float, ...]], sizes: np.ndarray, G: int, train_probes: bool,
-                   dilute: bool) -> tuple[np.ndarray, np.ndarray]:
+def _group_updates(
+    groups: list[tuple[float, ...]], sizes: np.ndarray, G: int, train_probes: bool, dilute: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Which groups train (mixed, (b,) bool) and each group's update size ((b,), ω̂ · g_j / G)."""
     phat = np.array([sum(g) / len(g) for g in groups])  # (b,)
     omega = phat * (1.0 - phat)  # (b,) empirical priority ω̂
@@ -245,14 +259,24 @@ def _group_updates(groups: list[tuple[float, ...]], sizes: np.ndarray, G: int, t
     return mixed, update
 
 
-async def run_one(params: SimParams, method: Method, seed: int,
-                  store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory) -> RunResult:
+async def run_one(
+    params: SimParams,
+    method: Method,
+    seed: int,
+    store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory,
+) -> RunResult:
     """Train one simulated population with one method until the rollout budget is spent."""
     pop = Population(params, seed)
     rng = np.random.default_rng([seed, 1])
     clock = _Clock()
-    config = StoreConfig(sampler=method.sampler, alpha=method.alpha, retest_fraction=method.retest_fraction,
-                         retest_interval=params.retest_interval, seed=seed, **dict(method.store))
+    config = StoreConfig(
+        sampler=method.sampler,
+        alpha=method.alpha,
+        retest_fraction=method.retest_fraction,
+        retest_interval=params.retest_interval,
+        seed=seed,
+        **dict(method.store),
+    )
     store = store_factory(config, clock)
     await store.register([ProblemRecord(id=f"p{j:07d}", prompt=f"problem {j}", answer="0") for j in range(params.n_problems)])
 
@@ -295,11 +319,21 @@ async def run_one(params: SimParams, method: Method, seed: int,
     st = await store.stats()
     await store.close()
     final = pop.success()
-    return RunResult(method=method.name, seed=seed, rollouts_to_target=reached, final_success=float(final.mean()),
-                     effective_group_fraction=st.effective_group_fraction, forgetting_events=st.forgetting_events,
-                     breakthroughs=st.breakthroughs, forgotten_at_end=int(np.sum(final < peak - 0.1)),
-                     optimizer_steps=steps, useful_rollout_fraction=trained_rollouts / max(rollouts, 1),
-                     probes=probes, curve_rollouts=curve_r, curve_success=curve_s)
+    return RunResult(
+        method=method.name,
+        seed=seed,
+        rollouts_to_target=reached,
+        final_success=float(final.mean()),
+        effective_group_fraction=st.effective_group_fraction,
+        forgetting_events=st.forgetting_events,
+        breakthroughs=st.breakthroughs,
+        forgotten_at_end=int(np.sum(final < peak - 0.1)),
+        optimizer_steps=steps,
+        useful_rollout_fraction=trained_rollouts / max(rollouts, 1),
+        probes=probes,
+        curve_rollouts=curve_r,
+        curve_success=curve_s,
+    )
 
 
 def summarize(values: Sequence[float], seed: int = 0, resamples: int = 10_000) -> dict[str, float]:
@@ -318,10 +352,14 @@ def summarize(values: Sequence[float], seed: int = 0, resamples: int = 10_000) -
     return {"mean": float(x.mean()), "lo": float(lo), "hi": float(hi), "n": int(x.size)}
 
 
-def run_simulation(params: SimParams = SimParams(), seeds: Sequence[int] = range(10),
-                   methods: Sequence[Method] = METHODS, plot_path: str | None = None,
-                   store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory,
-                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_simulation(
+    params: SimParams = SimParams(),
+    seeds: Sequence[int] = range(10),
+    methods: Sequence[Method] = METHODS,
+    plot_path: str | None = None,
+    store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run every method on every seed; summarize with means and 95% bootstrap intervals.
 
     Ratios against ``uniform`` are paired per seed (same population), then summarized.
@@ -359,13 +397,19 @@ def run_simulation(params: SimParams = SimParams(), seeds: Sequence[int] = range
             if ref in runs and m.name != ref:
                 rb = {r.seed: r for r in runs[ref]}
                 entry[f"rollouts_ratio_vs_{ref}"] = summarize(
-                    [r.rollouts_to_target / rb[r.seed].rollouts_to_target for r in rs if r.seed in rb])
+                    [r.rollouts_to_target / rb[r.seed].rollouts_to_target for r in rs if r.seed in rb]
+                )
         if base:
             entry["rollouts_ratio_vs_uniform"] = summarize(
-                [r.rollouts_to_target / base[r.seed].rollouts_to_target for r in rs if r.seed in base])
+                [r.rollouts_to_target / base[r.seed].rollouts_to_target for r in rs if r.seed in base]
+            )
             entry["efg_ratio_vs_uniform"] = summarize(
-                [r.effective_group_fraction / base[r.seed].effective_group_fraction for r in rs
-                 if r.seed in base and base[r.seed].effective_group_fraction > 0])
+                [
+                    r.effective_group_fraction / base[r.seed].effective_group_fraction
+                    for r in rs
+                    if r.seed in base and base[r.seed].effective_group_fraction > 0
+                ]
+            )
         entry["runs"] = [{k: v for k, v in asdict(r).items() if not k.startswith("curve")} for r in rs]
         out["methods"][m.name] = entry
     out["wall_s"] = time.perf_counter() - t0
@@ -388,7 +432,7 @@ def plot_curves(runs: dict[str, list[RunResult]], methods: Sequence[Method], par
         n = min(len(r.curve_success) for r in rs)
         x = np.asarray(rs[0].curve_rollouts[:n])
         y = np.array([r.curve_success[:n] for r in rs])  # (seeds, points)
-        line, = ax.plot(x, y.mean(axis=0), label=m.label)
+        (line,) = ax.plot(x, y.mean(axis=0), label=m.label)
         lo, hi = np.percentile(y, [2.5, 97.5], axis=0)
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
     ax.axhline(params.target_success, color="k", ls=":", lw=1, label=f"target {params.target_success:.2f}")

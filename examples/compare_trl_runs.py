@@ -39,11 +39,13 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     history = json.loads(path.read_text())["log_history"]
     steps = [h for h in history if "frac_reward_zero_std" in h]
     rewards = [h["reward"] for h in steps if "reward" in h]
-    tail = rewards[-max(1, len(rewards) // 5):] if rewards else []
+    tail = rewards[-max(1, len(rewards) // 5) :] if rewards else []
     evals = [h["eval_reward"] for h in history if "eval_reward" in h]
-    return {"effective_group_fraction": float(np.mean([1 - h["frac_reward_zero_std"] for h in steps])) if steps else math.nan,
-            "final_reward": float(np.mean(tail)) if tail else math.nan,
-            "eval_reward": float(evals[-1]) if evals else math.nan}
+    return {
+        "effective_group_fraction": float(np.mean([1 - h["frac_reward_zero_std"] for h in steps])) if steps else math.nan,
+        "final_reward": float(np.mean(tail)) if tail else math.nan,
+        "eval_reward": float(evals[-1]) if evals else math.nan,
+    }
 
 
 def interval(values: list[float], seed: int = 0, resamples: int = 10_000) -> tuple[float, float, float, int]:

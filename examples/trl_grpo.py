@@ -20,8 +20,9 @@ max_steps = int(sys.argv[3]) if len(sys.argv) > 3 else 200
 seed = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 
 pairs = [(a, b) for a in range(20) for b in range(20)]
-dataset = Dataset.from_dict({"prompt": [f"What is {a} + {b}? Reply with the number only." for a, b in pairs],
-                             "answer": [str(a + b) for a, b in pairs]})
+dataset = Dataset.from_dict(
+    {"prompt": [f"What is {a} + {b}? Reply with the number only." for a, b in pairs], "answer": [str(a + b) for a, b in pairs]}
+)
 
 
 def correct(completions, answer, **kwargs):
@@ -30,9 +31,19 @@ def correct(completions, answer, **kwargs):
     return [float(m is not None and m.group() == a) for m, a in zip(found, answer, strict=True)]
 
 
-config = GRPOConfig(output_dir=output_dir, max_steps=max_steps, per_device_train_batch_size=8, num_generations=4,
-                    max_completion_length=16, learning_rate=1e-5, logging_steps=10, save_steps=50,
-                    report_to="none", seed=seed, use_cpu=not torch.cuda.is_available())
+config = GRPOConfig(
+    output_dir=output_dir,
+    max_steps=max_steps,
+    per_device_train_batch_size=8,
+    num_generations=4,
+    max_completion_length=16,
+    learning_rate=1e-5,
+    logging_steps=10,
+    save_steps=50,
+    report_to="none",
+    seed=seed,
+    use_cpu=not torch.cuda.is_available(),
+)
 trainer = GRPOTrainer(model=model, reward_funcs=correct, args=config, train_dataset=dataset)
 trainer.train()
 trainer.save_state()  # trainer_state.json: the logged metrics, for examples/compare_trl_runs.py

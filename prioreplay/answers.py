@@ -25,7 +25,7 @@ def last_boxed(text: str) -> str | None:
             best = (m.start(1) - 1, m.start(1) + len(content))
     starts = {m.end() - 1 for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)}  # index of each box's "{"
     if not starts:
-        return text[best[0] + 1:best[1]].strip() if best else None
+        return text[best[0] + 1 : best[1]].strip() if best else None
     stack: list[int] = []
     for m in re.finditer(r"[{}]", text):
         if m.group() == "{":
@@ -34,4 +34,4 @@ def last_boxed(text: str) -> str | None:
             open_at = stack.pop()
             if open_at in starts and (best is None or open_at > best[0]):
                 best = (open_at, m.start())
-    return text[best[0] + 1:best[1]].strip() if best else None
+    return text[best[0] + 1 : best[1]].strip() if best else None

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import socket
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 

@@ -110,7 +110,9 @@ def verify(path: str | os.PathLike, hashes: bool = True) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {str(path)!r}: {MANIFEST} is not a {FORMAT} manifest")
     if manifest.get("step") != int(m.group(1)):
-        raise CheckpointError(f"checkpoint {str(path)!r}: manifest says step {manifest.get('step')!r}, the name says {m.group(1)}")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: manifest says step {manifest.get('step')!r}, the name says {m.group(1)}"
+        )
     files = manifest.get("files")
     if not isinstance(files, dict) or TRAINER_STATE not in files or "model.safetensors" not in files:
         raise CheckpointError(f"checkpoint {str(path)!r}: manifest lists no {TRAINER_STATE} / model.safetensors")
@@ -119,7 +121,9 @@ def verify(path: str | os.PathLike, hashes: bool = True) -> dict[str, Any]:
         if not f.is_file():
             raise CheckpointError(f"checkpoint {str(path)!r}: file {name!r} is missing")
         if f.stat().st_size != meta.get("size"):
-            raise CheckpointError(f"checkpoint {str(path)!r}: file {name!r} has {f.stat().st_size} bytes, the manifest says {meta.get('size')}")
+            raise CheckpointError(
+                f"checkpoint {str(path)!r}: file {name!r} has {f.stat().st_size} bytes, the manifest says {meta.get('size')}"
+            )
         if hashes and sha256(f) != meta.get("sha256"):
             raise CheckpointError(f"checkpoint {str(path)!r}: file {name!r} does not match its sha256 in the manifest (altered)")
     return manifest
@@ -162,7 +166,9 @@ def _check_files(path: Path, files: Any, hashes: bool) -> None:
         if not f.is_file():
             raise CheckpointError(f"{str(path)!r}: file {name!r} is missing")
         if f.stat().st_size != meta.get("size"):
-            raise CheckpointError(f"{str(path)!r}: file {name!r} has {f.stat().st_size} bytes, the manifest says {meta.get('size')}")
+            raise CheckpointError(
+                f"{str(path)!r}: file {name!r} has {f.stat().st_size} bytes, the manifest says {meta.get('size')}"
+            )
         if hashes and "crc32" in meta and crc32(f) != meta.get("crc32"):
             raise CheckpointError(f"{str(path)!r}: file {name!r} does not match its crc32 in the manifest (altered)")
         if hashes and "crc32" not in meta and sha256(f) != meta.get("sha256"):
@@ -184,8 +190,9 @@ def verify_weights(path: str | os.PathLike, hashes: bool = True) -> dict[str, An
     """
     path = Path(path)
     if not path.is_dir():
-        raise CheckpointError(f"weights directory {str(path)!r} does not exist (pruned, or never written): "
-                              "the version cannot be loaded")
+        raise CheckpointError(
+            f"weights directory {str(path)!r} does not exist (pruned, or never written): the version cannot be loaded"
+        )
     mpath = path / MANIFEST
     if not mpath.exists():
         return None

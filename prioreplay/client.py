@@ -12,7 +12,8 @@ import random
 import time
 import uuid
 from collections import deque
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 import grpc
 
@@ -46,8 +47,10 @@ def map_rpc_error(e: grpc.RpcError, method: str, max_message_mb: int | None = No
     details = e.details() or code
     if code == "RESOURCE_EXHAUSTED" and "larger than max" in details.lower():
         mine = f"{max_message_mb} MiB here" if max_message_mb else "this client's"
-        details += (f" (a gRPC message limit: --max-message-mb, {mine}; the server has its own --max-message-mb. "
-                    "Raise the limit of the side that refused, or send less per call)")
+        details += (
+            f" (a gRPC message limit: --max-message-mb, {mine}; the server has its own --max-message-mb. "
+            "Raise the limit of the side that refused, or send less per call)"
+        )
     return cls(f"{method}: {details}")
 
 
@@ -100,8 +103,14 @@ class PriorityClient:
     StoreUnavailable once retries are exhausted.
     """
 
-    def __init__(self, settings: ClientSettings | None = None, *, max_retries: int = 8, backoff_s: float = 0.2,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        settings: ClientSettings | None = None,
+        *,
+        max_retries: int = 8,
+        backoff_s: float = 0.2,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.settings = settings or ClientSettings()
         self.max_retries = max_retries
         self.backoff_s = backoff_s
@@ -129,8 +138,15 @@ class PriorityClient:
             except grpc.RpcError as e:
                 if e.code() in RETRYABLE and attempt < self.max_retries:
                     wait = min(10.0, delay) * random.uniform(0.5, 1.5)
-                    log.warning("%s: %s (%s); retry %d/%d in %.2fs", method, e.code().name, e.details(),
-                                attempt + 1, self.max_retries, wait)
+                    log.warning(
+                        "%s: %s (%s); retry %d/%d in %.2fs",
+                        method,
+                        e.code().name,
+                        e.details(),
+                        attempt + 1,
+                        self.max_retries,
+                        wait,
+                    )
                     self._sleep(wait)
                     delay *= 2
                     continue
@@ -140,7 +156,7 @@ class PriorityClient:
     def close(self) -> None:
         self.channel.close()
 
-    def __enter__(self) -> "PriorityClient":
+    def __enter__(self) -> PriorityClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -154,8 +170,9 @@ class PriorityClient:
             raise StoreUnavailable(f"priority server at {self.settings.server} did not answer within {timeout_s}s") from None
 
     # -- RPCs ---------------------------------------------------------------------------
-    def register(self, problems: Iterable[pb.Problem], chunk_size: int = 512,
-                 replace: bool = False) -> pb.RegisterProblemsResponse:
+    def register(
+        self, problems: Iterable[pb.Problem], chunk_size: int = 512, replace: bool = False
+    ) -> pb.RegisterProblemsResponse:
         """Stream problems in chunks of ``chunk_size``. Not retried (a stream is not replayable).
 
         ``replace``: a registered id with another prompt or answer takes the new text (statistics
@@ -182,9 +199,15 @@ class PriorityClient:
         except grpc.RpcError as e:
             raise map_rpc_error(e, "RegisterProblems", self.settings.max_message_mb) from None
 
-    def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0,
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, request_id: str | None = None,
-               accepts_group_size: bool = False) -> pb.SampleProblemsResponse:
+    def sample(
+        self,
+        batch_size: int,
+        worker_id: str = "",
+        lease_timeout_s: float = 0.0,
+        client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED,
+        request_id: str | None = None,
+        accepts_group_size: bool = False,
+    ) -> pb.SampleProblemsResponse:
         """Lease up to ``batch_size`` problems (see ``SampleProblems`` in the proto).
 
         ``client_source`` is a ``pb.ClientSource`` value: the kind of client, for the server's metrics.
@@ -194,14 +217,26 @@ class PriorityClient:
         completions where it is set (a server whose sampler probes refuses clients without it:
         FailedPrecondition).
         """
-        req = pb.SampleProblemsRequest(batch_size=batch_size, worker_id=worker_id, lease_timeout_s=lease_timeout_s,
-                                       client_source=client_source, accepts_group_size=accepts_group_size,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
-                                       request_id=uuid.uuid4().hex if request_id is None else request_id)
+        req = pb.SampleProblemsRequest(
+            batch_size=batch_size,
+            worker_id=worker_id,
+            lease_timeout_s=lease_timeout_s,
+            client_source=client_source,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
+            accepts_group_size=accepts_group_size,
+            request_id=uuid.uuid4().hex if request_id is None else request_id,
+        )
         return self._call("SampleProblems", self.stub.SampleProblems, req)
 
-    def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",
-               client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False,
-               more_parts: bool = False, unservable: Sequence[str] = ()) -> pb.ReportOutcomesResponse:
+    def report(
+        self,
+        lease_id: str,
+        outcomes: Sequence[pb.ProblemOutcome],
+        worker_id: str = "",
+        client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED,
+        rewards_only: bool = False,
+        more_parts: bool = False,
+        unservable: Sequence[str] = (),
+    ) -> pb.ReportOutcomesResponse:
         """Report a lease's groups. Retrying is safe: a repeated report changes nothing.
 
         ``rewards_only``: the caller trains on its own; statistics are updated, nothing is queued
@@ -211,15 +246,27 @@ class PriorityClient:
         problems the caller cannot serve (prompt longer than its model's context): quarantined
         until registered again.
         """
-        req = pb.ReportOutcomesRequest(lease_id=lease_id, outcomes=outcomes, worker_id=worker_id,
-                                       client_source=client_source, rewards_only=rewards_only,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
-                                       more_parts=more_parts, unservable_problem_ids=unservable)
+        req = pb.ReportOutcomesRequest(
+            lease_id=lease_id,
+            outcomes=outcomes,
+            worker_id=worker_id,
+            client_source=client_source,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
+            rewards_only=rewards_only,
+            more_parts=more_parts,
+            unservable_problem_ids=unservable,
+        )
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
 
-    def report_lease(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], worker_id: str = "",
-                     client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED, rewards_only: bool = False,
-                     unservable: Sequence[str] = (),
-                     observe: Callable[[str, float], None] | None = None) -> pb.ReportOutcomesResponse:
+    def report_lease(
+        self,
+        lease_id: str,
+        outcomes: Sequence[pb.ProblemOutcome],
+        worker_id: str = "",
+        client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED,
+        rewards_only: bool = False,
+        unservable: Sequence[str] = (),
+        observe: Callable[[str, float], None] | None = None,
+    ) -> pb.ReportOutcomesResponse:
         """Report a whole lease, in parts when one message would be too large (:meth:`report` per part).
 
         Parts are cut to fit this client's ``max_message_mb`` (less :data:`REPORT_MARGIN_BYTES`,
@@ -243,8 +290,13 @@ class PriorityClient:
         parts = split_outcomes(outcomes, limit)
 
         def send(part: list[pb.ProblemOutcome], last: bool) -> pb.ReportOutcomesResponse:
-            kw = dict(worker_id=worker_id, client_source=client_source, rewards_only=rewards_only,
-                      more_parts=not last, unservable=unservable if last else ())
+            kw = dict(
+                worker_id=worker_id,
+                client_source=client_source,
+                rewards_only=rewards_only,
+                more_parts=not last,
+                unservable=unservable if last else (),
+            )
             if observe is None:
                 return self.report(lease_id, part, **kw)  # type: ignore[arg-type]  # the keyword dict holds exactly the callee's fields
             return timed_call(observe, "ReportOutcomes", self.report, lease_id, part, **kw)
@@ -260,9 +312,13 @@ class PriorityClient:
                     half = len(part) // 2
                     pending.extendleft([(part[half:], last), (part[:half], False)])
                     continue
-                log.error("lease %s: problem %s alone is too large to report (%s); raise --max-message-mb on the "
-                          "server and this client; it returns unreported when the lease ends", lease_id,
-                          part[0].problem_id if part else "(none)", e)
+                log.error(
+                    "lease %s: problem %s alone is too large to report (%s); raise --max-message-mb on the "
+                    "server and this client; it returns unreported when the lease ends",
+                    lease_id,
+                    part[0].problem_id if part else "(none)",
+                    e,
+                )
                 if not last:
                     continue
                 resp = send([], True)  # the last part, empty: ends the lease
@@ -273,14 +329,18 @@ class PriorityClient:
             log.info("lease %s reported in %d parts (over %.1f MiB in one)", lease_id, len(parts), limit / 2**20)
         return total
 
-    def pull(self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner",
-             include_own_pending: bool = False) -> pb.PullTrajectoriesResponse:
+    def pull(
+        self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner", include_own_pending: bool = False
+    ) -> pb.PullTrajectoriesResponse:
         """Pull up to ``max_groups`` trajectory groups, waiting up to ``wait_s`` seconds for one."""
-        req = pb.PullTrajectoriesRequest(max_groups=max_groups, wait_s=wait_s, consumer=consumer,
-                                         include_own_pending=include_own_pending,
-                                         max_response_bytes=self.settings.max_message_mb * 1024 * 1024)
-        return self._call("PullTrajectories", self.stub.PullTrajectories, req,
-                          timeout=self.settings.rpc_timeout_s + wait_s)
+        req = pb.PullTrajectoriesRequest(
+            max_groups=max_groups,
+            wait_s=wait_s,
+            consumer=consumer,
+            include_own_pending=include_own_pending,
+            max_response_bytes=self.settings.max_message_mb * 1024 * 1024,
+        )
+        return self._call("PullTrajectories", self.stub.PullTrajectories, req, timeout=self.settings.rpc_timeout_s + wait_s)
 
     def ack(self, group_ids: Sequence[str]) -> pb.AckTrajectoriesResponse:
         """Acknowledge groups after the optimizer step that used them (idempotent)."""

@@ -170,13 +170,12 @@ class ChannelSettings(BaseModel):
     """
 
     auth_token: SecretStr | None = Field(
-        None, description="bearer token: the server requires it on every RPC but health, clients send it "
-        "(env PRIOREPLAY_AUTH_TOKEN); never logged"
+        None,
+        description="bearer token: the server requires it on every RPC but health, clients send it "
+        "(env PRIOREPLAY_AUTH_TOKEN); never logged",
     )
     auth_token_file: Path | None = Field(None, description="file holding the bearer token (alternative to --auth-token)")
-    max_message_mb: int = Field(
-        MAX_MESSAGE_MB_DEFAULT, ge=1, le=2000, description="largest gRPC message sent or received, MiB"
-    )
+    max_message_mb: int = Field(MAX_MESSAGE_MB_DEFAULT, ge=1, le=2000, description="largest gRPC message sent or received, MiB")
 
     def token(self) -> str | None:
         """The bearer token from ``auth_token`` or ``auth_token_file`` (stripped), or None.
@@ -190,8 +189,11 @@ class ChannelSettings(BaseModel):
 class ClientSettings(PrioreplaySettings, ChannelSettings):
     """How a client (worker, learner, load, stats) reaches the priority server."""
 
-    server: str = Field(DEFAULT_SERVER, description="priority server address HOST:PORT, or dns:///HOST:PORT to "
-                        "spread RPCs over every address HOST resolves to (round_robin; scaled servers)")
+    server: str = Field(
+        DEFAULT_SERVER,
+        description="priority server address HOST:PORT, or dns:///HOST:PORT to "
+        "spread RPCs over every address HOST resolves to (round_robin; scaled servers)",
+    )
     tls_ca_file: Path | None = Field(None, description="CA certificate (PEM) to trust; enables TLS to the server")
     rpc_timeout_s: float = Field(30.0, gt=0, le=3600, description="deadline of each RPC, seconds")
 

@@ -20,7 +20,8 @@ gives exactly what :func:`outcome_to_group` gives.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple, Protocol, Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple, Protocol
 
 from prioreplay import rules
 from prioreplay.problems import ProblemRecord
@@ -33,15 +34,17 @@ DEFAULT_VERIFIER = "exact"
 # -- problems ------------------------------------------------------------------------------------
 def problem_to_proto(problem: ProblemRecord) -> pb.Problem:
     """The proto ``Problem`` of a :class:`~prioreplay.problems.ProblemRecord` (every field copied)."""
-    return pb.Problem(id=problem.id, prompt=problem.prompt, answer=problem.answer, verifier=problem.verifier,
-                      metadata=dict(problem.metadata))
+    return pb.Problem(
+        id=problem.id, prompt=problem.prompt, answer=problem.answer, verifier=problem.verifier, metadata=dict(problem.metadata)
+    )
 
 
 def problem_from_proto(p: pb.Problem) -> ProblemRecord:
     """The :class:`~prioreplay.problems.ProblemRecord` of a proto ``Problem``; an empty verifier
     means :data:`DEFAULT_VERIFIER`. Not validated here (the store validates what it registers)."""
-    return ProblemRecord(id=p.id, prompt=p.prompt, answer=p.answer, verifier=p.verifier or DEFAULT_VERIFIER,
-                         metadata=dict(p.metadata))
+    return ProblemRecord(
+        id=p.id, prompt=p.prompt, answer=p.answer, verifier=p.verifier or DEFAULT_VERIFIER, metadata=dict(p.metadata)
+    )
 
 
 # -- leases --------------------------------------------------------------------------------------
@@ -71,9 +74,15 @@ def lease_to_proto(lease: LeaseLike) -> pb.SampleProblemsResponse:
     return pb.SampleProblemsResponse(
         lease_id=lease.lease_id,
         lease_deadline_unix_s=lease.deadline if lease.problems else 0.0,
-        problems=[pb.LeasedProblem(problem=problem_to_proto(s.problem), priority=s.priority, source=int(s.source),  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
-                                   group_size=s.group_size or 0)
-                  for s in lease.problems],
+        problems=[
+            pb.LeasedProblem(
+                problem=problem_to_proto(s.problem),
+                priority=s.priority,
+                source=int(s.source),  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
+                group_size=s.group_size or 0,
+            )
+            for s in lease.problems
+        ],
         policy_version=lease.policy_version,
         weights_uri=lease.weights_uri,
         retry_after_s=lease.retry_after_s,
@@ -98,9 +107,15 @@ class GeneratedLike(Protocol):
     truncated: bool
 
 
-def outcome_to_proto(problem_id: str, policy_version: int, rewards: Sequence[float],
-                     generated: Sequence[GeneratedLike] | None = None, prompt_token_ids: Sequence[int] = (),
-                     temperature: float = 0.0, top_p: float = 0.0) -> pb.ProblemOutcome:
+def outcome_to_proto(
+    problem_id: str,
+    policy_version: int,
+    rewards: Sequence[float],
+    generated: Sequence[GeneratedLike] | None = None,
+    prompt_token_ids: Sequence[int] = (),
+    temperature: float = 0.0,
+    top_p: float = 0.0,
+) -> pb.ProblemOutcome:
     """One reported group as a ``ProblemOutcome``.
 
     Args:
@@ -120,13 +135,23 @@ def outcome_to_proto(problem_id: str, policy_version: int, rewards: Sequence[flo
         completions = [pb.Completion(reward=r) for r in rewards]
     else:
         if len(generated) != len(rewards):
-            raise ValueError(f"problem {problem_id!r}: {len(generated)} completions for {len(rewards)} rewards; "
-                             "give one reward per completion")
-        completions = [pb.Completion(reward=r, token_ids=g.token_ids, logprobs=[min(lp, 0.0) for lp in g.logprobs],
-                                     text=g.text, truncated=g.truncated)
-                       for g, r in zip(generated, rewards, strict=True)]
-    return pb.ProblemOutcome(problem_id=problem_id, policy_version=policy_version, prompt_token_ids=prompt_token_ids,
-                             completions=completions, sampling_temperature=temperature, sampling_top_p=top_p)
+            raise ValueError(
+                f"problem {problem_id!r}: {len(generated)} completions for {len(rewards)} rewards; give one reward per completion"
+            )
+        completions = [
+            pb.Completion(
+                reward=r, token_ids=g.token_ids, logprobs=[min(lp, 0.0) for lp in g.logprobs], text=g.text, truncated=g.truncated
+            )
+            for g, r in zip(generated, rewards, strict=True)
+        ]
+    return pb.ProblemOutcome(
+        problem_id=problem_id,
+        policy_version=policy_version,
+        prompt_token_ids=prompt_token_ids,
+        completions=completions,
+        sampling_temperature=temperature,
+        sampling_top_p=top_p,
+    )
 
 
 class ReportedGroup(NamedTuple):
@@ -141,10 +166,15 @@ def trajectory_payload(o: pb.ProblemOutcome, reported_unix_s: float) -> bytes:
     """The serialized ``TrajectoryGroup`` of an outcome, as queued for the learner: every field of
     the outcome plus ``reported_unix_s`` (unix seconds); ``group_id`` and ``delivery_count`` are
     set at delivery."""
-    return pb.TrajectoryGroup(problem_id=o.problem_id, policy_version=o.policy_version,
-                              prompt_token_ids=o.prompt_token_ids, completions=o.completions,
-                              reported_unix_s=reported_unix_s, sampling_temperature=o.sampling_temperature,
-                              sampling_top_p=o.sampling_top_p).SerializeToString()
+    return pb.TrajectoryGroup(
+        problem_id=o.problem_id,
+        policy_version=o.policy_version,
+        prompt_token_ids=o.prompt_token_ids,
+        completions=o.completions,
+        reported_unix_s=reported_unix_s,
+        sampling_temperature=o.sampling_temperature,
+        sampling_top_p=o.sampling_top_p,
+    ).SerializeToString()
 
 
 def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float, queue: bool = True) -> ReportedGroup:
@@ -175,6 +205,16 @@ def stats_to_proto(stats: object, clients: Iterable[pb.ClientStats] = ()) -> pb.
     return pb.GetStatsResponse(**{name: getattr(stats, name) for name in STATS_FIELDS}, clients=list(clients))
 
 
-__all__ = ["DEFAULT_VERIFIER", "problem_to_proto", "problem_from_proto", "lease_to_proto", "leased_problems",
-           "outcome_to_proto", "ReportedGroup", "trajectory_payload", "outcome_to_group", "STATS_FIELDS",
-           "stats_to_proto"]
+__all__ = [
+    "DEFAULT_VERIFIER",
+    "problem_to_proto",
+    "problem_from_proto",
+    "lease_to_proto",
+    "leased_problems",
+    "outcome_to_proto",
+    "ReportedGroup",
+    "trajectory_payload",
+    "outcome_to_group",
+    "STATS_FIELDS",
+    "stats_to_proto",
+]

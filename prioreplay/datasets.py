@@ -51,9 +51,10 @@ import io
 import json
 import random
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from prioreplay.answers import last_boxed
 from prioreplay.errors import InvalidArgument
@@ -75,6 +76,7 @@ _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".ndjson")
 
 
 # --------------------------------------------------------------------------- answer extraction
+
 
 def gsm8k_final_answer(answer: str) -> str:
     """The reference number of a GSM8K answer: the text after the last ``####``, commas removed.
@@ -111,6 +113,7 @@ def _infer_verifier(answer: str) -> str:
 
 # --------------------------------------------------------------------------- row → ProblemRecord
 
+
 @dataclass(frozen=True)
 class ColumnMapping:
     """Which columns hold the id, prompt and answer; None means "detect from the column names"."""
@@ -126,8 +129,9 @@ class _RowConverter:
     ``where(index)`` renders a location such as ``data.jsonl:12`` for error messages.
     """
 
-    def __init__(self, stem: str, columns: ColumnMapping, verifier: str | None, id_prefix: str | None,
-                 location: str, unit: str) -> None:
+    def __init__(
+        self, stem: str, columns: ColumnMapping, verifier: str | None, id_prefix: str | None, location: str, unit: str
+    ) -> None:
         self.stem = stem
         self.columns = columns
         self.verifier = verifier
@@ -146,11 +150,13 @@ class _RowConverter:
             keys = ", ".join(sorted(map(str, row))) or "none"
             raise InvalidArgument(
                 f"{self.where(index)}: the {role} column {name!r} is missing (columns: {keys}); "
-                f"give it or choose another column with --{role}-column")
+                f"give it or choose another column with --{role}-column"
+            )
         value = row[name]
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise InvalidArgument(f"{self.where(index)}: {role} {name!r} must be a string or a number, "
-                                  f"not {type(value).__name__}")
+            raise InvalidArgument(
+                f"{self.where(index)}: {role} {name!r} must be a string or a number, not {type(value).__name__}"
+            )
         return str(value)
 
     def _detect(self, row: Mapping[str, Any], index: int) -> tuple[str, str, str]:
@@ -173,19 +179,18 @@ class _RowConverter:
         raise InvalidArgument(
             f"{self.where(index)}: no prompt column found (columns: {keys}); expected prompt/answer, "
             "question/answer (GSM8K) or problem/solution (MATH), or name them with "
-            "--prompt-column and --answer-column")
+            "--prompt-column and --answer-column"
+        )
 
     def convert(self, row: Any, index: int) -> ProblemRecord:
         """One row → a validated ProblemRecord. Raises InvalidArgument naming the location."""
         if not isinstance(row, Mapping):
-            raise InvalidArgument(f"{self.where(index)}: expected a JSON object with prompt and answer, "
-                                  f"got {type(row).__name__}")
+            raise InvalidArgument(f"{self.where(index)}: expected a JSON object with prompt and answer, got {type(row).__name__}")
         prompt_col, answer_col, fmt = self._detect(row, index)
         prompt = self._field(row, prompt_col, index, "prompt")
         if not prompt.strip():
             raise InvalidArgument(f"{self.where(index)}: the prompt ({prompt_col!r}) is empty")
-        if fmt == "math" and isinstance(row.get("answer"), str) and row["answer"].strip() \
-                and not self.columns.answer_column:
+        if fmt == "math" and isinstance(row.get("answer"), str) and row["answer"].strip() and not self.columns.answer_column:
             answer_col = "answer"  # MATH-500 style: a clean answer column next to the solution
         raw_answer = self._field(row, answer_col, index, "answer")
         if fmt == "gsm8k":
@@ -193,8 +198,10 @@ class _RowConverter:
         elif fmt == "math" and answer_col != "answer":
             boxed = last_boxed(raw_answer)
             if boxed is None:
-                raise InvalidArgument(f"{self.where(index)}: the solution ({answer_col!r}) has no complete "
-                                      "\\boxed{...} answer; add an 'answer' column or fix the solution")
+                raise InvalidArgument(
+                    f"{self.where(index)}: the solution ({answer_col!r}) has no complete "
+                    "\\boxed{...} answer; add an 'answer' column or fix the solution"
+                )
             answer = boxed
         else:
             answer = raw_answer.strip()
@@ -214,8 +221,7 @@ class _RowConverter:
         if value is None or value == "":
             return None
         if value not in KNOWN_VERIFIERS:
-            raise InvalidArgument(f"{self.where(index)}: verifier {value!r} is unknown; "
-                                  f"use one of {', '.join(KNOWN_VERIFIERS)}")
+            raise InvalidArgument(f"{self.where(index)}: verifier {value!r} is unknown; use one of {', '.join(KNOWN_VERIFIERS)}")
         return str(value)
 
     def _problem_id(self, row: Mapping[str, Any], index: int) -> str:
@@ -227,18 +233,18 @@ class _RowConverter:
             problem_id = f"{self.id_prefix or self.stem}-{index:05d}"
         else:
             if isinstance(given, bool) or not isinstance(given, (str, int)):
-                raise InvalidArgument(f"{self.where(index)}: id must be a string or an integer, "
-                                      f"not {type(given).__name__}")
+                raise InvalidArgument(f"{self.where(index)}: id must be a string or an integer, not {type(given).__name__}")
             problem_id = f"{self.id_prefix}-{given}" if self.id_prefix else str(given)
         if len(problem_id.encode("utf-8")) > MAX_ID_BYTES:
-            raise InvalidArgument(f"{self.where(index)}: id {problem_id[:40]!r}... is longer than "
-                                  f"{MAX_ID_BYTES} bytes")
+            raise InvalidArgument(f"{self.where(index)}: id {problem_id[:40]!r}... is longer than {MAX_ID_BYTES} bytes")
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in problem_id):
             raise InvalidArgument(f"{self.where(index)}: id {problem_id!r} contains control characters")
         first = self.seen.get(problem_id)
         if first is not None:
-            raise InvalidArgument(f"{self.where(index)}: duplicate id {problem_id!r}, first used at "
-                                  f"{self.where(first)}; ids must be unique within a dataset")
+            raise InvalidArgument(
+                f"{self.where(index)}: duplicate id {problem_id!r}, first used at "
+                f"{self.where(first)}; ids must be unique within a dataset"
+            )
         self.seen[problem_id] = index
         return problem_id
 
@@ -247,8 +253,7 @@ class _RowConverter:
         meta = row.get("metadata")
         if meta is not None:
             if not isinstance(meta, Mapping):
-                raise InvalidArgument(f"{self.where(index)}: metadata must be an object of strings, "
-                                      f"not {type(meta).__name__}")
+                raise InvalidArgument(f"{self.where(index)}: metadata must be an object of strings, not {type(meta).__name__}")
             for k, v in meta.items():
                 out[str(k)] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
         for key in ("level", "type", "subject"):  # MATH's difficulty and subject labels
@@ -258,6 +263,7 @@ class _RowConverter:
 
 
 # --------------------------------------------------------------------------- file readers
+
 
 def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
@@ -269,7 +275,8 @@ def _decode(raw: bytes, where: str, first: bool) -> str:
     except UnicodeDecodeError as exc:
         raise InvalidArgument(
             f"{where}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-            "the file must be UTF-8 encoded (convert it, e.g. with iconv -t UTF-8)") from None
+            "the file must be UTF-8 encoded (convert it, e.g. with iconv -t UTF-8)"
+        ) from None
     return text.lstrip("\ufeff") if first else text
 
 
@@ -290,8 +297,9 @@ def _iter_json_rows(path: Path, conv: _RowConverter) -> Iterator[tuple[int, Any]
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InvalidArgument(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); "
-                                      "each line must be one JSON object") from None
+                raise InvalidArgument(
+                    f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object"
+                ) from None
             yield index, value
 
 
@@ -301,9 +309,10 @@ def _iter_json_array(fh: io.BufferedIOBase, conv: _RowConverter) -> Iterator[tup
     try:
         text = raw.decode("utf-8").lstrip("\ufeff")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise InvalidArgument(f"{conv.location}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x}); "
-                              "the file must be UTF-8 encoded") from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InvalidArgument(
+            f"{conv.location}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x}); the file must be UTF-8 encoded"
+        ) from None
     try:
         items = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -332,8 +341,9 @@ def _iter_dataset_rows(source: str, split: str | None) -> tuple[str, Iterable[tu
 
     path = Path(source)
     if path.is_dir():
-        saved = (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file() \
-            or (path / "state.json").is_file()
+        saved = (
+            (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+        )
         try:
             ds = datasets.load_from_disk(str(path)) if saved else datasets.load_dataset(str(path), split=split or "train")
         except Exception as exc:  # noqa: BLE001 - datasets raises many types
@@ -346,7 +356,8 @@ def _iter_dataset_rows(source: str, split: str | None) -> tuple[str, Iterable[tu
         except Exception as exc:  # noqa: BLE001
             raise InvalidArgument(
                 f"{source!r} is not a .jsonl/.json/.parquet file, an arithmetic:N[:seed[:level[:style]]] spec, a dataset "
-                f"directory, or a loadable `datasets` name ({type(exc).__name__}: {exc})") from None
+                f"directory, or a loadable `datasets` name ({type(exc).__name__}: {exc})"
+            ) from None
         stem = name.rsplit("/", 1)[-1]
     if isinstance(ds, datasets.DatasetDict):
         want = split or "train"
@@ -366,7 +377,7 @@ _OP_NAMES = {"+": "add", "-": "subtract", "*": "multiply"}
 
 def _operand(rng: random.Random, digits: int) -> int:
     """A random operand with exactly ``digits`` digits (1-digit operands are 1..9, never 0)."""
-    return rng.randint(1 if digits == 1 else 10 ** (digits - 1), 10 ** digits - 1)
+    return rng.randint(1 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
 
 
 #: Difficulty levels of ``arithmetic:N:seed:LEVEL``.
@@ -386,8 +397,7 @@ def _easy_operands(rng: random.Random) -> tuple[list[str], list[int]]:
     return [op], digits
 
 
-def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed",
-                        style: str = "plain") -> ProblemRecord:
+def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed", style: str = "plain") -> ProblemRecord:
     """One problem. ``mixed``: a single +, −, × on 1–4 digit operands, or (1 in 5) two
     operations; ``easy``: see :func:`_easy_operands`. ``style`` picks the prompt's wording."""
     if level == "easy":
@@ -421,12 +431,14 @@ def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed
         "max_digits": str(max(digits)),
         "level": level,
     }
-    return ProblemRecord(id=problem_id, prompt=ARITH_STYLES[style].format(expr=expr),
-                         answer=str(answer), verifier="gsm8k", metadata=metadata)
+    return ProblemRecord(
+        id=problem_id, prompt=ARITH_STYLES[style].format(expr=expr), answer=str(answer), verifier="gsm8k", metadata=metadata
+    )
 
 
-def arithmetic_problems(n: int, seed: int = 0, *, namespace: str = "arith", level: str = "mixed",
-                        style: str = "plain") -> Iterator[ProblemRecord]:
+def arithmetic_problems(
+    n: int, seed: int = 0, *, namespace: str = "arith", level: str = "mixed", style: str = "plain"
+) -> Iterator[ProblemRecord]:
     """``n`` generated arithmetic problems with ids ``<namespace>-<seed>-<i>``, i = 0..n−1
     (``<namespace>-<level>-<style>-<seed>-<i>`` for another level or style than the defaults).
 
@@ -462,6 +474,7 @@ def arithmetic_problems(n: int, seed: int = 0, *, namespace: str = "arith", leve
 
 # --------------------------------------------------------------------------- entry points
 
+
 def _is_json_file(source: str) -> bool:
     return source.lower().endswith(_JSON_SUFFIXES)
 
@@ -481,10 +494,17 @@ def _stem(path: Path) -> str:
     return f"{folder}-{name}" if folder else name
 
 
-def iter_problems(source: str, *, split: str | None = None, id_column: str | None = None,
-                  prompt_column: str | None = None, answer_column: str | None = None,
-                  verifier: str | None = None, id_prefix: str | None = None,
-                  limit: int | None = None) -> Iterator[ProblemRecord]:
+def iter_problems(
+    source: str,
+    *,
+    split: str | None = None,
+    id_column: str | None = None,
+    prompt_column: str | None = None,
+    answer_column: str | None = None,
+    verifier: str | None = None,
+    id_prefix: str | None = None,
+    limit: int | None = None,
+) -> Iterator[ProblemRecord]:
     """Stream the problems of ``source`` lazily (files are read line by line / batch by batch).
 
     Args:
@@ -511,8 +531,7 @@ def iter_problems(source: str, *, split: str | None = None, id_column: str | Non
         raise InvalidArgument(f"limit ({limit}) must be >= 0, or None for every problem")
     if id_prefix is not None and (not id_prefix or any(ord(c) < 32 for c in id_prefix)):
         raise InvalidArgument(f"id_prefix ({id_prefix!r}) must be a non-empty string without control characters")
-    return _limited(_iter_all(source, split, ColumnMapping(id_column, prompt_column, answer_column),
-                              verifier, id_prefix), limit)
+    return _limited(_iter_all(source, split, ColumnMapping(id_column, prompt_column, answer_column), verifier, id_prefix), limit)
 
 
 def _limited(it: Iterator[ProblemRecord], limit: int | None) -> Iterator[ProblemRecord]:
@@ -527,31 +546,42 @@ def _limited(it: Iterator[ProblemRecord], limit: int | None) -> Iterator[Problem
             return
 
 
-def _iter_all(source: str, split: str | None, columns: ColumnMapping, verifier: str | None,
-              id_prefix: str | None) -> Iterator[ProblemRecord]:
+def _iter_all(
+    source: str, split: str | None, columns: ColumnMapping, verifier: str | None, id_prefix: str | None
+) -> Iterator[ProblemRecord]:
     m = _ARITH_RE.match(source.strip())
     if m:
         for p in arithmetic_problems(int(m.group(1)), int(m.group(2) or 0), **_arith_kw(m)):
             if verifier or id_prefix:
-                p = ProblemRecord(id=f"{id_prefix}-{p.id}" if id_prefix else p.id, prompt=p.prompt,
-                                  answer=p.answer, verifier=verifier or p.verifier, metadata=p.metadata)
+                p = ProblemRecord(
+                    id=f"{id_prefix}-{p.id}" if id_prefix else p.id,
+                    prompt=p.prompt,
+                    answer=p.answer,
+                    verifier=verifier or p.verifier,
+                    metadata=p.metadata,
+                )
             yield p
         return
     if source.startswith("arithmetic:"):
-        raise InvalidArgument(f"{source!r}: expected arithmetic:N[:seed[:level[:style]]] with integers N and "
-                              f"seed, level one of {', '.join(ARITH_LEVELS)} and style one of "
-                              f"{', '.join(ARITH_STYLES)}, e.g. arithmetic:1000:0 or arithmetic:256:0:easy:line")
+        raise InvalidArgument(
+            f"{source!r}: expected arithmetic:N[:seed[:level[:style]]] with integers N and "
+            f"seed, level one of {', '.join(ARITH_LEVELS)} and style one of "
+            f"{', '.join(ARITH_STYLES)}, e.g. arithmetic:1000:0 or arithmetic:256:0:easy:line"
+        )
 
     path = Path(source)
     is_file_source = _is_json_file(source) or source.lower().endswith(".parquet")
     if is_file_source and not path.is_file():
         raise InvalidArgument(f"{source}: file not found; give the path of an existing .jsonl/.json/.parquet file")
     if not is_file_source and path.is_file():  # a local file: never look it up on the Hub
-        raise InvalidArgument(f"{source}: unsupported file type {path.suffix or '(none)'}; convert it to .jsonl "
-                              "(one JSON object per line with id/prompt/answer) or .parquet")
+        raise InvalidArgument(
+            f"{source}: unsupported file type {path.suffix or '(none)'}; convert it to .jsonl "
+            "(one JSON object per line with id/prompt/answer) or .parquet"
+        )
     if is_file_source:
-        conv = _RowConverter(_stem(path), columns, verifier, id_prefix, location=str(path),
-                             unit="line" if _is_json_file(source) else "row")
+        conv = _RowConverter(
+            _stem(path), columns, verifier, id_prefix, location=str(path), unit="line" if _is_json_file(source) else "row"
+        )
         rows = _iter_json_rows(path, conv) if _is_json_file(source) else _iter_parquet_rows(path)
     else:
         stem, rows = _iter_dataset_rows(source, split)  # type: ignore[assignment]  # both are iterables of (index, row)
@@ -574,12 +604,13 @@ def _held_out_file(path: Path) -> Path:
         sibling = path.with_name(name.replace("train", repl))
         if sibling.is_file():
             return sibling
-    raise InvalidArgument(f"{path}: this looks like a training file and no sibling test/validation file "
-                          "exists; pass the held-out file itself to evaluation_slice")
+    raise InvalidArgument(
+        f"{path}: this looks like a training file and no sibling test/validation file "
+        "exists; pass the held-out file itself to evaluation_slice"
+    )
 
 
-def evaluation_slice(source: str, n: int, seed: int = 0, *, split: str | None = None,
-                     **columns: Any) -> list[ProblemRecord]:
+def evaluation_slice(source: str, n: int, seed: int = 0, *, split: str | None = None, **columns: Any) -> list[ProblemRecord]:
     """A fixed held-out slice of ``n`` problems, for accuracy before/after training.
 
     * ``arithmetic:N[:s]``: n fresh problems with ids ``arith-eval-<seed>-<i>``, skipping any
@@ -625,4 +656,3 @@ def evaluation_slice(source: str, n: int, seed: int = 0, *, split: str | None = 
         elif key > reservoir[0][0]:
             heapq.heapreplace(reservoir, (key, index, problem))
     return [p for _, _, p in sorted(reservoir, key=lambda t: t[1])]
-

@@ -52,15 +52,23 @@ class GpuClaimSettings(BaseModel):
     """
 
     gpu_claims_dir: Path | None = Field(
-        None, description="directory shared by every GPU process of the node (a volume): each process claims its "
+        None,
+        description="directory shared by every GPU process of the node (a volume): each process claims its "
         "GPU(s) with a lock file gpu-<id>.lock there and sets CUDA_VISIBLE_DEVICES to them (unset: no claiming, "
-        "the process uses the GPUs it sees)")
+        "the process uses the GPUs it sees)",
+    )
     learner_gpus: str = Field(
-        "", description="comma-separated GPU ids the learner holds (e.g. '0' or '0,1'); the learner claims exactly "
-        "these, workers never claim them (set the same value for both)")
+        "",
+        description="comma-separated GPU ids the learner holds (e.g. '0' or '0,1'); the learner claims exactly "
+        "these, workers never claim them (set the same value for both)",
+    )
     gpu_wait_s: float = Field(
-        0.0, ge=0, le=86400, description="when no GPU is free: seconds to wait for one (polling each second) before "
-        "exiting with an error (0: exit at once)")
+        0.0,
+        ge=0,
+        le=86400,
+        description="when no GPU is free: seconds to wait for one (polling each second) before "
+        "exiting with an error (0: exit at once)",
+    )
 
     @field_validator("gpu_claims_dir", mode="before")
     @classmethod
@@ -103,7 +111,7 @@ class DeviceClaim:
                 pass
         self._fds = []
 
-    def __enter__(self) -> "DeviceClaim":
+    def __enter__(self) -> DeviceClaim:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -167,8 +175,16 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def claim_devices(count: int, claims_dir: Path, devices: Sequence[str], *, exclude: Iterable[str] = (),
-                  exact: bool = False, wait_s: float = 0.0, poll_s: float = 1.0) -> DeviceClaim:
+def claim_devices(
+    count: int,
+    claims_dir: Path,
+    devices: Sequence[str],
+    *,
+    exclude: Iterable[str] = (),
+    exact: bool = False,
+    wait_s: float = 0.0,
+    poll_s: float = 1.0,
+) -> DeviceClaim:
     """Claim ``count`` GPUs among ``devices`` (minus ``exclude``), in order, with one lock file each.
 
     Args:
@@ -191,8 +207,10 @@ def claim_devices(count: int, claims_dir: Path, devices: Sequence[str], *, exclu
     excluded = set(exclude)
     candidates = [d for d in devices if d not in excluded]
     if len(candidates) < count:
-        raise NoFreeDevice(f"{count} GPU(s) needed but only {len(candidates)} visible outside the learner's "
-                           f"({', '.join(sorted(excluded)) or 'none'}) among {list(devices)}")
+        raise NoFreeDevice(
+            f"{count} GPU(s) needed but only {len(candidates)} visible outside the learner's "
+            f"({', '.join(sorted(excluded)) or 'none'}) among {list(devices)}"
+        )
     try:
         Path(claims_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -219,14 +237,14 @@ def claim_devices(count: int, claims_dir: Path, devices: Sequence[str], *, exclu
         if time.monotonic() + poll_s > deadline:
             raise NoFreeDevice(f"{count} free GPU(s) needed among {candidates}, fewer are free in {str(claims_dir)!r}")
         if not waiting:
-            log.warning("no %d free GPU(s) among %s in %s; waiting up to gpu_wait_s=%g s", count, candidates,
-                        claims_dir, wait_s)
+            log.warning("no %d free GPU(s) among %s in %s; waiting up to gpu_wait_s=%g s", count, candidates, claims_dir, wait_s)
             waiting = True
         time.sleep(poll_s)
 
 
-def claim_for_role(settings: GpuClaimSettings, role: str, count: int, device: str = "auto",
-                   env: MutableMapping[str, str] | None = None) -> DeviceClaim | None:
+def claim_for_role(
+    settings: GpuClaimSettings, role: str, count: int, device: str = "auto", env: MutableMapping[str, str] | None = None
+) -> DeviceClaim | None:
     """Claim this process's GPUs from its settings and point CUDA at them; None when not claiming.
 
     Claims nothing (returns None) when ``gpu_claims_dir`` is unset or ``device`` is ``cpu``.
@@ -242,23 +260,34 @@ def claim_for_role(settings: GpuClaimSettings, role: str, count: int, device: st
     if settings.gpu_claims_dir is None or device == "cpu":
         return None
     if device.startswith("cuda:") and device != "cuda:0":
-        raise InvalidArgument(f"device ({device!r}) with gpu_claims_dir: the claimed GPUs are cuda:0 onwards in this "
-                              "process; pass --device cuda (or auto), or unset gpu_claims_dir to pick a GPU yourself")
+        raise InvalidArgument(
+            f"device ({device!r}) with gpu_claims_dir: the claimed GPUs are cuda:0 onwards in this "
+            "process; pass --device cuda (or auto), or unset gpu_claims_dir to pick a GPU yourself"
+        )
     learner = parse_ids(settings.learner_gpus, "learner_gpus")
     try:
         if role == "learner":
             if not learner:
-                raise InvalidArgument("gpu_claims_dir is set but learner_gpus is empty: name the learner's GPUs "
-                                      "(PRIOREPLAY_LEARNER_GPUS=0), the same value the workers get")
-            claim = claim_devices(len(learner), settings.gpu_claims_dir, learner, exact=True,
-                                  wait_s=settings.gpu_wait_s)
+                raise InvalidArgument(
+                    "gpu_claims_dir is set but learner_gpus is empty: name the learner's GPUs "
+                    "(PRIOREPLAY_LEARNER_GPUS=0), the same value the workers get"
+                )
+            claim = claim_devices(len(learner), settings.gpu_claims_dir, learner, exact=True, wait_s=settings.gpu_wait_s)
         else:
-            claim = claim_devices(count, settings.gpu_claims_dir, visible_devices(env), exclude=learner,
-                                  wait_s=settings.gpu_wait_s)
+            claim = claim_devices(
+                count, settings.gpu_claims_dir, visible_devices(env), exclude=learner, wait_s=settings.gpu_wait_s
+            )
     except NoFreeDevice as e:
-        raise NoFreeDevice(f"{role}: no free GPU ({e}); waited gpu_wait_s={settings.gpu_wait_s:g} s. Start fewer "
-                           "replicas, free a GPU, or raise PRIOREPLAY_GPU_WAIT_S; GPUs are never shared") from None
+        raise NoFreeDevice(
+            f"{role}: no free GPU ({e}); waited gpu_wait_s={settings.gpu_wait_s:g} s. Start fewer "
+            "replicas, free a GPU, or raise PRIOREPLAY_GPU_WAIT_S; GPUs are never shared"
+        ) from None
     claim.apply(env)
-    log.info("%s: claimed GPU(s) %s in %s (CUDA_VISIBLE_DEVICES=%s)", role, ",".join(claim.devices),
-             settings.gpu_claims_dir, env["CUDA_VISIBLE_DEVICES"])
+    log.info(
+        "%s: claimed GPU(s) %s in %s (CUDA_VISIBLE_DEVICES=%s)",
+        role,
+        ",".join(claim.devices),
+        settings.gpu_claims_dir,
+        env["CUDA_VISIBLE_DEVICES"],
+    )
     return claim

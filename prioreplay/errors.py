@@ -80,6 +80,5 @@ class Internal(PrioreplayError):
 
 ERRORS_BY_CODE: dict[str, type[PrioreplayError]] = {
     cls.GRPC_CODE: cls
-    for cls in (InvalidArgument, NotFound, FailedPrecondition, ResourceExhausted, Unauthenticated, StoreUnavailable,
-                Internal)
+    for cls in (InvalidArgument, NotFound, FailedPrecondition, ResourceExhausted, Unauthenticated, StoreUnavailable, Internal)
 }

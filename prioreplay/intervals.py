@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
 
@@ -71,8 +71,9 @@ def paired_difference(before: Sequence[bool], after: Sequence[bool], z: float = 
     return diff, max(-1.0, diff - delta), min(1.0, diff + eps)
 
 
-def bootstrap_ratio(num: Sequence[float], den: Sequence[float], resamples: int = 10_000,
-                    seed: int = 0, paired: bool = False) -> tuple[float, float, float]:
+def bootstrap_ratio(
+    num: Sequence[float], den: Sequence[float], resamples: int = 10_000, seed: int = 0, paired: bool = False
+) -> tuple[float, float, float]:
     """Ratio of means ``mean(num) / mean(den)`` with a percentile-bootstrap 95% interval.
 
     Each arm's values (one per seed) are resampled with replacement on their own, or, with
@@ -108,9 +109,38 @@ def bootstrap_ratio(num: Sequence[float], den: Sequence[float], resamples: int =
 
 
 #: Student's t 97.5% quantiles for 1..30 degrees of freedom (beyond: the normal quantile).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:

@@ -25,9 +25,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prioreplay.errors import InvalidArgument
 
@@ -139,8 +140,7 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> Path:
     looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep in name and os.sep != "/")
     if looks_like_path:
         raise InvalidArgument(
-            f"model {name!r}: no such directory; pass an existing model directory, or one of the aliases "
-            f"{', '.join(ALIASES)}"
+            f"model {name!r}: no such directory; pass an existing model directory, or one of the aliases {', '.join(ALIASES)}"
         )
     return _resolve_hf_cache(name)
 
@@ -322,7 +322,7 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
     return ensure_pad_token(tok)
 
 
-def load_causal_lm(path: str | os.PathLike, dtype: "torch.dtype | None" = None, device: str = "cpu") -> Any:
+def load_causal_lm(path: str | os.PathLike, dtype: torch.dtype | None = None, device: str = "cpu") -> Any:
     """Load a causal LM from a model directory, in eval mode, on ``device``.
 
     Args:
@@ -367,7 +367,7 @@ def apply_chat_template(tokenizer: Any, prompt: str) -> list[int]:
 
 
 # -- weights I/O ------------------------------------------------------------------------------
-def _unique_state_dict(model: Any) -> tuple[dict[str, "torch.Tensor"], dict[str, str]]:
+def _unique_state_dict(model: Any) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The state dict without aliases of shared tensors (tied embeddings).
 
     Returns:
@@ -406,8 +406,10 @@ def save_weights(model: Any, tokenizer: Any, directory: str | os.PathLike, dtype
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors, _ = _unique_state_dict(model)
-    cpu = {name: t.detach().to(device="cpu", dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype)
-           .contiguous() for name, t in tensors.items()}
+    cpu = {
+        name: t.detach().to(device="cpu", dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype).contiguous()
+        for name, t in tensors.items()
+    }
     tmp = directory / f".{WEIGHTS_FILE}.tmp"
     save_file(cpu, str(tmp), metadata={"format": "pt"})
     share_by_umask(tmp)  # safetensors writes 0600: readers running as another user need the umask's mode
@@ -444,7 +446,7 @@ def _weight_files(directory: Path) -> list[Path]:
     )
 
 
-def _castable(src: "torch.dtype", dst: "torch.dtype") -> bool:
+def _castable(src: torch.dtype, dst: torch.dtype) -> bool:
     return src == dst or (src.is_floating_point and dst.is_floating_point)
 
 
@@ -496,9 +498,11 @@ def check_finite_weights(directory: str | os.PathLike) -> int:
                 for key in fh.keys():
                     t = fh.get_tensor(key)
                     if t.is_floating_point() and not bool(t.isfinite().all()):
-                        raise InvalidArgument(f"{f}: tensor {key!r} holds {int((~t.isfinite()).sum())} NaN or infinite "
-                                              "value(s); refusing weights a diverged step produced (the model keeps "
-                                              "its current weights)")
+                        raise InvalidArgument(
+                            f"{f}: tensor {key!r} holds {int((~t.isfinite()).sum())} NaN or infinite "
+                            "value(s); refusing weights a diverged step produced (the model keeps "
+                            "its current weights)"
+                        )
                     checked += 1
         except (SafetensorError, OSError) as e:
             raise InvalidArgument(f"weights file {str(f)!r} is not a readable safetensors file: {e}") from e
@@ -540,7 +544,9 @@ def _copy_plan(model: Any, loaded: dict[str, Any], origin: dict[str, Path], wher
     for name, dst in expected.items():
         src_name = name if name in loaded else next((a for a, k in aliases.items() if k == name and a in loaded), None)
         if src_name is None:
-            raise InvalidArgument(f"{where}: tensor {name!r} (shape {tuple(dst.shape)}) is missing; refusing a partial checkpoint")
+            raise InvalidArgument(
+                f"{where}: tensor {name!r} (shape {tuple(dst.shape)}) is missing; refusing a partial checkpoint"
+            )
         src = loaded[src_name]
         if tuple(src.shape) != tuple(dst.shape):
             raise InvalidArgument(
@@ -550,8 +556,10 @@ def _copy_plan(model: Any, loaded: dict[str, Any], origin: dict[str, Path], wher
             raise InvalidArgument(f"{origin[src_name]}: tensor {src_name!r} has dtype {src.dtype}, the model needs {dst.dtype}")
         if src.is_floating_point() and not bool(src.isfinite().all()):
             bad = int((~src.isfinite()).sum())
-            raise InvalidArgument(f"{origin[src_name]}: tensor {src_name!r} holds {bad} NaN or infinite value(s); refusing "
-                                  "weights a diverged step produced (the model keeps its current weights)")
+            raise InvalidArgument(
+                f"{origin[src_name]}: tensor {src_name!r} holds {bad} NaN or infinite value(s); refusing "
+                "weights a diverged step produced (the model keeps its current weights)"
+            )
         plan.append((dst, src))
     for name, kept in aliases.items():  # an alias stored too (untied save) must agree in shape
         if name in loaded and tuple(loaded[name].shape) != tuple(expected[kept].shape):

@@ -11,8 +11,9 @@ This module imports only the standard library and :mod:`prioreplay.errors`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 from prioreplay.errors import InvalidArgument
 

@@ -9,7 +9,7 @@ import logging
 import signal
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 #: The log line of every prioreplay process.
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

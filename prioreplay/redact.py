@@ -18,7 +18,8 @@ def redact_url(url: str) -> str:
 
     Hides the password of the user-info part (``redis://user:secret@host`` →
     ``redis://user:***@host``, ``redis://:secret@host`` → ``redis://:***@host``) and the value of a
-    ``password`` query parameter (or one ending in ``password``, e.g. ``sentinel_password``). A string that does not parse as a URL is replaced whole by
+    ``password`` query parameter (or one ending in ``password``, e.g. ``sentinel_password``). A string that
+    does not parse as a URL is replaced whole by
     ``<unparsable URL>`` (it might hold a secret).
     """
     try:

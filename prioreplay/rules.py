@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from prioreplay.errors import InvalidArgument
 
@@ -120,8 +120,10 @@ class PoolBands:
         if not (isinstance(b, (int, float)) and math.isfinite(b) and 0.0 <= b < 1.0):
             raise InvalidArgument(f"unsolved_at ({b!r}) must be in [0, 1); 0 (the default) counts all-wrong groups only")
         if b >= a:
-            raise InvalidArgument(f"unsolved_at ({b!r}) must be below solved_at ({a!r}); "
-                                  "lower --unsolved-at or raise --solved-at so the bands do not overlap")
+            raise InvalidArgument(
+                f"unsolved_at ({b!r}) must be below solved_at ({a!r}); "
+                "lower --unsolved-at or raise --solved-at so the bands do not overlap"
+            )
 
 
 #: The paper's rule: only all-correct groups are solved, only all-wrong ones unsolved.
@@ -242,10 +244,9 @@ def destination(kind: GroupKind, rate: float | None = None, bands: PoolBands = P
     all-wrong, or (``bands.unsolved_at`` > 0 and ``rate`` <= ``unsolved_at``); else the heap.
     ``rate`` is the group's :func:`pass_rate` (None: the bands are not applied).
     """
-    banded = rate is not None
-    if kind is GroupKind.ALL_CORRECT or (banded and bands.solved_at < 1.0 and rate >= bands.solved_at):
+    if kind is GroupKind.ALL_CORRECT or (rate is not None and bands.solved_at < 1.0 and rate >= bands.solved_at):
         return Pool.SOLVED
-    if kind is GroupKind.ALL_WRONG or (banded and bands.unsolved_at > 0.0 and rate <= bands.unsolved_at):
+    if kind is GroupKind.ALL_WRONG or (rate is not None and bands.unsolved_at > 0.0 and rate <= bands.unsolved_at):
         return Pool.UNSOLVED
     return Pool.HEAP
 

@@ -51,17 +51,27 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Callable
 
 from prioreplay.answers import last_boxed
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import KNOWN_VERIFIERS
 
-__all__ = ["VerifyResult", "verify", "get_verifier", "known_verifiers", "final_number",
-           "normalize_text", "normalize_numbers", "math_parses", "MAX_COMPLETION_CHARS", "DEFAULT_TIMEOUT_S"]
+__all__ = [
+    "VerifyResult",
+    "verify",
+    "get_verifier",
+    "known_verifiers",
+    "final_number",
+    "normalize_text",
+    "normalize_numbers",
+    "math_parses",
+    "MAX_COMPLETION_CHARS",
+    "DEFAULT_TIMEOUT_S",
+]
 
 MAX_COMPLETION_CHARS = 4096
 DEFAULT_TIMEOUT_S = 5.0
@@ -99,6 +109,7 @@ class VerifyResult:
 
 
 # --------------------------------------------------------------------------- gsm8k
+
 
 def normalize_numbers(text: str) -> str:
     """Rewrite the ways numbers are written into one form before the gsm8k verifier reads them.
@@ -167,6 +178,7 @@ def _score_gsm8k(completion: str, reference: str) -> float:
 
 
 # --------------------------------------------------------------------------- exact
+
 
 def normalize_text(text: str) -> str:
     """Strip, casefold, collapse runs of whitespace to one space, drop one trailing period; every
@@ -265,8 +277,10 @@ def math_parses(text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     import importlib.util
 
     if importlib.util.find_spec("math_verify") is None:
-        raise InvalidArgument("inferring a verifier needs the math-verify package (pip install math-verify); "
-                              "install it, or give each row its verifier (a 'verifier' column or --verifier)")
+        raise InvalidArgument(
+            "inferring a verifier needs the math-verify package (pip install math-verify); "
+            "install it, or give each row its verifier (a 'verifier' column or --verifier)"
+        )
     try:
         return bool(_pool().call({"op": "parses", "text": text}, timeout_s))
     except Exception:  # noqa: BLE001 - an answer math-verify cannot parse in time is not math
@@ -286,9 +300,12 @@ def _pool_size() -> int:
     except ValueError:
         size = 0
     if not 1 <= size <= 64:
-        raise InvalidArgument(f"PRIOREPLAY_VERIFY_PROCESSES ({raw!r}) must be an integer from 1 to 64 "
-                              "(math verification processes)")
+        raise InvalidArgument(
+            f"PRIOREPLAY_VERIFY_PROCESSES ({raw!r}) must be an integer from 1 to 64 (math verification processes)"
+        )
     return size
+
+
 #: Seconds a new pool process may take to import math-verify before verification fails.
 STARTUP_TIMEOUT_S = 120.0
 
@@ -339,8 +356,12 @@ class _PoolProcess:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from prioreplay.verifiers import _child_main; _child_main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-            start_new_session=True)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         self._buf = b""
         ready = self.read(time.monotonic() + STARTUP_TIMEOUT_S)
         if ready is None or not ready.get("ready"):
@@ -462,8 +483,9 @@ def verify(name: str, completion: str, reference: str, timeout_s: float = DEFAUL
     if not (timeout_s > 0 and math.isfinite(timeout_s)):
         raise InvalidArgument(f"timeout_s ({timeout_s}) must be a finite number of seconds > 0")
     if not isinstance(completion, str) or not isinstance(reference, str):
-        return VerifyResult(0.0, f"completion and reference must be strings, got "
-                                 f"{type(completion).__name__} and {type(reference).__name__}")
+        return VerifyResult(
+            0.0, f"completion and reference must be strings, got {type(completion).__name__} and {type(reference).__name__}"
+        )
     try:
         reward = _SCORERS[name](completion, reference, timeout_s=timeout_s)
     except Exception as exc:  # noqa: BLE001 - any verifier failure is a 0 reward with an error

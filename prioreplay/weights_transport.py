@@ -96,8 +96,9 @@ def manifest_files(manifest: Any, uri: str) -> list[str]:
             or characters outside ``[A-Za-z0-9._-/]``.
     """
     if not isinstance(manifest, dict) or manifest.get("format") != WEIGHTS_FORMAT:
-        raise WeightsFetchError(f"{uri}: {MANIFEST} is not a {WEIGHTS_FORMAT} manifest (only published "
-                                "versions v-N are fetched over the network)")
+        raise WeightsFetchError(
+            f"{uri}: {MANIFEST} is not a {WEIGHTS_FORMAT} manifest (only published versions v-N are fetched over the network)"
+        )
     files = manifest.get("files")
     if not isinstance(files, dict) or "model.safetensors" not in files:
         raise WeightsFetchError(f"{uri}: the manifest lists no model.safetensors")
@@ -111,7 +112,7 @@ def manifest_files(manifest: Any, uri: str) -> list[str]:
 class _PublishedFilesHandler(BaseHTTPRequestHandler):
     """GET/HEAD of ``/v-N/<file>`` under ``server.root``; 404 for anything else."""
 
-    server: "_WeightsHTTPServer"
+    server: _WeightsHTTPServer
     protocol_version = "HTTP/1.1"
     # headers and body go out in two sends: with Nagle's algorithm the body waits for the client's
     # delayed ACK (~40 ms per file on Linux), which dominated fetching a small version
@@ -250,8 +251,7 @@ class WeightsFetcher:
             raise WeightsFetchError(f"{uri}: {MANIFEST} is not JSON ({e})") from None
         names = manifest_files(manifest, uri)
         if manifest.get("version") != version:
-            raise WeightsFetchError(f"{uri}: the manifest is of version {manifest.get('version')!r}, "
-                                    f"the lease names {version}")
+            raise WeightsFetchError(f"{uri}: the manifest is of version {manifest.get('version')!r}, the lease names {version}")
         final = version_dir(self.cache_dir, version)
         if self._cached(final, raw):
             return final
@@ -273,14 +273,16 @@ class WeightsFetcher:
             try:
                 fs.get_file(_join(base, name), str(dest))
             except Exception as e:  # noqa: BLE001 - any transport failure is a refused download
-                raise WeightsFetchError(f"{uri}: fetching {name} failed ({type(e).__name__}: {e}); "
-                                        "the version is refused, the loaded weights stay") from None
+                raise WeightsFetchError(
+                    f"{uri}: fetching {name} failed ({type(e).__name__}: {e}); the version is refused, the loaded weights stay"
+                ) from None
         (tmp / MANIFEST).write_bytes(raw)
         try:
             verify_weights(tmp)
         except CheckpointError as e:
-            raise WeightsFetchError(f"{uri}: the download does not match its manifest ({e}); refused, "
-                                    "the loaded weights stay") from None
+            raise WeightsFetchError(
+                f"{uri}: the download does not match its manifest ({e}); refused, the loaded weights stay"
+            ) from None
 
     def _cached(self, final: Path, raw: bytes) -> bool:
         try:
@@ -306,24 +308,27 @@ class WeightsFetcher:
         try:
             return fsspec.core.url_to_fs(uri, **options)
         except (ImportError, ValueError) as e:
-            raise WeightsFetchError(f"{uri}: no filesystem for this URL ({e}); install the fsspec "
-                                    "package of its protocol (s3fs, gcsfs, ...)") from None
+            raise WeightsFetchError(
+                f"{uri}: no filesystem for this URL ({e}); install the fsspec package of its protocol (s3fs, gcsfs, ...)"
+            ) from None
 
     @staticmethod
     def _read(fs: Any, path: str, uri: str) -> bytes:
         try:
             return fs.cat_file(path)
         except Exception as e:  # noqa: BLE001 - any transport failure is a refused download
-            raise WeightsFetchError(f"{uri}: cannot read {MANIFEST} ({type(e).__name__}: {e}); "
-                                    "the loaded weights stay, the next lease retries") from None
+            raise WeightsFetchError(
+                f"{uri}: cannot read {MANIFEST} ({type(e).__name__}: {e}); the loaded weights stay, the next lease retries"
+            ) from None
 
     def prune(self) -> list[Path]:
         """Delete cached versions but the newest ``keep``, and temporary directories older than an
         hour (another process's download in progress is younger). Returns what was deleted."""
-        doomed = [p for _, p in published_versions(self.cache_dir)[self.keep:]]
+        doomed = [p for _, p in published_versions(self.cache_dir)[self.keep :]]
         if self.cache_dir.is_dir():
-            doomed += [p for p in self.cache_dir.iterdir() if p.name.startswith(_TMP_PREFIX)
-                       and time.time() - p.stat().st_mtime > 3600]
+            doomed += [
+                p for p in self.cache_dir.iterdir() if p.name.startswith(_TMP_PREFIX) and time.time() - p.stat().st_mtime > 3600
+            ]
         for p in doomed:
             shutil.rmtree(p, ignore_errors=True)
         return doomed

@@ -41,10 +41,27 @@ def start_redis_server(port: int, workdir: str, appendonly: bool = False, *extra
     and wait until it answers."""
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.exit("redis-server not found: install it (Debian: apt-get install redis-server) "
-                    "or set PRIOREPLAY_TEST_REDIS_URL to a running Redis", returncode=3)
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir,
-            "--appendonly", "yes" if appendonly else "no", "--appendfsync", "always", *extra]
+        pytest.exit(
+            "redis-server not found: install it (Debian: apt-get install redis-server) "
+            "or set PRIOREPLAY_TEST_REDIS_URL to a running Redis",
+            returncode=3,
+        )
+    args = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--dir",
+        workdir,
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--appendfsync",
+        "always",
+        *extra,
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
     for _ in range(100):
@@ -159,8 +176,8 @@ def pytest_collection_modifyitems(config, items):
 def start_background_server(kind: str, redis_url: str, namespace: str, config=None, store_config=None):
     """A started ``BackgroundServer`` over the ``memory`` store or the test Redis (keys under
     ``namespace``); ``store_config`` defaults to ``config.to_store_config()``. Stop it after."""
-    from prioreplay.priority_server.open_store import create_store
     from prioreplay.priority_server.background_server import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
 
     store_config = store_config or config.to_store_config()
     spec = "memory" if kind == "memory" else redis_url
@@ -178,8 +195,9 @@ def server(request, redis_url, namespace):
 
 # -- reliability tests: real server processes and the --soak-seconds option ----------------------
 def pytest_addoption(parser):
-    parser.addoption("--soak-seconds", type=float, default=15.0,
-                     help="duration of each soak test in tests/test_soak.py, seconds (default 15)")
+    parser.addoption(
+        "--soak-seconds", type=float, default=15.0, help="duration of each soak test in tests/test_soak.py, seconds (default 15)"
+    )
 
 
 @pytest.fixture
@@ -211,14 +229,24 @@ class ServerProcess:
     def log(self) -> str:
         return "".join(self.lines)
 
-    def start(self, timeout_s: float = 60.0) -> "ServerProcess":
+    def start(self, timeout_s: float = 60.0) -> ServerProcess:
         import sys
         import threading
 
-        cmd = [sys.executable, "-m", "prioreplay.apps.cli", "server", "--host", "127.0.0.1", "--port", str(self.port),
-               "--metrics-port", str(self.metrics_port), *self.args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=self.env, cwd=REPO)
+        cmd = [
+            sys.executable,
+            "-m",
+            "prioreplay.apps.cli",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--metrics-port",
+            str(self.metrics_port),
+            *self.args,
+        ]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env, cwd=REPO)
         ready = threading.Event()
 
         def pump(proc=self.proc):
@@ -234,7 +262,7 @@ class ServerProcess:
             raise RuntimeError(f"prioreplay server did not start:\n{self.log}")
         return self
 
-    def restart(self, timeout_s: float = 60.0) -> "ServerProcess":
+    def restart(self, timeout_s: float = 60.0) -> ServerProcess:
         self.kill()
         return self.start(timeout_s)
 
@@ -253,7 +281,6 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode
-
 
 
 # -- in-process servers ---------------------------------------------------------------------------

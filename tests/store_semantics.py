@@ -63,7 +63,11 @@ async def check_one_place(store, ids) -> dict:
     where = collections.Counter(v[0] for v in d["problems"].values())
     assert set(where) <= {int(p) for p in Pool}
     assert (where[Pool.HEAP], where[Pool.SOLVED], where[Pool.UNSOLVED], where[Pool.LEASED]) == (
-        st.heap_size, st.solved, st.unsolved, st.leased)
+        st.heap_size,
+        st.solved,
+        st.unsolved,
+        st.leased,
+    )
     assert st.heap_size + st.solved + st.unsolved + st.leased == st.problems == len(ids)
     leased = [pid for lease in d["leases"] for pid in lease]
     assert len(leased) == len(set(leased)), "a problem is in two leases"
@@ -160,8 +164,7 @@ async def test_a_report_in_parts_applies_each_problem_once_and_ends_with_the_las
     again = await store.report(lease.lease_id, [outs[p] for p in ids[:3]], more_parts=True)
     assert (again.accepted, again.groups_queued, again.skipped) == (True, 1, 2)
     with pytest.raises(InvalidArgument, match="not in lease"):
-        await store.report(lease.lease_id, [outcome("p0007" if "p0007" not in ids else "p0006", [1, 0])],
-                           more_parts=True)
+        await store.report(lease.lease_id, [outcome("p0007" if "p0007" not in ids else "p0006", [1, 0])], more_parts=True)
     # the last part: ids[3] and ids[4]; ids[5] was never reported and returns unchanged
     last = await store.report(lease.lease_id, [outs[p] for p in ids[3:5]])
     assert (last.accepted, last.groups_queued) == (True, 2)
@@ -364,8 +367,9 @@ async def test_priority_histogram_counts_heap_priorities(store_factory):
         st = await store.stats(buckets)
         edges = histogram_edges(buckets)
         assert st.priority_bucket_edges == edges
-        expected = [sum(1 for p in heap if edges[i] <= p < edges[i + 1] or (i == buckets - 1 and p == edges[-1]))
-                    for i in range(buckets)]
+        expected = [
+            sum(1 for p in heap if edges[i] <= p < edges[i + 1] or (i == buckets - 1 and p == edges[-1])) for i in range(buckets)
+        ]
         assert st.priority_histogram == expected and sum(expected) == len(heap) == 10
     # width 1/16: [0, 0 (constant groups)] [0.09, 7/64] [] [3/16 ×2 (edge, lower-inclusive), 0.25 ×4 (last edge, inclusive)]
     assert (await store.stats(4)).priority_histogram == [2, 2, 0, 6]
@@ -471,7 +475,9 @@ async def test_every_pooled_problem_is_retested_within_the_bound(store_factory):
     assert set(entered) == pooled
     for pid in pooled:
         steps = [entered[pid]] + tested[pid]
-        gaps = [b - a for a, b in zip(steps, steps[1:], strict=False)] + [final_step - steps[-1]]  # strict=False: neighbouring pairs: one fewer than steps
+        gaps = [b - a for a, b in zip(steps, steps[1:], strict=False)] + [
+            final_step - steps[-1]
+        ]  # strict=False: neighbouring pairs: one fewer than steps
         assert max(gaps) <= bound, (pid, steps, bound)
         assert len(tested[pid]) >= 5
     st = await store.stats()
@@ -482,10 +488,13 @@ async def test_every_pooled_problem_is_retested_within_the_bound(store_factory):
 
 
 # -- pass-rate bands (--solved-at / --unsolved-at) ---------------------------------------------
-@pytest.mark.parametrize("solved_at, unsolved_at, expected", [
-    (1.0, 0.0, [Pool.HEAP, Pool.HEAP, Pool.HEAP, Pool.SOLVED, Pool.HEAP, Pool.UNSOLVED]),  # the paper's rule
-    (0.75, 0.25, [Pool.SOLVED, Pool.HEAP, Pool.UNSOLVED, Pool.SOLVED, Pool.SOLVED, Pool.UNSOLVED]),
-])
+@pytest.mark.parametrize(
+    "solved_at, unsolved_at, expected",
+    [
+        (1.0, 0.0, [Pool.HEAP, Pool.HEAP, Pool.HEAP, Pool.SOLVED, Pool.HEAP, Pool.UNSOLVED]),  # the paper's rule
+        (0.75, 0.25, [Pool.SOLVED, Pool.HEAP, Pool.UNSOLVED, Pool.SOLVED, Pool.SOLVED, Pool.UNSOLVED]),
+    ],
+)
 async def test_pass_rate_bands_pool_groups_at_or_past_them(store_factory, solved_at, unsolved_at, expected):
     store = store_factory(StoreConfig(retest_fraction=0.0, solved_at=solved_at, unsolved_at=unsolved_at), FakeClock())
     await store.register(make_problems(6))
@@ -493,7 +502,7 @@ async def test_pass_rate_bands_pool_groups_at_or_past_them(store_factory, solved
     # pass rates 0.75, 0.5, 0.25, 1, 0.75 (non-binary), 0
     rewards = [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1], [0.5, 0.5, 1, 1], [0, 0, 0, 0]]
     ids = [sp.problem.id for sp in lease.problems]
-    result = await store.report(lease.lease_id, [outcome(pid, r) for pid, r in zip(ids, rewards)])
+    result = await store.report(lease.lease_id, [outcome(pid, r) for pid, r in zip(ids, rewards, strict=True)])
     assert [(await store.problem_state(pid)).pool for pid in ids] == expected
     assert result.groups_queued == 4  # a pooled mixed group still has a gradient: queued all the same
     await check_one_place(store, [f"p{i:04d}" for i in range(6)])
@@ -563,8 +572,9 @@ async def test_a_start_with_other_run_settings_is_refused_naming_each_change(sto
     from prioreplay.rules import PriorityParams
 
     clock = FakeClock()
-    first = store_factory(StoreConfig(sampler="heap", params=PriorityParams(decay=0.5)), clock,
-                          snapshot_path=tmp_path / "state.json")
+    first = store_factory(
+        StoreConfig(sampler="heap", params=PriorityParams(decay=0.5)), clock, snapshot_path=tmp_path / "state.json"
+    )
     assert await first.claim_settings() == {}  # the first start stores them
     assert await first.claim_settings() == {}  # the same settings again: fine
     other = StoreConfig(sampler="uniform", solved_at=0.875, params=PriorityParams(decay=1.0, prior_alpha=1.0))
@@ -579,5 +589,6 @@ async def test_a_start_with_other_run_settings_is_refused_naming_each_change(sto
     assert set(changes) == {"sampler", "decay", "prior_alpha", "solved_at"}
     assert await (await _restart(store_factory, again, other)).claim_settings() == {}  # now stored
     with pytest.raises(FailedPrecondition, match="seed 0 -> 5.*cannot change.*--namespace"):
-        await (await _restart(store_factory, again, StoreConfig(sampler="uniform", solved_at=0.875, seed=5,
-                                                                params=other.params))).claim_settings(accept_changes=True)
+        await (
+            await _restart(store_factory, again, StoreConfig(sampler="uniform", solved_at=0.875, seed=5, params=other.params))
+        ).claim_settings(accept_changes=True)

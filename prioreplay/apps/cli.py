@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prioreplay.redact import hide_passwords
 
@@ -28,20 +30,45 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "server": Command("prioreplay.priority_server.config:ServerConfig", "prioreplay.priority_server.main:run",
-                      "run the priority server (gRPC + /metrics)"),
-    "load": Command("prioreplay.priority_server.config:LoadConfig", "prioreplay.priority_server.admin:run_load",
-                    "register a dataset's problems with a running server"),
-    "stats": Command("prioreplay.priority_server.config:StatsConfig", "prioreplay.priority_server.admin:run_stats",
-                     "print pool sizes, the priority histogram and counters"),
-    "worker": Command("prioreplay.rollout_worker.config:WorkerConfig", "prioreplay.rollout_worker.main:run",
-                      "lease problems, generate G completions each, verify, report", extra="worker"),
-    "learner": Command("prioreplay.learner.config:LearnerConfig", "prioreplay.learner.main:run",
-                       "pull trajectory groups, run GRPO steps, publish policy versions", extra="learner"),
-    "demo": Command("prioreplay.apps.demo_config:DemoConfig", "prioreplay.apps.demo:run",
-                    "the whole system on one machine: server, workers, learner, report", extra="demo"),
-    "compare": Command("prioreplay.apps.compare_config:CompareConfig", "prioreplay.apps.compare:run",
-                       "samplers side by side: demo runs with one rollout budget, compare.json/png", extra="demo"),
+    "server": Command(
+        "prioreplay.priority_server.config:ServerConfig",
+        "prioreplay.priority_server.main:run",
+        "run the priority server (gRPC + /metrics)",
+    ),
+    "load": Command(
+        "prioreplay.priority_server.config:LoadConfig",
+        "prioreplay.priority_server.admin:run_load",
+        "register a dataset's problems with a running server",
+    ),
+    "stats": Command(
+        "prioreplay.priority_server.config:StatsConfig",
+        "prioreplay.priority_server.admin:run_stats",
+        "print pool sizes, the priority histogram and counters",
+    ),
+    "worker": Command(
+        "prioreplay.rollout_worker.config:WorkerConfig",
+        "prioreplay.rollout_worker.main:run",
+        "lease problems, generate G completions each, verify, report",
+        extra="worker",
+    ),
+    "learner": Command(
+        "prioreplay.learner.config:LearnerConfig",
+        "prioreplay.learner.main:run",
+        "pull trajectory groups, run GRPO steps, publish policy versions",
+        extra="learner",
+    ),
+    "demo": Command(
+        "prioreplay.apps.demo_config:DemoConfig",
+        "prioreplay.apps.demo:run",
+        "the whole system on one machine: server, workers, learner, report",
+        extra="demo",
+    ),
+    "compare": Command(
+        "prioreplay.apps.compare_config:CompareConfig",
+        "prioreplay.apps.compare:run",
+        "samplers side by side: demo runs with one rollout budget, compare.json/png",
+        extra="demo",
+    ),
 }
 
 
@@ -110,7 +137,7 @@ def parse(name: str, argv: list[str]):
 _MAX_SHOWN = 120
 
 
-def _problem(err: dict) -> str:
+def _problem(err: Mapping[str, Any]) -> str:
     """One pydantic error as ``field='value': message``. A cross-field check (no field) gives its
     message only: pydantic's input there is every setting, and the message names the values."""
     msg = hide_passwords(err["msg"])
@@ -196,8 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         extra = COMMANDS[name].extra
         if not extra or not e.name or e.name.partition(".")[0] == "prioreplay":
             raise
-        print(f"prioreplay {name}: error: this install lacks {e.name!r}, which 'prioreplay {name}' needs; "
-              f"install it with: pip install 'prioreplay[{extra}]'", file=sys.stderr)
+        print(
+            f"prioreplay {name}: error: this install lacks {e.name!r}, which 'prioreplay {name}' needs; "
+            f"install it with: pip install 'prioreplay[{extra}]'",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,8 @@ def check_arms(reports: list[dict[str, Any]]) -> None:
             if ref_cfg.get(key) != cfg.get(key):
                 raise InvalidArgument(
                     f"runs {ref.get('name')!r} and {rep.get('name')!r} differ in {key} ({ref_cfg.get(key)!r} vs "
-                    f"{cfg.get(key)!r}); a comparison changes only the sampler (and the seed)")
+                    f"{cfg.get(key)!r}); a comparison changes only the sampler (and the seed)"
+                )
     seen: set[tuple[str, int]] = set()
     for rep in reports:
         arm = (rep["config"]["sampler"], rep["config"]["seed"])
@@ -67,16 +68,30 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
     final, cfg = report["final"], report["config"]
     completions = final["completions_reported"]
     reward_sum = final.get("reward_sum", report["steps"][-1]["reward_sum"] if report.get("steps") else 0.0)
-    curve = [{"rollouts": s["completions"], "effective_group_fraction": s["groups_mixed"] / s["groups"] if s["groups"] else None,
-              "useful_rollouts": s["groups_mixed"] * cfg["group_size"],
-              "mean_reward_window": s.get("mean_reward_window"), "unseen": s.get("unseen")}
-             for s in report.get("steps", [])]
+    curve = [
+        {
+            "rollouts": s["completions"],
+            "effective_group_fraction": s["groups_mixed"] / s["groups"] if s["groups"] else None,
+            "useful_rollouts": s["groups_mixed"] * cfg["group_size"],
+            "mean_reward_window": s.get("mean_reward_window"),
+            "unseen": s.get("unseen"),
+        }
+        for s in report.get("steps", [])
+    ]
     if completions and (not curve or curve[-1]["rollouts"] < completions):  # the end of the budget
-        curve.append({"rollouts": completions, "effective_group_fraction": final["effective_group_fraction"],
-                      "useful_rollouts": final["groups_mixed"] * cfg["group_size"], "mean_reward_window": None,
-                      "unseen": final.get("unseen")})
+        curve.append(
+            {
+                "rollouts": completions,
+                "effective_group_fraction": final["effective_group_fraction"],
+                "useful_rollouts": final["groups_mixed"] * cfg["group_size"],
+                "mean_reward_window": None,
+                "unseen": final.get("unseen"),
+            }
+        )
     return {
-        "name": report.get("name"), "sampler": cfg["sampler"], "seed": cfg["seed"],
+        "name": report.get("name"),
+        "sampler": cfg["sampler"],
+        "seed": cfg["seed"],
         "rollouts": completions,
         "effective_group_fraction": final["effective_group_fraction"],
         "mixed_groups_per_1000_rollouts": 1000.0 * final["groups_mixed"] / completions if completions else 0.0,
@@ -85,17 +100,29 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
         "learner_steps": report["steps"][-1]["step"] if report.get("steps") else 0,
         "unseen_at_end": final.get("unseen"),
         "problems": final["problems"],
-        "accuracy_before": report.get("accuracy_before"), "accuracy_after": report.get("accuracy_after"),
-        "accuracy_change": report.get("accuracy_change"), "accuracy_change_ci95": report.get("accuracy_change_ci95"),
-        "forgetting_events": report.get("forgetting_events", 0), "breakthroughs": report.get("breakthroughs", 0),
+        "accuracy_before": report.get("accuracy_before"),
+        "accuracy_after": report.get("accuracy_after"),
+        "accuracy_change": report.get("accuracy_change"),
+        "accuracy_change_ci95": report.get("accuracy_change_ci95"),
+        "forgetting_events": report.get("forgetting_events", 0),
+        "breakthroughs": report.get("breakthroughs", 0),
         "served_priority": report.get("served_priority"),
         "duration_s": report.get("duration_s"),
         "curve": curve,
     }
 
 
-_SUMMED = ("effective_group_fraction", "mixed_groups_per_1000_rollouts", "useful_rollouts", "mean_reward",
-           "accuracy_change", "forgetting_events", "breakthroughs", "rollouts", "unseen_at_end")
+_SUMMED = (
+    "effective_group_fraction",
+    "mixed_groups_per_1000_rollouts",
+    "useful_rollouts",
+    "mean_reward",
+    "accuracy_change",
+    "forgetting_events",
+    "breakthroughs",
+    "rollouts",
+    "unseen_at_end",
+)
 
 
 def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]:
@@ -122,10 +149,14 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]
         num = [by_arm[s][k]["effective_group_fraction"] for k in common]
         den = [by_arm[baseline][k]["effective_group_fraction"] for k in common]
         r, lo, hi = bootstrap_ratio(num, den, paired=True)
-        ratios[s] = {"vs": baseline, "seeds": common, "ratio": r, "ci95": [lo, hi] if len(common) > 1 else None,
-                     "above_1": lo > 1.0 if len(common) > 1 else None}  # one seed: no spread, no interval
-    return {"arms": arms, "baseline": baseline, "paired_seeds": common,
-            "effective_group_fraction_ratio": ratios}
+        ratios[s] = {
+            "vs": baseline,
+            "seeds": common,
+            "ratio": r,
+            "ci95": [lo, hi] if len(common) > 1 else None,
+            "above_1": lo > 1.0 if len(common) > 1 else None,
+        }  # one seed: no spread, no interval
+    return {"arms": arms, "baseline": baseline, "paired_seeds": common, "effective_group_fraction_ratio": ratios}
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -135,21 +166,27 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         if "effective_group_fraction" not in arm:
             continue
         e = arm["effective_group_fraction"]
-        line = (f"{s:<10} seeds {arm['seeds']}: effective-group fraction {e['mean']:.3f} "
-                f"[{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}], mixed groups per 1,000 rollouts "
-                f"{arm['mixed_groups_per_1000_rollouts']['mean']:.1f}, mean reward {arm['mean_reward']['mean']:.3f}")
+        line = (
+            f"{s:<10} seeds {arm['seeds']}: effective-group fraction {e['mean']:.3f} "
+            f"[{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}], mixed groups per 1,000 rollouts "
+            f"{arm['mixed_groups_per_1000_rollouts']['mean']:.1f}, mean reward {arm['mean_reward']['mean']:.3f}"
+        )
         if "accuracy_change" in arm:
             a = arm["accuracy_change"]
             line += f", held-out change {a['mean'] * 100:+.1f} pts [{a['ci95'][0] * 100:+.1f}, {a['ci95'][1] * 100:+.1f}]"
         lines.append(line)
     for s, r in summary["effective_group_fraction_ratio"].items():
         if r["ci95"] is None:
-            lines.append(f"{s} / {r['vs']} effective-group fraction: {r['ratio']:.2f}x on one seed {r['seeds']}: "
-                         "no interval (run --seeds 2 or more)")
+            lines.append(
+                f"{s} / {r['vs']} effective-group fraction: {r['ratio']:.2f}x on one seed {r['seeds']}: "
+                "no interval (run --seeds 2 or more)"
+            )
             continue
         verdict = "the interval is above 1" if r["above_1"] else "the interval does not exclude 1"
-        lines.append(f"{s} / {r['vs']} effective-group fraction: {r['ratio']:.2f}x, 95% CI [{r['ci95'][0]:.2f}, "
-                     f"{r['ci95'][1]:.2f}] over seeds {r['seeds']} (paired bootstrap); {verdict}")
+        lines.append(
+            f"{s} / {r['vs']} effective-group fraction: {r['ratio']:.2f}x, 95% CI [{r['ci95'][0]:.2f}, "
+            f"{r['ci95'][1]:.2f}] over seeds {r['seeds']} (paired bootstrap); {verdict}"
+        )
     return lines
 
 
@@ -204,8 +241,11 @@ def _run_concurrently(arms) -> list[int]:
     for arm in arms:
         Path(arm.run_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(arm.run_dir) / "demo.out", "ab") as out:
-            procs.append(subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "demo", *_demo_args(arm)],
-                                          stdout=out, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "prioreplay.apps.cli", "demo", *_demo_args(arm)], stdout=out, stderr=subprocess.STDOUT
+                )
+            )
     try:
         return [p.wait() for p in procs]
     finally:
@@ -229,7 +269,7 @@ def run(cfg: CompareConfig) -> int:
     from prioreplay.process import setup_logging
 
     setup_logging("INFO")
-    root = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / f"compare-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    root = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / f"compare-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     root.mkdir(parents=True, exist_ok=True)
     settings = json.loads(cfg.model_dump_json())
     if cfg.runs:
@@ -242,14 +282,16 @@ def run(cfg: CompareConfig) -> int:
         samplers, reports = cfg.samplers, []
         arms = [_arm_config(cfg, sampler, cfg.seed + k, root) for k in range(cfg.seeds) for sampler in samplers]
         for start in range(0, len(arms), cfg.parallel):
-            batch = arms[start:start + cfg.parallel]
+            batch = arms[start : start + cfg.parallel]
             for arm in batch:
                 print(f"\n== arm {arm.sampler}, seed {arm.seed} -> {arm.run_dir}", flush=True)
             codes = [demo.run(batch[0])] if len(batch) == 1 else _run_concurrently(batch)
             for arm, rc in zip(batch, codes, strict=True):
                 if rc != 0:
-                    print(f"prioreplay compare: arm {arm.sampler} seed {arm.seed} failed (exit {rc}); "
-                          f"see {arm.run_dir}/logs", file=sys.stderr)
+                    print(
+                        f"prioreplay compare: arm {arm.sampler} seed {arm.seed} failed (exit {rc}); see {arm.run_dir}/logs",
+                        file=sys.stderr,
+                    )
                     return rc
                 reports.append(_load_report(arm.run_dir))
             check_arms(reports)

@@ -29,18 +29,25 @@ class CompareConfig(DemoRunSettings):
     settings differ in anything but the sampler and the seed are refused.
     """
 
-    samplers: list[str] = Field(default_factory=default_samplers,
-                                description="samplers to compare (comma list or repeated flag; default: the "
-                                            "registry's default, heap and uniform)")
+    samplers: list[str] = Field(
+        default_factory=default_samplers,
+        description="samplers to compare (comma list or repeated flag; default: the registry's default, heap and uniform)",
+    )
     seeds: int = Field(3, ge=1, le=100, description="runs per sampler, seeds seed .. seed+N-1 (intervals across seeds)")
-    parallel: int = Field(1, ge=1, le=64, description="arms run at once, each as its own `prioreplay demo` process "
-                          "(1: one after another; more needs cores and about 3.5 GB of memory per arm for SmolLM2)")
-    runs: list[Path] = Field(default_factory=list, description="compare these finished demo run directories instead "
-                             "of running new arms")
+    parallel: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="arms run at once, each as its own `prioreplay demo` process "
+        "(1: one after another; more needs cores and about 3.5 GB of memory per arm for SmolLM2)",
+    )
+    runs: list[Path] = Field(
+        default_factory=list, description="compare these finished demo run directories instead of running new arms"
+    )
     run_dir: Path | None = Field(None, description="where the comparison goes (default runs/compare-<date>)")
 
     @model_validator(mode="after")
-    def _check_samplers(self) -> "CompareConfig":
+    def _check_samplers(self) -> CompareConfig:
         from prioreplay.errors import InvalidArgument
 
         names = [s.strip() for item in self.samplers for s in item.split(",") if s.strip()]
@@ -51,6 +58,8 @@ class CompareConfig(DemoRunSettings):
             raise InvalidArgument(f"compare needs two or more different samplers (got {names})")
         self.samplers = list(dict.fromkeys(names))
         if worker_seed(self.seed + self.seeds - 1, self.workers - 1) > SEED_MAX:
-            raise InvalidArgument(f"seed ({self.seed}) with seeds ({self.seeds}) gives the last arm's workers seeds over "
-                                  f"{SEED_MAX}, the largest seed; lower --seed")
+            raise InvalidArgument(
+                f"seed ({self.seed}) with seeds ({self.seeds}) gives the last arm's workers seeds over "
+                f"{SEED_MAX}, the largest seed; lower --seed"
+            )
         return self

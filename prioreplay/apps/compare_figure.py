@@ -26,9 +26,11 @@ def render(data: dict[str, Any], path: Path) -> Path:
     color = {s: _COLORS[i % len(_COLORS)] for i, s in enumerate(samplers)}
     cfg = data.get("config", {})
     fig, axes = plt.subplots(2, 3, figsize=(18, 9.5), constrained_layout=True)
-    fig.suptitle(f"prioreplay compare: {', '.join(samplers)}; model={cfg.get('model')}, dataset={cfg.get('dataset')}, "
-                 f"G={cfg.get('group_size')}, rollout budget {cfg.get('rollouts')} per run, seeds {data.get('paired_seeds')}",
-                 fontsize=12)
+    fig.suptitle(
+        f"prioreplay compare: {', '.join(samplers)}; model={cfg.get('model')}, dataset={cfg.get('dataset')}, "
+        f"G={cfg.get('group_size')}, rollout budget {cfg.get('rollouts')} per run, seeds {data.get('paired_seeds')}",
+        fontsize=12,
+    )
     _curves(axes[0, 0], data, color, "effective_group_fraction", "cumulative effective-group fraction")
     _curves(axes[0, 1], data, color, "useful_rollouts", "cumulative rollouts in mixed groups (useful)")
     _curves(axes[0, 2], data, color, "mean_reward_window", "mean reward per step window")
@@ -122,6 +124,7 @@ def _eff_bars(ax, data, color) -> None:
     ratios = data.get("effective_group_fraction_ratio", {})
     title = "Effective-group fraction per arm (mean, 95% t-interval, dots: seeds)"
     for s, r in ratios.items():
-        title += (f"\n{s}/{r['vs']} = {r['ratio']:.2f}x " + (f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
-                  if r.get("ci95") else "(one seed: no interval)"))
+        title += f"\n{s}/{r['vs']} = {r['ratio']:.2f}x " + (
+            f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" if r.get("ci95") else "(one seed: no interval)"
+        )
     ax.set_title(title, fontsize=10)

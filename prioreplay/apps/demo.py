@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +67,15 @@ class Demo:
     # -- processes ------------------------------------------------------------------------
     def spawn(self, name: str, args: list[str], metrics_port: int, threads: int) -> Child:
         log_path = self.run_dir / "logs" / f"{name}.log"
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-                   PRIOREPLAY_TORCH_THREADS=str(threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                   PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS=str(threads),
+            MKL_NUM_THREADS=str(threads),
+            PRIOREPLAY_TORCH_THREADS=str(threads),
+            HF_HUB_OFFLINE="1",
+            TOKENIZERS_PARALLELISM="false",
+            PYTHONUNBUFFERED="1",
+        )
         env.pop("PRIOREPLAY_CONFIG", None)
         fh = open(log_path, "ab")
         cmd = [sys.executable, "-m", "prioreplay.apps.cli", *args]
@@ -152,15 +158,22 @@ def _record_step(demo: Demo, step: int, stats, prev, learner_line: dict[str, Any
     rec = {
         "step": step,
         "time_s": round(time.time() - demo.t0, 2),
-        "heap": stats.heap_size, "solved": stats.solved, "unsolved": stats.unsolved, "leased": stats.leased,
-        "unseen": stats.unseen, "policy_version": stats.policy_version,
+        "heap": stats.heap_size,
+        "solved": stats.solved,
+        "unsolved": stats.unsolved,
+        "leased": stats.leased,
+        "unseen": stats.unseen,
+        "policy_version": stats.policy_version,
         "priority_histogram": list(stats.priority_histogram),
         "priority_bucket_edges": list(stats.priority_bucket_edges),
-        "groups": groups, "groups_mixed": stats.groups_mixed, "completions": stats.completions_reported,
+        "groups": groups,
+        "groups_mixed": stats.groups_mixed,
+        "completions": stats.completions_reported,
         "reward_sum": stats.reward_sum,
         "effective_group_fraction_window": (stats.groups_mixed - pmixed) / dg if dg else None,
         "mean_reward_window": (stats.reward_sum - preward) / dc if dc else None,
-        "forgetting_events": stats.forgetting_events, "breakthroughs": stats.breakthroughs,
+        "forgetting_events": stats.forgetting_events,
+        "breakthroughs": stats.breakthroughs,
         "learner": learner_line,
     }
     demo.steps.append(rec)
@@ -173,8 +186,7 @@ def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, proble
         return None
     from prioreplay.apps.evaluate import evaluate_each
 
-    return evaluate_each(model_dir, problems, weights_dir=weights_dir, max_new_tokens=cfg.max_new_tokens,
-                         stop=cfg.stop)
+    return evaluate_each(model_dir, problems, weights_dir=weights_dir, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
 
 
 def held_out_summary(before: list[bool] | None, after: list[bool] | None) -> dict[str, Any]:
@@ -187,22 +199,32 @@ def held_out_summary(before: list[bool] | None, after: list[bool] | None) -> dic
     from prioreplay.intervals import paired_difference, wilson
 
     if not before or not after:
-        return {"accuracy_before": None, "accuracy_after": None, "accuracy_change": None,
-                "accuracy_change_ci95": None, "change_excludes_zero": None}
+        return {
+            "accuracy_before": None,
+            "accuracy_after": None,
+            "accuracy_change": None,
+            "accuracy_change_ci95": None,
+            "change_excludes_zero": None,
+        }
     n = len(before)
     diff, lo, hi = paired_difference(before, after)
     return {
-        "accuracy_before": sum(before) / n, "accuracy_before_ci95": list(wilson(sum(before), n)),
-        "accuracy_after": sum(after) / n, "accuracy_after_ci95": list(wilson(sum(after), n)),
-        "accuracy_change": diff, "accuracy_change_ci95": [lo, hi], "change_excludes_zero": lo > 0 or hi < 0,
-        "eval_correct_before": [bool(x) for x in before], "eval_correct_after": [bool(x) for x in after],
+        "accuracy_before": sum(before) / n,
+        "accuracy_before_ci95": list(wilson(sum(before), n)),
+        "accuracy_after": sum(after) / n,
+        "accuracy_after_ci95": list(wilson(sum(after), n)),
+        "accuracy_change": diff,
+        "accuracy_change_ci95": [lo, hi],
+        "change_excludes_zero": lo > 0 or hi < 0,
+        "eval_correct_before": [bool(x) for x in before],
+        "eval_correct_after": [bool(x) for x in after],
     }
 
 
 def run(cfg: DemoConfig) -> int:
     """Run the demo; returns the exit code (0 when every child finished cleanly)."""
     setup_logging("INFO")
-    name = f"{cfg.sampler}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    name = f"{cfg.sampler}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / name
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     demo = Demo(cfg, run_dir)
@@ -245,8 +267,16 @@ def _run(demo: Demo, name: str) -> int:
     final_ckpt = latest_complete(demo.run_dir / "checkpoints")
     log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
     right_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
-    report = _report(demo, name, final, len(eval_problems), held_out_summary(right_before, right_after), final_ckpt,
-                     worker_metrics, server_metrics)
+    report = _report(
+        demo,
+        name,
+        final,
+        len(eval_problems),
+        held_out_summary(right_before, right_after),
+        final_ckpt,
+        worker_metrics,
+        server_metrics,
+    )
     _write_report(demo.run_dir, report, final)
     return 0
 
@@ -278,10 +308,27 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
     cfg, run_dir = demo.cfg, demo.run_dir
     port, mport = free_port(), free_port()
     demo.namespace = f"demo-{run_dir.name}-{os.urandom(4).hex()}"  # a fresh Redis namespace per run
-    server_args = ["server", "--port", str(port), "--host", "127.0.0.1", "--metrics-port", str(mport),
-                   "--sampler", cfg.sampler, "--retest-fraction", str(cfg.retest_fraction),
-                   "--retest-interval", str(cfg.retest_interval), "--seed", str(cfg.seed),
-                   "--namespace", demo.namespace, "--log-level", cfg.log_level]
+    server_args = [
+        "server",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--metrics-port",
+        str(mport),
+        "--sampler",
+        cfg.sampler,
+        "--retest-fraction",
+        str(cfg.retest_fraction),
+        "--retest-interval",
+        str(cfg.retest_interval),
+        "--seed",
+        str(cfg.seed),
+        "--namespace",
+        demo.namespace,
+        "--log-level",
+        cfg.log_level,
+    ]
     if cfg.redis_url:
         server_args += ["--store", cfg.redis_url]
     else:
@@ -318,25 +365,79 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
     cfg, run_dir = demo.cfg, demo.run_dir
     threads = _threads(cfg)
     lport = free_port()
-    learner = demo.spawn("learner", [
-        "learner", "--server", address, "--model", str(model_dir), "--checkpoint-dir", str(run_dir / "checkpoints"),
-        "--batch-groups", str(cfg.batch_groups), "--lr", str(cfg.lr), "--max-staleness", str(cfg.max_staleness),
-        "--publish-every", str(cfg.publish_every), "--max-steps", str(cfg.steps),
-        # disk: a published version of SmolLM2 is ~0.5 GB and a checkpoint with its optimizer state
-        # ~1.6 GB; a demo run keeps only what it reports on (see _prune_run)
-        "--keep-checkpoints", "1", "--publish-grace-s", str(DEMO_PUBLISH_GRACE_S),
-        "--log-file", str(run_dir / "learner.jsonl"),
-        "--metrics-port", str(lport), "--seed", str(cfg.seed), "--log-level", cfg.log_level], lport, threads)
+    learner = demo.spawn(
+        "learner",
+        [
+            "learner",
+            "--server",
+            address,
+            "--model",
+            str(model_dir),
+            "--checkpoint-dir",
+            str(run_dir / "checkpoints"),
+            "--batch-groups",
+            str(cfg.batch_groups),
+            "--lr",
+            str(cfg.lr),
+            "--max-staleness",
+            str(cfg.max_staleness),
+            "--publish-every",
+            str(cfg.publish_every),
+            "--max-steps",
+            str(cfg.steps),
+            # disk: a published version of SmolLM2 is ~0.5 GB and a checkpoint with its optimizer state
+            # ~1.6 GB; a demo run keeps only what it reports on (see _prune_run)
+            "--keep-checkpoints",
+            "1",
+            "--publish-grace-s",
+            str(DEMO_PUBLISH_GRACE_S),
+            "--log-file",
+            str(run_dir / "learner.jsonl"),
+            "--metrics-port",
+            str(lport),
+            "--seed",
+            str(cfg.seed),
+            "--log-level",
+            cfg.log_level,
+        ],
+        lport,
+        threads,
+    )
     learner.expected_exit = True
     workers = []
     for w in range(cfg.workers):
         wport = free_port()
-        workers.append(demo.spawn(f"worker-{w}", [
-            "worker", "--server", address, "--model", str(model_dir), "--group-size", str(cfg.group_size),
-            "--batch-size", str(cfg.batch_size), "--max-new-tokens", str(cfg.max_new_tokens),
-            "--temperature", str(cfg.temperature), "--seed", str(worker_seed(cfg.seed, w)), "--worker-id", f"worker-{w}",
-            "--metrics-port", str(wport), "--log-level", cfg.log_level,
-            *[a for s in cfg.stop for a in ("--stop", escape_stop(s))]], wport, threads))
+        workers.append(
+            demo.spawn(
+                f"worker-{w}",
+                [
+                    "worker",
+                    "--server",
+                    address,
+                    "--model",
+                    str(model_dir),
+                    "--group-size",
+                    str(cfg.group_size),
+                    "--batch-size",
+                    str(cfg.batch_size),
+                    "--max-new-tokens",
+                    str(cfg.max_new_tokens),
+                    "--temperature",
+                    str(cfg.temperature),
+                    "--seed",
+                    str(worker_seed(cfg.seed, w)),
+                    "--worker-id",
+                    f"worker-{w}",
+                    "--metrics-port",
+                    str(wport),
+                    "--log-level",
+                    cfg.log_level,
+                    *[a for s in cfg.stop for a in ("--stop", escape_stop(s))],
+                ],
+                wport,
+                threads,
+            )
+        )
     return learner, workers
 
 
@@ -350,8 +451,12 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
     prev, seen_lines = None, 0
     # the run ends on the rollout budget when there is one: the bar counts what ends it
     by_rollouts = bool(cfg.rollouts)
-    bar = tqdm(total=cfg.rollouts if by_rollouts else cfg.steps, desc="rollouts" if by_rollouts else "learner steps",
-               unit="rollout" if by_rollouts else "step", dynamic_ncols=True)
+    bar = tqdm(
+        total=cfg.rollouts if by_rollouts else cfg.steps,
+        desc="rollouts" if by_rollouts else "learner steps",
+        unit="rollout" if by_rollouts else "step",
+        dynamic_ncols=True,
+    )
     last_metrics: dict[str, dict[str, float]] = {}
     while True:
         demo.check_children()
@@ -406,12 +511,13 @@ def _step_lines(lines: list[str]) -> list[dict[str, Any]]:
 
 def _progress(r: dict[str, Any]) -> str:
     eff, rew = r["effective_group_fraction_window"], r["mean_reward_window"]
-    return (f"eff={'-' if eff is None else f'{eff:.2f}'} reward={'-' if rew is None else f'{rew:.2f}'} "
-            f"heap={r['heap']} solved={r['solved']} unsolved={r['unsolved']} v={r['policy_version']} step={r['step']}")
+    return (
+        f"eff={'-' if eff is None else f'{eff:.2f}'} reward={'-' if rew is None else f'{rew:.2f}'} "
+        f"heap={r['heap']} solved={r['solved']} unsolved={r['unsolved']} v={r['policy_version']} step={r['step']}"
+    )
 
 
-def _stop_children(demo: Demo, client, server: Child, workers: list[Child],
-                   worker_metrics: dict[str, dict[str, float]]):
+def _stop_children(demo: Demo, client, server: Child, workers: list[Child], worker_metrics: dict[str, dict[str, float]]):
     """Scrape and stop the workers, read the final server state, stop the server.
     Returns (final GetStats response, the server's /metrics)."""
     for c in workers:
@@ -430,8 +536,16 @@ def _stop_children(demo: Demo, client, server: Child, workers: list[Child],
     return final, server_metrics
 
 
-def _report(demo: Demo, name: str, final, eval_size: int, held_out: dict[str, Any],
-            final_ckpt: Path | None, worker_metrics: dict, server_metrics: dict[str, float]) -> dict[str, Any]:
+def _report(
+    demo: Demo,
+    name: str,
+    final,
+    eval_size: int,
+    held_out: dict[str, Any],
+    final_ckpt: Path | None,
+    worker_metrics: dict,
+    server_metrics: dict[str, float],
+) -> dict[str, Any]:
     """The ``report.json`` dictionary of a finished run."""
     return {
         "name": name,
@@ -440,12 +554,21 @@ def _report(demo: Demo, name: str, final, eval_size: int, held_out: dict[str, An
         "duration_s": round(time.time() - demo.t0, 1),
         "steps": demo.steps,
         "final": {
-            "problems": final.problems, "heap": final.heap_size, "solved": final.solved, "unsolved": final.unsolved,
-            "leased": final.leased, "step": final.step, "policy_version": final.policy_version,
-            "groups_mixed": final.groups_mixed, "groups_all_correct": final.groups_all_correct,
-            "groups_all_wrong": final.groups_all_wrong, "effective_group_fraction": final.effective_group_fraction,
-            "completions_reported": final.completions_reported, "lease_expiries": final.lease_expiries,
-            "unseen": final.unseen, "reward_sum": final.reward_sum,
+            "problems": final.problems,
+            "heap": final.heap_size,
+            "solved": final.solved,
+            "unsolved": final.unsolved,
+            "leased": final.leased,
+            "step": final.step,
+            "policy_version": final.policy_version,
+            "groups_mixed": final.groups_mixed,
+            "groups_all_correct": final.groups_all_correct,
+            "groups_all_wrong": final.groups_all_wrong,
+            "effective_group_fraction": final.effective_group_fraction,
+            "completions_reported": final.completions_reported,
+            "lease_expiries": final.lease_expiries,
+            "unseen": final.unseen,
+            "reward_sum": final.reward_sum,
         },
         "forgetting_events": final.forgetting_events,
         "breakthroughs": final.breakthroughs,
@@ -467,9 +590,11 @@ def _write_report(run_dir: Path, report: dict[str, Any], final) -> None:
     render(report, run_dir / "report.png")
     print(f"\nrun report: {run_dir / 'report.json'}\npicture:    {run_dir / 'report.png'}")
     print(held_out_line(report))
-    print(f"effective-group fraction {final.effective_group_fraction:.2f} over {final.completions_reported} rollouts; "
-          f"pools heap={final.heap_size} solved={final.solved} unsolved={final.unsolved}; still unseen "
-          f"{final.unseen} of {final.problems}; forgetting events {final.forgetting_events}")
+    print(
+        f"effective-group fraction {final.effective_group_fraction:.2f} over {final.completions_reported} rollouts; "
+        f"pools heap={final.heap_size} solved={final.solved} unsolved={final.unsolved}; still unseen "
+        f"{final.unseen} of {final.problems}; forgetting events {final.forgetting_events}"
+    )
 
 
 def held_out_line(report: dict[str, Any]) -> str:
@@ -477,11 +602,14 @@ def held_out_line(report: dict[str, Any]) -> str:
     if report.get("accuracy_change") is None:
         return "held-out accuracy: not measured (--eval-size 0)"
     lo, hi = report["accuracy_change_ci95"]
-    verdict = ("the interval excludes zero" if report["change_excludes_zero"]
-               else "the interval includes zero: no measurable change")
-    return (f"held-out accuracy ({report['eval_size']} problems, greedy): {_pct(report['accuracy_before'])} -> "
-            f"{_pct(report['accuracy_after'])}, change {report['accuracy_change'] * 100:+.1f} points, "
-            f"95% CI [{lo * 100:+.1f}, {hi * 100:+.1f}] (Newcombe paired); {verdict}")
+    verdict = (
+        "the interval excludes zero" if report["change_excludes_zero"] else "the interval includes zero: no measurable change"
+    )
+    return (
+        f"held-out accuracy ({report['eval_size']} problems, greedy): {_pct(report['accuracy_before'])} -> "
+        f"{_pct(report['accuracy_after'])}, change {report['accuracy_change'] * 100:+.1f} points, "
+        f"95% CI [{lo * 100:+.1f}, {hi * 100:+.1f}] (Newcombe paired); {verdict}"
+    )
 
 
 def _pct(v: float | None) -> str:

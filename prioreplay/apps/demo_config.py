@@ -49,8 +49,12 @@ class DemoRunSettings(PrioreplaySettings):
     )
     eval_size: int = Field(128, ge=0, le=10_000, description="held-out problems scored before and after training (0 skips)")
     steps: int = Field(1000, ge=1, le=1_000_000, description="learner steps (optimizer updates) at most")
-    rollouts: int = Field(768, ge=0, le=10**12, description="end the run once this many completions were "
-                          "reported (the rollout budget; 0: learner steps only)")
+    rollouts: int = Field(
+        768,
+        ge=0,
+        le=10**12,
+        description="end the run once this many completions were reported (the rollout budget; 0: learner steps only)",
+    )
     workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
     # -- the server's settings -----------------------------------------------------------------
     retest_fraction: float = setting(ServerConfig, "retest_fraction")
@@ -75,7 +79,7 @@ class DemoRunSettings(PrioreplaySettings):
     log_level: LogLevel = "INFO"
 
     @model_validator(mode="after")
-    def _check(self) -> "DemoRunSettings":
+    def _check(self) -> DemoRunSettings:
         from prioreplay.errors import InvalidArgument
 
         if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://")):
@@ -83,8 +87,10 @@ class DemoRunSettings(PrioreplaySettings):
         if any(not s for s in self.stop):
             raise InvalidArgument(f"stop ({self.stop!r}) must hold non-empty strings; write a newline as '\\n'")
         if worker_seed(self.seed, self.workers - 1) > SEED_MAX:
-            raise InvalidArgument(f"seed ({self.seed}) must be <= {(SEED_MAX - self.workers + 1) // WORKER_SEED_STRIDE}: "
-                                  f"the workers' seeds (seed x {WORKER_SEED_STRIDE} + worker) must stay <= {SEED_MAX}")
+            raise InvalidArgument(
+                f"seed ({self.seed}) must be <= {(SEED_MAX - self.workers + 1) // WORKER_SEED_STRIDE}: "
+                f"the workers' seeds (seed x {WORKER_SEED_STRIDE} + worker) must stay <= {SEED_MAX}"
+            )
         return self
 
 

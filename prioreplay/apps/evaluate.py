@@ -6,21 +6,44 @@ weights always give the same score.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 
-def evaluate(model_dir: Path, problems: Sequence, *, weights_dir: Path | None = None, max_new_tokens: int = 32,
-             batch_size: int = 16, device: str = "cpu", stop: Sequence[str] = ()) -> float:
+def evaluate(
+    model_dir: Path,
+    problems: Sequence,
+    *,
+    weights_dir: Path | None = None,
+    max_new_tokens: int = 32,
+    batch_size: int = 16,
+    device: str = "cpu",
+    stop: Sequence[str] = (),
+) -> float:
     """Fraction of ``problems`` a model answers correctly with greedy decoding (the mean of
     :func:`evaluate_each`; same arguments)."""
-    right = evaluate_each(model_dir, problems, weights_dir=weights_dir, max_new_tokens=max_new_tokens,
-                          batch_size=batch_size, device=device, stop=stop)
+    right = evaluate_each(
+        model_dir,
+        problems,
+        weights_dir=weights_dir,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        device=device,
+        stop=stop,
+    )
     return sum(right) / len(right)
 
 
-def evaluate_each(model_dir: Path, problems: Sequence, *, weights_dir: Path | None = None, max_new_tokens: int = 32,
-                  batch_size: int = 16, device: str = "cpu", stop: Sequence[str] = ()) -> list[bool]:
+def evaluate_each(
+    model_dir: Path,
+    problems: Sequence,
+    *,
+    weights_dir: Path | None = None,
+    max_new_tokens: int = 32,
+    batch_size: int = 16,
+    device: str = "cpu",
+    stop: Sequence[str] = (),
+) -> list[bool]:
     """Whether a model answers each of ``problems`` correctly with greedy decoding.
 
     Args:
@@ -57,19 +80,25 @@ def evaluate_each(model_dir: Path, problems: Sequence, *, weights_dir: Path | No
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     right: list[bool] = []
     for start in range(0, len(problems), batch_size):
-        chunk = problems[start:start + batch_size]
+        chunk = problems[start : start + batch_size]
         ids = [apply_chat_template(tokenizer, p.prompt) for p in chunk]
         width = max(len(x) for x in ids)
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)  # (B, T) left-padded
         attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)  # (B, T)
         with torch.no_grad():
             extra = {"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}  # ends the batch early
-            out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=False,
-                                 max_new_tokens=max_new_tokens, pad_token_id=pad, **extra)  # (B, T + new)
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad,
+                **extra,
+            )  # (B, T + new)
         for p, row in zip(chunk, out[:, width:], strict=True):
             text = tokenizer.decode(row, skip_special_tokens=True)
             cuts = [text.find(s) + len(s) for s in stop if s in text]
             if cuts:
-                text = text[:min(cuts)]
+                text = text[: min(cuts)]
             right.append(verify(p.verifier, text, p.answer).reward == 1.0)
     return right

@@ -54,18 +54,28 @@ def _priority_panel(fig, ax, steps: list[dict], xs: list[int]) -> None:
         edges = steps[0]["priority_bucket_edges"]
         x_edges = np.arange(len(xs) + 1) - 0.5
         masked = np.ma.masked_less(hist, 1.0)  # empty buckets stay white; counts on a log scale
-        mesh = ax.pcolormesh(x_edges, edges, masked, cmap="viridis", shading="flat",
-                             norm=LogNorm(vmin=1, vmax=max(1.0, float(hist.max()))))
+        mesh = ax.pcolormesh(
+            x_edges, edges, masked, cmap="viridis", shading="flat", norm=LogNorm(vmin=1, vmax=max(1.0, float(hist.max())))
+        )
         ax.set_xticks(range(len(xs))[:: max(1, len(xs) // 10)])
         ax.set_xticklabels([str(x) for x in xs][:: max(1, len(xs) // 10)])
         fig.colorbar(mesh, ax=ax, label="problems in the heap")
     unseen = [s.get("unseen") for s in steps]
     if steps and unseen[-1] is not None:
-        problems = steps[-1].get("heap", 0) + steps[-1].get("solved", 0) + steps[-1].get("unsolved", 0) + steps[-1].get("leased", 0)
-        ax.text(0.01, 0.02, f"never tested: {unseen[0]} after step {xs[0]} → {unseen[-1]} of {problems} at the end"
-                + ("\n(still a first pass: 'heap' ≈ uniform until it ends)" if unseen[-1] > problems / 4 else ""),
-                transform=ax.transAxes, fontsize=9, va="bottom", color="white",
-                bbox={"facecolor": "black", "alpha": 0.5, "pad": 3})
+        problems = (
+            steps[-1].get("heap", 0) + steps[-1].get("solved", 0) + steps[-1].get("unsolved", 0) + steps[-1].get("leased", 0)
+        )
+        ax.text(
+            0.01,
+            0.02,
+            f"never tested: {unseen[0]} after step {xs[0]} → {unseen[-1]} of {problems} at the end"
+            + ("\n(still a first pass: 'heap' ≈ uniform until it ends)" if unseen[-1] > problems / 4 else ""),
+            transform=ax.transAxes,
+            fontsize=9,
+            va="bottom",
+            color="white",
+            bbox={"facecolor": "black", "alpha": 0.5, "pad": 3},
+        )
     ax.set_title("Priority p(1−p) of heap problems over learner steps (unseen start at 0.25)")
     ax.set_xlabel("learner step")
     ax.set_ylabel("priority")
@@ -85,7 +95,9 @@ def _pools_panel(ax, steps: list[dict], xs: list[int]) -> None:
 
 def _groups_panel(ax, steps: list[dict], xs: list[int]) -> None:
     """The effective-group fraction and the mean reward per step window."""
-    ax.plot(xs, [s.get("effective_group_fraction_window") for s in steps], marker="o", label="effective-group fraction (mixed groups)")
+    ax.plot(
+        xs, [s.get("effective_group_fraction_window") for s in steps], marker="o", label="effective-group fraction (mixed groups)"
+    )
     ax.plot(xs, [s.get("mean_reward_window") for s in steps], marker="s", label="mean reward of reported completions")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("Groups that carry a gradient, and reward, per step window")
@@ -98,7 +110,10 @@ def _accuracy_panel(ax, report: dict[str, Any]) -> None:
     before, after = report.get("accuracy_before"), report.get("accuracy_after")
     vals = [v if v is not None else 0.0 for v in (before, after)]
     cis = [report.get("accuracy_before_ci95"), report.get("accuracy_after_ci95")]
-    err = [[v - ci[0] if ci else 0.0 for v, ci in zip(vals, cis, strict=True)], [ci[1] - v if ci else 0.0 for v, ci in zip(vals, cis, strict=True)]]
+    err = [
+        [v - ci[0] if ci else 0.0 for v, ci in zip(vals, cis, strict=True)],
+        [ci[1] - v if ci else 0.0 for v, ci in zip(vals, cis, strict=True)],
+    ]
     bars = ax.bar(["before", "after"], vals, color=["#999999", "#2a7ab9"], yerr=err, capsize=8)
     for bar, v, ci in zip(bars, (before, after), cis, strict=True):
         top = ci[1] if ci else bar.get_height()
@@ -108,8 +123,9 @@ def _accuracy_panel(ax, report: dict[str, Any]) -> None:
     title = f"Held-out accuracy ({report.get('eval_size', 0)} problems, greedy; bars: Wilson 95% CI)"
     if change is not None:
         lo, hi = report["accuracy_change_ci95"]
-        title += (f"\nchange {change * 100:+.1f} pts, 95% CI [{lo * 100:+.1f}, {hi * 100:+.1f}] "
-                  + ("excludes 0" if report.get("change_excludes_zero") else "includes 0: no measurable change"))
+        title += f"\nchange {change * 100:+.1f} pts, 95% CI [{lo * 100:+.1f}, {hi * 100:+.1f}] " + (
+            "excludes 0" if report.get("change_excludes_zero") else "includes 0: no measurable change"
+        )
     ax.set_title(title)
     fe, bt = report.get("forgetting_events", 0), report.get("breakthroughs", 0)
     ax.set_xlabel(f"forgetting events: {fe}   breakthroughs: {bt}")

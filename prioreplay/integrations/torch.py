@@ -32,9 +32,9 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
+from typing import Any, Literal
 
 from torch.utils.data import Sampler
 
@@ -101,8 +101,9 @@ class ProblemTable:
     fingerprint: str
 
     @classmethod
-    def from_dataset(cls, dataset, ids: str | Sequence[str] | None = None, prompt_column: Column = "prompt",
-                     answer_column: Column = None) -> "ProblemTable":
+    def from_dataset(
+        cls, dataset, ids: str | Sequence[str] | None = None, prompt_column: Column = "prompt", answer_column: Column = None
+    ) -> ProblemTable:
         """Read a map-style dataset's problems.
 
         Args:
@@ -127,8 +128,10 @@ class ProblemTable:
             raise InvalidArgument(f"ids has {len(ids)} entries for {n} rows; give exactly one id per row")
         rows = _rows(dataset) if isinstance(ids, (str, type(None))) or prompt_column is not None else None
         if rows is None and isinstance(ids, (str, type(None))):
-            raise InvalidArgument(f"the dataset's rows are {type(dataset[0]).__name__}, not mappings: pass "
-                                  "ids=[...] (one stable id per row) so problems can be named")
+            raise InvalidArgument(
+                f"the dataset's rows are {type(dataset[0]).__name__}, not mappings: pass "
+                "ids=[...] (one stable id per row) so problems can be named"
+            )
         if rows is None:
             prompts, answers = [f"row {i}" for i in range(n)], [NO_ANSWER] * n
         else:
@@ -153,14 +156,16 @@ class ProblemTable:
         if answer_column is None:
             answer_column = next((c for c in ANSWER_COLUMNS if c in rows[0]), None)
         try:
-            prompts = [prompt_text(_column(r, prompt_column)) if prompt_column is not None else f"row {i}"
-                       for i, r in enumerate(rows)]
+            prompts = [
+                prompt_text(_column(r, prompt_column)) if prompt_column is not None else f"row {i}" for i, r in enumerate(rows)
+            ]
             answers = [str(_column(r, answer_column)) if answer_column is not None else NO_ANSWER for r in rows]
         except KeyError as e:
-            raise InvalidArgument(f"column {e} is missing from the dataset's rows (columns: {sorted(rows[0])}); "
-                                  "pass prompt_column= / answer_column= naming existing columns") from None
-        return ([p if p.strip() else f"row {i}" for i, p in enumerate(prompts)],
-                [a if a.strip() else NO_ANSWER for a in answers])
+            raise InvalidArgument(
+                f"column {e} is missing from the dataset's rows (columns: {sorted(rows[0])}); "
+                "pass prompt_column= / answer_column= naming existing columns"
+            ) from None
+        return ([p if p.strip() else f"row {i}" for i, p in enumerate(prompts)], [a if a.strip() else NO_ANSWER for a in answers])
 
     @staticmethod
     def _check_ids(ids: list[str]) -> None:
@@ -193,15 +198,23 @@ class _Lease:
         return all(self.slots.get(p, 0) >= group_size for p in self.problem_ids)
 
     def to_state(self) -> dict[str, Any]:
-        return {"lease_id": self.lease_id, "problem_ids": list(self.problem_ids), "policy_version": self.policy_version,
-                "rewards": {k: list(v) for k, v in self.rewards.items()}, "slots": dict(self.slots)}
+        return {
+            "lease_id": self.lease_id,
+            "problem_ids": list(self.problem_ids),
+            "policy_version": self.policy_version,
+            "rewards": {k: list(v) for k, v in self.rewards.items()},
+            "slots": dict(self.slots),
+        }
 
     @classmethod
-    def from_state(cls, d: Mapping) -> "_Lease":
-        return cls(lease_id=str(d["lease_id"]), problem_ids=[str(p) for p in d["problem_ids"]],
-                   policy_version=int(d.get("policy_version", 0)),
-                   rewards={str(k): [float(x) for x in v] for k, v in d.get("rewards", {}).items()},
-                   slots={str(k): int(v) for k, v in d.get("slots", {}).items()})
+    def from_state(cls, d: Mapping) -> _Lease:
+        return cls(
+            lease_id=str(d["lease_id"]),
+            problem_ids=[str(p) for p in d["problem_ids"]],
+            policy_version=int(d.get("policy_version", 0)),
+            rewards={str(k): [float(x) for x in v] for k, v in d.get("rewards", {}).items()},
+            slots={str(k): int(v) for k, v in d.get("slots", {}).items()},
+        )
 
 
 def _client(server: str | ClientSettings | PriorityClient) -> tuple[PriorityClient, bool]:
@@ -251,15 +264,34 @@ class PrioritySampler(Sampler[int]):
     from any thread).
     """
 
-    def __init__(self, dataset, *, server: str | ClientSettings | PriorityClient, batch_size: int, group_size: int,
-                 ids: str | Sequence[str] | None = None, prompt_column: Column = "prompt", answer_column: Column = None,
-                 num_batches: int | None = None, repeat_each: int = 1, repeat_batch: int = 1, register: bool = True,
-                 partial_groups: Literal["report", "drop"] = "report",
-                 on_resume: Literal["continue", "return"] = "continue", lease_timeout_s: float = 0.0,
-                 wait_timeout_s: float = 60.0, source: str = "torch", worker_id: str | None = None):
+    def __init__(
+        self,
+        dataset,
+        *,
+        server: str | ClientSettings | PriorityClient,
+        batch_size: int,
+        group_size: int,
+        ids: str | Sequence[str] | None = None,
+        prompt_column: Column = "prompt",
+        answer_column: Column = None,
+        num_batches: int | None = None,
+        repeat_each: int = 1,
+        repeat_batch: int = 1,
+        register: bool = True,
+        partial_groups: Literal["report", "drop"] = "report",
+        on_resume: Literal["continue", "return"] = "continue",
+        lease_timeout_s: float = 0.0,
+        wait_timeout_s: float = 60.0,
+        source: str = "torch",
+        worker_id: str | None = None,
+    ):
         n = len(dataset)
-        for name, value, low in (("batch_size", batch_size, 1), ("group_size", group_size, 1),
-                                 ("repeat_each", repeat_each, 1), ("repeat_batch", repeat_batch, 1)):
+        for name, value, low in (
+            ("batch_size", batch_size, 1),
+            ("group_size", group_size, 1),
+            ("repeat_each", repeat_each, 1),
+            ("repeat_batch", repeat_batch, 1),
+        ):
             if not isinstance(value, int) or value < low:
                 raise InvalidArgument(f"{name} ({value!r}) must be an integer >= {low}")
         if batch_size > n:
@@ -290,8 +322,9 @@ class PrioritySampler(Sampler[int]):
         self._batches_done = 0  # batches started in the current epoch
         #: Counters: leases taken, reports accepted/refused, groups and completions sent; seconds spent
         #: leasing a batch (``lease_s``), in :meth:`report` (``report_s``) and in RPCs of either (``rpc_s``).
-        self.counters: dict[str, float] = dict(leases=0, reports_accepted=0, reports_refused=0, groups=0,
-                                               completions=0, lease_s=0.0, report_s=0.0, rpc_s=0.0)
+        self.counters: dict[str, float] = dict(
+            leases=0, reports_accepted=0, reports_refused=0, groups=0, completions=0, lease_s=0.0, report_s=0.0, rpc_s=0.0
+        )
         if register:
             t0 = time.perf_counter()
             self.client.register(self.table.records(source))
@@ -340,8 +373,9 @@ class PrioritySampler(Sampler[int]):
                 need = self.batch_size - len(got)
                 self._check_capacity(need)
                 t0 = time.perf_counter()
-                resp = self.client.sample(need, worker_id=self.worker_id, lease_timeout_s=self.lease_timeout_s,
-                                          client_source=SOURCES[self.source])
+                resp = self.client.sample(
+                    need, worker_id=self.worker_id, lease_timeout_s=self.lease_timeout_s, client_source=SOURCES[self.source]
+                )
                 self.counters["rpc_s"] += time.perf_counter() - t0
                 if resp.problems:
                     lease = self._adopt(resp)
@@ -351,7 +385,8 @@ class PrioritySampler(Sampler[int]):
                 if time.monotonic() > deadline:
                     raise InvalidArgument(
                         f"the server had only {len(got)} of {self.batch_size} problems free for {self.wait_timeout_s:g} s: "
-                        "other clients hold the rest in leases; wait for them, lower batch_size, or raise wait_timeout_s")
+                        "other clients hold the rest in leases; wait for them, lower batch_size, or raise wait_timeout_s"
+                    )
                 time.sleep(min(resp.retry_after_s or 0.05, max(0.0, deadline - time.monotonic()), 1.0))
         except BaseException:
             for lease in taken:  # give back what this batch took, so nothing waits for an expiry
@@ -370,7 +405,8 @@ class PrioritySampler(Sampler[int]):
                 f"the next batch needs {need} more problems but this sampler itself holds {held} of the dataset's "
                 f"{len(self.table.ids)} in leases whose groups were not reported yet, so no client can free them "
                 "while it waits: report each batch's rewards before asking for the next, prefetch fewer batches "
-                "(DataLoader num_workers/prefetch_factor), or use a smaller batch_size")
+                "(DataLoader num_workers/prefetch_factor), or use a smaller batch_size"
+            )
 
     def _adopt(self, resp: pb.SampleProblemsResponse) -> _Lease:
         ids = [lp.problem.id for lp in resp.problems]
@@ -381,7 +417,8 @@ class PrioritySampler(Sampler[int]):
             self._send(lease, partial=False)  # release the whole lease: nothing of it is ours to train on
             raise InvalidArgument(
                 f"the server leased problem {foreign[0]!r}, which is not a row of this dataset: the server holds other "
-                "problems too; give this run its own server or namespace (prioreplay server --namespace)")
+                "problems too; give this run its own server or namespace (prioreplay server --namespace)"
+            )
         self._leases[lease.lease_id] = lease
         for p in ids:
             self._lease_of[p] = lease.lease_id
@@ -422,8 +459,10 @@ class PrioritySampler(Sampler[int]):
             for pid, k in adds.items():
                 lease = self._leases[self._lease_of[pid]]
                 if lease.slots.get(pid, 0) + k > self.group_size:
-                    raise InvalidArgument(f"report: problem {pid!r} would get {lease.slots.get(pid, 0) + k} rewards in "
-                                          f"one lease; its group has group_size={self.group_size}")
+                    raise InvalidArgument(
+                        f"report: problem {pid!r} would get {lease.slots.get(pid, 0) + k} rewards in "
+                        f"one lease; its group has group_size={self.group_size}"
+                    )
             touched: dict[str, _Lease] = {}
             for pid, r in zip(pids, values, strict=True):
                 lease = self._leases[self._lease_of[pid]]
@@ -442,8 +481,10 @@ class PrioritySampler(Sampler[int]):
     def _checked(self, pid: str, r: Any) -> float | None:
         """``r`` as a float (None stays None) after the checks :meth:`report` documents."""
         if pid not in self._lease_of:
-            raise InvalidArgument(f"report: problem {pid!r} is not in a lease of this sampler (never served, or its "
-                                  "group was already sent); report only the completions of served batches, once")
+            raise InvalidArgument(
+                f"report: problem {pid!r} is not in a lease of this sampler (never served, or its "
+                "group was already sent); report only the completions of served batches, once"
+            )
         if r is None:
             return None
         try:
@@ -451,8 +492,10 @@ class PrioritySampler(Sampler[int]):
         except (TypeError, ValueError):
             x = math.nan
         if not (math.isfinite(x) and 0.0 <= x <= 1.0):
-            raise InvalidArgument(f"report: reward {r!r} for problem {pid!r} must be a finite number in [0, 1] (or "
-                                  "None); map other scales first, e.g. float(r > 0)")
+            raise InvalidArgument(
+                f"report: reward {r!r} for problem {pid!r} must be a finite number in [0, 1] (or "
+                "None); map other scales first, e.g. float(r > 0)"
+            )
         return x
 
     def _send(self, lease: _Lease, partial: bool) -> bool:
@@ -468,8 +511,9 @@ class PrioritySampler(Sampler[int]):
             if rewards and (whole or (partial and self.partial_groups == "report")):
                 outcomes.append(outcome_to_proto(pid, lease.policy_version, rewards))
         t0 = time.perf_counter()
-        resp = self.client.report_lease(lease.lease_id, outcomes, worker_id=self.worker_id,
-                                        client_source=SOURCES[self.source], rewards_only=True)
+        resp = self.client.report_lease(
+            lease.lease_id, outcomes, worker_id=self.worker_id, client_source=SOURCES[self.source], rewards_only=True
+        )
         self.counters["rpc_s"] += time.perf_counter() - t0
         self._leases.pop(lease.lease_id, None)
         for pid in lease.problem_ids:
@@ -482,8 +526,12 @@ class PrioritySampler(Sampler[int]):
         else:
             self.counters["reports_refused"] += 1
             if outcomes:
-                log.warning("lease %s was not accepted (%s); its %d group(s) are not counted here", lease.lease_id,
-                            resp.reason, len(outcomes))
+                log.warning(
+                    "lease %s was not accepted (%s); its %d group(s) are not counted here",
+                    lease.lease_id,
+                    resp.reason,
+                    len(outcomes),
+                )
             else:
                 log.info("lease %s returned without groups was %s already", lease.lease_id, resp.reason)
         return resp.accepted
@@ -520,7 +568,7 @@ class PrioritySampler(Sampler[int]):
             if self._owns_client:
                 self.client.close()
 
-    def __enter__(self) -> "PrioritySampler":
+    def __enter__(self) -> PrioritySampler:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -536,10 +584,18 @@ class PrioritySampler(Sampler[int]):
     def state_dict(self) -> dict[str, Any]:
         """A JSON-ready copy of the position and the outstanding leases (with their buffered rewards)."""
         with self._lock:
-            return {"version": STATE_VERSION, "fingerprint": self.table.fingerprint, "batch_size": self.batch_size,
-                    "group_size": self.group_size, "repeat_each": self.repeat_each, "repeat_batch": self.repeat_batch,
-                    "block": list(self._block), "pos": self._pos, "batches_done": self._batches_done,
-                    "leases": [lease.to_state() for lease in self._leases.values()]}
+            return {
+                "version": STATE_VERSION,
+                "fingerprint": self.table.fingerprint,
+                "batch_size": self.batch_size,
+                "group_size": self.group_size,
+                "repeat_each": self.repeat_each,
+                "repeat_batch": self.repeat_batch,
+                "block": list(self._block),
+                "pos": self._pos,
+                "batches_done": self._batches_done,
+                "leases": [lease.to_state() for lease in self._leases.values()],
+            }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict`: continue the saved leases or return them (``on_resume``).
@@ -556,12 +612,16 @@ class PrioritySampler(Sampler[int]):
         if state.get("version") != STATE_VERSION:
             raise InvalidArgument(f"sampler state version {state.get('version')!r} is not {STATE_VERSION}")
         if state.get("fingerprint") != self.table.fingerprint:
-            raise InvalidArgument(f"the sampler state is for dataset {state.get('fingerprint')!r}, this sampler's "
-                                  f"dataset is {self.table.fingerprint!r}: resume with the same data and ids")
+            raise InvalidArgument(
+                f"the sampler state is for dataset {state.get('fingerprint')!r}, this sampler's "
+                f"dataset is {self.table.fingerprint!r}: resume with the same data and ids"
+            )
         for key in ("batch_size", "group_size", "repeat_each", "repeat_batch"):
             if state.get(key) != getattr(self, key):
-                raise InvalidArgument(f"the sampler state has {key}={state.get(key)!r}, this sampler "
-                                      f"{getattr(self, key)!r}: resume with the same batch geometry")
+                raise InvalidArgument(
+                    f"the sampler state has {key}={state.get(key)!r}, this sampler "
+                    f"{getattr(self, key)!r}: resume with the same batch geometry"
+                )
         leases = [_Lease.from_state(d) for d in state.get("leases", [])]
         unknown = [p for lease in leases for p in lease.problem_ids if p not in self.index_of]
         if unknown:

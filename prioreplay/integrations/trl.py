@@ -39,7 +39,8 @@ import json
 import logging
 import math
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from trl import GRPOTrainer
 
@@ -70,9 +71,17 @@ class PriorityReplay:
         reported_calls: training-mode calls of the priority reward (each sends one lease).
     """
 
-    def __init__(self, trainer, server: str | ClientSettings | PriorityClient | None = None, *,
-                 reward: int | str = 0, to_success: Callable[[float], float] | None = None,
-                 id_column: str | None = None, register: bool = True, lease_timeout_s: float = 0.0):
+    def __init__(
+        self,
+        trainer,
+        server: str | ClientSettings | PriorityClient | None = None,
+        *,
+        reward: int | str = 0,
+        to_success: Callable[[float], float] | None = None,
+        id_column: str | None = None,
+        register: bool = True,
+        lease_timeout_s: float = 0.0,
+    ):
         self.trainer = trainer
         self.to_success = to_success
         self.reported_calls = 0
@@ -84,10 +93,19 @@ class PriorityReplay:
         b = args.generation_batch_size // g
         self.id_column = id_column or ID_COLUMN
         self.sampler = PrioritySampler(
-            dataset, server=server if server is not None else ClientSettings(), batch_size=b, group_size=g,
-            ids=id_column, repeat_each=g, repeat_batch=trainer.num_iterations * args.steps_per_generation,
-            num_batches=len(dataset) // b, register=register, on_resume="return", lease_timeout_s=lease_timeout_s,
-            source="trl")
+            dataset,
+            server=server if server is not None else ClientSettings(),
+            batch_size=b,
+            group_size=g,
+            ids=id_column,
+            repeat_each=g,
+            repeat_batch=trainer.num_iterations * args.steps_per_generation,
+            num_batches=len(dataset) // b,
+            register=register,
+            on_resume="return",
+            lease_timeout_s=lease_timeout_s,
+            source="trl",
+        )
         if id_column is None:
             trainer.train_dataset = dataset.add_column(ID_COLUMN, list(self.sampler.table.ids))
         trainer.reward_funcs = [self._wrap(f, i == self.reward_index) for i, f in enumerate(trainer.reward_funcs)]
@@ -114,14 +132,20 @@ class PriorityReplay:
 
         args = trainer.args
         if trainer.accelerator.num_processes > 1:
-            raise InvalidArgument(f"prioreplay's TRL integration runs in one training process; this run has "
-                                  f"{trainer.accelerator.num_processes} (each would lease its own batches)")
+            raise InvalidArgument(
+                f"prioreplay's TRL integration runs in one training process; this run has "
+                f"{trainer.accelerator.num_processes} (each would lease its own batches)"
+            )
         if not isinstance(trainer.train_dataset, datasets.Dataset):
-            raise InvalidArgument(f"train_dataset is a {type(trainer.train_dataset).__name__}; prioritized sampling "
-                                  "needs a map-style datasets.Dataset (indices the server can lease)")
+            raise InvalidArgument(
+                f"train_dataset is a {type(trainer.train_dataset).__name__}; prioritized sampling "
+                "needs a map-style datasets.Dataset (indices the server can lease)"
+            )
         if args.remove_unused_columns:
-            raise InvalidArgument(f"remove_unused_columns=True would drop the {ID_COLUMN!r} column rewards are "
-                                  "reported by; set remove_unused_columns=False (GRPOConfig's default)")
+            raise InvalidArgument(
+                f"remove_unused_columns=True would drop the {ID_COLUMN!r} column rewards are "
+                "reported by; set remove_unused_columns=False (GRPOConfig's default)"
+            )
 
     @staticmethod
     def _find_reward(trainer, reward: int | str) -> int:
@@ -136,8 +160,10 @@ class PriorityReplay:
         if not (isinstance(reward, int) and 0 <= reward < len(funcs)):
             raise InvalidArgument(f"reward ({reward!r}) must index one of the {len(funcs)} reward functions")
         if isinstance(funcs[reward], torch.nn.Module):
-            raise InvalidArgument(f"reward function {reward} is a reward model; the reported reward must be a function "
-                                  "(a success signal in [0, 1], e.g. an answer check)")
+            raise InvalidArgument(
+                f"reward function {reward} is a reward model; the reported reward must be a function "
+                "(a success signal in [0, 1], e.g. an answer check)"
+            )
         return reward
 
     def _wrap(self, func, report: bool):
@@ -153,6 +179,7 @@ class PriorityReplay:
             return ({k: v for k, v in kwargs.items() if k != ID_COLUMN} if strip else kwargs), ids
 
         if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):  # noqa: B004 -- asks for an async __call__
+
             async def wrapped(*args, **kwargs):
                 kw, ids = split(kwargs)
                 rewards = await func(*args, **kw)
@@ -160,6 +187,7 @@ class PriorityReplay:
                     self._report(ids, rewards)
                 return rewards
         else:
+
             def wrapped(*args, **kwargs):  # type: ignore[misc]  # sync and async variants of one wrapper
                 kw, ids = split(kwargs)
                 rewards = func(*args, **kw)
@@ -176,8 +204,9 @@ class PriorityReplay:
         if not self.trainer.model.training:
             return  # evaluation: not a leased batch
         if ids is None:
-            raise InvalidArgument(f"the reward kwargs have no {self.id_column!r} column; was the train dataset "
-                                  "replaced after attach()?")
+            raise InvalidArgument(
+                f"the reward kwargs have no {self.id_column!r} column; was the train dataset replaced after attach()?"
+            )
         values = []  # type: ignore[var-annotated]  # element type follows from the first append
         for r in rewards:
             if r is None or (isinstance(r, float) and math.isnan(r)):
@@ -267,8 +296,13 @@ class PriorityGRPOTrainer(GRPOTrainer):
     is the :class:`PriorityReplay`.
     """
 
-    def __init__(self, *args, priority_server: str | ClientSettings | PriorityClient | None = None,
-                 priority_options: dict[str, Any] | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        priority_server: str | ClientSettings | PriorityClient | None = None,
+        priority_options: dict[str, Any] | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         attach(self, priority_server, **(priority_options or {}))
 

@@ -25,8 +25,8 @@ batches before it arrived.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
@@ -51,8 +51,14 @@ def ground_truth(row: Mapping) -> str:
     return str(reward_model.get("ground_truth", "")) if isinstance(reward_model, Mapping) else ""
 
 
-def make_train_sampler(config, dataset, server: str | ClientSettings | PriorityClient | None = None, *,
-                       problem_key: Callable[[Mapping], str] = problem_id, **options) -> PrioritySampler:
+def make_train_sampler(
+    config,
+    dataset,
+    server: str | ClientSettings | PriorityClient | None = None,
+    *,
+    problem_key: Callable[[Mapping], str] = problem_id,
+    **options,
+) -> PrioritySampler:
     """The ``train_sampler`` to give ``RayPPOTrainer`` for prioritized problems.
 
     Args:
@@ -73,14 +79,25 @@ def make_train_sampler(config, dataset, server: str | ClientSettings | PriorityC
     batch_size = int(data.get("gen_batch_size") or data.train_batch_size)
     group_size = int(config.actor_rollout_ref.rollout.n)
     if int(data.get("dataloader_num_workers", 0) or 0) > 0:
-        log.warning("data.dataloader_num_workers=%s: every batch the workers prefetch is a lease taken before the "
-                    "rewards of the batches before it arrived; set it to 0", data.dataloader_num_workers)
+        log.warning(
+            "data.dataloader_num_workers=%s: every batch the workers prefetch is a lease taken before the "
+            "rewards of the batches before it arrived; set it to 0",
+            data.dataloader_num_workers,
+        )
     frame = dataset.dataframe
     prompt_key = data.get("prompt_key", "prompt")
     rows = frame.select_columns([c for c in frame.column_names if c in (*ROW_COLUMNS, prompt_key)]).to_list()
-    return PrioritySampler(rows, server=server if server is not None else ClientSettings(), batch_size=batch_size,
-                           group_size=group_size, ids=[problem_key(r) for r in rows], prompt_column=prompt_key,
-                           answer_column=ground_truth, source="verl", **options)
+    return PrioritySampler(
+        rows,
+        server=server if server is not None else ClientSettings(),
+        batch_size=batch_size,
+        group_size=group_size,
+        ids=[problem_key(r) for r in rows],
+        prompt_column=prompt_key,
+        answer_column=ground_truth,
+        source="verl",
+        **options,
+    )
 
 
 class RewardReporter:
@@ -92,8 +109,12 @@ class RewardReporter:
         to_success: maps a sequence reward to [0, 1] (e.g. ``lambda r: float(r > 0)`` for ±1 scores).
     """
 
-    def __init__(self, sampler: PrioritySampler, problem_key: Callable[[Mapping], str] = problem_id,
-                 to_success: Callable[[float], float] | None = None):
+    def __init__(
+        self,
+        sampler: PrioritySampler,
+        problem_key: Callable[[Mapping], str] = problem_id,
+        to_success: Callable[[float], float] | None = None,
+    ):
         self.sampler = sampler
         self.problem_key = problem_key
         self.to_success = to_success
@@ -132,8 +153,9 @@ class RewardReporter:
         for i, uid in enumerate(uids):
             pid = self.problem_key({k: v[i] for k, v in columns.items()})
             if groups.setdefault(uid, pid) != pid:
-                raise InvalidArgument(f"uid {uid!r} groups samples of problems {groups[uid]!r} and {pid!r}; one uid "
-                                      "must be one prompt")
+                raise InvalidArgument(
+                    f"uid {uid!r} groups samples of problems {groups[uid]!r} and {pid!r}; one uid must be one prompt"
+                )
             ids.append(pid)
             values.append(self.to_success(rewards[i]) if self.to_success is not None else rewards[i])
         self.sampler.report(ids, values)
@@ -156,8 +178,10 @@ class ReportRewards:
         if self.prioreplay_reporter is None:
             sampler = getattr(self.train_dataloader, "sampler", None)  # type: ignore[attr-defined]  # a mixin: RayPPOTrainer provides it
             if not isinstance(sampler, PrioritySampler):
-                raise InvalidArgument("the trainer's train_sampler is not a PrioritySampler; pass "
-                                      "train_sampler=make_train_sampler(config, train_dataset)")
+                raise InvalidArgument(
+                    "the trainer's train_sampler is not a PrioritySampler; pass "
+                    "train_sampler=make_train_sampler(config, train_dataset)"
+                )
             self.prioreplay_reporter = RewardReporter(sampler)
         self.prioreplay_reporter.report(batch)
 
@@ -175,9 +199,11 @@ def __getattr__(name: str) -> Any:
     if name == "PriorityRayPPOTrainer":
         from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-        cls = type("PriorityRayPPOTrainer", (ReportRewards, RayPPOTrainer),
-                   {"__doc__": "verl's RayPPOTrainer that reports each step's rewards (see ReportRewards).",
-                    "__module__": __name__})
+        cls = type(
+            "PriorityRayPPOTrainer",
+            (ReportRewards, RayPPOTrainer),
+            {"__doc__": "verl's RayPPOTrainer that reports each step's rewards (see ReportRewards).", "__module__": __name__},
+        )
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -185,4 +211,9 @@ def __getattr__(name: str) -> Any:
 
 # PriorityRayPPOTrainer is made on first access by __getattr__ above (verl is imported only then)
 __all__ = [  # noqa: F822
-    "PriorityRayPPOTrainer", "ReportRewards", "RewardReporter", "make_train_sampler", "problem_id"]
+    "PriorityRayPPOTrainer",
+    "ReportRewards",
+    "RewardReporter",
+    "make_train_sampler",
+    "problem_id",
+]

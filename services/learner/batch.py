@@ -8,8 +8,8 @@ groups (``sampling_temperature``, ``sampling_top_p``; see :func:`~.filters.group
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -43,12 +43,19 @@ class Batch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
-    def slice(self, start: int, stop: int) -> "Batch":
+    def slice(self, start: int, stop: int) -> Batch:
         """Sequences [start, stop), trimmed to their longest real length."""
         t = max(2, int(self.attention_mask[start:stop].sum(dim=1).max()))
-        return Batch(self.input_ids[start:stop, :t], self.attention_mask[start:stop, :t],
-                     self.completion_mask[start:stop, : t - 1], self.behaviour_logprobs[start:stop, : t - 1],
-                     self.advantages[start:stop], self.rewards[start:stop], self.temperature, self.top_p)
+        return Batch(
+            self.input_ids[start:stop, :t],
+            self.attention_mask[start:stop, :t],
+            self.completion_mask[start:stop, : t - 1],
+            self.behaviour_logprobs[start:stop, : t - 1],
+            self.advantages[start:stop],
+            self.rewards[start:stop],
+            self.temperature,
+            self.top_p,
+        )
 
 
 def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int, mask_truncated: bool = False) -> Batch:
@@ -71,12 +78,14 @@ def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int, m
         raise ValueError("collate needs at least one group")
     samplings = {group_sampling(g) for g in groups}
     if len(samplings) > 1:
-        raise ValueError(f"a batch mixes sampling distributions {sorted(samplings, key=repr)}; "
-                         "train groups of one temperature and top-p per step (filters.sort_groups)")
+        raise ValueError(
+            f"a batch mixes sampling distributions {sorted(samplings, key=repr)}; "
+            "train groups of one temperature and top-p per step (filters.sort_groups)"
+        )
     sampling = samplings.pop()
     seqs, behaviour, starts, adv, rewards, counted = [], [], [], [], [], []
-    for g, a in zip(groups, advantages):
-        for c, a_i in zip(g.completions, a.tolist()):
+    for g, a in zip(groups, advantages, strict=True):
+        for c, a_i in zip(g.completions, a.tolist(), strict=True):
             seqs.append(list(g.prompt_token_ids) + list(c.token_ids))
             behaviour.append(list(c.logprobs))
             starts.append(len(g.prompt_token_ids))
@@ -88,18 +97,31 @@ def collate(groups: Sequence, advantages: Sequence[torch.Tensor], pad_id: int, m
     attention_mask = torch.zeros(B, T, dtype=torch.long)  # (B, T)
     completion_mask = torch.zeros(B, T - 1, dtype=torch.bool)  # (B, T-1)
     behaviour_lp = torch.zeros(B, T - 1, dtype=torch.float32)  # (B, T-1)
-    for b, (s, lp, p) in enumerate(zip(seqs, behaviour, starts)):
+    for b, (s, lp, p) in enumerate(zip(seqs, behaviour, starts, strict=True)):
         input_ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
         attention_mask[b, : len(s)] = 1
         completion_mask[b, p - 1 : len(s) - 1] = counted[b]  # token j+1 is a completion token
         behaviour_lp[b, p - 1 : len(s) - 1] = torch.tensor(lp, dtype=torch.float32)
-    return Batch(input_ids, attention_mask, completion_mask, behaviour_lp,
-                 torch.tensor(adv, dtype=torch.float32), torch.tensor(rewards, dtype=torch.float32),
-                 sampling.temperature, sampling.top_p)
+    return Batch(
+        input_ids,
+        attention_mask,
+        completion_mask,
+        behaviour_lp,
+        torch.tensor(adv, dtype=torch.float32),
+        torch.tensor(rewards, dtype=torch.float32),
+        sampling.temperature,
+        sampling.top_p,
+    )
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-                   with_entropy: bool = False, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    top_p: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Teacher-forced log-probs of each next token under the workers' sampling distribution.
 
     log softmax(logits / temperature), renormalised over the top-p nucleus when ``top_p`` < 1:

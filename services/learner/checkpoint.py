@@ -23,8 +23,8 @@ from prioreplay.checkpoint_reader import (
     WEIGHTS_FORMAT,
     CheckpointError,
     candidates,
-    published_versions,
     crc32,
+    published_versions,
     sha256,
     step_dir,
     verify,
@@ -72,8 +72,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(root: str | os.PathLike, step: int, model, tokenizer, trainer_state: dict[str, Any],
-                    config: dict[str, Any] | None = None, keep: int | None = None) -> Path:
+def save_checkpoint(
+    root: str | os.PathLike,
+    step: int,
+    model,
+    tokenizer,
+    trainer_state: dict[str, Any],
+    config: dict[str, Any] | None = None,
+    keep: int | None = None,
+) -> Path:
     """Write ``root/step-N/`` atomically and return its path.
 
     Everything is written into ``root/.tmp-step-N-<random>/``, each file fsynced, the manifest
@@ -119,8 +126,9 @@ def save_checkpoint(root: str | os.PathLike, step: int, model, tokenizer, traine
     return final
 
 
-def _write_files(directory: Path, step: int, model, tokenizer, trainer_state: dict[str, Any],
-                 config: dict[str, Any] | None) -> None:
+def _write_files(
+    directory: Path, step: int, model, tokenizer, trainer_state: dict[str, Any], config: dict[str, Any] | None
+) -> None:
     """Weights, trainer state and, last, the manifest into ``directory``, each file fsynced."""
     import torch
 
@@ -144,8 +152,9 @@ def _write_files(directory: Path, step: int, model, tokenizer, trainer_state: di
     _write_manifest(directory, manifest)
 
 
-def publish_weights(root: str | os.PathLike, version: int, step: int, model, tokenizer, dtype=None,
-                    keep: int | None = None, grace_s: float = 0.0) -> Path:
+def publish_weights(
+    root: str | os.PathLike, version: int, step: int, model, tokenizer, dtype=None, keep: int | None = None, grace_s: float = 0.0
+) -> Path:
     """Write policy version N, the weights only, to ``root/v-N/`` atomically; return its path.
 
     The policy files (:func:`prioreplay.models.save_weights`, floating tensors in ``dtype``) go
@@ -185,10 +194,19 @@ def publish_weights(root: str | os.PathLike, version: int, step: int, model, tok
 
         with safe_open(str(tmp / "model.safetensors"), framework="pt") as fh:
             n_tensors = len(list(fh.keys()))
-        files = {p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "crc32": crc32(p)}
-                 for p in sorted(tmp.rglob("*")) if p.is_file()}
-        manifest = {"format": WEIGHTS_FORMAT, "version": int(version), "step": int(step), "tensors": n_tensors,
-                    "created_unix_s": time.time(), "files": files}
+        files = {
+            p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "crc32": crc32(p)}
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file()
+        }
+        manifest = {
+            "format": WEIGHTS_FORMAT,
+            "version": int(version),
+            "step": int(step),
+            "tensors": n_tensors,
+            "created_unix_s": time.time(),
+            "files": files,
+        }
         _write_manifest(tmp, manifest, sync=False)
         final = version_dir(root, version)
         if final.exists():  # an earlier, interrupted run's v-N: replace it
@@ -229,8 +247,9 @@ def prune_published(root: str | os.PathLike, keep: int, grace_s: float, now: flo
         if now - _published_at(successor) > grace_s:
             doomed.append(versions[i][1])
     if root.is_dir():
-        doomed += [p for p in root.iterdir() if p.name.startswith(_TMP_VERSION_PREFIX) and p.is_dir()
-                   and now - p.stat().st_mtime > 3600]
+        doomed += [
+            p for p in root.iterdir() if p.name.startswith(_TMP_VERSION_PREFIX) and p.is_dir() and now - p.stat().st_mtime > 3600
+        ]
     for p in doomed:
         shutil.rmtree(p, ignore_errors=True)
     return doomed
@@ -299,8 +318,9 @@ def prune(root: str | os.PathLike, keep: int) -> list[Path]:
     if complete:
         newest = complete[0][0]
         doomed += [p for s, p in incomplete if s < newest]
-        doomed += [p for p in root.iterdir() if p.name.startswith(_TMP_PREFIX) and p.is_dir()
-                   and time.time() - p.stat().st_mtime > 3600]
+        doomed += [
+            p for p in root.iterdir() if p.name.startswith(_TMP_PREFIX) and p.is_dir() and time.time() - p.stat().st_mtime > 3600
+        ]
     for p in doomed:
         shutil.rmtree(p, ignore_errors=True)
     return doomed

@@ -28,15 +28,25 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     """
 
     # -- model -------------------------------------------------------------------------------
-    model: str = Field("smollm2-135m", description="model alias, local directory or cached Hugging Face id "
-                       "(the same the workers start from)")
-    cache_dir: Path | None = Field(None, description="where converted/downloaded models are cached (default: the models module's)")
-    lora: bool = Field(False, description="train LoRA adapters instead of all weights (needs the 'lora' extra: pip install 'prioreplay[lora]'); "
-                       "published checkpoints hold the merged weights")
+    model: str = Field(
+        "smollm2-135m", description="model alias, local directory or cached Hugging Face id (the same the workers start from)"
+    )
+    cache_dir: Path | None = Field(
+        None, description="where converted/downloaded models are cached (default: the models module's)"
+    )
+    lora: bool = Field(
+        False,
+        description="train LoRA adapters instead of all weights (needs the 'lora' extra: pip install 'prioreplay[lora]'); "
+        "published checkpoints hold the merged weights",
+    )
     lora_rank: int = Field(16, ge=1, le=1024, description="LoRA rank r (alpha = 2r)")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'")
-    max_sequence_tokens: int = Field(4096, ge=2, le=1_000_000, description="prompt + completion tokens per sequence at most; "
-                                     "longer groups are dropped (counted as invalid)")
+    max_sequence_tokens: int = Field(
+        4096,
+        ge=2,
+        le=1_000_000,
+        description="prompt + completion tokens per sequence at most; longer groups are dropped (counted as invalid)",
+    )
 
     # -- batch and optimizer -----------------------------------------------------------------
     batch_groups: int = Field(8, ge=1, le=4096, description="trajectory groups per learner step")
@@ -50,58 +60,123 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     # -- loss ----------------------------------------------------------------------------------
     advantage: Literal["grpo", "drgrpo"] = Field("grpo", description="grpo: (r − mean)/(std + eps); drgrpo: r − mean (= r − p)")
     advantage_eps: float = Field(1e-6, gt=0, le=1, description="eps added to the group std (grpo mode)")
-    aggregation: Literal["token-mean", "seq-mean"] = Field("token-mean", description="token-mean over the batch's valid tokens, "
-                                                           "or mean per sequence then over sequences")
+    aggregation: Literal["token-mean", "seq-mean"] = Field(
+        "token-mean", description="token-mean over the batch's valid tokens, or mean per sequence then over sequences"
+    )
     eps_low: float = Field(0.2, ge=0, lt=1, description="lower clip: ratio >= 1 − eps_low")
     eps_high: float = Field(0.28, ge=0, le=10, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
-    dual_clip_c: float = Field(3.0, ge=0, le=1e6, description="dual-clip cap c on the ratio for negative advantages "
-                               "(Ye et al. 2020, eq. 5; > 1; 0 turns it off)")
+    dual_clip_c: float = Field(
+        3.0,
+        ge=0,
+        le=1e6,
+        description="dual-clip cap c on the ratio for negative advantages (Ye et al. 2020, eq. 5; > 1; 0 turns it off)",
+    )
     truncated: Literal["mask", "keep"] = Field(
-        "mask", description="completions cut at the workers' max_new_tokens: 'mask' (default) keeps their reward in the "
+        "mask",
+        description="completions cut at the workers' max_new_tokens: 'mask' (default) keeps their reward in the "
         "group's advantages but leaves their tokens out of the loss; 'keep' trains on them like finished ones. Their "
-        "reward is the workers' (--truncated-reward). Counted in prioreplay_learner_truncated_completions_total")
-    kl_coef: float = Field(0.0, ge=0, le=100, description="weight of the k3 KL to the initial model --model, "
-                           "across any number of resumes (0: no reference model is loaded; a frozen copy, or with LoRA the "
-                           "adapter-free base until the first resume, which loads a frozen copy)")
+        "reward is the workers' (--truncated-reward). Counted in prioreplay_learner_truncated_completions_total",
+    )
+    kl_coef: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="weight of the k3 KL to the initial model --model, "
+        "across any number of resumes (0: no reference model is loaded; a frozen copy, or with LoRA the "
+        "adapter-free base until the first resume, which loads a frozen copy)",
+    )
 
     # -- trajectories and versions -------------------------------------------------------------
-    max_staleness: int = Field(4, ge=0, le=1_000_000, description="drop groups generated more than this many steps before "
-                               "the newest published policy version (counted, acknowledged); a group from the newest "
-                               "published version is never stale, whatever --publish-every is")
+    max_staleness: int = Field(
+        4,
+        ge=0,
+        le=1_000_000,
+        description="drop groups generated more than this many steps before "
+        "the newest published policy version (counted, acknowledged); a group from the newest "
+        "published version is never stale, whatever --publish-every is",
+    )
     pull_wait_s: float = Field(5.0, ge=0, le=60, description="seconds one PullTrajectories call waits for a group")
-    batch_timeout_s: float = Field(60.0, ge=0, le=86400, description="seconds a step keeps pulling to fill batch_groups; "
-                                   "then it trains on what came (>= 1 group)")
-    consumer: str = Field("learner", min_length=1, max_length=128, description="consumer name at the server; keep it stable "
-                          "across restarts so unacknowledged groups come back")
+    batch_timeout_s: float = Field(
+        60.0,
+        ge=0,
+        le=86400,
+        description="seconds a step keeps pulling to fill batch_groups; then it trains on what came (>= 1 group)",
+    )
+    consumer: str = Field(
+        "learner",
+        min_length=1,
+        max_length=128,
+        description="consumer name at the server; keep it stable across restarts so unacknowledged groups come back",
+    )
 
     # -- checkpoints and publishing ------------------------------------------------------------
-    checkpoint_dir: Path = Field(Path("checkpoints"), description="where step-N/ checkpoints go; the learner resumes from "
-                                 "the newest complete one")
-    publish_every: int = Field(1, ge=1, le=1_000_000, description="learner steps between published policy versions "
-                               "(the weights only, in --publish-dtype, to --publish-dir, then PublishPolicy)")
-    checkpoint_every: int = Field(10, ge=1, le=1_000_000, description="learner steps between full training checkpoints "
-                                  "(weights, optimizer, scheduler, RNG); groups are acknowledged only once a checkpoint "
-                                  "holds their update, so a crash recomputes at most this many steps")
-    publish_dir: Path | None = Field(None, description="where published versions v-N/ go (default CHECKPOINT_DIR/published; "
-                                     "a memory-backed directory such as /dev/shm/prioreplay when workers share the node)")
+    checkpoint_dir: Path = Field(
+        Path("checkpoints"), description="where step-N/ checkpoints go; the learner resumes from the newest complete one"
+    )
+    publish_every: int = Field(
+        1,
+        ge=1,
+        le=1_000_000,
+        description="learner steps between published policy versions "
+        "(the weights only, in --publish-dtype, to --publish-dir, then PublishPolicy)",
+    )
+    checkpoint_every: int = Field(
+        10,
+        ge=1,
+        le=1_000_000,
+        description="learner steps between full training checkpoints "
+        "(weights, optimizer, scheduler, RNG); groups are acknowledged only once a checkpoint "
+        "holds their update, so a crash recomputes at most this many steps",
+    )
+    publish_dir: Path | None = Field(
+        None,
+        description="where published versions v-N/ go (default CHECKPOINT_DIR/published; "
+        "a memory-backed directory such as /dev/shm/prioreplay when workers share the node)",
+    )
     publish_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="dtype of published weights; auto: the model's own (config.json torch_dtype), not the training dtype")
+        "auto", description="dtype of published weights; auto: the model's own (config.json torch_dtype), not the training dtype"
+    )
     keep_published: int = Field(3, ge=1, le=1_000_000, description="newest published versions always kept")
-    publish_grace_s: float = Field(300.0, ge=0, le=7 * 86400, description="an older version is deleted only this many seconds "
-                                   "after its successor was published (workers that leased it may still be loading it)")
-    serve_weights_port: int = Field(0, ge=0, le=65535, description="serve the published versions read-only over HTTP "
-                                    "on this port, for workers without the publish directory (0: off)")
-    serve_weights_host: str = Field("127.0.0.1", min_length=1, max_length=255, description="address the weights HTTP "
-                                    "server binds (0.0.0.0 for workers on other nodes)")
-    weights_base_url: str | None = Field(None, max_length=2048, description="URL at which workers reach the publish "
-                                         "directory: versions are announced as URL/v-N/ (default with --serve-weights-port: "
-                                         "http://HOST:PORT, HOST this machine's name for a wildcard bind); unset: the local path")
+    publish_grace_s: float = Field(
+        300.0,
+        ge=0,
+        le=7 * 86400,
+        description="an older version is deleted only this many seconds "
+        "after its successor was published (workers that leased it may still be loading it)",
+    )
+    serve_weights_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="serve the published versions read-only over HTTP "
+        "on this port, for workers without the publish directory (0: off)",
+    )
+    serve_weights_host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        max_length=255,
+        description="address the weights HTTP server binds (0.0.0.0 for workers on other nodes)",
+    )
+    weights_base_url: str | None = Field(
+        None,
+        max_length=2048,
+        description="URL at which workers reach the publish "
+        "directory: versions are announced as URL/v-N/ (default with --serve-weights-port: "
+        "http://HOST:PORT, HOST this machine's name for a wildcard bind); unset: the local path",
+    )
     keep_checkpoints: int = Field(3, ge=1, le=1_000_000, description="newest complete checkpoints kept (older ones deleted)")
-    max_steps: int = Field(0, ge=0, le=1_000_000_000, description="stop after this many optimizer steps in total (0: until stopped)")
+    max_steps: int = Field(
+        0, ge=0, le=1_000_000_000, description="stop after this many optimizer steps in total (0: until stopped)"
+    )
 
     # -- observability -------------------------------------------------------------------------
-    max_retry_sleep_s: float = Field(30.0, gt=0, le=3600, description="longest back-off sleep while the priority "
-                                     "server or its store is unavailable (doubling from 0.5 s); the learner waits, never exits")
+    max_retry_sleep_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="longest back-off sleep while the priority "
+        "server or its store is unavailable (doubling from 0.5 s); the learner waits, never exits",
+    )
     metrics_port: int = Field(9102, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_file: Path | None = Field(None, description="append one JSON line of metrics per step to this file")
     log_level: LogLevel = "INFO"
@@ -110,9 +185,11 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     @classmethod
     def _no_reward_rule(cls, data):
         if isinstance(data, dict) and data.get("truncated") == "zero":
-            raise ValueError("truncated ('zero') is a reward rule, which the learner no longer applies: scored 0 here only, "
-                             "the server's statistics and priorities kept the verifier's reward. Set --truncated-reward "
-                             "zero on the workers (they report 0, so both agree) and --truncated mask or keep here")
+            raise ValueError(
+                "truncated ('zero') is a reward rule, which the learner no longer applies: scored 0 here only, "
+                "the server's statistics and priorities kept the verifier's reward. Set --truncated-reward "
+                "zero on the workers (they report 0, so both agree) and --truncated mask or keep here"
+            )
         return data
 
     @model_validator(mode="before")
@@ -120,9 +197,11 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     def _no_sampling_settings(cls, data):
         for name in ("temperature", "top_p"):
             if isinstance(data, dict) and name in data:
-                raise ValueError(f"{name} ({data[name]!r}) is not a learner setting: each trajectory group carries the "
-                                 f"value its completions were sampled at (sampling_{name}) and the learner reads it "
-                                 f"from there; set --{name.replace('_', '-')} on the workers only")
+                raise ValueError(
+                    f"{name} ({data[name]!r}) is not a learner setting: each trajectory group carries the "
+                    f"value its completions were sampled at (sampling_{name}) and the learner reads it "
+                    f"from there; set --{name.replace('_', '-')} on the workers only"
+                )
         return data
 
     def publish_root(self) -> Path:
@@ -130,11 +209,13 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         return self.publish_dir or Path(self.checkpoint_dir) / "published"
 
     @model_validator(mode="after")
-    def _check(self) -> "LearnerConfig":
+    def _check(self) -> LearnerConfig:
         check_role_settings(self.model, self.device, self.log_level)
         if self.weights_base_url is not None and "://" not in self.weights_base_url:
-            raise ValueError(f"weights_base_url ({self.weights_base_url!r}) must be a URL with a scheme, "
-                             "e.g. http://learner-0:8000 or s3://bucket/published")
+            raise ValueError(
+                f"weights_base_url ({self.weights_base_url!r}) must be a URL with a scheme, "
+                "e.g. http://learner-0:8000 or s3://bucket/published"
+            )
         if 0 < self.dual_clip_c <= 1:
             raise ValueError(f"dual_clip_c ({self.dual_clip_c}) must be > 1 (Ye et al. 2020 use 3), or 0 to turn dual-clip off")
         return self

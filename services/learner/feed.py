@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from prioreplay.errors import InvalidArgument
 from prioreplay.learner.interfaces import TrajectorySource
@@ -61,7 +62,7 @@ class Rollback:
     lost_versions: int = 0
 
     @classmethod
-    def at_resume(cls, server_version: int, learner_version: int) -> "Rollback":
+    def at_resume(cls, server_version: int, learner_version: int) -> Rollback:
         """The rollback of a learner resuming at ``learner_version`` under a server at ``server_version``."""
         return cls(server_version, max(0, server_version - learner_version))
 
@@ -91,10 +92,18 @@ class TrajectoryFeed:
         ValueError: ``batch_groups`` < 1 or a negative wait.
     """
 
-    def __init__(self, source: TrajectorySource, consumer: str, batch_groups: int, pull_wait_s: float,
-                 batch_timeout_s: float, call: Callable[..., Any] = _direct,
-                 should_stop: Callable[[], bool] = lambda: False, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        source: TrajectorySource,
+        consumer: str,
+        batch_groups: int,
+        pull_wait_s: float,
+        batch_timeout_s: float,
+        call: Callable[..., Any] = _direct,
+        should_stop: Callable[[], bool] = lambda: False,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if batch_groups < 1:
             raise ValueError(f"batch_groups ({batch_groups}) must be >= 1")
         if pull_wait_s < 0 or batch_timeout_s < 0:

@@ -17,8 +17,8 @@ deferred groups are neither trained on nor acknowledged.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from prioreplay import rules
 

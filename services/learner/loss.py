@@ -151,8 +151,12 @@ def grpo_loss(
     B, T = logprobs.shape if logprobs.dim() == 2 else (None, None)
     if B is None:
         raise InvalidArgument(f"logprobs must have shape (B, T), got {tuple(logprobs.shape)}")
-    for name, t in (("behaviour_logprobs", behaviour_logprobs), ("mask", mask), ("ref_logprobs", ref_logprobs),
-                    ("entropies", entropies)):
+    for name, t in (
+        ("behaviour_logprobs", behaviour_logprobs),
+        ("mask", mask),
+        ("ref_logprobs", ref_logprobs),
+        ("entropies", entropies),
+    ):
         if t is not None and tuple(t.shape) != (B, T):
             raise InvalidArgument(f"{name} must have the shape of logprobs {(B, T)}, got {tuple(t.shape)}")
     if tuple(advantages.shape) != (B,):
@@ -164,12 +168,15 @@ def grpo_loss(
     if not kl_coef >= 0.0:
         raise InvalidArgument(f"kl_coef ({kl_coef}) must be >= 0")
     if kl_coef > 0 and ref_logprobs is None:
-        raise InvalidArgument(f"kl_coef ({kl_coef}) > 0 needs ref_logprobs; pass the reference policy's log-probs or set kl_coef=0")
+        raise InvalidArgument(
+            f"kl_coef ({kl_coef}) > 0 needs ref_logprobs; pass the reference policy's log-probs or set kl_coef=0"
+        )
     if normalizer is not None and not normalizer > 0:
         raise InvalidArgument(f"normalizer ({normalizer}) must be > 0")
     if dual_clip_c is not None and not (math.isfinite(dual_clip_c) and dual_clip_c > 1.0):
-        raise InvalidArgument(f"dual_clip_c ({dual_clip_c}) must be a finite number > 1 (Ye et al. 2020 use 3), "
-                              "or None to turn dual-clip off")
+        raise InvalidArgument(
+            f"dual_clip_c ({dual_clip_c}) must be a finite number > 1 (Ye et al. 2020 use 3), or None to turn dual-clip off"
+        )
 
     # --- importance ratio against the behaviour policy --------------------------------------
     mask = mask.to(logprobs.dtype)  # (B, T)
@@ -189,7 +196,9 @@ def grpo_loss(
 
     # --- KL to the frozen reference (k3) -----------------------------------------------------
     if ref_logprobs is not None:
-        ref_log_ratio = ((ref_logprobs.to(logprobs.dtype).detach() - logprobs) * mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # (B, T)
+        ref_log_ratio = ((ref_logprobs.to(logprobs.dtype).detach() - logprobs) * mask).clamp(
+            -MAX_LOG_RATIO, MAX_LOG_RATIO
+        )  # (B, T)
         kl_per_token = torch.exp(ref_log_ratio) - ref_log_ratio - 1.0  # (B, T)
     else:
         kl_per_token = torch.zeros_like(logprobs)  # (B, T)
@@ -204,8 +213,9 @@ def grpo_loss(
         lr_d, ratio_d = log_ratio.detach(), ratio.detach()  # (B, T)
         clip_low = ((ratio_d < 1.0 - eps_low) & (adv < 0)).to(logprobs.dtype)  # (B, T)
         clip_high = ((ratio_d > 1.0 + eps_high) & (adv > 0)).to(logprobs.dtype)  # (B, T)
-        dual = ((ratio_d > dual_clip_c) & (adv < 0)).to(logprobs.dtype) if dual_clip_c is not None \
-            else torch.zeros_like(ratio_d)  # (B, T)
+        dual = (
+            ((ratio_d > dual_clip_c) & (adv < 0)).to(logprobs.dtype) if dual_clip_c is not None else torch.zeros_like(ratio_d)
+        )  # (B, T)
         metrics = {
             "pg_loss": _aggregate(pg_per_token.detach(), mask, aggregation, norm),
             "kl": _aggregate(kl_per_token.detach(), mask, aggregation, norm),

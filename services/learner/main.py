@@ -36,8 +36,9 @@ def run(config: LearnerConfig) -> int:
     try:  # before the model loads: a taken port fails at once, and health checks and scrapes answer
         server = metrics.serve(config.metrics_port)
     except OSError as e:
-        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
-                              "choose another --metrics-port, or 0 to disable") from None
+        raise InvalidArgument(
+            f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); choose another --metrics-port, or 0 to disable"
+        ) from None
     weights_server, config = serve_weights(config)
     try:
         learner = Learner(config, metrics=metrics)
@@ -47,8 +48,13 @@ def run(config: LearnerConfig) -> int:
                 s.shutdown()
                 s.server_close()
         raise
-    log.info("learner: model %s, %d groups per step, checkpoints in %s; waiting for trajectory groups from %s",
-             config.model, config.batch_groups, config.checkpoint_dir, config.server)
+    log.info(
+        "learner: model %s, %d groups per step, checkpoints in %s; waiting for trajectory groups from %s",
+        config.model,
+        config.batch_groups,
+        config.checkpoint_dir,
+        config.server,
+    )
     if server is not None:
         log.info("metrics on :%d/metrics", config.metrics_port)
 
@@ -82,8 +88,10 @@ def serve_weights(config: LearnerConfig):
     try:
         server = serve_published(config.publish_root(), config.serve_weights_host, config.serve_weights_port)
     except OSError as e:
-        raise InvalidArgument(f"cannot serve weights on {config.serve_weights_host}:{config.serve_weights_port} "
-                              f"({e.strerror}); choose another --serve-weights-port or --serve-weights-host") from None
+        raise InvalidArgument(
+            f"cannot serve weights on {config.serve_weights_host}:{config.serve_weights_port} "
+            f"({e.strerror}); choose another --serve-weights-port or --serve-weights-host"
+        ) from None
     url = config.weights_base_url or advertised_url(config.serve_weights_host, server.server_address[1])
     log.info("published versions served at %s/v-N/", url)
     return server, config.model_copy(update={"weights_base_url": url})

@@ -8,8 +8,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -24,6 +25,7 @@ CLIP_SIDES = ("low", "high", "dual")
 #: The ``phase`` label values of ``prioreplay_learner_step_seconds``.
 STEP_PHASES = ("wait", "compute", "publish")
 
+
 class LearnerMetrics:
     """Prometheus metrics of one learner process plus the JSON-lines step log.
 
@@ -37,9 +39,13 @@ class LearnerMetrics:
         self.loss = Gauge(p + "loss", "total loss of the last step (pg + kl_coef * kl)", registry=r)
         self.pg_loss = Gauge(p + "pg_loss", "clipped policy-gradient loss of the last step", registry=r)
         self.kl = Gauge(p + "kl", "k3 KL to the reference policy, last step (0 without one)", registry=r)
-        self.clip_fraction = Gauge(p + "clip_fraction", "share of completion tokens whose ratio was clipped, last step "
-                                   "(side: low, high, or dual = the dual-clip cap on negative advantages)",
-                                   ["side"], registry=r)
+        self.clip_fraction = Gauge(
+            p + "clip_fraction",
+            "share of completion tokens whose ratio was clipped, last step "
+            "(side: low, high, or dual = the dual-clip cap on negative advantages)",
+            ["side"],
+            registry=r,
+        )
         for side in CLIP_SIDES:  # every labelled series exists from the start (dashboards read 0, not "No data")
             self.clip_fraction.labels(side)
         self.entropy = Gauge(p + "entropy", "mean token entropy of the policy on completion tokens, nats", registry=r)
@@ -48,24 +54,36 @@ class LearnerMetrics:
         self.groups = Counter(p + "groups", "trajectory groups pulled, by fate", ["fate"], registry=r)
         for fate in FATES:
             self.groups.labels(fate)
-        self.truncated_completions = Counter(p + "truncated_completions", "completions in pulled groups that were cut at "
-                                             "max_new_tokens (their tokens: --truncated mask or keep)", registry=r)
-        self.staleness = Histogram(p + "staleness", "policy versions between a group's generation and its use",
-                                   buckets=STALENESS_BUCKETS, registry=r)
-        self.step_seconds = Histogram(p + "step_seconds", "seconds per step phase", ["phase"], buckets=SECONDS_BUCKETS,
-                                      registry=r)
+        self.truncated_completions = Counter(
+            p + "truncated_completions",
+            "completions in pulled groups that were cut at max_new_tokens (their tokens: --truncated mask or keep)",
+            registry=r,
+        )
+        self.staleness = Histogram(
+            p + "staleness", "policy versions between a group's generation and its use", buckets=STALENESS_BUCKETS, registry=r
+        )
+        self.step_seconds = Histogram(
+            p + "step_seconds", "seconds per step phase", ["phase"], buckets=SECONDS_BUCKETS, registry=r
+        )
         for phase in STEP_PHASES:
             self.step_seconds.labels(phase)
-        self.tokens_per_second = Gauge(p + "tokens_per_second", "tokens (prompt + completion) processed per compute second",
-                                       registry=r)
+        self.tokens_per_second = Gauge(
+            p + "tokens_per_second", "tokens (prompt + completion) processed per compute second", registry=r
+        )
         self.step = Gauge(p + "step", "optimizer steps done", registry=r)
         self.policy_version = Gauge(p + "policy_version", "newest policy version published by this learner", registry=r)
-        self.skipped_steps = Counter(p + "skipped_steps", "steps whose loss or gradient norm was not finite (NaN or inf): "
-                                     "nothing applied, nothing published, their groups acknowledged unused", registry=r)
-        self.server_unavailable = Counter(p + "server_unavailable", "steps (or the resume) that met an unavailable "
-                                          "server or store and backed off", registry=r)
-        self.rpc_seconds = Histogram(p + "rpc_seconds", "seconds spent in priority-server RPCs", ["method"],
-                                     buckets=SECONDS_BUCKETS, registry=r)
+        self.skipped_steps = Counter(
+            p + "skipped_steps",
+            "steps whose loss or gradient norm was not finite (NaN or inf): "
+            "nothing applied, nothing published, their groups acknowledged unused",
+            registry=r,
+        )
+        self.server_unavailable = Counter(
+            p + "server_unavailable", "steps (or the resume) that met an unavailable server or store and backed off", registry=r
+        )
+        self.rpc_seconds = Histogram(
+            p + "rpc_seconds", "seconds spent in priority-server RPCs", ["method"], buckets=SECONDS_BUCKETS, registry=r
+        )
         self.log_path = Path(log_file) if log_file else None
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,8 +139,16 @@ def step_sizes(batch, ages: Sequence[int], t: dict[str, float]) -> dict[str, Any
     """
     tokens = int(batch.attention_mask.sum())
     compute_s = t["publish"] - t["compute"]
-    return dict(sequences=len(batch), tokens=tokens, completion_tokens=int(batch.completion_mask.sum()),
-                reward_mean=float(batch.rewards.mean()), staleness_mean=sum(ages) / len(ages),
-                staleness_max=max(ages), wait_s=t["compute"] - t["wait"], compute_s=compute_s,
-                publish_s=t["checkpoint"] - t["publish"], checkpoint_s=t["end"] - t["checkpoint"],
-                tokens_per_s=tokens / max(compute_s, 1e-9))
+    return dict(
+        sequences=len(batch),
+        tokens=tokens,
+        completion_tokens=int(batch.completion_mask.sum()),
+        reward_mean=float(batch.rewards.mean()),
+        staleness_mean=sum(ages) / len(ages),
+        staleness_max=max(ages),
+        wait_s=t["compute"] - t["wait"],
+        compute_s=compute_s,
+        publish_s=t["checkpoint"] - t["publish"],
+        checkpoint_s=t["end"] - t["checkpoint"],
+        tokens_per_s=tokens / max(compute_s, 1e-9),
+    )

@@ -37,8 +37,9 @@ def wrap_lora(model, rank: int):
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
-        raise InvalidArgument("lora=True needs peft: install the extra with `pip install 'prioreplay[lora]'`, "
-                              "or train all weights (--no-lora)") from None
+        raise InvalidArgument(
+            "lora=True needs peft: install the extra with `pip install 'prioreplay[lora]'`, or train all weights (--no-lora)"
+        ) from None
     cfg = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     return get_peft_model(model, cfg)
 
@@ -49,7 +50,8 @@ def optimizer_and_schedule(model, lr: float, weight_decay: float, warmup_steps: 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0)
+        optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+    )
     return optimizer, scheduler
 
 

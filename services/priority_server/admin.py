@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Iterator, TextIO
+from collections.abc import Iterator
+from typing import TextIO
 
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.config import LoadConfig, StatsConfig
@@ -65,13 +66,22 @@ def run_load(config: LoadConfig) -> int:
     from prioreplay.convert import problem_to_proto
     from prioreplay.datasets import iter_problems
 
-    records = iter_problems(config.source, split=config.split, id_column=config.id_column,
-                            prompt_column=config.prompt_column, answer_column=config.answer_column,
-                            verifier=config.verifier, id_prefix=config.id_prefix or None, limit=config.limit)
+    records = iter_problems(
+        config.source,
+        split=config.split,
+        id_column=config.id_column,
+        prompt_column=config.prompt_column,
+        answer_column=config.answer_column,
+        verifier=config.verifier,
+        id_prefix=config.id_prefix or None,
+        limit=config.limit,
+    )
     failure: list[BaseException] = []
     sent = 0
-    with PriorityClient(config, max_retries=2) as client, \
-            tqdm(total=config.limit, unit="problem", desc="load", disable=None, file=sys.stderr) as bar:
+    with (
+        PriorityClient(config, max_retries=2) as client,
+        tqdm(total=config.limit, unit="problem", desc="load", disable=None, file=sys.stderr) as bar,
+    ):
         client.wait_ready(config.rpc_timeout_s)
 
         def problems():
@@ -84,14 +94,20 @@ def run_load(config: LoadConfig) -> int:
 
         resp = client.register(problems(), chunk_size=config.chunk_size, replace=config.replace)
     if failure:
-        print(f"registered {sent} problem(s) before the error (created={resp.created} updated={resp.updated} "
-              f"total={resp.total})", file=sys.stderr)
+        print(
+            f"registered {sent} problem(s) before the error (created={resp.created} updated={resp.updated} total={resp.total})",
+            file=sys.stderr,
+        )
         raise failure[0]
     if sent == 0:
-        raise InvalidArgument(f"{config.source}: no problems in this source (empty file, split or filter); nothing was "
-                              "registered. Check the path, --split and --limit")
-    print(f"registered {config.source}: {sent} problem(s) sent, created={resp.created} updated={resp.updated} "
-          f"total={resp.total}", flush=True)
+        raise InvalidArgument(
+            f"{config.source}: no problems in this source (empty file, split or filter); nothing was "
+            "registered. Check the path, --split and --limit"
+        )
+    print(
+        f"registered {config.source}: {sent} problem(s) sent, created={resp.created} updated={resp.updated} total={resp.total}",
+        flush=True,
+    )
     return 0
 
 
@@ -107,8 +123,10 @@ def stats_dict(resp) -> dict:
     for f in resp.DESCRIPTOR.fields:
         v = getattr(resp, f.name)
         out[f.name] = list(v) if f.is_repeated else v
-    out["clients"] = [{f.name: (LABELS[normalize(c.source)] if f.name == "source" else getattr(c, f.name))
-                       for f in c.DESCRIPTOR.fields} for c in resp.clients]
+    out["clients"] = [
+        {f.name: (LABELS[normalize(c.source)] if f.name == "source" else getattr(c, f.name)) for f in c.DESCRIPTOR.fields}
+        for c in resp.clients
+    ]
     n = resp.completions_reported
     out["mean_reward"] = resp.reward_sum / n if n else 0.0
     return out
@@ -121,9 +139,11 @@ def _format_clients(clients: list[dict]) -> list[str]:
     lines = ["", "clients (since this server process started):"]
     for c in clients:
         mean = c["reward_sum"] / c["completions"] if c["completions"] else 0.0
-        lines.append(f"  {c['source']:<12} leases {c['leases']}, problems {c['problems_sampled']}, groups {c['groups']} "
-                     f"(mixed {c['groups_mixed']}), completions {c['completions']}, mean reward {mean:.3f}, "
-                     f"late reports {c['late_reports']}")
+        lines.append(
+            f"  {c['source']:<12} leases {c['leases']}, problems {c['problems_sampled']}, groups {c['groups']} "
+            f"(mixed {c['groups_mixed']}), completions {c['completions']}, mean reward {mean:.3f}, "
+            f"late reports {c['late_reports']}"
+        )
     return lines
 
 
@@ -136,8 +156,14 @@ def format_stats(d: dict, width: int = BAR_WIDTH) -> str:
         f"  unsolved     {d['unsolved']}",
         f"  leased       {d['leased']} (in {d['active_leases']} lease(s))",
         f"  unseen       {d.get('unseen', 0)} (never tested yet)",
-        *([f"  quarantined  {d['quarantined']} (unservable: prompt over a worker's context; register again, "
-           "with --replace for a new prompt, to release)"] if d.get("quarantined") else []),
+        *(
+            [
+                f"  quarantined  {d['quarantined']} (unservable: prompt over a worker's context; register again, "
+                "with --replace for a new prompt, to release)"
+            ]
+            if d.get("quarantined")
+            else []
+        ),
         "",
         "priority histogram of the heap (p(1-p), Fatemi 2026):",
     ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import grpc
 
@@ -36,8 +36,7 @@ class BackgroundServer:
             client = PriorityClient(ClientSettings(server=srv.address))
     """
 
-    def __init__(self, store_factory: Callable[[], Store], config: ServerConfig | None = None,
-                 address: str = "127.0.0.1:0"):
+    def __init__(self, store_factory: Callable[[], Store], config: ServerConfig | None = None, address: str = "127.0.0.1:0"):
         self._factory = store_factory
         self._config = config
         self._bind_address = address
@@ -55,7 +54,7 @@ class BackgroundServer:
             host = "127.0.0.1"
         return f"{host}:{self.port}"
 
-    def start(self, timeout_s: float = 30.0) -> "BackgroundServer":
+    def start(self, timeout_s: float = 30.0) -> BackgroundServer:
         """Start the loop thread, build the store and the server. Raises what create_server raises."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="prioreplay-server", daemon=True)  # type: ignore[assignment]  # None until started
@@ -107,7 +106,7 @@ class BackgroundServer:
         self._thread.join(10)  # type: ignore[attr-defined]  # set by start() before use
         loop.close()  # type: ignore[union-attr]  # set by start() before use
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> BackgroundServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

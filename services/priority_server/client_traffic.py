@@ -9,8 +9,8 @@ each replica counts its own RPCs. The store's counters stay the source of truth 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -80,10 +80,19 @@ class ClientTally:
 
     def to_proto(self) -> list[pb.ClientStats]:
         """``GetStatsResponse.clients``: one entry per source seen, in enum order."""
-        return [pb.ClientStats(source=s, leases=c.leases, problems_sampled=c.problems_sampled, groups=c.groups,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
-                               groups_mixed=c.groups_by_kind.get(rules.GroupKind.MIXED.value, 0),
-                               completions=c.completions, reward_sum=c.reward_sum, late_reports=c.late_reports)
-                for s, c in sorted(self.counts.items())]
+        return [
+            pb.ClientStats(
+                source=s,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
+                leases=c.leases,
+                problems_sampled=c.problems_sampled,
+                groups=c.groups,
+                groups_mixed=c.groups_by_kind.get(rules.GroupKind.MIXED.value, 0),
+                completions=c.completions,
+                reward_sum=c.reward_sum,
+                late_reports=c.late_reports,
+            )
+            for s, c in sorted(self.counts.items())
+        ]
 
 
 class ClientTallyCollector(Collector):
@@ -95,15 +104,20 @@ class ClientTallyCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         items = sorted(self.tally.counts.items())
         leases = CounterMetricFamily("prioreplay_client_leases", "leases served, per kind of client", labels=["source"])
-        problems = CounterMetricFamily("prioreplay_client_sampled_problems", "problems leased, per kind of client",
-                                       labels=["source"])
-        groups = CounterMetricFamily("prioreplay_client_groups", "groups of accepted reports, per kind of client",
-                                     labels=["source", "kind"])
-        completions = CounterMetricFamily("prioreplay_client_completions",
-                                          "completions of accepted reports, per kind of client", labels=["source"])
-        late = CounterMetricFamily("prioreplay_client_late_reports",
-                                   "reports refused (lease unknown, expired or already reported), per kind of client",
-                                   labels=["source"])
+        problems = CounterMetricFamily(
+            "prioreplay_client_sampled_problems", "problems leased, per kind of client", labels=["source"]
+        )
+        groups = CounterMetricFamily(
+            "prioreplay_client_groups", "groups of accepted reports, per kind of client", labels=["source", "kind"]
+        )
+        completions = CounterMetricFamily(
+            "prioreplay_client_completions", "completions of accepted reports, per kind of client", labels=["source"]
+        )
+        late = CounterMetricFamily(
+            "prioreplay_client_late_reports",
+            "reports refused (lease unknown, expired or already reported), per kind of client",
+            labels=["source"],
+        )
         for s, c in items:
             label = LABELS[s]
             leases.add_metric([label], c.leases)

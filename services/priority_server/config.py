@@ -72,34 +72,37 @@ class StoreSettings(BaseModel):
     alpha: float = Field(1.0, gt=0, le=100, description="exponent of the weighted sampler (priority^alpha)")
     temperature: float = Field(1.0, gt=0, le=100, description="temperature T of the gumbel sampler")
     probe_size: int = Field(2, ge=1, le=1024, description="completions of a screening probe (screened samplers)")
-    posterior_decay: float = Field(
-        1.0, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
+    posterior_decay: float = Field(1.0, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
     posterior_prior: float = Field(1.0, gt=0, le=1e6, description="symmetric Beta prior α₀ = β₀ of the posterior retests")
-    retest_fraction: float = Field(
-        0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests"
-    )
+    retest_fraction: float = Field(0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests")
     retest_interval: int = Field(
         4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
     )
     # -- pools ---------------------------------------------------------------------------
     solved_at: float = Field(
-        1.0, gt=0, le=1,
+        1.0,
+        gt=0,
+        le=1,
         description="a group with pass rate (mean reward) >= this sends its problem to the solved pool; "
-                    "1: all-correct groups only (the paper)")
+        "1: all-correct groups only (the paper)",
+    )
     unsolved_at: float = Field(
-        0.0, ge=0, lt=1,
+        0.0,
+        ge=0,
+        lt=1,
         description="a group with pass rate (mean reward) <= this sends its problem to the unsolved pool; "
-                    "0: all-wrong groups only (the paper); must be below --solved-at")
+        "0: all-wrong groups only (the paper); must be below --solved-at",
+    )
     # -- leases and deliveries -----------------------------------------------------------
     lease_timeout_s: float = Field(
         600.0, gt=0, le=7 * 86400, description="default lease length, seconds (a lease not reported by then expires)"
     )
-    max_lease_timeout_s: float = Field(
-        86400.0, gt=0, le=7 * 86400, description="longest lease a worker may ask for, seconds"
-    )
+    max_lease_timeout_s: float = Field(86400.0, gt=0, le=7 * 86400, description="longest lease a worker may ask for, seconds")
     redelivery_timeout_s: float = Field(
-        300.0, gt=0, le=365 * 86400,
-        description="seconds before a pulled, unacknowledged group is delivered again (at most a year)"
+        300.0,
+        gt=0,
+        le=365 * 86400,
+        description="seconds before a pulled, unacknowledged group is delivered again (at most a year)",
     )
     # -- limits --------------------------------------------------------------------------
     max_batch_size: int = Field(
@@ -117,7 +120,7 @@ class StoreSettings(BaseModel):
         raise ValueError(f"sampler ({v!r}) must be one of {', '.join(SAMPLERS)}")
 
     @model_validator(mode="after")
-    def _check_lease_timeouts(self) -> "StoreSettings":
+    def _check_lease_timeouts(self) -> StoreSettings:
         if self.lease_timeout_s > self.max_lease_timeout_s:
             raise ValueError(
                 f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
@@ -146,12 +149,15 @@ class ReplicationSettings(BaseModel):
     """
 
     min_replica_acks: int = Field(
-        0, ge=0, le=16,
+        0,
+        ge=0,
+        le=16,
         description="Redis replicas that must acknowledge each register/report/publish/ack before it is answered "
         "(Redis WAIT); fewer answer UNAVAILABLE. 0: no wait (a failover can lose the last acknowledged changes)",
     )
     min_replica_acks_timeout_ms: int = Field(
-        100, ge=1, le=60_000, description="milliseconds WAIT waits for --min-replica-acks replicas")
+        100, ge=1, le=60_000, description="milliseconds WAIT waits for --min-replica-acks replicas"
+    )
 
 
 def _explain(err: ValidationError) -> str:
@@ -179,7 +185,8 @@ class StoreConfig(StoreSettings):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     params: InstanceOf[PriorityParams] = Field(
-        default_factory=PriorityParams, description="decay and prior of the success statistics")
+        default_factory=PriorityParams, description="decay and prior of the success statistics"
+    )
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -204,11 +211,14 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
         "primary Redis Sentinel names: followed through failovers)",
     )
     namespace: str = Field(
-        "default", description=f"run namespace: every Redis key of this run carries it (1-{MAX_NAME_BYTES} of A-Z a-z 0-9 _ . : -)"
+        "default",
+        description=f"run namespace: every Redis key of this run carries it (1-{MAX_NAME_BYTES} of A-Z a-z 0-9 _ . : -)",
     )
     accept_setting_changes: bool = Field(
-        False, description="start on a namespace (or snapshot) made with other sampler, retest, decay, prior or band "
-                           "settings, storing the new ones (without it such a start is refused, naming each change)")
+        False,
+        description="start on a namespace (or snapshot) made with other sampler, retest, decay, prior or band "
+        "settings, storing the new ones (without it such a start is refused, naming each change)",
+    )
     snapshot_path: Path | None = Field(
         None, description="memory store: file the state is loaded from at start and snapshotted to (none: not kept)"
     )
@@ -222,35 +232,40 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
     port: int = Field(50051, ge=0, le=65535, description="gRPC port (0: an ephemeral port, logged at start)")
     metrics_port: int = Field(9100, ge=0, le=65535, description="Prometheus /metrics port (0 disables it)")
     max_connection_age_s: float = Field(
-        30.0, ge=0, le=86400,
+        30.0,
+        ge=0,
+        le=86400,
         description="seconds after which the server asks a client connection to close (gRPC GOAWAY), so clients "
         "of a dns:/// name reconnect, resolve it again and reach replicas added since; 0: connections live forever",
     )
     max_connection_age_grace_s: float = Field(
-        65.0, gt=0, le=86400,
-        description="seconds the RPCs of a connection asked to close get to finish (above PullTrajectories' longest "
-        "wait_s, 60)",
+        65.0,
+        gt=0,
+        le=86400,
+        description="seconds the RPCs of a connection asked to close get to finish (above PullTrajectories' longest wait_s, 60)",
     )
     # -- statistics ----------------------------------------------------------------------
     decay: float = Field(
-        DEFAULT_DECAY, ge=0, le=1,
-        description="decay λ of the success statistics per report (1: cumulative, the paper; 0: latest group)"
+        DEFAULT_DECAY,
+        ge=0,
+        le=1,
+        description="decay λ of the success statistics per report (1: cumulative, the paper; 0: latest group)",
     )
     prior_alpha: float = Field(0.0, ge=0, le=1e6, description="Beta prior α₀: pseudo-observations of reward 1")
     prior_beta: float = Field(0.0, ge=0, le=1e6, description="Beta prior β₀: pseudo-observations of reward 0")
     # -- leases and the trajectory queue -------------------------------------------------
-    reaper_interval_s: float = Field(
-        1.0, gt=0, le=3600, description="seconds between sweeps that expire overdue leases"
-    )
+    reaper_interval_s: float = Field(1.0, gt=0, le=3600, description="seconds between sweeps that expire overdue leases")
     stats_interval_s: float = Field(
         5.0, gt=0, le=3600, description="seconds between refreshes of /metrics and of the health status from the store"
     )
     # -- limits --------------------------------------------------------------------------
     max_queue_depth: int = Field(
-        DEFAULT_MAX_QUEUE_DEPTH, ge=0, le=1_000_000_000,
+        DEFAULT_MAX_QUEUE_DEPTH,
+        ge=0,
+        le=1_000_000_000,
         description="backpressure: refuse leases (empty batch, backpressure=true) while at least this many trajectory "
-                    "groups wait undelivered to a learner; 0: no bound (the queue then grows while no learner pulls). "
-                    "1024 groups of G=8 x 512 tokens hold about 40 MiB (docs/DEPLOY.md, 'Bounded memory')",
+        "groups wait undelivered to a learner; 0: no bound (the queue then grows while no learner pulls). "
+        "1024 groups of G=8 x 512 tokens hold about 40 MiB (docs/DEPLOY.md, 'Bounded memory')",
     )
     backpressure_retry_s: float = Field(
         2.0, gt=0, le=3600, description="retry_after_s of a lease refused by backpressure, seconds"
@@ -260,7 +275,9 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
     tls_key_file: Path | None = Field(None, description="server private key (PEM); with --tls-cert-file enables TLS")
     # -- process -------------------------------------------------------------------------
     processes: int = Field(
-        1, ge=1, le=64,
+        1,
+        ge=1,
+        le=64,
         description="server processes sharing --port (SO_REUSEPORT, each its own event loop; one /metrics for all); "
         "more than 1 needs a Redis --store",
     )
@@ -282,7 +299,7 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
         return v
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> "ServerConfig":
+    def _check_consistency(self) -> ServerConfig:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("TLS needs both tls_cert_file and tls_key_file (or neither for plaintext)")
         if self.processes > 1 and self.store == "memory":
@@ -292,8 +309,10 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
                 "or --processes 1"
             )
         if self.min_replica_acks and self.store == "memory":
-            raise ValueError(f"min_replica_acks ({self.min_replica_acks}) needs a Redis store with replicas: use --store "
-                             "redis://HOST:PORT/DB or redis+sentinel://..., or --min-replica-acks 0")
+            raise ValueError(
+                f"min_replica_acks ({self.min_replica_acks}) needs a Redis store with replicas: use --store "
+                "redis://HOST:PORT/DB or redis+sentinel://..., or --min-replica-acks 0"
+            )
         if self.auth_token is not None and self.auth_token_file is not None:
             raise ValueError("give auth_token or auth_token_file, not both")
         if self.auth_token is not None and not self.auth_token.get_secret_value().strip():
@@ -320,19 +339,20 @@ class LoadConfig(ClientSettings):
     """Configuration of ``prioreplay load SOURCE``: which dataset, how to map it, how to send it."""
 
     source: CliPositionalArg[str] = Field(
-        description="a .jsonl/.json/.parquet file (id/prompt/answer, GSM8K question/answer or MATH problem/solution), a saved `datasets` directory or name, or arithmetic:N[:seed[:level[:style]]]"
+        description="a .jsonl/.json/.parquet file (id/prompt/answer, GSM8K question/answer or MATH problem/solution), "
+        "a saved `datasets` directory or name, or arithmetic:N[:seed[:level[:style]]]"
     )
     split: str | None = Field(None, description="dataset split (train/test...) for `datasets` names and folders")
     id_column: str | None = Field(None, description="column holding the problem id (default: the loader's)")
     prompt_column: str | None = Field(None, description="column holding the prompt (default: the loader's)")
     answer_column: str | None = Field(None, description="column holding the reference answer (default: the loader's)")
-    verifier: VerifierName | None = Field(
-        None, description="verifier for every problem, overriding the loader's choice"
-    )
+    verifier: VerifierName | None = Field(None, description="verifier for every problem, overriding the loader's choice")
     id_prefix: str = Field("", max_length=64, description="prefix prepended to every problem id (e.g. 'gsm8k-test/')")
     replace: bool = Field(
-        False, description="let a problem whose id is registered with another prompt or answer replace it "
-                           "(statistics kept); without it such ids are refused (use --id-prefix for another dataset)")
+        False,
+        description="let a problem whose id is registered with another prompt or answer replace it "
+        "(statistics kept); without it such ids are refused (use --id-prefix for another dataset)",
+    )
     chunk_size: int = Field(512, ge=1, le=100_000, description="problems per RegisterProblems message")
     limit: int | None = Field(None, ge=1, description="register at most this many problems")
 

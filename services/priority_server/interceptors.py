@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import grpc
 
@@ -46,7 +46,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, token: str):
         if not token:
             raise InvalidArgument("auth token is empty; give a non-empty token or disable auth")
-        self._expected = f"Bearer {token}".encode("utf-8")
+        self._expected = f"Bearer {token}".encode()
 
     def _authorized(self, metadata) -> bool:
         for key, value in metadata or ():
@@ -97,7 +97,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         name = handler_call_details.method
         if handler is None or not name.startswith(_SERVICE_PREFIX) or handler.response_streaming:
             return handler
-        method = name[len(_SERVICE_PREFIX):]
+        method = name[len(_SERVICE_PREFIX) :]
         inner = handler.stream_unary if handler.request_streaming else handler.unary_unary
         metrics = self.metrics
 

@@ -28,7 +28,8 @@ def run(config: ServerConfig) -> int:
 
     Logs where it listens (the bound port, also when ``--port 0``), the store with its password
     hidden, and the sampler. With ``processes`` > 1, :func:`.processes.run_processes` runs that
-    many copies of this server on one port (SO_REUSEPORT) under a supervising parent. On a signal: health turns NOT_SERVING, new RPCs are refused,
+    many copies of this server on one port (SO_REUSEPORT) under a supervising parent. On a signal: health
+    turns NOT_SERVING, new RPCs are refused,
     in-flight RPCs get ``grace_s`` seconds, then the store is closed (the memory store writes
     its snapshot).
 
@@ -55,8 +56,9 @@ def _child(config: ServerConfig, index: int) -> None:
     setup_logging(config.log_level)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into one SIGTERM per process
     try:
-        code = asyncio.run(_serve(config, reuse_port=True, label=f"process {index + 1}/{config.processes}",
-                                  metrics_host="127.0.0.1"))
+        code = asyncio.run(
+            _serve(config, reuse_port=True, label=f"process {index + 1}/{config.processes}", metrics_host="127.0.0.1")
+        )
     except (InvalidArgument, FailedPrecondition) as e:  # a bad setting, or one the namespace refuses
         log.error("%s", e)
         code = 2
@@ -71,28 +73,38 @@ def _warn_about(config: ServerConfig) -> None:
     """Log where the memory store's state goes, and warn about settings that expose or lose it."""
     if config.store == "memory":
         if config.snapshot_path is None:
-            log.warning("memory store without --snapshot-path: its state is lost when the server stops; "
-                        "pass --snapshot-path FILE to keep it across restarts")
+            log.warning(
+                "memory store without --snapshot-path: its state is lost when the server stops; "
+                "pass --snapshot-path FILE to keep it across restarts"
+            )
         else:
             log.info("memory store snapshots to %s", config.snapshot_path)
     if not config.token() and config.host not in _LOOPBACK_HOSTS:
-        log.warning("listening on %s without a token: anyone who reaches this port can lease, report and "
-                    "publish; set --auth-token-file (or PRIOREPLAY_AUTH_TOKEN), or --host 127.0.0.1", config.host)
+        log.warning(
+            "listening on %s without a token: anyone who reaches this port can lease, report and "
+            "publish; set --auth-token-file (or PRIOREPLAY_AUTH_TOKEN), or --host 127.0.0.1",
+            config.host,
+        )
 
 
-async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str = "",
-                 metrics_host: str | None = None) -> int:
+async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str = "", metrics_host: str | None = None) -> int:
     from prioreplay.priority_server.metrics import ServerMetrics
-    from prioreplay.priority_server.server import create_server, stop_server
     from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.server import create_server, stop_server
     from prioreplay.redact import redact_url
 
-    store = create_store(config.store, config.to_store_config(), namespace=config.namespace,
-                         snapshot_path=config.snapshot_path, replication=config.replication())
+    store = create_store(
+        config.store,
+        config.to_store_config(),
+        namespace=config.namespace,
+        snapshot_path=config.snapshot_path,
+        replication=config.replication(),
+    )
     metrics = ServerMetrics()
     try:
-        server, port = await create_server(_grpc_address(config.host, config.port), store, config, metrics=metrics,
-                                           reuse_port=reuse_port)
+        server, port = await create_server(
+            _grpc_address(config.host, config.port), store, config, metrics=metrics, reuse_port=reuse_port
+        )
     except BaseException:
         await store.close()
         raise
@@ -102,18 +114,36 @@ async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str =
             try:
                 http, _ = metrics.serve(config.metrics_port, addr=metrics_host or config.host)
             except OSError as e:
-                raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); choose "
-                                      "a free --metrics-port, or 0 to serve no metrics") from e
-        log.info("prioreplay server%s listening on %s:%d (%s, auth %s); metrics %s", f" {label}" if label else "",
-                 config.host, port,
-                 "TLS" if config.tls_enabled else "plaintext", "on" if config.token() else "off",
-                 f"on :{config.metrics_port}/metrics" if http else "off")
+                raise InvalidArgument(
+                    f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); choose "
+                    "a free --metrics-port, or 0 to serve no metrics"
+                ) from e
+        log.info(
+            "prioreplay server%s listening on %s:%d (%s, auth %s); metrics %s",
+            f" {label}" if label else "",
+            config.host,
+            port,
+            "TLS" if config.tls_enabled else "plaintext",
+            "on" if config.token() else "off",
+            f"on :{config.metrics_port}/metrics" if http else "off",
+        )
         _warn_about(config)
-        log.info("store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d batches), "
-                 "decay %g, prior (%g, %g), seed %d, lease %gs, max batch %d", redact_url(config.store),
-                 config.namespace, config.sampler, config.alpha, config.retest_fraction, config.retest_interval,
-                 config.decay, config.prior_alpha, config.prior_beta, config.seed, config.lease_timeout_s,
-                 config.max_batch_size)
+        log.info(
+            "store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d batches), "
+            "decay %g, prior (%g, %g), seed %d, lease %gs, max batch %d",
+            redact_url(config.store),
+            config.namespace,
+            config.sampler,
+            config.alpha,
+            config.retest_fraction,
+            config.retest_interval,
+            config.decay,
+            config.prior_alpha,
+            config.prior_beta,
+            config.seed,
+            config.lease_timeout_s,
+            config.max_batch_size,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

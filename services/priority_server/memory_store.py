@@ -31,20 +31,36 @@ import asyncio
 import math
 import secrets
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from sortedcontainers import SortedDict, SortedList
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
 from prioreplay.priority_server import snapshot
+from prioreplay.priority_server.records import (
+    Delivery,
+    GroupOutcome,
+    Lease,
+    ProblemState,
+    ReportResult,
+    SampledProblem,
+    StoreStats,
+)
 from prioreplay.priority_server.samplers import SAMPLERS, Pick, SampleRequest, XorShift32, retest_quota, step_seed
 from prioreplay.priority_server.snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState, QueuedGroup
-from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, conflict_error,
-                                              histogram_edges, member_id, same_text, tie_member)
-from prioreplay.priority_server.records import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
-                                                    SampledProblem, StoreStats)
+from prioreplay.priority_server.store import (
+    EXPIRE_LIMIT,
+    TOMBSTONE_TTL_S,
+    Store,
+    StoreConfig,
+    conflict_error,
+    histogram_edges,
+    member_id,
+    same_text,
+    tie_member,
+)
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import GroupKind, Pool, Stats
 
@@ -70,8 +86,7 @@ class MemoryStore(Store):
             names the path); the store never starts empty in its place.
     """
 
-    def __init__(self, config: StoreConfig, snapshot_path: Path | None = None,
-                 clock: Callable[[], float] = time.time):
+    def __init__(self, config: StoreConfig, snapshot_path: Path | None = None, clock: Callable[[], float] = time.time):
         super().__init__(config, clock)
         self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
         self._sampler = SAMPLERS[config.sampler]
@@ -197,8 +212,9 @@ class MemoryStore(Store):
                     self._quarantined.discard(p.id)
                     self._place(e, e.home, e.score)
                 continue
-            e = Entry(record=p, member=tie_member(p.id, self.config.seed), stats=Stats(),
-                      pool=Pool.HEAP, home=Pool.HEAP, score=initial)
+            e = Entry(
+                record=p, member=tie_member(p.id, self.config.seed), stats=Stats(), pool=Pool.HEAP, home=Pool.HEAP, score=initial
+            )
             known[p.id] = e
             added.append((initial, e.member))
         self._heap.update(added)  # one sort + merge: O(k log k + N) for k new problems
@@ -216,9 +232,12 @@ class MemoryStore(Store):
         self._prune_tombstones(now)
         step1 = self._s.step + 1
         request = SampleRequest(
-            batch_size=batch_size, step=step1, retest_interval=cfg.retest_interval,
+            batch_size=batch_size,
+            step=step1,
+            retest_interval=cfg.retest_interval,
             quota=retest_quota(batch_size, cfg.retest_fraction) if self._sampler.retests else 0,
-            rng=XorShift32(step_seed(cfg.seed, step1)) if self._sampler.uses_rng else None)
+            rng=XorShift32(step_seed(cfg.seed, step1)) if self._sampler.uses_rng else None,
+        )
         batch = [self._lease_pick(pick) for pick in self._sample_impl.sample(self._view, request)]
         version, uri = self._s.policy
         if not batch:
@@ -229,8 +248,7 @@ class MemoryStore(Store):
         self._deadlines.add((lease.deadline, lease.lease_id))
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
         if request_id:
-            self._requests[request_id] = (lease.lease_id, lease.deadline,
-                                          {sp.problem.id: sp.group_size for sp in batch})
+            self._requests[request_id] = (lease.lease_id, lease.deadline, {sp.problem.id: sp.group_size for sp in batch})
             self._request_deadlines.add((lease.deadline, request_id))
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, step1)
 
@@ -244,8 +262,7 @@ class MemoryStore(Store):
         for pid in lease.problem_ids:
             e = self._s.problems[pid]
             prio = e.score if e.home is Pool.HEAP else rules.priority(e.stats, self.config.params)
-            batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home,
-                                        group_size=seen[2].get(pid)))  # type: ignore[index]  # not None: the branch above returned
+            batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home, group_size=seen[2].get(pid)))  # type: ignore[index]  # not None: the branch above returned
         version, uri = self._s.policy
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, lease.step)
@@ -258,8 +275,9 @@ class MemoryStore(Store):
             if self._requests.get(rid, ("", None, None))[1] == deadline:
                 del self._requests[rid]
 
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (),
-                      more_parts: bool = False) -> ReportResult:
+    async def _report(
+        self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (), more_parts: bool = False
+    ) -> ReportResult:
         now = self.clock()
         c = self._s.counters
         lease = self._s.leases.get(lease_id)
@@ -284,8 +302,9 @@ class MemoryStore(Store):
                 )
         for i, pid in enumerate(unservable):
             if pid not in members:
-                raise InvalidArgument(f"unservable[{i}]: problem {pid!r} is not in lease {lease_id!r}; "
-                                      "report only the problems that lease returned")
+                raise InvalidArgument(
+                    f"unservable[{i}]: problem {pid!r} is not in lease {lease_id!r}; report only the problems that lease returned"
+                )
         # Validated: from here on nothing raises.
         kinds = [self._apply_group(o, lease.step, now) for o in fresh]
         for pid in unservable:  # keeps (home, score) to return to when registered again
@@ -301,8 +320,14 @@ class MemoryStore(Store):
                 self._return_problems(lease, skip=reported)
             self._end_lease(lease, "already reported", now)
         queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, fresh, strict=True))
-        return ReportResult(True, "", queued, sum(k is not GroupKind.MIXED for k in kinds),
-                            skipped=len(outcomes) - len(fresh), quarantined=len(unservable))
+        return ReportResult(
+            True,
+            "",
+            queued,
+            sum(k is not GroupKind.MIXED for k in kinds),
+            skipped=len(outcomes) - len(fresh),
+            quarantined=len(unservable),
+        )
 
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
         """One reported group: statistics, place, counters, and the queue when it is MIXED with a
@@ -450,8 +475,9 @@ class MemoryStore(Store):
         e = self._s.problems.get(problem_id)
         if e is None:
             raise NotFound(f"problem {problem_id!r} is not registered; register it first (RegisterProblems)")
-        return ProblemState(problem=e.record, stats=e.stats, pool=e.pool, score=e.score,
-                            priority=rules.priority(e.stats, self.config.params))
+        return ProblemState(
+            problem=e.record, stats=e.stats, pool=e.pool, score=e.score, priority=rules.priority(e.stats, self.config.params)
+        )
 
     async def dump(self) -> dict:
         s = self._s

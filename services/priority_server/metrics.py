@@ -21,7 +21,8 @@ prompt text, token, URL or worker id ever reaches ``/metrics``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -37,8 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 #: Buckets of the RPC latency histogram, seconds (100 µs .. 30 s).
-LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                     2.5, 5.0, 10.0, 30.0)
+LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: Buckets of the sampled-priority histogram: tenths of the maximum priority 0.25.
 PRIORITY_BUCKETS = tuple(round(0.025 * i, 3) for i in range(1, 11))
 
@@ -53,41 +53,53 @@ class StoreStatsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self.latest
         if self.healthy is not None:
-            yield GaugeMetricFamily("prioreplay_store_healthy", "1 when the store answered its health check",
-                                    value=1.0 if self.healthy else 0.0)
+            yield GaugeMetricFamily(
+                "prioreplay_store_healthy", "1 when the store answered its health check", value=1.0 if self.healthy else 0.0
+            )
         if s is None:
             return
-        pools = GaugeMetricFamily("prioreplay_pool_size", "problems per place (heap/solved/unsolved/leased/quarantined)",
-                                  labels=["pool"])
-        for pool, n in (("heap", s.heap_size), ("solved", s.solved), ("unsolved", s.unsolved), ("leased", s.leased),
-                        ("quarantined", s.quarantined)):
+        pools = GaugeMetricFamily(
+            "prioreplay_pool_size", "problems per place (heap/solved/unsolved/leased/quarantined)", labels=["pool"]
+        )
+        for pool, n in (
+            ("heap", s.heap_size),
+            ("solved", s.solved),
+            ("unsolved", s.unsolved),
+            ("leased", s.leased),
+            ("quarantined", s.quarantined),
+        ):
             pools.add_metric([pool], n)
         yield pools
         yield GaugeMetricFamily("prioreplay_problems", "problems registered", value=s.problems)
         buckets = GaugeMetricFamily(
             "prioreplay_priority_bucket",
             "heap problems with priority below le (the last edge, 0.25, inclusive): the current distribution",
-            labels=["le"])
+            labels=["le"],
+        )
         cumulative = 0
         for count, edge in zip(s.priority_histogram, s.priority_bucket_edges[1:], strict=True):
             cumulative += count
             buckets.add_metric([f"{edge:.6g}"], cumulative)
         yield buckets
-        groups = CounterMetricFamily("prioreplay_groups", "reported groups by kind since the run began",
-                                     labels=["kind"])
-        for kind, n in (("mixed", s.groups_mixed), ("all_correct", s.groups_all_correct),
-                        ("all_wrong", s.groups_all_wrong), ("constant", s.groups_constant)):
+        groups = CounterMetricFamily("prioreplay_groups", "reported groups by kind since the run began", labels=["kind"])
+        for kind, n in (
+            ("mixed", s.groups_mixed),
+            ("all_correct", s.groups_all_correct),
+            ("all_wrong", s.groups_all_wrong),
+            ("constant", s.groups_constant),
+        ):
             groups.add_metric([kind], n)
         yield groups
-        yield GaugeMetricFamily("prioreplay_effective_group_fraction",
-                                "mixed groups / all reported groups (groups with a GRPO gradient)",
-                                value=s.effective_group_fraction)
+        yield GaugeMetricFamily(
+            "prioreplay_effective_group_fraction",
+            "mixed groups / all reported groups (groups with a GRPO gradient)",
+            value=s.effective_group_fraction,
+        )
         for name, doc, value in (
             ("prioreplay_forgetting_events", "solved problems that failed a retest", s.forgetting_events),
             ("prioreplay_breakthroughs", "unsolved problems that passed a retest", s.breakthroughs),
             ("prioreplay_lease_expiries", "leases that expired before their report", s.lease_expiries),
-            ("prioreplay_late_reports", "reports refused: lease unknown, expired or already reported",
-             s.late_reports),
+            ("prioreplay_late_reports", "reports refused: lease unknown, expired or already reported", s.late_reports),
             ("prioreplay_completions_reported", "completions reported", s.completions_reported),
             ("prioreplay_groups_acked", "trajectory groups acknowledged by learners", s.groups_acked),
         ):
@@ -112,14 +124,25 @@ class ServerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.rpc_latency = Histogram("prioreplay_rpc_latency_seconds", "RPC handling time, seconds", ["method"],
-                                     buckets=LATENCY_BUCKETS_S, registry=self.registry)
-        self.rpc_errors = Counter("prioreplay_rpc_errors_total", "RPCs that ended with a status other than OK",
-                                  ["method", "code"], registry=self.registry)
+        self.rpc_latency = Histogram(
+            "prioreplay_rpc_latency_seconds",
+            "RPC handling time, seconds",
+            ["method"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.rpc_errors = Counter(
+            "prioreplay_rpc_errors_total",
+            "RPCs that ended with a status other than OK",
+            ["method", "code"],
+            registry=self.registry,
+        )
         self.store_errors = Counter(
             "prioreplay_store_errors_total",
-            "store errors that ended an RPC, by kind (unreachable, read only, out of memory, busy: UNAVAILABLE; "
-            "logic: INTERNAL)", ["kind"], registry=self.registry)
+            "store errors that ended an RPC, by kind (unreachable, read only, out of memory, busy: UNAVAILABLE; logic: INTERNAL)",
+            ["kind"],
+            registry=self.registry,
+        )
         # Bounded label values exist from the start, so a dashboard reads 0 on a healthy server
         # rather than "No data" (tests/system/test_dashboard_series.py).
         for kind in STORE_ERROR_KINDS:
@@ -127,15 +150,24 @@ class ServerMetrics:
         for method in pb.DESCRIPTOR.services_by_name["PriorityService"].methods_by_name:
             self.rpc_latency.labels(method)
         self.backpressure_refusals = Counter(
-            "prioreplay_backpressure_refusals", "SampleProblems answered with an empty batch because the trajectory "
-            "queue was at or over --max-queue-depth", registry=self.registry)
+            "prioreplay_backpressure_refusals",
+            "SampleProblems answered with an empty batch because the trajectory queue was at or over --max-queue-depth",
+            registry=self.registry,
+        )
         self.problems_quarantined = Counter(
-            "prioreplay_problems_quarantined", "problems reported unservable (prompt over a worker's model context) "
-            "and quarantined, since this server process started", registry=self.registry)
-        self.sampled_priority = Histogram("prioreplay_sampled_priority", "priority of each problem served",
-                                          buckets=PRIORITY_BUCKETS, registry=self.registry)
-        self.probes = Counter("prioreplay_probes", "problems served as screening probes (a group_size below the "
-                              "worker's G, set by the sampler)", registry=self.registry)
+            "prioreplay_problems_quarantined",
+            "problems reported unservable (prompt over a worker's model context) "
+            "and quarantined, since this server process started",
+            registry=self.registry,
+        )
+        self.sampled_priority = Histogram(
+            "prioreplay_sampled_priority", "priority of each problem served", buckets=PRIORITY_BUCKETS, registry=self.registry
+        )
+        self.probes = Counter(
+            "prioreplay_probes",
+            "problems served as screening probes (a group_size below the worker's G, set by the sampler)",
+            registry=self.registry,
+        )
         self.store_stats = StoreStatsCollector()
         self.registry.register(self.store_stats)
         self.clients = ClientTally()
@@ -154,7 +186,7 @@ class ServerMetrics:
         if probes:
             self.probes.inc(probes)
 
-    def update(self, stats: "StoreStats | None", healthy: bool) -> None:
+    def update(self, stats: StoreStats | None, healthy: bool) -> None:
         """Replace the exported store statistics (None keeps the previous ones) and health."""
         if stats is not None:
             self.store_stats.latest = stats

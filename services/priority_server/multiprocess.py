@@ -44,8 +44,8 @@ import signal
 import socket
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -59,14 +59,27 @@ from prioreplay.priority_server.config import ServerConfig
 log = logging.getLogger("prioreplay.server")
 
 #: Metric families derived from ``store.stats()``: the same in every process, taken from one.
-STORE_FAMILIES = frozenset({
-    "prioreplay_store_healthy", "prioreplay_pool_size", "prioreplay_problems", "prioreplay_priority_bucket",
-    "prioreplay_groups", "prioreplay_effective_group_fraction", "prioreplay_forgetting_events",
-    "prioreplay_breakthroughs", "prioreplay_lease_expiries", "prioreplay_late_reports",
-    "prioreplay_completions_reported", "prioreplay_groups_acked", "prioreplay_trajectory_queue_depth",
-    "prioreplay_trajectory_pending", "prioreplay_policy_version", "prioreplay_sampler_step",
-    "prioreplay_active_leases",
-})
+STORE_FAMILIES = frozenset(
+    {
+        "prioreplay_store_healthy",
+        "prioreplay_pool_size",
+        "prioreplay_problems",
+        "prioreplay_priority_bucket",
+        "prioreplay_groups",
+        "prioreplay_effective_group_fraction",
+        "prioreplay_forgetting_events",
+        "prioreplay_breakthroughs",
+        "prioreplay_lease_expiries",
+        "prioreplay_late_reports",
+        "prioreplay_completions_reported",
+        "prioreplay_groups_acked",
+        "prioreplay_trajectory_queue_depth",
+        "prioreplay_trajectory_pending",
+        "prioreplay_policy_version",
+        "prioreplay_sampler_step",
+        "prioreplay_active_leases",
+    }
+)
 #: Seconds the parent waits for one child's /metrics.
 SCRAPE_TIMEOUT_S = 2.0
 
@@ -109,8 +122,13 @@ def merge_exposition(texts: list[str]) -> list[Metric]:
 
 def _rpcs_handled(text: str) -> float:
     """RPCs a process handled: the sum of its ``prioreplay_rpc_latency_seconds_count`` samples."""
-    return sum(smp.value for fam in text_string_to_metric_families(text)
-               if fam.name == "prioreplay_rpc_latency_seconds" for smp in fam.samples if smp.name.endswith("_count"))
+    return sum(
+        smp.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "prioreplay_rpc_latency_seconds"
+        for smp in fam.samples
+        if smp.name.endswith("_count")
+    )
 
 
 def _fetch(url: str, timeout_s: float) -> str:
@@ -139,7 +157,7 @@ class AggregateCollector(Collector):
         futures = [self._pool.submit(_fetch, url, self.timeout_s) for url in self.urls]
         deadline = time.monotonic() + self.timeout_s + 1.0  # a child that trickles bytes is cut off too
         answered = set()
-        for i, (url, f) in enumerate(zip(self.urls, futures)):
+        for i, (url, f) in enumerate(zip(self.urls, futures, strict=True)):
             try:
                 self.last[i] = f.result(timeout=max(0.0, deadline - time.monotonic()))
                 answered.add(i)
@@ -150,17 +168,24 @@ class AggregateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         answered = self._scrape()
         order = sorted(self.last, key=lambda i: (i not in answered, i))  # fresh first
-        rpcs = CounterMetricFamily("prioreplay_server_process_rpcs", "RPCs handled by each server process "
-                                   "(how evenly SO_REUSEPORT spreads the connections)", labels=["process"])
-        up = GaugeMetricFamily("prioreplay_server_process_up", "1 when the server process answered this scrape "
-                               "(0: its last known values are served)", labels=["process"])
+        rpcs = CounterMetricFamily(
+            "prioreplay_server_process_rpcs",
+            "RPCs handled by each server process (how evenly SO_REUSEPORT spreads the connections)",
+            labels=["process"],
+        )
+        up = GaugeMetricFamily(
+            "prioreplay_server_process_up",
+            "1 when the server process answered this scrape (0: its last known values are served)",
+            labels=["process"],
+        )
         for i in range(len(self.urls)):
             up.add_metric([str(i + 1)], 1.0 if i in answered else 0.0)
             if i in self.last:
                 rpcs.add_metric([str(i + 1)], _rpcs_handled(self.last[i]))
         yield from merge_exposition([self.last[i] for i in order])
-        yield GaugeMetricFamily("prioreplay_server_processes", "server processes whose /metrics answered this scrape",
-                                value=len(answered))
+        yield GaugeMetricFamily(
+            "prioreplay_server_processes", "server processes whose /metrics answered this scrape", value=len(answered)
+        )
         yield rpcs
         yield up
 
@@ -175,8 +200,7 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host.strip("[]"), port))
         except OSError as e:
-            raise InvalidArgument(f"cannot listen on {host}:{port} ({e.strerror}); choose a free --port or another "
-                                  "--host") from e
+            raise InvalidArgument(f"cannot listen on {host}:{port} ({e.strerror}); choose a free --port or another --host") from e
 
 
 def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], None]) -> int:
@@ -209,9 +233,14 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     code = 0
     try:
         http, aggregate = _serve_metrics(config, private)
-        log.info("prioreplay server: %d processes on %s:%d (SO_REUSEPORT), pids %s; metrics %s", config.processes,
-                 config.host, port, ", ".join(str(p.pid) for p in procs),
-                 f"on :{config.metrics_port}/metrics (all processes)" if http else "off")
+        log.info(
+            "prioreplay server: %d processes on %s:%d (SO_REUSEPORT), pids %s; metrics %s",
+            config.processes,
+            config.host,
+            port,
+            ", ".join(str(p.pid) for p in procs),
+            f"on :{config.metrics_port}/metrics (all processes)" if http else "off",
+        )
         code = _watch(procs, stop)
     finally:
         _stop_children(procs, config.grace_s + 20.0)
@@ -227,8 +256,7 @@ def run_processes(config: ServerConfig, child: Callable[[ServerConfig, int], Non
     return code
 
 
-def _start_children(config: ServerConfig, child: Callable[[ServerConfig, int], None], port: int,
-                    private: list[int]) -> list:
+def _start_children(config: ServerConfig, child: Callable[[ServerConfig, int], None], port: int, private: list[int]) -> list:
     """Spawn one process per server, each on ``port`` with its private metrics port (0: none)."""
     ctx = multiprocessing.get_context("spawn")
     procs = []

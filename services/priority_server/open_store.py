@@ -7,8 +7,8 @@ store and ``prioreplay --help`` stay light.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.config import ReplicationSettings
@@ -18,8 +18,15 @@ from prioreplay.redact import redact_url
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
 
-def create_store(spec: str, config: StoreConfig, *, namespace: str = "default", snapshot_path: Path | None = None,
-                 clock: Callable[[], float] = time.time, replication: ReplicationSettings | None = None) -> Store:
+def create_store(
+    spec: str,
+    config: StoreConfig,
+    *,
+    namespace: str = "default",
+    snapshot_path: Path | None = None,
+    clock: Callable[[], float] = time.time,
+    replication: ReplicationSettings | None = None,
+) -> Store:
     """Build the store named by ``spec``.
 
     Args:
@@ -41,8 +48,10 @@ def create_store(spec: str, config: StoreConfig, *, namespace: str = "default", 
     """
     if spec == "memory":
         if replication is not None and replication.min_replica_acks:
-            raise InvalidArgument(f"min_replica_acks ({replication.min_replica_acks}) needs a Redis store with "
-                                  "replicas; use a Redis URL or --min-replica-acks 0")
+            raise InvalidArgument(
+                f"min_replica_acks ({replication.min_replica_acks}) needs a Redis store with "
+                "replicas; use a Redis URL or --min-replica-acks 0"
+            )
         from prioreplay.priority_server.memory_store import MemoryStore
 
         return MemoryStore(config, snapshot_path, clock=clock)

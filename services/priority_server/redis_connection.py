@@ -22,6 +22,7 @@ The password never leaves this module unredacted: errors quote the URL through
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis.asyncio as aioredis
@@ -99,8 +100,11 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     if unknown:
         raise _bad(url, f"unknown query parameter {unknown[0]!r}; only sentinel_password, sentinel_username")
     return SentinelTarget(
-        sentinels=sentinels, service_name=unquote(path[0]), db=int(path[1]) if len(path) == 2 else 0,
-        username=unquote(user) or None, password=unquote(password) if has_password else None,
+        sentinels=sentinels,
+        service_name=unquote(path[0]),
+        db=int(path[1]) if len(path) == 2 else 0,
+        username=unquote(user) or None,
+        password=unquote(password) if has_password else None,
         sentinel_username=query.get("sentinel_username") or None,
         sentinel_password=query.get("sentinel_password") or None,
         ssl=parts.scheme.lower().startswith("rediss"),
@@ -119,21 +123,27 @@ class RedisConnection:
 
     def __init__(self, url: str):
         self.sentinel: Sentinel | None = None
-        common = dict(decode_responses=False, socket_connect_timeout=CONNECT_TIMEOUT_S)
+        common: dict[str, Any] = dict(decode_responses=False, socket_connect_timeout=CONNECT_TIMEOUT_S)
         if is_sentinel_url(url):
             t = parse_sentinel_url(url)
-            self.sentinel = Sentinel(list(t.sentinels), sentinel_kwargs=dict(
-                socket_connect_timeout=SENTINEL_TIMEOUT_S, socket_timeout=SENTINEL_TIMEOUT_S,
-                username=t.sentinel_username, password=t.sentinel_password))
+            self.sentinel = Sentinel(
+                list(t.sentinels),
+                sentinel_kwargs=dict(
+                    socket_connect_timeout=SENTINEL_TIMEOUT_S,
+                    socket_timeout=SENTINEL_TIMEOUT_S,
+                    username=t.sentinel_username,
+                    password=t.sentinel_password,
+                ),
+            )
             self.client: aioredis.Redis = self.sentinel.master_for(
-                t.service_name, db=t.db, username=t.username, password=t.password, ssl=t.ssl, **common)
+                t.service_name, db=t.db, username=t.username, password=t.password, ssl=t.ssl, **common
+            )
             return
         try:
             self.client = aioredis.Redis.from_url(url, **common)
         except ValueError as e:
             raise InvalidArgument(
-                f"redis url {redact_url(url)!r} is invalid ({e}); use redis://[:password@]host:port/db or "
-                f"{SENTINEL_URL_FORM}"
+                f"redis url {redact_url(url)!r} is invalid ({e}); use redis://[:password@]host:port/db or {SENTINEL_URL_FORM}"
             ) from None
 
     async def aclose(self) -> None:

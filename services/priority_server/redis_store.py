@@ -54,8 +54,9 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from redis import exceptions as redis_errors
 from redis.asyncio.sentinel import MasterNotFoundError
@@ -63,12 +64,28 @@ from redis.asyncio.sentinel import MasterNotFoundError
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, NotFound, PrioreplayError, StoreUnavailable
 from prioreplay.priority_server.config import NAMESPACE_RE, ReplicationSettings
+from prioreplay.priority_server.records import (
+    Delivery,
+    GroupOutcome,
+    Lease,
+    ProblemState,
+    ReportResult,
+    SampledProblem,
+    StoreStats,
+)
 from prioreplay.priority_server.redis_connection import RedisConnection
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
-from prioreplay.priority_server.store import (EXPIRE_LIMIT, TOMBSTONE_TTL_S, Store, StoreConfig, conflict_error,
-                                              histogram_edges, member_id, same_text, tie_member)
-from prioreplay.priority_server.records import (Delivery, GroupOutcome, Lease, ProblemState, ReportResult,
-                                                    SampledProblem, StoreStats)
+from prioreplay.priority_server.store import (
+    EXPIRE_LIMIT,
+    TOMBSTONE_TTL_S,
+    Store,
+    StoreConfig,
+    conflict_error,
+    histogram_edges,
+    member_id,
+    same_text,
+    tie_member,
+)
 from prioreplay.problems import MAX_NAME_BYTES, ProblemRecord
 from prioreplay.redact import redact_url
 from prioreplay.rules import Pool
@@ -81,15 +98,36 @@ CONSUMER_GROUP = "learners"
 STEP_RETRIES = 32
 
 KEY_NAMES = (
-    "problems", "stats", "heap", "solved", "unsolved", "leases", "deadlines",
-    "tomb:reported", "tomb:expired", "counters", "policy", "stream", "health", "requests", "requests:due", "quarantine",
+    "problems",
+    "stats",
+    "heap",
+    "solved",
+    "unsolved",
+    "leases",
+    "deadlines",
+    "tomb:reported",
+    "tomb:expired",
+    "counters",
+    "policy",
+    "stream",
+    "health",
+    "requests",
+    "requests:due",
+    "quarantine",
     "settings",
 )
-_STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters",
-               "tomb:reported", "tomb:expired")
+_STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters", "tomb:reported", "tomb:expired")
 _INT_COUNTERS = (
-    "groups_mixed", "groups_all_correct", "groups_all_wrong", "groups_constant", "forgetting_events",
-    "breakthroughs", "lease_expiries", "completions_reported", "late_reports", "groups_acked",
+    "groups_mixed",
+    "groups_all_correct",
+    "groups_all_wrong",
+    "groups_constant",
+    "forgetting_events",
+    "breakthroughs",
+    "lease_expiries",
+    "completions_reported",
+    "late_reports",
+    "groups_acked",
 )
 log = logging.getLogger(__name__)
 _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
@@ -100,7 +138,7 @@ _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 ERROR_KINDS = {
     "unreachable": "connection refused/reset/timed out, AUTH failed, Redis LOADING its data set",
     "read_only": "READONLY: a replica, or MASTERDOWN / min-replicas-to-write unmet, or WAIT counted fewer replicas "
-                 "than --min-replica-acks",
+    "than --min-replica-acks",
     "out_of_memory": "OOM: used memory over maxmemory (with maxmemory-policy noeviction)",
     "busy": "BUSY (a script over lua-time-limit), TRYAGAIN / CLUSTERDOWN (a failover)",
     "logic": "any other error answer (WRONGTYPE, a script error, NOPERM): a bug or a foreign key",
@@ -125,8 +163,14 @@ def error_kind(e: BaseException) -> str:
         return "busy"
     text = str(e)
     # inside a script the prefix may follow the script's own error text; match the code words
-    for code, kind in (("OOM ", "out_of_memory"), ("READONLY ", "read_only"), ("MASTERDOWN ", "read_only"),
-                       ("NOREPLICAS ", "read_only"), ("BUSY ", "busy"), ("LOADING ", "unreachable")):
+    for code, kind in (
+        ("OOM ", "out_of_memory"),
+        ("READONLY ", "read_only"),
+        ("MASTERDOWN ", "read_only"),
+        ("NOREPLICAS ", "read_only"),
+        ("BUSY ", "busy"),
+        ("LOADING ", "unreachable"),
+    ):
         if text.startswith(code) or f" {code}" in text:
             return kind
     return "logic"
@@ -205,8 +249,14 @@ class RedisStore(Store):
         Internal: (from every method) Redis answered another error (WRONGTYPE, a script error).
     """
 
-    def __init__(self, config: StoreConfig, url: str, namespace: str = "default",
-                 clock: Callable[[], float] = time.time, replication: ReplicationSettings | None = None):
+    def __init__(
+        self,
+        config: StoreConfig,
+        url: str,
+        namespace: str = "default",
+        clock: Callable[[], float] = time.time,
+        replication: ReplicationSettings | None = None,
+    ):
         super().__init__(config, clock)
         if not NAMESPACE_RE.match(namespace or ""):
             raise InvalidArgument(
@@ -227,8 +277,13 @@ class RedisStore(Store):
         self._health_error = ""
         p = config.params
         self._bands = config.bands
-        self._params_args = [_f(p.decay), _f(p.prior_alpha), _f(p.prior_beta),
-                             _f(self._bands.solved_at), _f(self._bands.unsolved_at)]
+        self._params_args = [
+            _f(p.decay),
+            _f(p.prior_alpha),
+            _f(p.prior_beta),
+            _f(self._bands.solved_at),
+            _f(self._bands.unsolved_at),
+        ]
         self._initial_priority = rules.priority(rules.Stats(), p)
 
     def key(self, name: str) -> str:
@@ -240,7 +295,8 @@ class RedisStore(Store):
         if isinstance(e, MasterNotFoundError):  # redis-py's message repeats every sentinel client's settings
             return StoreUnavailable(
                 f"Redis at {self.redacted_url} is unreachable: no sentinel names a primary that is up (a failover "
-                "in progress, or no sentinel answers); wait for the promotion or check the sentinels, then retry")
+                "in progress, or no sentinel answers); wait for the promotion or check the sentinels, then retry"
+            )
         return StoreUnavailable(
             f"Redis at {self.redacted_url} is unreachable ({type(e).__name__}: {e}); "
             "check that Redis runs and the URL is right, then retry"
@@ -253,11 +309,13 @@ class RedisStore(Store):
             return self._unavailable(e)
         if kind == "logic":
             return Internal(f"Redis at {self.redacted_url} answered {type(e).__name__}: {e}")
-        return StoreUnavailable(f"Redis at {self.redacted_url} is {kind.replace('_', ' ')} ({e}); {ERROR_FIX[kind]}, then retry",
-                                kind=kind)
+        return StoreUnavailable(
+            f"Redis at {self.redacted_url} is {kind.replace('_', ' ')} ({e}); {ERROR_FIX[kind]}, then retry", kind=kind
+        )
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         if self._replication.min_replica_acks and name in WAITED_SCRIPTS:
+
             async def fill(pipe):
                 await self._scripts[name](keys=list(keys), args=list(args), client=pipe)
                 self._wait(pipe)
@@ -270,9 +328,10 @@ class RedisStore(Store):
         except (redis_errors.RedisError, OSError) as e:
             raise self._error(e) from None
 
-    def _wait(self, pipe) -> None:
-        """Queue ``WAIT min_replica_acks timeout`` (on the pipeline's one connection, after its writes)."""
-        pipe.execute_command("WAIT", self._replication.min_replica_acks, self._replication.min_replica_acks_timeout_ms)
+    def _wait(self, pipe) -> Any:
+        """Queue ``WAIT min_replica_acks timeout`` (on the pipeline's one connection, after its writes);
+        returns the pipeline, as its queued commands do."""
+        return pipe.execute_command("WAIT", self._replication.min_replica_acks, self._replication.min_replica_acks_timeout_ms)
 
     def _check_acks(self, what: str, acks: Any) -> None:
         """Raise StoreUnavailable (kind ``read_only``) when WAIT counted fewer than ``min_replica_acks`` replicas."""
@@ -282,7 +341,8 @@ class RedisStore(Store):
                 f"Redis at {self.redacted_url}: {what} was acknowledged by {int(acks)} of the {want} replicas "
                 f"--min-replica-acks asks for within {ms} ms, so it may not survive a failover; check the replicas "
                 "(INFO replication), raise --min-replica-acks-timeout-ms or lower --min-replica-acks, then retry",
-                kind="read_only")
+                kind="read_only",
+            )
 
     async def _do(self, coro) -> Any:
         try:
@@ -317,8 +377,14 @@ class RedisStore(Store):
 
     async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
         seed = self.config.seed
-        keys = [self._keys["stats"], self._keys["heap"], self._keys["problems"], self._keys["solved"],
-                self._keys["unsolved"], self._keys["quarantine"]]
+        keys = [
+            self._keys["stats"],
+            self._keys["heap"],
+            self._keys["problems"],
+            self._keys["solved"],
+            self._keys["unsolved"],
+            self._keys["quarantine"],
+        ]
         prio = _f(self._initial_priority)
         head = [f"0 0 0 {int(Pool.HEAP)} {prio}", prio]
         script = self._scripts["register"]
@@ -327,8 +393,9 @@ class RedisStore(Store):
 
         async def fill(pipe):
             for start in range(0, len(problems), REGISTER_CHUNK):
-                chunk = "\n".join(f"{p.id}\t{tie_member(p.id, seed)}\t{_encode_problem(p)}"
-                                  for p in problems[start:start + REGISTER_CHUNK])
+                chunk = "\n".join(
+                    f"{p.id}\t{tie_member(p.id, seed)}\t{_encode_problem(p)}" for p in problems[start : start + REGISTER_CHUNK]
+                )
                 await script(keys=keys, args=[*head, chunk, int(replace)], client=pipe)
             pipe.hlen(self._keys["problems"])
             if self._replication.min_replica_acks:
@@ -347,7 +414,9 @@ class RedisStore(Store):
     async def _refuse_clashes(self, problems: list[ProblemRecord]) -> None:
         """Raise :func:`conflict_error` when a registered id holds another prompt or answer (one read)."""
         stored = await self._do(self._r.hmget(self._keys["problems"], [p.id for p in problems]))
-        clashes = [p.id for p, v in zip(problems, stored) if v is not None and not same_text(_decode_problem(p.id, v), p)]
+        clashes = [
+            p.id for p, v in zip(problems, stored, strict=True) if v is not None and not same_text(_decode_problem(p.id, v), p)
+        ]
         if clashes:
             raise conflict_error(clashes)
 
@@ -358,8 +427,12 @@ class RedisStore(Store):
         deadline = now + lease_timeout_s
         lease_id = secrets.token_hex(16)
         quota = retest_quota(batch_size, cfg.retest_fraction) if self._sampler.retests else 0
-        keys = self._state_keys + [self._keys["problems"], self._keys["policy"], self._keys["requests"],
-                                   self._keys["requests:due"]]
+        keys = self._state_keys + [
+            self._keys["problems"],
+            self._keys["policy"],
+            self._keys["requests"],
+            self._keys["requests:due"],
+        ]
         for _ in range(STEP_RETRIES):
             expected, seed32 = -1, 1
             if self._sampler.uses_rng:
@@ -367,13 +440,31 @@ class RedisStore(Store):
                     self._step_hint = int(await self._do(self._r.hget(self._keys["counters"], "step")) or 0)
                 expected = self._step_hint
                 seed32 = step_seed(cfg.seed, expected + 1)
-            res = await self._run("sample", keys, [
-                _f(now), batch_size, _f(deadline), lease_id, self._sampler.lua_branch, quota, cfg.retest_interval,
-                _f(cfg.alpha), expected, seed32, EXPIRE_LIMIT, _f(TOMBSTONE_TTL_S), _f(cfg.temperature),
-                _f(cfg.posterior_decay), _f(cfg.posterior_prior), cfg.probe_size,
-                int(getattr(self._sampler.memory, "probe_unseen", False)),
-                int(getattr(self._sampler.memory, "probe_retests", False)), request_id,
-            ])
+            res = await self._run(
+                "sample",
+                keys,
+                [
+                    _f(now),
+                    batch_size,
+                    _f(deadline),
+                    lease_id,
+                    self._sampler.lua_branch,
+                    quota,
+                    cfg.retest_interval,
+                    _f(cfg.alpha),
+                    expected,
+                    seed32,
+                    EXPIRE_LIMIT,
+                    _f(TOMBSTONE_TTL_S),
+                    _f(cfg.temperature),
+                    _f(cfg.posterior_decay),
+                    _f(cfg.posterior_prior),
+                    cfg.probe_size,
+                    int(getattr(self._sampler.memory, "probe_unseen", False)),
+                    int(getattr(self._sampler.memory, "probe_retests", False)),
+                    request_id,
+                ],
+            )
             if res[0] == b"SAME":  # a retried request: its live lease again
                 lease_id, deadline = _s(res[-2]), float(res[-1])
                 break
@@ -412,19 +503,21 @@ class RedisStore(Store):
             group_size = int(res[i + 4]) or None
             pid = member_id(member)
             stats, _, score = _parse_stats(stats_value)
-            problems.append(SampledProblem(
-                problem=_decode_problem(pid, record),
-                priority=score if source == Pool.HEAP else rules.priority(stats, self.config.params),
-                source=Pool(source),
-                group_size=group_size,
-            ))
+            problems.append(
+                SampledProblem(
+                    problem=_decode_problem(pid, record),
+                    priority=score if source == Pool.HEAP else rules.priority(stats, self.config.params),
+                    source=Pool(source),
+                    group_size=group_size,
+                )
+            )
         return problems
 
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (),
-                      more_parts: bool = False) -> ReportResult:
+    async def _report(
+        self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (), more_parts: bool = False
+    ) -> ReportResult:
         seed = self.config.seed
-        args: list[Any] = [_f(self.clock()), lease_id, int(more_parts), CONSUMER_GROUP,
-                           *self._params_args, len(outcomes)]
+        args: list[Any] = [_f(self.clock()), lease_id, int(more_parts), CONSUMER_GROUP, *self._params_args, len(outcomes)]
         for o in outcomes:
             rewards = [float(r) for r in o.rewards]
             sr, sq = rules.reward_sums(rewards)
@@ -438,8 +531,9 @@ class RedisStore(Store):
                 bytes(o.payload),
             ]
         args += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
-        res = await self._run("report", self._state_keys + [self._keys["stream"], self.key(f"parts:{lease_id}"),
-                                                            self._keys["quarantine"]], args)
+        res = await self._run(
+            "report", self._state_keys + [self._keys["stream"], self.key(f"parts:{lease_id}"), self._keys["quarantine"]], args
+        )
         status = int(res[0])
         if status == 0:
             return ReportResult(accepted=False, reason=_s(res[1]))
@@ -451,10 +545,13 @@ class RedisStore(Store):
             )
         if status == -2:
             j = int(res[1])
-            raise InvalidArgument(f"unservable[{j}]: problem {unservable[j]!r} is not in lease {lease_id}; "
-                                  "report only the problems that lease returned")
-        return ReportResult(accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]),
-                            skipped=int(res[3]), quarantined=int(res[4]))
+            raise InvalidArgument(
+                f"unservable[{j}]: problem {unservable[j]!r} is not in lease {lease_id}; "
+                "report only the problems that lease returned"
+            )
+        return ReportResult(
+            accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]), skipped=int(res[3]), quarantined=int(res[4])
+        )
 
     async def _expire_leases(self, limit: int) -> int:
         if limit < 1:
@@ -464,10 +561,13 @@ class RedisStore(Store):
     # -- trajectory queue -----------------------------------------------------------------
     async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]:
         min_idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000)))
-        res = await self._run("pull", [self._keys["stream"]],
-                              [CONSUMER_GROUP, consumer, max_groups, int(include_own_pending), min_idle_ms])
-        return [Delivery(group_id=_s(res[i]), payload=bytes(res[i + 1]), delivery_count=int(res[i + 2]))
-                for i in range(0, len(res), 3)]
+        res = await self._run(
+            "pull", [self._keys["stream"]], [CONSUMER_GROUP, consumer, max_groups, int(include_own_pending), min_idle_ms]
+        )
+        return [
+            Delivery(group_id=_s(res[i]), payload=bytes(res[i + 1]), delivery_count=int(res[i + 2]))
+            for i in range(0, len(res), 3)
+        ]
 
     async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
         idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000))) + 1
@@ -479,8 +579,16 @@ class RedisStore(Store):
             for d in ids:
                 # XCLAIM ... IDLE: idle at once (XAUTOCLAIM of the next pull takes it first);
                 # RETRYCOUNT: the delivery count as before; JUSTID: not counted as a delivery
-                pipe.xclaim(self._keys["stream"], CONSUMER_GROUP, consumer, 0, [d.group_id], idle=idle_ms,
-                            retrycount=max(0, d.delivery_count - 1), justid=True)
+                pipe.xclaim(
+                    self._keys["stream"],
+                    CONSUMER_GROUP,
+                    consumer,
+                    0,
+                    [d.group_id],
+                    idle=idle_ms,
+                    retrycount=max(0, d.delivery_count - 1),
+                    justid=True,
+                )
 
         return sum(len(r) for r in await self._pipe(fill))
 
@@ -558,12 +666,21 @@ class RedisStore(Store):
         c = {_s(a): _s(b) for a, b in counters.items()}
         queue_depth, pending = await self._queue_counts()
         return StoreStats(
-            problems=int(problems), heap_size=int(heap), solved=int(solved), unsolved=int(unsolved),
+            problems=int(problems),
+            heap_size=int(heap),
+            solved=int(solved),
+            unsolved=int(unsolved),
             leased=int(problems) - int(heap) - int(solved) - int(unsolved) - int(quarantined),
-            active_leases=int(leases), quarantined=int(quarantined),
-            step=int(c.get("step", 0)), policy_version=int(ver or 0), weights_uri=_s(uri),
-            priority_histogram=[int(x) for x in res[8:]], priority_bucket_edges=edges,
-            reward_sum=float(c.get("reward_sum", 0.0)), queue_depth=queue_depth, pending_groups=pending,
+            active_leases=int(leases),
+            quarantined=int(quarantined),
+            step=int(c.get("step", 0)),
+            policy_version=int(ver or 0),
+            weights_uri=_s(uri),
+            priority_histogram=[int(x) for x in res[8:]],
+            priority_bucket_edges=edges,
+            reward_sum=float(c.get("reward_sum", 0.0)),
+            queue_depth=queue_depth,
+            pending_groups=pending,
             unseen=max(0, int(problems) - int(c.get("problems_seen", 0))),
             **{name: int(c.get(name, 0)) for name in _INT_COUNTERS},
         )
@@ -575,19 +692,30 @@ class RedisStore(Store):
             NotFound: no problem with this id is registered.
         """
         stats_value, record = await self._pipe(
-            lambda p: (p.hget(self._keys["stats"], problem_id), p.hget(self._keys["problems"], problem_id)))
+            lambda p: (p.hget(self._keys["stats"], problem_id), p.hget(self._keys["problems"], problem_id))
+        )
         if stats_value is None or record is None:
             raise NotFound(f"problem {problem_id!r} is not registered; register it first (RegisterProblems)")
         stats, pool, score = _parse_stats(stats_value)
-        return ProblemState(problem=_decode_problem(problem_id, record), stats=stats, pool=pool, score=score,
-                            priority=rules.priority(stats, self.config.params))
+        return ProblemState(
+            problem=_decode_problem(problem_id, record),
+            stats=stats,
+            pool=pool,
+            score=score,
+            priority=rules.priority(stats, self.config.params),
+        )
 
     async def dump(self) -> dict:
         """Canonical state (see :meth:`Store.dump`); reads everything, for tests and debugging."""
         k = self._keys
-        stats, counters, step_policy, leases = await self._pipe(lambda p: (
-            p.hgetall(k["stats"]), p.hgetall(k["counters"]), p.hmget(k["policy"], "version", "uri"),
-            p.hvals(k["leases"])))
+        stats, counters, step_policy, leases = await self._pipe(
+            lambda p: (
+                p.hgetall(k["stats"]),
+                p.hgetall(k["counters"]),
+                p.hmget(k["policy"], "version", "uri"),
+                p.hvals(k["leases"]),
+            )
+        )
         problems = {}
         for pid, value in stats.items():
             st, pool, score = _parse_stats(value)
@@ -595,9 +723,7 @@ class RedisStore(Store):
         c = {_s(a): _s(b) for a, b in counters.items()}
         out_counters: dict[str, float | int] = {name: int(c.get(name, 0)) for name in _INT_COUNTERS}
         out_counters["reward_sum"] = float(c.get("reward_sum", 0.0))
-        lease_lists = sorted(
-            sorted(member_id(f) for f in _s(rec).split("\t")[2::3]) for rec in leases
-        )
+        lease_lists = sorted(sorted(member_id(f) for f in _s(rec).split("\t")[2::3]) for rec in leases)
         return {
             "problems": problems,
             "counters": out_counters,
@@ -625,8 +751,9 @@ class RedisStore(Store):
         """
         try:
             if self._replication.min_replica_acks:
-                _, acks = await self._pipe(lambda p: (p.set(self._keys["health"], _f(self.clock()), px=60_000),
-                                                      self._wait(p)), transaction=False)
+                _, acks = await self._pipe(
+                    lambda p: (p.set(self._keys["health"], _f(self.clock()), px=60_000), self._wait(p)), transaction=False
+                )
                 self._check_acks("the health probe", acks)
             else:
                 await self._do(self._r.set(self._keys["health"], _f(self.clock()), px=60_000))

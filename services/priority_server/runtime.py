@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -95,8 +95,11 @@ class ServerRuntime:
             asyncio.create_task(_every(config.stats_interval_s, self.refresh, "stats refresh"), name="prioreplay-stats"),
         ]
         if config.snapshot_interval_s > 0:
-            self.tasks.append(asyncio.create_task(
-                _every(config.snapshot_interval_s, self.store.snapshot, "store snapshot"), name="prioreplay-snapshot"))
+            self.tasks.append(
+                asyncio.create_task(
+                    _every(config.snapshot_interval_s, self.store.snapshot, "store snapshot"), name="prioreplay-snapshot"
+                )
+            )
         self.tasks.append(asyncio.create_task(_cancel_on_termination(server, self.tasks[:]), name="prioreplay-supervisor"))
 
     async def stop_tasks(self) -> None:
@@ -135,5 +138,5 @@ async def bounded(awaitable: Awaitable, timeout_s: float | None, what: str) -> N
     overruns is logged and abandoned, so a stuck connection can never keep a process from exiting."""
     try:
         await asyncio.wait_for(awaitable, timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         log.warning("shutdown: %s did not finish within %.0f s; going on without it", what, timeout_s)

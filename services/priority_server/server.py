@@ -28,7 +28,7 @@ from prioreplay.priority_server.store import Store
 
 log = logging.getLogger(__name__)
 
-_RUNTIMES: "weakref.WeakKeyDictionary[grpc.aio.Server, ServerRuntime]" = weakref.WeakKeyDictionary()
+_RUNTIMES: weakref.WeakKeyDictionary[grpc.aio.Server, ServerRuntime] = weakref.WeakKeyDictionary()
 
 
 def runtime_of(server: grpc.aio.Server) -> ServerRuntime:
@@ -37,8 +37,14 @@ def runtime_of(server: grpc.aio.Server) -> ServerRuntime:
 
 
 # -- the factory ----------------------------------------------------------------------------
-async def create_server(address: str, store: Store, config: ServerConfig | None = None, *,
-                        metrics: ServerMetrics | None = None, reuse_port: bool = False) -> tuple[grpc.aio.Server, int]:
+async def create_server(
+    address: str,
+    store: Store,
+    config: ServerConfig | None = None,
+    *,
+    metrics: ServerMetrics | None = None,
+    reuse_port: bool = False,
+) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start the priority server.
 
     Args:
@@ -67,11 +73,14 @@ async def create_server(address: str, store: Store, config: ServerConfig | None 
     if config.max_connection_age_s > 0:
         # GOAWAY after the age (gRPC adds +-10% jitter): clients reconnect and resolve their target
         # again, so replicas added behind a dns:/// name get traffic from clients already connected
-        options += [("grpc.max_connection_age_ms", int(config.max_connection_age_s * 1000)),
-                    ("grpc.max_connection_age_grace_ms", int(config.max_connection_age_grace_s * 1000))]
+        options += [
+            ("grpc.max_connection_age_ms", int(config.max_connection_age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(config.max_connection_age_grace_s * 1000)),
+        ]
     server = grpc.aio.server(interceptors=interceptors, options=options)
-    backpressure = (Backpressure(store, config.max_queue_depth, config.backpressure_retry_s)
-                    if config.max_queue_depth > 0 else None)
+    backpressure = (
+        Backpressure(store, config.max_queue_depth, config.backpressure_retry_s) if config.max_queue_depth > 0 else None
+    )
     servicer = PriorityServicer(store, metrics, config.max_message_mb, backpressure)
     await check_run_settings(store, config, servicer)
     handlers = method_handlers(servicer)
@@ -104,8 +113,10 @@ async def check_run_settings(store: Store, config: ServerConfig, servicer: Prior
         changes = await store.claim_settings(config.accept_setting_changes)
         servicer.pending_check = None
         if changes:
-            log.warning("run settings changed on this namespace (--accept-setting-changes): %s",
-                        ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items()))
+            log.warning(
+                "run settings changed on this namespace (--accept-setting-changes): %s",
+                ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items()),
+            )
 
     try:
         await check()
@@ -129,12 +140,17 @@ def method_handlers(servicer: PriorityServicer) -> dict[str, grpc.RpcMethodHandl
     for m in pb.DESCRIPTOR.services_by_name["PriorityService"].methods:
         req = message_class(m.input_type)
         resp = message_class(m.output_type)
-        make = {(False, False): grpc.unary_unary_rpc_method_handler, (True, False): grpc.stream_unary_rpc_method_handler,
-                (False, True): grpc.unary_stream_rpc_method_handler,
-                (True, True): grpc.stream_stream_rpc_method_handler}[(m.client_streaming, m.server_streaming)]
-        handlers[m.name] = make(getattr(servicer, m.name),
-                                request_deserializer=None if m.name in RAW_REQUEST_METHODS else req.FromString,  # type: ignore[attr-defined]  # a generated message class, passed as type
-                                response_serializer=resp.SerializeToString)  # type: ignore[attr-defined]  # a generated message class, passed as type
+        make = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[(m.client_streaming, m.server_streaming)]
+        handlers[m.name] = make(
+            getattr(servicer, m.name),
+            request_deserializer=None if m.name in RAW_REQUEST_METHODS else req.FromString,  # type: ignore[attr-defined]  # a generated message class, passed as type
+            response_serializer=resp.SerializeToString,  # type: ignore[attr-defined]  # a generated message class, passed as type
+        )
     return handlers
 
 
@@ -158,8 +174,10 @@ def check_tls_pair(cert_file, key_file) -> None:
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile=str(cert_file), keyfile=str(key_file))
     except ssl.SSLError as e:
-        raise InvalidArgument(f"TLS certificate {str(cert_file)!r} and key {str(key_file)!r} are not a valid PEM "
-                              f"pair ({e.reason or e}); give --tls-cert-file and --tls-key-file of one certificate") from e
+        raise InvalidArgument(
+            f"TLS certificate {str(cert_file)!r} and key {str(key_file)!r} are not a valid PEM "
+            f"pair ({e.reason or e}); give --tls-cert-file and --tls-key-file of one certificate"
+        ) from e
 
 
 def _bind(server: grpc.aio.Server, address: str, config: ServerConfig) -> int:

@@ -14,19 +14,19 @@ import functools
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
 from prioreplay.convert import lease_to_proto, outcome_to_group, problem_from_proto, stats_to_proto
-from prioreplay.errors import (FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted,
-                               StoreUnavailable)
+from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
 from prioreplay.priority_server.client_traffic import ClientTally
+from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, lean_report, logprobs_all_valid
 from prioreplay.problems import check_name, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb
@@ -70,11 +70,11 @@ def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True
     if o.policy_version < 0:
         raise InvalidArgument(f"{where}: policy_version ({o.policy_version}) must be >= 0")
     if not (math.isfinite(o.sampling_temperature) and o.sampling_temperature >= 0):
-        raise InvalidArgument(f"{where}: sampling_temperature ({o.sampling_temperature}) must be a finite number "
-                              ">= 0 (0: not sent)")
+        raise InvalidArgument(
+            f"{where}: sampling_temperature ({o.sampling_temperature}) must be a finite number >= 0 (0: not sent)"
+        )
     if not (math.isfinite(o.sampling_top_p) and 0.0 <= o.sampling_top_p <= 1.0):
-        raise InvalidArgument(f"{where}: sampling_top_p ({o.sampling_top_p}) must be in [0, 1] (0: not sent, "
-                              "read as 1)")
+        raise InvalidArgument(f"{where}: sampling_top_p ({o.sampling_top_p}) must be in [0, 1] (0: not sent, read as 1)")
     for j, c in enumerate(o.completions):
         lps = c.logprobs
         if len(lps) != len(c.token_ids):
@@ -86,8 +86,7 @@ def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True
             for k, lp in enumerate(lps):
                 if not (math.isfinite(lp) and lp <= LOGPROB_TOLERANCE):
                     raise InvalidArgument(
-                        f"{where} completions[{j}].logprobs[{k}] = {lp!r}: log-probabilities must be finite "
-                        "and <= 0 nats"
+                        f"{where} completions[{j}].logprobs[{k}] = {lp!r}: log-probabilities must be finite and <= 0 nats"
                     )
 
 
@@ -112,7 +111,8 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     A :mod:`prioreplay.errors` class ends the call with its ``GRPC_CODE`` and its message as
     details (a store outage, UNAVAILABLE, and a store logic error, INTERNAL, also go to
     :meth:`PriorityServicer.store_failed`: counted, logged, health NOT_SERVING on an outage);
-    undecodable bytes of a streamed request with INVALID_ARGUMENT; anything else is logged with its traceback and answered INTERNAL.
+    undecodable bytes of a streamed request with INVALID_ARGUMENT; anything else is logged with its traceback
+    and answered INTERNAL.
     Cancellation and an abort the method made itself pass through unchanged.
     """
     name = method.__name__
@@ -155,8 +155,13 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
     error's message as details; an unexpected exception is logged and answered INTERNAL (:func:`rpc`).
     """
 
-    def __init__(self, store: Store, metrics: "ServerMetrics | None" = None,
-                 max_message_mb: int = MAX_MESSAGE_MB_DEFAULT, backpressure: "Backpressure | None" = None):
+    def __init__(
+        self,
+        store: Store,
+        metrics: ServerMetrics | None = None,
+        max_message_mb: int = MAX_MESSAGE_MB_DEFAULT,
+        backpressure: Backpressure | None = None,
+    ):
         self.store = store
         self.max_message_mb = max_message_mb
         self.metrics = metrics
@@ -186,8 +191,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             log.error("%s: store error answered INTERNAL: %s", method, e)
 
     @rpc
-    async def RegisterProblems(self, request_iterator: AsyncIterator[pb.RegisterProblemsRequest],
-                               context) -> pb.RegisterProblemsResponse:
+    async def RegisterProblems(
+        self, request_iterator: AsyncIterator[pb.RegisterProblemsRequest], context
+    ) -> pb.RegisterProblemsResponse:
         """Upsert the stream's problems chunk by chunk; a bad chunk is refused whole, earlier ones stay.
 
         An id that holds another prompt or answer refuses its chunk unless the chunk sets ``replace``.
@@ -222,7 +228,8 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             raise FailedPrecondition(
                 f"the server's sampler {sampler!r} asks for screening probes (a per-problem group_size) and this "
                 "client does not declare accepts_group_size; upgrade the worker, or run the server with a "
-                "sampler without probes (e.g. --sampler heap)")
+                "sampler without probes (e.g. --sampler heap)"
+            )
         key = f"{request.worker_id}\t{request.request_id}" if request.request_id else ""  # ids are per client
         if self.backpressure is not None and await self.backpressure.refuse():
             if self.metrics is not None:
@@ -232,8 +239,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         if lease.problems:
             self.clients.sampled(request.client_source, len(lease.problems))
             if self.metrics is not None:
-                self.metrics.observe_sampled([s.priority for s in lease.problems],
-                                             sum(1 for s in lease.problems if s.group_size))
+                self.metrics.observe_sampled([s.priority for s in lease.problems], sum(1 for s in lease.problems if s.group_size))
         return lease_to_proto(lease)  # type: ignore[arg-type]  # matches the protocol at run time; its field types are narrower than the record's
 
     @rpc
@@ -262,19 +268,27 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         else:
             groups = checked_groups(request, now, queue)
         unservable = list(request.unservable_problem_ids)
-        result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts,
-                                         unservable=unservable)
+        result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts, unservable=unservable)
         if result.quarantined:
-            log.warning("worker %r reported %d problem(s) unservable (prompt over its model's context); quarantined "
-                        "until registered again: %s", request.worker_id, result.quarantined, ", ".join(unservable[:10]))
+            log.warning(
+                "worker %r reported %d problem(s) unservable (prompt over its model's context); quarantined "
+                "until registered again: %s",
+                request.worker_id,
+                result.quarantined,
+                ", ".join(unservable[:10]),
+            )
             if self.metrics is not None:
                 self.metrics.problems_quarantined.inc(result.quarantined)
         self.clients.reported(request.client_source, result.accepted, (g.rewards for g in groups))
         if not result.accepted:
             log.info("late report from worker %r: %s", request.worker_id, result.reason)
-        return pb.ReportOutcomesResponse(accepted=result.accepted, reason=result.reason,
-                                         groups_queued=result.groups_queued, groups_filtered=result.groups_filtered,
-                                         problems_quarantined=result.quarantined)
+        return pb.ReportOutcomesResponse(
+            accepted=result.accepted,
+            reason=result.reason,
+            groups_queued=result.groups_queued,
+            groups_filtered=result.groups_filtered,
+            problems_quarantined=result.quarantined,
+        )
 
     @rpc
     async def PullTrajectories(self, request: pb.PullTrajectoriesRequest, context) -> pb.PullTrajectoriesResponse:
@@ -313,14 +327,22 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             if used + cost > budget:
                 await self.store.release(request.consumer, deliveries[i:])
                 if not groups:
-                    which = ("this server's --max-message-mb" if limit == server_limit else
-                             "the learner's --max-message-mb (max_response_bytes)")
+                    which = (
+                        "this server's --max-message-mb"
+                        if limit == server_limit
+                        else "the learner's --max-message-mb (max_response_bytes)"
+                    )
                     raise ResourceExhausted(
                         f"trajectory group {d.group_id} (problem {g.problem_id!r}) is {n / 2**20:.2f} MiB, over the "
                         f"{limit / 2**20:.2f} MiB an answer may hold ({which}); raise --max-message-mb on both the "
-                        "server and the learner above it. The group stays queued")
-                log.info("PullTrajectories: %d of %d groups fit under %.2f MiB; the rest are delivered next",
-                         len(groups), len(deliveries), limit / 2**20)
+                        "server and the learner above it. The group stays queued"
+                    )
+                log.info(
+                    "PullTrajectories: %d of %d groups fit under %.2f MiB; the rest are delivered next",
+                    len(groups),
+                    len(deliveries),
+                    limit / 2**20,
+                )
                 break
             groups.append(g)
             used += cost

@@ -102,7 +102,8 @@ class MemoryState:
     step: int = 0
     policy: tuple[int, str] = (0, "")
     counters: dict[str, float | int] = field(
-        default_factory=lambda: {name: 0.0 if name == "reward_sum" else 0 for name in COUNTER_NAMES})
+        default_factory=lambda: {name: 0.0 if name == "reward_sum" else 0 for name in COUNTER_NAMES}
+    )
     problems: dict[str, Entry] = field(default_factory=dict)
     leases: dict[str, LeaseRecord] = field(default_factory=dict)
     tombstones: collections.OrderedDict[str, tuple[str, float]] = field(default_factory=collections.OrderedDict)
@@ -137,8 +138,19 @@ def encode(state: MemoryState) -> dict[str, Any]:
         "policy": list(state.policy),
         "counters": dict(state.counters),
         "problems": [
-            [e.record.id, e.record.prompt, e.record.answer, e.record.verifier, dict(e.record.metadata),
-             e.stats.n, e.stats.s1, e.stats.s2, int(e.pool), int(e.home), e.score]
+            [
+                e.record.id,
+                e.record.prompt,
+                e.record.answer,
+                e.record.verifier,
+                dict(e.record.metadata),
+                e.stats.n,
+                e.stats.s1,
+                e.stats.s2,
+                int(e.pool),
+                int(e.home),
+                e.score,
+            ]
             for e in state.problems.values()
         ],
         "leases": [[lz.lease_id, lz.deadline, lz.step, list(lz.problem_ids)] for lz in state.leases.values()],
@@ -147,8 +159,9 @@ def encode(state: MemoryState) -> dict[str, Any]:
         "queue": {
             "last_id": list(state.last_key),
             "new": [[group_id(g.key), b64(g.payload)] for g in state.new.values()],
-            "pending": [[group_id(g.key), b64(g.payload), g.delivery_count, g.consumer, g.delivered_at]
-                        for g in state.pending.values()],
+            "pending": [
+                [group_id(g.key), b64(g.payload), g.delivery_count, g.consumer, g.delivered_at] for g in state.pending.values()
+            ],
         },
     }
 
@@ -202,7 +215,9 @@ def read(path: Path, member_of) -> MemoryState:
             doc = json.load(f)
         return decode(doc, member_of)
     except InvalidArgument as e:
-        raise InvalidArgument(f"snapshot {str(path)!r} is corrupt: {e}; move it away to start empty, or restore a good copy") from e
+        raise InvalidArgument(
+            f"snapshot {str(path)!r} is corrupt: {e}; move it away to start empty, or restore a good copy"
+        ) from e
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise InvalidArgument(
             f"snapshot {str(path)!r} cannot be read or is corrupt ({type(e).__name__}: {e}); "
@@ -234,8 +249,9 @@ def decode(doc: Any, member_of) -> MemoryState:
         state.tombstones[str(lease_id)] = (reason, _number(ended, "ended"))
     _decode_queue(doc["queue"], state)
     settings = doc.get("settings")  # absent in snapshots older than the stored settings: None
-    if settings is not None and not (isinstance(settings, dict) and all(
-            isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in settings.items())):
+    if settings is not None and not (
+        isinstance(settings, dict) and all(isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in settings.items())
+    ):
         raise InvalidArgument("settings must be an object of setting names to numbers or strings")
     state.settings = settings
     return state
@@ -254,8 +270,9 @@ def _decode_problems(rows: list, member_of, state: MemoryState) -> None:
             raise InvalidArgument(f"quarantined problem {pid!r} has no pool to return to")
         if pool not in (Pool.LEASED, Pool.QUARANTINED) and home is not pool:
             raise InvalidArgument(f"problem {pid!r} is in {pool.name} but would return to {home.name}")
-        state.problems[pid] = Entry(rec, member_of(pid), Stats(_number(n, "n"), _number(s1, "s1"), _number(s2, "s2")),
-                                    pool, home, _number(score, "score"))
+        state.problems[pid] = Entry(
+            rec, member_of(pid), Stats(_number(n, "n"), _number(s1, "s1"), _number(s2, "s2")), pool, home, _number(score, "score")
+        )
 
 
 def _decode_leases(rows: list, state: MemoryState) -> None:
@@ -280,8 +297,9 @@ def _decode_queue(q: dict, state: MemoryState) -> None:
         state.new[key] = QueuedGroup(key, base64.b64decode(payload, validate=True))
     for gid, payload, count, consumer, delivered_at in q["pending"]:
         key = _checked_key(gid)
-        g = QueuedGroup(key, base64.b64decode(payload, validate=True), int(count), str(consumer),
-                        _number(delivered_at, "delivered_at"))
+        g = QueuedGroup(
+            key, base64.b64decode(payload, validate=True), int(count), str(consumer), _number(delivered_at, "delivered_at")
+        )
         if not g.consumer or g.delivery_count < 1 or key in state.new:
             raise InvalidArgument(f"pending group {gid!r} has no consumer, no delivery, or is also undelivered")
         state.pending[key] = g

@@ -149,7 +149,7 @@ import abc
 import hashlib
 import math
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument
@@ -193,9 +193,22 @@ def member_id(member: str) -> str:
 
 
 #: The settings a namespace's statistics and pools were made with (``claim_settings``).
-RUN_SETTINGS = ("sampler", "alpha", "temperature", "probe_size", "posterior_decay", "posterior_prior",
-                "retest_fraction", "retest_interval", "solved_at", "unsolved_at", "decay", "prior_alpha",
-                "prior_beta", "seed")
+RUN_SETTINGS = (
+    "sampler",
+    "alpha",
+    "temperature",
+    "probe_size",
+    "posterior_decay",
+    "posterior_prior",
+    "retest_fraction",
+    "retest_interval",
+    "solved_at",
+    "unsolved_at",
+    "decay",
+    "prior_alpha",
+    "prior_beta",
+    "seed",
+)
 #: Run settings no flag may change on an existing namespace.
 FIXED_SETTINGS = ("seed",)
 
@@ -210,8 +223,11 @@ def run_settings(config: StoreConfig) -> dict[str, str | int | float]:
 def setting_changes(stored: dict, wanted: dict) -> dict[str, tuple]:
     """``{name: (stored, wanted)}`` for every run setting that differs (see "Run settings")."""
     defaults = run_settings(StoreConfig())
-    return {name: (stored.get(name, defaults[name]), value) for name, value in wanted.items()
-            if stored.get(name, defaults[name]) != value}
+    return {
+        name: (stored.get(name, defaults[name]), value)
+        for name, value in wanted.items()
+        if stored.get(name, defaults[name]) != value
+    }
 
 
 #: Conflicting ids a refused registration names at most.
@@ -232,7 +248,8 @@ def conflict_error(ids: Sequence[str]) -> InvalidArgument:
         f"{len(ids)} problem id(s) are already registered with another prompt or answer: {shown}{more}. "
         "Another dataset whose ids collide needs its own ids: load it with --id-prefix NAME/; to replace "
         "the registered text (statistics kept), load with --replace (RegisterProblemsRequest.replace). "
-        "Nothing of this chunk was registered")
+        "Nothing of this chunk was registered"
+    )
 
 
 def histogram_edges(buckets: int) -> list[float]:
@@ -289,24 +306,30 @@ class Store(abc.ABC):
                 finite number in (0, max_lease_timeout_s]; request_id over 256 bytes.
         """
         if not (isinstance(batch_size, int) and 1 <= batch_size <= self.config.max_batch_size):
-            raise InvalidArgument(f"batch_size ({batch_size}) must be in [1, {self.config.max_batch_size}] "
-                                  "(the server's --max-batch-size sets the upper bound)")
+            raise InvalidArgument(
+                f"batch_size ({batch_size}) must be in [1, {self.config.max_batch_size}] "
+                "(the server's --max-batch-size sets the upper bound)"
+            )
         timeout = self.config.lease_timeout_s if lease_timeout_s in (None, 0, 0.0) else lease_timeout_s
         if not (math.isfinite(timeout) and 0 < timeout <= self.config.max_lease_timeout_s):
             raise InvalidArgument(
-                f"lease_timeout_s ({lease_timeout_s}) must be in (0, {self.config.max_lease_timeout_s}] seconds; 0 uses the server default "
+                f"lease_timeout_s ({lease_timeout_s}) must be in (0, {self.config.max_lease_timeout_s}] seconds; "
+                "0 uses the server default "
                 "(the server's --max-lease-timeout-s sets the upper bound)"
             )
         if request_id:
             n = len(request_id.encode("utf-8"))
             if n > MAX_REQUEST_KEY_BYTES:
-                raise InvalidArgument(f"request_id is {n} bytes; the limit is {MAX_REQUEST_KEY_BYTES}; "
-                                      "send a short unique id (e.g. 32 hex characters)")
+                raise InvalidArgument(
+                    f"request_id is {n} bytes; the limit is {MAX_REQUEST_KEY_BYTES}; "
+                    "send a short unique id (e.g. 32 hex characters)"
+                )
             return await self._sample(batch_size, float(timeout), request_id=request_id)
         return await self._sample(batch_size, float(timeout))
 
-    async def report(self, lease_id: str, outcomes: Sequence[GroupOutcome], more_parts: bool = False,
-                     unservable: Sequence[str] = ()) -> ReportResult:
+    async def report(
+        self, lease_id: str, outcomes: Sequence[GroupOutcome], more_parts: bool = False, unservable: Sequence[str] = ()
+    ) -> ReportResult:
         """Apply a lease's outcomes (see the module docstring); ``more_parts``: one part of a
         report sent in several, the lease stays live for the problems not yet reported.
 
@@ -348,12 +371,14 @@ class Store(abc.ABC):
         if fixed:
             raise FailedPrecondition(
                 f"this namespace was made with other settings ({listed}); {', '.join(fixed)} cannot change on a "
-                "namespace (every key's tie-break depends on it): start with the old value, or use a new --namespace")
+                "namespace (every key's tie-break depends on it): start with the old value, or use a new --namespace"
+            )
         if changes and not accept_changes:
             raise FailedPrecondition(
                 f"this namespace was made with other settings ({listed}); its statistics and pools were gathered "
                 "with the old ones. Start with the old values, pass --accept-setting-changes to go on with the "
-                "new ones, or use a new --namespace")
+                "new ones, or use a new --namespace"
+            )
         if changes:
             await self._put_settings(wanted)
         return changes
@@ -370,8 +395,10 @@ class Store(abc.ABC):
             InvalidArgument: max_groups outside [1, max_batch_size] or consumer over MAX_NAME_BYTES (128) bytes.
         """
         if not (isinstance(max_groups, int) and 1 <= max_groups <= self.config.max_batch_size):
-            raise InvalidArgument(f"max_groups ({max_groups}) must be in [1, {self.config.max_batch_size}] "
-                                  "(the server's --max-batch-size sets the upper bound)")
+            raise InvalidArgument(
+                f"max_groups ({max_groups}) must be in [1, {self.config.max_batch_size}] "
+                "(the server's --max-batch-size sets the upper bound)"
+            )
         consumer = consumer or "learner"
         check_name(consumer, "consumer name")
         return await self._pull(consumer, max_groups, include_own_pending)
@@ -435,8 +462,9 @@ class Store(abc.ABC):
     async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease: ...
 
     @abc.abstractmethod
-    async def _report(self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (),
-                      more_parts: bool = False) -> ReportResult: ...
+    async def _report(
+        self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (), more_parts: bool = False
+    ) -> ReportResult: ...
 
     @abc.abstractmethod
     async def _expire_leases(self, limit: int) -> int: ...

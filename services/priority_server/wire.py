@@ -10,7 +10,7 @@ as received instead of rebuilding a ``TrajectoryGroup`` message from its fields.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -55,7 +55,7 @@ def length_delimited_fields(buf: bytes, wanted: int) -> Iterator[bytes]:
         elif wire == 2:
             size, pos = _varint(buf, pos)
             if tag >> 3 == wanted:
-                yield buf[pos:pos + size]
+                yield buf[pos : pos + size]
             pos += size
         else:  # groups (3, 4) are not used by proto3
             raise ValueError(f"unexpected wire type {wire}")
@@ -66,8 +66,12 @@ def logprobs_all_valid(outcomes: Iterable[pb.ProblemOutcome]) -> bool:
 
     One vectorised check over the packed float32 bytes of the re-serialized outcomes.
     """
-    parts = [lp for o in outcomes for c in length_delimited_fields(o.SerializeToString(), _COMPLETIONS_FIELD)
-             for lp in length_delimited_fields(c, _LOGPROBS_FIELD)]
+    parts = [
+        lp
+        for o in outcomes
+        for c in length_delimited_fields(o.SerializeToString(), _COMPLETIONS_FIELD)
+        for lp in length_delimited_fields(c, _LOGPROBS_FIELD)
+    ]
     if not parts:
         return True
     a = np.frombuffer(b"".join(parts), dtype="<f4")
@@ -84,38 +88,58 @@ def _views() -> dict[str, type]:
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
-    fdp = descriptor_pb2.FileDescriptorProto(name="prioreplay_wire_views.proto", package="prioreplay_wire_views",
-                                             syntax="proto3")
+    fdp = descriptor_pb2.FileDescriptorProto(name="prioreplay_wire_views.proto", package="prioreplay_wire_views", syntax="proto3")
 
     def message(name: str, fields: list[tuple[str, int, int, bool, str]]) -> None:
         m = fdp.message_type.add(name=name)
         for fname, number, ftype, repeated, type_name in fields:
-            f = m.field.add(name=fname, number=number, type=ftype,
-                            label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+            f = m.field.add(name=fname, number=number, type=ftype, label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
             if type_name:
                 f.type_name = f".prioreplay_wire_views.{type_name}"
 
     # Completion as received: reward, and the packed token ids / float32 log-probs as bytes
-    message("CompletionView", [("reward", 1, F.TYPE_DOUBLE, False, ""), ("token_ids", 2, F.TYPE_BYTES, False, ""),
-                               ("logprobs", 3, F.TYPE_BYTES, False, "")])
+    message(
+        "CompletionView",
+        [
+            ("reward", 1, F.TYPE_DOUBLE, False, ""),
+            ("token_ids", 2, F.TYPE_BYTES, False, ""),
+            ("logprobs", 3, F.TYPE_BYTES, False, ""),
+        ],
+    )
     message("CheckOutcomeView", [("completions", 4, F.TYPE_MESSAGE, True, "CompletionView")])
     message("CheckReportView", [("outcomes", 2, F.TYPE_MESSAGE, True, "CheckOutcomeView")])
     # ProblemOutcome with its completions as serialized bytes
-    message("OutcomeView", [("problem_id", 1, F.TYPE_STRING, False, ""), ("policy_version", 2, F.TYPE_INT64, False, ""),
-                            ("prompt_token_ids", 3, F.TYPE_BYTES, False, ""), ("completions", 4, F.TYPE_BYTES, True, ""),
-                            ("sampling_temperature", 5, F.TYPE_DOUBLE, False, ""),
-                            ("sampling_top_p", 6, F.TYPE_DOUBLE, False, "")])
+    message(
+        "OutcomeView",
+        [
+            ("problem_id", 1, F.TYPE_STRING, False, ""),
+            ("policy_version", 2, F.TYPE_INT64, False, ""),
+            ("prompt_token_ids", 3, F.TYPE_BYTES, False, ""),
+            ("completions", 4, F.TYPE_BYTES, True, ""),
+            ("sampling_temperature", 5, F.TYPE_DOUBLE, False, ""),
+            ("sampling_top_p", 6, F.TYPE_DOUBLE, False, ""),
+        ],
+    )
     message("ReportView", [("outcomes", 2, F.TYPE_MESSAGE, True, "OutcomeView")])
     # TrajectoryGroup with the same bytes: serializes to exactly what pb.TrajectoryGroup would
-    message("GroupView", [("problem_id", 2, F.TYPE_STRING, False, ""), ("policy_version", 3, F.TYPE_INT64, False, ""),
-                          ("prompt_token_ids", 4, F.TYPE_BYTES, False, ""), ("completions", 5, F.TYPE_BYTES, True, ""),
-                          ("reported_unix_s", 7, F.TYPE_DOUBLE, False, ""),
-                          ("sampling_temperature", 8, F.TYPE_DOUBLE, False, ""),
-                          ("sampling_top_p", 9, F.TYPE_DOUBLE, False, "")])
+    message(
+        "GroupView",
+        [
+            ("problem_id", 2, F.TYPE_STRING, False, ""),
+            ("policy_version", 3, F.TYPE_INT64, False, ""),
+            ("prompt_token_ids", 4, F.TYPE_BYTES, False, ""),
+            ("completions", 5, F.TYPE_BYTES, True, ""),
+            ("reported_unix_s", 7, F.TYPE_DOUBLE, False, ""),
+            ("sampling_temperature", 8, F.TYPE_DOUBLE, False, ""),
+            ("sampling_top_p", 9, F.TYPE_DOUBLE, False, ""),
+        ],
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return {m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"prioreplay_wire_views.{m.name}"))
-            for m in fdp.message_type}
+    return {
+        m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"prioreplay_wire_views.{m.name}"))
+        for m in fdp.message_type
+    }
 
 
 _VIEWS = _views()
@@ -134,8 +158,7 @@ def _varint_counts(chunks: list[bytes]) -> np.ndarray:
     return cum[ends] - cum[ends - lens]
 
 
-def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float,
-                queue: bool) -> list[ReportedGroup] | None:
+def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool) -> list[ReportedGroup] | None:
     """The groups of a valid report, read from its received bytes; None when the slow path must decide.
 
     ``request`` is ``raw`` decoded (the decode is what proves the bytes are valid protobuf). When
@@ -175,11 +198,15 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
         rewards = tuple([x.reward for x in c.completions])
         payload = b""
         if queue and rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
-            payload = group(problem_id=o.problem_id, policy_version=o.policy_version,
-                            prompt_token_ids=o.prompt_token_ids, completions=o.completions,
-                            reported_unix_s=reported_unix_s,
-                            sampling_temperature=o.sampling_temperature,
-                            sampling_top_p=o.sampling_top_p).SerializeToString()
+            payload = group(
+                problem_id=o.problem_id,
+                policy_version=o.policy_version,
+                prompt_token_ids=o.prompt_token_ids,
+                completions=o.completions,
+                reported_unix_s=reported_unix_s,
+                sampling_temperature=o.sampling_temperature,
+                sampling_top_p=o.sampling_top_p,
+            ).SerializeToString()
         out.append(ReportedGroup(o.problem_id, rewards, payload))
     return out
 

@@ -17,7 +17,6 @@ from pydantic import AfterValidator, Field, model_validator
 from prioreplay.config import ClientSettings, LogLevel, Seed, check_role_settings
 from prioreplay.devices import GpuClaimSettings
 
-
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
 
@@ -58,24 +57,41 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     """
 
     # -- model and backend ---------------------------------------------------------------------
-    model: str = Field("smollm2-135m", description="model alias, local model directory or cached Hugging Face id "
-                       "(the learner's starting model)")
-    cache_dir: Path | None = Field(None, description="where converted models are cached (default: $PRIOREPLAY_CACHE_DIR "
-                                   "or ~/.cache/prioreplay/models)")
-    backend: Literal["transformers", "vllm"] = Field("transformers", description="transformers (CPU or GPU) or vllm "
-                                                     "(GPU; pip install 'prioreplay[gpu]')")
-    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N' "
-                        "(transformers backend)")
+    model: str = Field(
+        "smollm2-135m", description="model alias, local model directory or cached Hugging Face id (the learner's starting model)"
+    )
+    cache_dir: Path | None = Field(
+        None, description="where converted models are cached (default: $PRIOREPLAY_CACHE_DIR or ~/.cache/prioreplay/models)"
+    )
+    backend: Literal["transformers", "vllm"] = Field(
+        "transformers", description="transformers (CPU or GPU) or vllm (GPU; pip install 'prioreplay[gpu]')"
+    )
+    device: str = Field(
+        "auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N' (transformers backend)"
+    )
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="share of GPU memory vLLM may use")
-    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one vllm replica shards the model over "
-                                      "(claimed together under --gpu-claims-dir)")
-    weights_cache_dir: Path | None = Field(None, description="where versions fetched from a remote weights_uri (http(s)://, "
-                                           "s3://, ...: no shared volume) are kept, verified (default CACHE_DIR/weights)")
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="GPUs one vllm replica shards the model over (claimed together under --gpu-claims-dir)"
+    )
+    weights_cache_dir: Path | None = Field(
+        None,
+        description="where versions fetched from a remote weights_uri (http(s)://, "
+        "s3://, ...: no shared volume) are kept, verified (default CACHE_DIR/weights)",
+    )
     weights_cache_keep: int = Field(2, ge=1, le=1000, description="newest fetched versions kept in --weights-cache-dir")
-    weights_fetch_timeout_s: float = Field(60.0, gt=0, le=3600, description="bound on connecting and on each read "
-                                           "while fetching remote weights, seconds; a stalled fetch is refused and retried")
-    max_batch_sequences: int = Field(256, ge=1, le=65536, description="sequences decoded together by the transformers "
-                                     "backend (B × G is split into chunks of this size)")
+    weights_fetch_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="bound on connecting and on each read "
+        "while fetching remote weights, seconds; a stalled fetch is refused and retried",
+    )
+    max_batch_sequences: int = Field(
+        256,
+        ge=1,
+        le=65536,
+        description="sequences decoded together by the transformers backend (B × G is split into chunks of this size)",
+    )
 
     # -- batch and sampling --------------------------------------------------------------------
     group_size: int = Field(8, ge=1, le=1024, description="completions per problem G (the GRPO group)")
@@ -83,25 +99,45 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature (> 0; the learner must use the same)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 disables)")
     max_new_tokens: int = Field(512, ge=1, le=1_000_000, description="completion length limit, tokens")
-    stop: StopStrings = Field(default_factory=list, description="strings that end a completion (EOS always does); "
-                            "the escapes \\n, \\t and \\\\ are decoded, so --stop '\\n\\n' stops at a blank line")
-    seed: Seed = Field(0, description="seeds generation: each problem of a lease is sampled from a hash of (seed, worker id, "
-                       "lease id, problem id), distinct across leases, replicas and restarts for any seed; the same four "
-                       "values reproduce the same completions")
+    stop: StopStrings = Field(
+        default_factory=list,
+        description="strings that end a completion (EOS always does); "
+        "the escapes \\n, \\t and \\\\ are decoded, so --stop '\\n\\n' stops at a blank line",
+    )
+    seed: Seed = Field(
+        0,
+        description="seeds generation: each problem of a lease is sampled from a hash of (seed, worker id, "
+        "lease id, problem id), distinct across leases, replicas and restarts for any seed; the same four "
+        "values reproduce the same completions",
+    )
     truncated_reward: Literal["verifier", "zero"] = Field(
-        "verifier", description="reward of a completion cut at max_new_tokens: 'verifier' (default) scores it like any "
+        "verifier",
+        description="reward of a completion cut at max_new_tokens: 'verifier' (default) scores it like any "
         "other; 'zero' reports 0 without verifying it (a cut answer is not an answer). Applied before reporting, so the "
-        "server's statistics and priorities and the learner's advantages see the same reward")
+        "server's statistics and priorities and the learner's advantages see the same reward",
+    )
     verify_timeout_s: float = Field(5.0, gt=0, le=600, description="bound on one verification, seconds")
 
     # -- loop ----------------------------------------------------------------------------------
     max_batches: int = Field(0, ge=0, le=10**12, description="stop after this many reported batches (0: until stopped)")
-    worker_id: str = Field(default_factory=_default_worker_id, min_length=1, max_length=128,
-                           description="name sent with leases and reports (default HOST-PID)")
-    lease_timeout_s: float = Field(0.0, ge=0, le=86400, description="lease length asked for, seconds (0: the server's "
-                                   "default); make it longer than one batch's generation")
-    grace_s: float = Field(30.0, ge=0, le=86400, description="on SIGTERM, seconds the current batch may still take; "
-                           "past that the worker exits and the lease expires")
+    worker_id: str = Field(
+        default_factory=_default_worker_id,
+        min_length=1,
+        max_length=128,
+        description="name sent with leases and reports (default HOST-PID)",
+    )
+    lease_timeout_s: float = Field(
+        0.0,
+        ge=0,
+        le=86400,
+        description="lease length asked for, seconds (0: the server's default); make it longer than one batch's generation",
+    )
+    grace_s: float = Field(
+        30.0,
+        ge=0,
+        le=86400,
+        description="on SIGTERM, seconds the current batch may still take; past that the worker exits and the lease expires",
+    )
     max_retry_sleep_s: float = Field(5.0, gt=0, le=3600, description="longest sleep when the server has nothing to lease")
 
     # -- observability -------------------------------------------------------------------------
@@ -109,7 +145,7 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     log_level: LogLevel = "INFO"
 
     @model_validator(mode="after")
-    def _check(self) -> "WorkerConfig":
+    def _check(self) -> WorkerConfig:
         from prioreplay.errors import InvalidArgument
 
         check_role_settings(self.model, self.device, self.log_level)

@@ -7,7 +7,8 @@ these two methods (the learner's counterpart is :class:`prioreplay.learner.inter
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from prioreplay.v1 import priority_service_pb2 as pb
@@ -16,9 +17,15 @@ if TYPE_CHECKING:  # pragma: no cover
 class WorkerClient(Protocol):
     """Leases problems and takes their scored groups back."""
 
-    def sample(self, batch_size: int, worker_id: str = "", lease_timeout_s: float = 0.0,
-               client_source: int = 0, request_id: str | None = None,
-               accepts_group_size: bool = False) -> "pb.SampleProblemsResponse":
+    def sample(
+        self,
+        batch_size: int,
+        worker_id: str = "",
+        lease_timeout_s: float = 0.0,
+        client_source: int = 0,
+        request_id: str | None = None,
+        accepts_group_size: bool = False,
+    ) -> pb.SampleProblemsResponse:
         """Lease up to ``batch_size`` problems for ``lease_timeout_s`` seconds (0: the server's
         default). An empty answer carries ``retry_after_s`` (and ``backpressure`` when the
         trajectory queue is full). ``accepts_group_size``: the caller generates
@@ -29,9 +36,16 @@ class WorkerClient(Protocol):
             FailedPrecondition: the server's sampler probes and ``accepts_group_size`` is False.
         """
 
-    def report_lease(self, lease_id: str, outcomes: Sequence["pb.ProblemOutcome"], worker_id: str = "",
-                     client_source: int = 0, rewards_only: bool = False, unservable: Sequence[str] = (),
-                     observe: Callable[[str, float], None] | None = None) -> "pb.ReportOutcomesResponse":
+    def report_lease(
+        self,
+        lease_id: str,
+        outcomes: Sequence[pb.ProblemOutcome],
+        worker_id: str = "",
+        client_source: int = 0,
+        rewards_only: bool = False,
+        unservable: Sequence[str] = (),
+        observe: Callable[[str, float], None] | None = None,
+    ) -> pb.ReportOutcomesResponse:
         """Report a whole lease once, in parts when it does not fit one message; ``unservable``:
         ids of leased problems the model cannot serve; ``observe(method, seconds)`` after each RPC.
         Returns the answer summed over the parts (``accepted`` False: the lease had expired).

@@ -32,10 +32,15 @@ def build_backend(config: WorkerConfig):
 
     model_dir = resolve_model(config.model, config.cache_dir)
     if config.backend == "vllm":
-        return create_backend("vllm", model_dir, gpu_memory_utilization=config.gpu_memory_utilization,
-                              tensor_parallel_size=config.tensor_parallel_size)
-    return create_backend("transformers", model_dir, device=resolve_device(config.device),
-                          max_batch_sequences=config.max_batch_sequences)
+        return create_backend(
+            "vllm",
+            model_dir,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            tensor_parallel_size=config.tensor_parallel_size,
+        )
+    return create_backend(
+        "transformers", model_dir, device=resolve_device(config.device), max_batch_sequences=config.max_batch_sequences
+    )
 
 
 def serve_metrics(config: WorkerConfig):
@@ -51,8 +56,10 @@ def serve_metrics(config: WorkerConfig):
     try:
         return metrics, metrics.serve(config.metrics_port)
     except OSError as e:
-        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
-                              "give each worker its own --metrics-port, or 0 to disable") from None
+        raise InvalidArgument(
+            f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
+            "give each worker its own --metrics-port, or 0 to disable"
+        ) from None
 
 
 def stop_after_batch_on_signal(worker, grace_s: float) -> list[threading.Timer]:
@@ -63,8 +70,7 @@ def stop_after_batch_on_signal(worker, grace_s: float) -> list[threading.Timer]:
     timer: list[threading.Timer] = []
 
     def _give_up() -> None:
-        log.warning("the batch did not finish within grace_s=%.1f s; stopping without reporting (the lease expires)",
-                    grace_s)
+        log.warning("the batch did not finish within grace_s=%.1f s; stopping without reporting (the lease expires)", grace_s)
         _thread.interrupt_main()
 
     def _stop(signum: int) -> None:
@@ -100,8 +106,14 @@ def run(config: WorkerConfig) -> int:
 
     metrics, server = serve_metrics(config)  # before the model loads, so a taken port fails at once
     backend = build_backend(config)
-    log.info("worker %s: %s backend, policy version %d, G=%d, B=%d", config.worker_id, config.backend,
-             backend.policy_version, config.group_size, config.batch_size)
+    log.info(
+        "worker %s: %s backend, policy version %d, G=%d, B=%d",
+        config.worker_id,
+        config.backend,
+        backend.policy_version,
+        config.group_size,
+        config.batch_size,
+    )
     if server is not None:
         log.info("metrics on :%d/metrics", config.metrics_port)
     client = PriorityClient(config)

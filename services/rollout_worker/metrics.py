@@ -20,36 +20,49 @@ class WorkerMetrics:
         p = "prioreplay_worker_"
         self.completions = Counter(p + "completions", "completions generated and reported", registry=r)
         self.tokens_generated = Counter(p + "tokens_generated", "completion tokens generated", registry=r)
-        self.truncated_completions = Counter(p + "truncated_completions", "completions cut at max_new_tokens (reported "
-                                             "with truncated = true; their reward: --truncated-reward; their tokens: the learner's --truncated)",
-                                             registry=r)
+        self.truncated_completions = Counter(
+            p + "truncated_completions",
+            "completions cut at max_new_tokens (reported "
+            "with truncated = true; their reward: --truncated-reward; their tokens: the learner's --truncated)",
+            registry=r,
+        )
         self.reward_mean = Gauge(p + "reward_mean", "mean reward of the last reported batch", registry=r)
         self.groups = Counter(p + "groups", "groups generated, by kind of reward pattern", ["kind"], registry=r)
         for kind in GROUP_KINDS:
             self.groups.labels(kind)
-        self.generation_seconds = Histogram(p + "generation_seconds", "seconds to generate one batch (B × G completions)",
-                                            buckets=SECONDS_BUCKETS, registry=r)
-        self.verification_seconds = Histogram(p + "verification_seconds", "seconds to verify one batch",
-                                              buckets=SECONDS_BUCKETS, registry=r)
-        self.weight_reload_seconds = Histogram(p + "weight_reload_seconds", "seconds to load a newly published policy",
-                                               buckets=SECONDS_BUCKETS, registry=r)
+        self.generation_seconds = Histogram(
+            p + "generation_seconds", "seconds to generate one batch (B × G completions)", buckets=SECONDS_BUCKETS, registry=r
+        )
+        self.verification_seconds = Histogram(
+            p + "verification_seconds", "seconds to verify one batch", buckets=SECONDS_BUCKETS, registry=r
+        )
+        self.weight_reload_seconds = Histogram(
+            p + "weight_reload_seconds", "seconds to load a newly published policy", buckets=SECONDS_BUCKETS, registry=r
+        )
         self.policy_version = Gauge(p + "policy_version", "policy version of the loaded weights", registry=r)
-        self.verifier_errors = Counter(p + "verifier_errors", "verifications that raised or timed out (reward 0)",
-                                       registry=r)
+        self.verifier_errors = Counter(p + "verifier_errors", "verifications that raised or timed out (reward 0)", registry=r)
         self.batches = Counter(p + "batches", "leases reported", registry=r)
-        self.unservable_problems = Counter(p + "unservable_problems", "leased problems reported unservable: "
-                                           "prompt at or over the model's context length", registry=r)
-        self.backpressure_waits = Counter(p + "backpressure_waits", "leases refused by the server's backpressure "
-                                          "(trajectory queue over its bound); the worker waited and asked again",
-                                          registry=r)
-        self.probes = Counter(p + "probes", "groups generated as screening probes (the lease's group_size < G)",
-                              registry=r)
-        self.rpc_seconds = Histogram(p + "rpc_seconds", "seconds spent in priority-server RPCs (retries included)",
-                                     ["method"], buckets=SECONDS_BUCKETS, registry=r)
+        self.unservable_problems = Counter(
+            p + "unservable_problems",
+            "leased problems reported unservable: prompt at or over the model's context length",
+            registry=r,
+        )
+        self.backpressure_waits = Counter(
+            p + "backpressure_waits",
+            "leases refused by the server's backpressure (trajectory queue over its bound); the worker waited and asked again",
+            registry=r,
+        )
+        self.probes = Counter(p + "probes", "groups generated as screening probes (the lease's group_size < G)", registry=r)
+        self.rpc_seconds = Histogram(
+            p + "rpc_seconds",
+            "seconds spent in priority-server RPCs (retries included)",
+            ["method"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
         for m in RPC_METHODS:
             self.rpc_seconds.labels(m)
-        self.tokens_per_second = Gauge(p + "tokens_per_second", "completion tokens per generation second, last batch",
-                                       registry=r)
+        self.tokens_per_second = Gauge(p + "tokens_per_second", "completion tokens per generation second, last batch", registry=r)
 
     def serve(self, port: int, addr: str = "0.0.0.0"):
         """Start ``/metrics`` on ``port`` (a daemon thread). Returns the server, or None when port is 0."""

@@ -32,16 +32,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from prioreplay import models, rules
 from prioreplay.channel import timed_call
 from prioreplay.convert import leased_problems, outcome_to_proto
 from prioreplay.errors import InvalidArgument, PrioreplayError
 from prioreplay.problems import ProblemRecord
-from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, GenerationBackend, PartialWeightsLoad,
-                                                     SamplingParams)
+from prioreplay.rollout_worker.backends.base import GeneratedCompletion, GenerationBackend, PartialWeightsLoad, SamplingParams
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.interfaces import WorkerClient
 from prioreplay.rollout_worker.metrics import WorkerMetrics
@@ -117,9 +117,15 @@ class RolloutWorker:
         batches_done: leases generated and reported so far.
     """
 
-    def __init__(self, config: WorkerConfig, backend: GenerationBackend, client: WorkerClient,
-                 metrics: WorkerMetrics | None = None, sleep: Callable[[float], None] | None = None,
-                 fetcher: WeightsFetcher | None = None):
+    def __init__(
+        self,
+        config: WorkerConfig,
+        backend: GenerationBackend,
+        client: WorkerClient,
+        metrics: WorkerMetrics | None = None,
+        sleep: Callable[[float], None] | None = None,
+        fetcher: WeightsFetcher | None = None,
+    ):
         self.config = config
         self.backend = backend
         self.client = client
@@ -141,8 +147,13 @@ class RolloutWorker:
         """Sampling parameters of a ``generate`` call: the configured temperature, top-p, length
         and stop strings, with ``prompt_seeds`` (one per prompt; empty: the backend's own RNG)."""
         c = self.config
-        return SamplingParams(temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens,
-                              stop=tuple(c.stop), prompt_seeds=tuple(prompt_seeds))
+        return SamplingParams(
+            temperature=c.temperature,
+            top_p=c.top_p,
+            max_new_tokens=c.max_new_tokens,
+            stop=tuple(c.stop),
+            prompt_seeds=tuple(prompt_seeds),
+        )
 
     def problem_seeds(self, lease_id: str, problems: Sequence[ProblemRecord]) -> list[int]:
         """The generation seed of each problem of lease ``lease_id`` (:func:`~.seeds.problem_seed`)."""
@@ -170,8 +181,13 @@ class RolloutWorker:
         except PartialWeightsLoad:
             raise  # mixed weights: never generate with them (run() stops the worker)
         except (InvalidArgument, WeightsFetchError) as e:
-            log.error("cannot load policy version %d from %s (%s); generating with version %d",
-                      version, weights_uri, e, self.backend.policy_version)
+            log.error(
+                "cannot load policy version %d from %s (%s); generating with version %d",
+                version,
+                weights_uri,
+                e,
+                self.backend.policy_version,
+            )
             return 0.0
         self.metrics.weight_reload_seconds.observe(seconds)
         self.metrics.policy_version.set(version)
@@ -188,19 +204,26 @@ class RolloutWorker:
                 lease left to expire (the result has ``reported=False``).
         """
         c = self.config
-        lease = self._rpc("SampleProblems", self.client.sample, c.batch_size, worker_id=c.worker_id,
-                          lease_timeout_s=c.lease_timeout_s, client_source=pb.CLIENT_SOURCE_WORKER,
-                          accepts_group_size=True)
+        lease = self._rpc(
+            "SampleProblems",
+            self.client.sample,
+            c.batch_size,
+            worker_id=c.worker_id,
+            lease_timeout_s=c.lease_timeout_s,
+            client_source=pb.CLIENT_SOURCE_WORKER,
+            accepts_group_size=True,
+        )
         if not lease.problems:
             if lease.backpressure:
                 self.metrics.backpressure_waits.inc()
-                log.info("the server applies backpressure (its trajectory queue is full: the learner is behind); "
-                         "waiting %.1f s", lease.retry_after_s)
+                log.info(
+                    "the server applies backpressure (its trajectory queue is full: the learner is behind); waiting %.1f s",
+                    lease.retry_after_s,
+                )
             return BatchResult(retry_after_s=lease.retry_after_s or 1.0, backpressure=lease.backpressure)
         reload_s = self.maybe_reload(lease.policy_version, lease.weights_uri)
         outcomes, unservable, result = self.generate_batch(leased_problems(lease, c.group_size), lease.lease_id)
-        result.update(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s,
-                      reload_s=reload_s)
+        result.update(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s, reload_s=reload_s)
         try:
             resp = self.report(lease.lease_id, outcomes, unservable)
         except PrioreplayError as e:
@@ -208,17 +231,36 @@ class RolloutWorker:
             return BatchResult(**result)
         self.metrics.batches.inc()
         if not resp.accepted:
-            log.warning("lease %s not accepted (%s): generation took %.1f s; consider a longer --lease-timeout-s",
-                        lease.lease_id, resp.reason, result["generation_s"])
-        log.info("lease %s: %d problems × G≤%d, %d tokens in %.2f s (%.0f tok/s), mean reward %.3f, queued %d, v%d",
-                 lease.lease_id[:8], len(outcomes), c.group_size, result["tokens"], result["generation_s"],
-                 result["tokens"] / max(result["generation_s"], 1e-9), result["reward_mean"], resp.groups_queued,
-                 result["policy_version"])
-        return BatchResult(reported=True, accepted=resp.accepted, reason=resp.reason, groups_queued=resp.groups_queued,
-                           groups_filtered=resp.groups_filtered, **result)
+            log.warning(
+                "lease %s not accepted (%s): generation took %.1f s; consider a longer --lease-timeout-s",
+                lease.lease_id,
+                resp.reason,
+                result["generation_s"],
+            )
+        log.info(
+            "lease %s: %d problems × G≤%d, %d tokens in %.2f s (%.0f tok/s), mean reward %.3f, queued %d, v%d",
+            lease.lease_id[:8],
+            len(outcomes),
+            c.group_size,
+            result["tokens"],
+            result["generation_s"],
+            result["tokens"] / max(result["generation_s"], 1e-9),
+            result["reward_mean"],
+            resp.groups_queued,
+            result["policy_version"],
+        )
+        return BatchResult(
+            reported=True,
+            accepted=resp.accepted,
+            reason=resp.reason,
+            groups_queued=resp.groups_queued,
+            groups_filtered=resp.groups_filtered,
+            **result,
+        )
 
-    def generate_batch(self, leased: list[tuple[ProblemRecord, int]], lease_id: str
-                       ) -> tuple[list[pb.ProblemOutcome], list[str], dict[str, Any]]:
+    def generate_batch(
+        self, leased: list[tuple[ProblemRecord, int]], lease_id: str
+    ) -> tuple[list[pb.ProblemOutcome], list[str], dict[str, Any]]:
         """Generate, verify and convert one lease's groups (steps 3-4 of the module docstring).
 
         Args:
@@ -241,35 +283,60 @@ class RolloutWorker:
         self.batches_done += 1
 
         t0 = time.perf_counter()
-        rewards = [[self._reward(p, comp) for comp in group] for (p, _), group in zip(leased, groups)]
+        rewards = [[self._reward(p, comp) for comp in group] for (p, _), group in zip(leased, groups, strict=True)]
         verification_s = time.perf_counter() - t0
 
-        outcomes = [outcome_to_proto(p.id, version, r, generated=group, prompt_token_ids=ids,  # type: ignore[arg-type]  # matches the protocol at run time; its field types are narrower than the record's
-                                     temperature=self.config.temperature, top_p=self.config.top_p)
-                    for (p, _), ids, group, r in zip(leased, prompts, groups, rewards, strict=True)]
+        outcomes = [
+            outcome_to_proto(
+                p.id,
+                version,
+                r,
+                generated=group,  # type: ignore[arg-type]  # matches the protocol at run time; its field types are narrower than the record's
+                prompt_token_ids=ids,
+                temperature=self.config.temperature,
+                top_p=self.config.top_p,
+            )
+            for (p, _), ids, group, r in zip(leased, prompts, groups, rewards, strict=True)
+        ]
         flat = [x for r in rewards for x in r]
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
         self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
         self._observe(rewards, tokens, generation_s, verification_s)
-        return outcomes, unservable, dict(completions=len(flat), tokens=tokens,
-                                          reward_mean=sum(flat) / len(flat) if flat else 0.0, policy_version=version,
-                                          generation_s=generation_s, verification_s=verification_s,
-                                          unservable=len(unservable))
+        return (
+            outcomes,
+            unservable,
+            dict(
+                completions=len(flat),
+                tokens=tokens,
+                reward_mean=sum(flat) / len(flat) if flat else 0.0,
+                policy_version=version,
+                generation_s=generation_s,
+                verification_s=verification_s,
+                unservable=len(unservable),
+            ),
+        )
 
-    def report(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome],
-               unservable: Sequence[str] = ()) -> pb.ReportOutcomesResponse:
+    def report(
+        self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], unservable: Sequence[str] = ()
+    ) -> pb.ReportOutcomesResponse:
         """Report a lease's outcomes (:meth:`WorkerClient.report_lease`: in parts when one message
         would be too large), each part timed in ``prioreplay_worker_rpc_seconds{method="ReportOutcomes"}``.
 
         Raises:
             PrioreplayError: a part could not be delivered (after the client's retries).
         """
-        return self.client.report_lease(lease_id, outcomes, worker_id=self.config.worker_id,
-                                        client_source=pb.CLIENT_SOURCE_WORKER, unservable=unservable,
-                                        observe=self._observe_rpc)
+        return self.client.report_lease(
+            lease_id,
+            outcomes,
+            worker_id=self.config.worker_id,
+            client_source=pb.CLIENT_SOURCE_WORKER,
+            unservable=unservable,
+            observe=self._observe_rpc,
+        )
 
-    def _servable(self, leased: list[tuple[ProblemRecord, int]], prompts: list[list[int]]
-                  ) -> tuple[list[tuple[ProblemRecord, int]], list[list[int]], list[str]]:
+    def _servable(
+        self, leased: list[tuple[ProblemRecord, int]], prompts: list[list[int]]
+    ) -> tuple[list[tuple[ProblemRecord, int]], list[list[int]], list[str]]:
         """Split a lease into the problems the model can serve and the ids of those it cannot: a
         prompt (after the chat template) of at least the backend's ``max_context_tokens`` leaves no
         room for one generated token (vLLM refuses it and the worker would die on it). Those are
@@ -280,8 +347,13 @@ class RolloutWorker:
         keep, keep_prompts, unservable = [], [], []
         for item, ids in zip(leased, prompts, strict=True):
             if len(ids) >= limit:
-                log.warning("problem %s: its prompt is %d tokens, the model's context %d; reported unservable "
-                            "(quarantined until registered again with a shorter prompt)", item[0].id, len(ids), limit)
+                log.warning(
+                    "problem %s: its prompt is %d tokens, the model's context %d; reported unservable "
+                    "(quarantined until registered again with a shorter prompt)",
+                    item[0].id,
+                    len(ids),
+                    limit,
+                )
                 self.metrics.unservable_problems.inc()
                 unservable.append(item[0].id)
             else:
@@ -289,8 +361,9 @@ class RolloutWorker:
                 keep_prompts.append(ids)
         return keep, keep_prompts, unservable
 
-    def generate_groups(self, prompts: list[list[int]], sizes: list[int], seeds: Sequence[int] = ()
-                        ) -> list[list[GeneratedCompletion]]:
+    def generate_groups(
+        self, prompts: list[list[int]], sizes: list[int], seeds: Sequence[int] = ()
+    ) -> list[list[GeneratedCompletion]]:
         """One group per prompt, of ``sizes[i]`` completions (the lease's ``group_size``, else G):
         one ``backend.generate`` call per distinct size, results back in lease order.
 
@@ -303,7 +376,7 @@ class RolloutWorker:
         for size in sorted(set(sizes), reverse=True):
             where = [i for i, s in enumerate(sizes) if s == size]
             params = self.sampling_params([seeds[i] for i in where] if seeds else ())
-            for i, group in zip(where, self.backend.generate([prompts[i] for i in where], size, params)):
+            for i, group in zip(where, self.backend.generate([prompts[i] for i in where], size, params), strict=True):
                 groups[i] = group
         probes = sum(1 for s in sizes if s < self.config.group_size)
         if probes:

@@ -19,9 +19,9 @@ from pydantic import SecretStr
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import StoreUnavailable, Unauthenticated
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.open_store import create_store
-from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
@@ -34,8 +34,7 @@ def _server(**kw) -> BackgroundServer:
 
 
 def _client(address: str, token: str | None = None, ca: Path | None = None) -> PriorityClient:
-    settings = ClientSettings(server=address, auth_token=SecretStr(token) if token else None, tls_ca_file=ca,
-                              rpc_timeout_s=10)
+    settings = ClientSettings(server=address, auth_token=SecretStr(token) if token else None, tls_ca_file=ca, rpc_timeout_s=10)
     return PriorityClient(settings, max_retries=0)
 
 
@@ -58,8 +57,7 @@ def test_token_is_required_except_for_health(caplog):
             assert _health(ch) == health_pb2.HealthCheckResponse.SERVING
         with grpc.insecure_channel(srv.address) as ch:  # a raw header that is not "Bearer <token>"
             with pytest.raises(grpc.RpcError) as e:
-                pb_grpc.PriorityServiceStub(ch).GetStats(pb.GetStatsRequest(), timeout=5,
-                                                         metadata=(("authorization", TOKEN),))
+                pb_grpc.PriorityServiceStub(ch).GetStats(pb.GetStatsRequest(), timeout=5, metadata=(("authorization", TOKEN),))
             assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
         metrics = srv.runtime.metrics.render().decode()
         assert 'code="UNAUTHENTICATED",method="GetStats"' in metrics
@@ -78,13 +76,47 @@ def certs(tmp_path_factory) -> dict[str, Path]:
         pytest.fail("the openssl command is needed to make test certificates (apt-get install openssl)")
     d = tmp_path_factory.mktemp("tls")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=prioreplay test CA",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=prioreplay test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=d,
+    )
     _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost", cwd=d)
-    (d / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
-                               "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "server.pem", "-days", "1", "-extfile", "ext.cnf", cwd=d)
+    (d / "ext.cnf").write_text(
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+        cwd=d,
+    )
     return {"ca": d / "ca.pem", "cert": d / "server.pem", "key": d / "server.key"}
 
 
@@ -109,8 +141,24 @@ def test_tls_with_token_works_and_plaintext_is_refused(certs):
 
 def test_tls_client_must_trust_the_ca(certs, tmp_path):
     """A client trusting another CA refuses the server's certificate."""
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
-             "other.key", "-out", "other.pem", "-days", "1", "-subj", "/CN=another CA", cwd=tmp_path)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "other.key",
+        "-out",
+        "other.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=another CA",
+        cwd=tmp_path,
+    )
     with _server(tls_cert_file=certs["cert"], tls_key_file=certs["key"]) as srv:
         with _client(srv.address, TOKEN, ca=tmp_path / "other.pem") as c, pytest.raises(StoreUnavailable):
             c.stats()

@@ -40,14 +40,15 @@ def prompts(backend):
     return [models.apply_chat_template(backend.tokenizer, p) for p in PROMPTS]
 
 
-def teacher_forced_logprobs(model, prompt: list[int], completion: list[int], temperature: float,
-                            top_p: float = 1.0) -> torch.Tensor:
+def teacher_forced_logprobs(
+    model, prompt: list[int], completion: list[int], temperature: float, top_p: float = 1.0
+) -> torch.Tensor:
     """log π(token_t | prefix) under logits / T (and top-p), one forward pass; (L,)."""
     from transformers.generation.logits_process import TopPLogitsWarper
 
     ids = torch.tensor([prompt + completion])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt) - 1:-1] / temperature  # (L, V)
+        logits = model(ids).logits[0, len(prompt) - 1 : -1] / temperature  # (L, V)
     if top_p < 1.0:
         logits = TopPLogitsWarper(top_p)(ids, logits)
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None]).squeeze(1)  # (L,)
@@ -129,22 +130,32 @@ def test_chunked_decoding_keeps_the_contract(dirs, prompts):
             assert torch.allclose(torch.tensor(c.logprobs), want, atol=1e-4)
 
 
-@pytest.mark.parametrize("prompts_arg, n, match", [
-    ([], 2, "prompt_token_ids is empty"),
-    ([[]], 2, "prompt #0 has no tokens"),
-    ([[1, 2, 10_000]], 2, "token id 10000 outside the vocabulary"),
-    ([[1, 2]], 0, r"n \(0\) must be"),
-])
+@pytest.mark.parametrize(
+    "prompts_arg, n, match",
+    [
+        ([], 2, "prompt_token_ids is empty"),
+        ([[]], 2, "prompt #0 has no tokens"),
+        ([[1, 2, 10_000]], 2, "token id 10000 outside the vocabulary"),
+        ([[1, 2]], 0, r"n \(0\) must be"),
+    ],
+)
 def test_bad_requests_are_refused(backend, prompts_arg, n, match):
     with pytest.raises(InvalidArgument, match=match):
         backend.generate(prompts_arg, n, SamplingParams(max_new_tokens=2))
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(temperature=0.0), "temperature"), (dict(temperature=float("nan")), "temperature"),
-    (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(max_new_tokens=0), "max_new_tokens"),
-    (dict(stop=("",)), "stop"), (dict(seed=-1), "seed"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(temperature=0.0), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(stop=("",)), "stop"),
+        (dict(seed=-1), "seed"),
+    ],
+)
 def test_sampling_params_are_validated(kw, match):
     with pytest.raises(InvalidArgument, match=match):
         SamplingParams(**kw)
@@ -201,6 +212,7 @@ def test_vllm_backend_says_how_to_install_vllm(dirs, monkeypatch):
 
 # --------------------------------------------------------------------------- end-of-turn ids (issue 13)
 
+
 def test_generation_stops_on_every_eos_id_of_the_generation_config(dirs, prompts, tmp_path):
     """A model whose generation config lists two EOS ids (gemma's <end_of_turn>, Phi's <|end|>)
     stops at either, and such completions are not flagged truncated."""
@@ -227,8 +239,9 @@ def test_generation_stops_on_every_eos_id_of_the_generation_config(dirs, prompts
     again = backend.generate(prompts, 4, params)
     cut = 0
     for before, after in zip((c for g in first for c in g), (c for g in again for c in g), strict=True):
-        if second_eos in before.token_ids and (tokenizer_eos not in before.token_ids or
-                                               before.token_ids.index(second_eos) < before.token_ids.index(tokenizer_eos)):
+        if second_eos in before.token_ids and (
+            tokenizer_eos not in before.token_ids or before.token_ids.index(second_eos) < before.token_ids.index(tokenizer_eos)
+        ):
             end = before.token_ids.index(second_eos) + 1
             assert after.token_ids == before.token_ids[:end]  # same seed: same tokens up to the stop
             assert not after.truncated

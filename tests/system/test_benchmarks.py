@@ -95,8 +95,16 @@ def test_summarize_drops_nan_and_brackets_the_mean():
 
 
 # -- part 1: the service -----------------------------------------------------------------------
-TINY_SERVICE = replace(service.QUICK, problems=500, batch_size=16, concurrency=(1, 3), duration_s=0.15,
-                       warmup_s=0.03, server="inprocess", big_register=1_000)
+TINY_SERVICE = replace(
+    service.QUICK,
+    problems=500,
+    batch_size=16,
+    concurrency=(1, 3),
+    duration_s=0.15,
+    warmup_s=0.03,
+    server="inprocess",
+    big_register=1_000,
+)
 
 
 @pytest.mark.redis
@@ -137,12 +145,25 @@ def test_synthetic_outcomes_are_valid_and_mixed():
 
 # -- part 4: overhead --------------------------------------------------------------------------
 def test_rpc_share_from_a_run_directory(tmp_path):
-    (tmp_path / "report.json").write_text(json.dumps({"worker_metrics": {
-        "worker-0": {"prioreplay_worker_rpc_seconds_sum": 1.0, "prioreplay_worker_generation_seconds_sum": 97.0,
-                     "prioreplay_worker_verification_seconds_sum": 2.0},
-        "worker-1": {"prioreplay_worker_rpc_seconds_sum": 1.0, "prioreplay_worker_generation_seconds_sum": 99.0}}}))
-    lines = [{"step": 1, "rpc_s": 0.2, "pull_s": 0.9, "wait_s": 1.0, "compute_s": 8.0, "publish_s": 1.0},
-             {"step": 2, "rpc_s": 0.3, "pull_s": 0.4, "wait_s": 0.5, "compute_s": 9.0, "publish_s": 0.5}, {"event": "start"}]
+    (tmp_path / "report.json").write_text(
+        json.dumps(
+            {
+                "worker_metrics": {
+                    "worker-0": {
+                        "prioreplay_worker_rpc_seconds_sum": 1.0,
+                        "prioreplay_worker_generation_seconds_sum": 97.0,
+                        "prioreplay_worker_verification_seconds_sum": 2.0,
+                    },
+                    "worker-1": {"prioreplay_worker_rpc_seconds_sum": 1.0, "prioreplay_worker_generation_seconds_sum": 99.0},
+                }
+            }
+        )
+    )
+    lines = [
+        {"step": 1, "rpc_s": 0.2, "pull_s": 0.9, "wait_s": 1.0, "compute_s": 8.0, "publish_s": 1.0},
+        {"step": 2, "rpc_s": 0.3, "pull_s": 0.4, "wait_s": 0.5, "compute_s": 9.0, "publish_s": 0.5},
+        {"event": "start"},
+    ]
     (tmp_path / "learner.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
     out = overhead.rpc_share(tmp_path)
     assert out["worker"]["share"] == pytest.approx(2.0 / 200.0) and out["worker"]["workers"] == 2
@@ -185,8 +206,10 @@ def test_trl_overhead_runs_both_arms_and_writes_its_figures(tmp_path):
 def test_publish_share_from_a_run_directory(tmp_path):
     from benchmarks.publish import main, publish_figures
 
-    lines = [{"step": 1, "compute_s": 18.0, "publish_s": 2.0, "checkpoint_s": 0.0, "wait_s": 30.0},
-             {"step": 2, "compute_s": 22.0, "publish_s": 2.0, "wait_s": 1.0}]
+    lines = [
+        {"step": 1, "compute_s": 18.0, "publish_s": 2.0, "checkpoint_s": 0.0, "wait_s": 30.0},
+        {"step": 2, "compute_s": 22.0, "publish_s": 2.0, "wait_s": 1.0},
+    ]
     (tmp_path / "learner.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "learner.log").write_text("INFO step 2: checkpoint /x/step-2 in 10.00 s; acknowledged 4 groups\n")
@@ -229,5 +252,7 @@ def test_weights_fetch_over_http_is_measured_beside_the_shared_volume_load(tmp_p
     figs = {r["name"]: r["value"] for r in json.loads(out.read_text())}
     for k in ("publish_s", "shared_load_s", "http_fetch_s", "http_load_s", "http_total_s"):
         assert figs[f"weights.tiny.{k}"] > 0, k
-    assert figs["weights.tiny.http_total_s"] == pytest.approx(figs["weights.tiny.http_fetch_s"] + figs["weights.tiny.http_load_s"], abs=2e-4)
+    assert figs["weights.tiny.http_total_s"] == pytest.approx(
+        figs["weights.tiny.http_fetch_s"] + figs["weights.tiny.http_load_s"], abs=2e-4
+    )
     assert figs["weights.tiny.bytes"] > 10_000

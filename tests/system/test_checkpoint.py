@@ -26,8 +26,13 @@ def tiny(tmp_path_factory):
 
 
 def _state(step: int) -> dict:
-    return {"step": step, "policy_version": step, "optimizer": {"state": {}, "param_groups": []},
-            "scheduler": {"last_epoch": step}, "rng": ckpt.rng_state()}
+    return {
+        "step": step,
+        "policy_version": step,
+        "optimizer": {"state": {}, "param_groups": []},
+        "scheduler": {"last_epoch": step},
+        "rng": ckpt.rng_state(),
+    }
 
 
 def _save(root, step, tiny, keep=None):

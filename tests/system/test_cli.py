@@ -36,8 +36,9 @@ def _env() -> dict[str, str]:
 
 
 def _prioreplay(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "prioreplay.apps.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env=_env(), cwd=REPO)
+    return subprocess.run(
+        [PY, "-m", "prioreplay.apps.cli", *args], capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO
+    )
 
 
 # -- help and parsing (in process) ---------------------------------------------------------
@@ -85,8 +86,9 @@ def test_server_load_and_stats_need_no_model_stack(tmp_path):
     """The base install (`pip install prioreplay`) runs the server, `load` and `stats`: their code
     paths and every server module import nothing of the worker's or learner's model stack."""
     data = tmp_path / "problems.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"{i}+1?", "answer": str(i + 1)}) + "\n"
-                            for i in range(4)), encoding="utf-8")
+    data.write_text(
+        "".join(json.dumps({"id": f"q{i}", "prompt": f"{i}+1?", "answer": str(i + 1)}) + "\n" for i in range(4)), encoding="utf-8"
+    )
     code = f"""
 import importlib, io, pkgutil, sys
 import prioreplay.priority_server as ps
@@ -117,27 +119,32 @@ print("LOADED=" + ",".join(m for m in {MODEL_STACK!r} if m in sys.modules))
 
 
 def test_a_role_command_without_its_extra_says_which_to_install():
-    code = ("import sys\n"
-            "sys.modules['torch'] = None  # as on the base install: import torch fails\n"
-            "from prioreplay.apps import cli\n"
-            "sys.exit(cli.main(['learner', '--metrics-port', '0']))\n")
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # as on the base install: import torch fails\n"
+        "from prioreplay.apps import cli\n"
+        "sys.exit(cli.main(['learner', '--metrics-port', '0']))\n"
+    )
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, env=_env(), cwd=REPO)
     assert r.returncode == 2, r.stderr
     assert "lacks 'torch'" in r.stderr and "pip install 'prioreplay[learner]'" in r.stderr
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("argv,field", [
-    (["server", "--port", "70000"], "port"),
-    (["server", "--sampler", "greedy"], "sampler"),
-    (["server", "--retest-fraction", "1.5"], "retest_fraction"),
-    (["server", "--alpha", "0"], "alpha"),
-    (["server", "--store", "mongodb://x"], "store"),
-    (["server", "--tls-cert-file", "cert.pem"], "tls_key_file"),
-    (["server", "--lease-timeout-s", "100", "--max-lease-timeout-s", "10"], "lease_timeout_s"),
-    (["load", "data.jsonl", "--chunk-size", "0"], "chunk_size"),
-    (["stats", "--buckets", "5000"], "buckets"),
-])
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["server", "--port", "70000"], "port"),
+        (["server", "--sampler", "greedy"], "sampler"),
+        (["server", "--retest-fraction", "1.5"], "retest_fraction"),
+        (["server", "--alpha", "0"], "alpha"),
+        (["server", "--store", "mongodb://x"], "store"),
+        (["server", "--tls-cert-file", "cert.pem"], "tls_key_file"),
+        (["server", "--lease-timeout-s", "100", "--max-lease-timeout-s", "10"], "lease_timeout_s"),
+        (["load", "data.jsonl", "--chunk-size", "0"], "chunk_size"),
+        (["stats", "--buckets", "5000"], "buckets"),
+    ],
+)
 def test_invalid_values_name_the_field(argv, field, capsys, monkeypatch):
     for k in list(os.environ):
         if k.startswith("PRIOREPLAY_"):
@@ -158,8 +165,14 @@ class ServerProcess:
     """``prioreplay server`` as a subprocess; its stderr is read by a thread (no pipe stalls)."""
 
     def __init__(self, *args: str):
-        self.proc = subprocess.Popen([PY, "-m", "prioreplay.apps.cli", "server", "--port", "0", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
+        self.proc = subprocess.Popen(
+            [PY, "-m", "prioreplay.apps.cli", "server", "--port", "0", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            cwd=REPO,
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -215,13 +228,21 @@ def test_server_load_stats_processes(tmp_path):
     good = tmp_path / "problems.jsonl"
     _write_jsonl(good, [{"id": f"q{i}", "prompt": f"{secret_prompt} #{i}", "answer": "3"} for i in range(5)])
     bad = tmp_path / "bad.jsonl"
-    _write_jsonl(bad, [{"id": "b1", "prompt": "1+1", "answer": "2"}, {"id": "b2", "prompt": "2+2", "answer": "4"},
-                       {"id": "b3", "prompt": "3+3", "answer": "6"}, '{"id": "b4", "prompt": ',
-                       {"id": "b5", "prompt": "5+5", "answer": "10"}])
+    _write_jsonl(
+        bad,
+        [
+            {"id": "b1", "prompt": "1+1", "answer": "2"},
+            {"id": "b2", "prompt": "2+2", "answer": "4"},
+            {"id": "b3", "prompt": "3+3", "answer": "6"},
+            '{"id": "b4", "prompt": ',
+            {"id": "b5", "prompt": "5+5", "answer": "10"},
+        ],
+    )
     snapshot = tmp_path / "state" / "snapshot.json"
     metrics_port = free_port()
-    srv = ServerProcess("--metrics-port", str(metrics_port), "--snapshot-path", str(snapshot),
-                        "--stats-interval-s", "0.2", "--grace-s", "2")
+    srv = ServerProcess(
+        "--metrics-port", str(metrics_port), "--snapshot-path", str(snapshot), "--stats-interval-s", "0.2", "--grace-s", "2"
+    )
     try:
         r = _prioreplay("load", str(good), "--server", srv.address, "--chunk-size", "2")
         assert r.returncode == 0, r.stderr
@@ -266,10 +287,22 @@ def test_stats_without_a_server_fails_clearly(capsys):
 
 # -- generated code -------------------------------------------------------------------------
 def test_committed_stubs_match_the_proto(tmp_path):
-    r = subprocess.run([PY, "-m", "grpc_tools.protoc", "-Iproto", f"--python_out={tmp_path}",
-                        f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}",
-                        "proto/prioreplay/v1/priority_service.proto"],
-                       capture_output=True, text=True, timeout=60, cwd=REPO)
+    r = subprocess.run(
+        [
+            PY,
+            "-m",
+            "grpc_tools.protoc",
+            "-Iproto",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            "proto/prioreplay/v1/priority_service.proto",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr
     names = ["priority_service_pb2.py", "priority_service_pb2.pyi", "priority_service_pb2_grpc.py"]
     for name in names:
@@ -285,8 +318,9 @@ def test_server_config_sources_and_store_config(tmp_path, monkeypatch):
         if k.startswith("PRIOREPLAY_"):
             monkeypatch.delenv(k)
     cfg_file = tmp_path / "prioreplay.toml"
-    cfg_file.write_text("[server]\nport = 6000\nsampler = 'weighted'\nalpha = 2.5\ndecay = 0.5\n"
-                        "[worker]\nbatch_size = 3\n", encoding="utf-8")
+    cfg_file.write_text(
+        "[server]\nport = 6000\nsampler = 'weighted'\nalpha = 2.5\ndecay = 0.5\n[worker]\nbatch_size = 3\n", encoding="utf-8"
+    )
     monkeypatch.setenv("PRIOREPLAY_PORT", "7000")
     monkeypatch.setenv("PRIOREPLAY_SEED", "11")
     cfg = cli.parse("server", ["--config", str(cfg_file), "--retest-fraction", "0.25", "--prior-beta", "1"])
@@ -318,7 +352,8 @@ def test_load_says_what_it_registered(memory_server, capsys):
     server = memory_server()
     assert run_load(LoadConfig(source="arithmetic:12:3", server=server.address, chunk_size=5)) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
-        "registered arithmetic:12:3: 12 problem(s) sent, created=12 updated=0 total=12")
+        "registered arithmetic:12:3: 12 problem(s) sent, created=12 updated=0 total=12"
+    )
 
 
 def test_a_taken_metrics_port_is_a_clear_error_not_a_traceback():
@@ -330,8 +365,23 @@ def test_a_taken_metrics_port_is_a_clear_error_not_a_traceback():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "server", "--port", "0", "--host", "127.0.0.1",
-                               "--metrics-port", str(port)], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "prioreplay.apps.cli",
+                "server",
+                "--port",
+                "0",
+                "--host",
+                "127.0.0.1",
+                "--metrics-port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert f"cannot serve /metrics on port {port}" in proc.stderr and "--metrics-port" in proc.stderr
@@ -340,8 +390,8 @@ def test_a_taken_metrics_port_is_a_clear_error_not_a_traceback():
 def test_stats_into_a_closed_pipe_exits_quietly():
     """`prioreplay stats | head -1` used to end in a BrokenPipeError traceback. `true` closes the
     pipe before the command starts writing, so every run meets the closed pipe."""
-    from prioreplay.priority_server.store import StoreConfig
     from prioreplay.priority_server.background_server import BackgroundServer
+    from prioreplay.priority_server.store import StoreConfig
 
     with BackgroundServer(lambda: create_store("memory", StoreConfig()), ServerConfig(metrics_port=0)) as srv:
         cmd = f"{sys.executable} -m prioreplay.apps.cli stats --server {srv.address} | true; echo ${{PIPESTATUS[0]}}"
@@ -363,8 +413,12 @@ def test_load_of_a_second_dataset_with_colliding_ids_is_refused_until_asked(memo
     for name, question in (("gsm8k", "How many apples?"), ("math", "Find x if 2x = 4.")):
         path = tmp_path / name / "train.jsonl"
         path.parent.mkdir()
-        path.write_text("".join(json.dumps({"id": f"train-{i:05d}", "prompt": f"{question} ({i})", "answer": str(i)}) + "\n"
-                                for i in range(3)), encoding="utf-8")
+        path.write_text(
+            "".join(
+                json.dumps({"id": f"train-{i:05d}", "prompt": f"{question} ({i})", "answer": str(i)}) + "\n" for i in range(3)
+            ),
+            encoding="utf-8",
+        )
         files[name] = str(path)
     base = ["--server", server.address]
     assert cli.main(["load", files["gsm8k"], *base]) == 0

@@ -44,18 +44,23 @@ def test_each_kind_of_client_is_counted_under_its_own_label(client, server, caps
     _lease_and_report(client, pb.CLIENT_SOURCE_TRL, [[1, 0], [1, 1], [0, 0]])  # mixed, all-correct, all-wrong
     _lease_and_report(client, pb.CLIENT_SOURCE_WORKER, [[0, 1, 1, 1]])
     late = _lease_and_report(client, pb.CLIENT_SOURCE_VERL, [[0.5, 0.5]])
-    again = client.report(late.lease_id, [_outcome(late.problems[0].problem.id, [1.0, 1.0])],
-                          client_source=pb.CLIENT_SOURCE_VERL)
+    again = client.report(late.lease_id, [_outcome(late.problems[0].problem.id, [1.0, 1.0])], client_source=pb.CLIENT_SOURCE_VERL)
     assert not again.accepted  # a repeated report: counted as late for verl, nothing else changes
     client.sample(2, client_source=99)  # a value this server does not know: unspecified, never refused
 
     stats = client.stats()
     by = {c.source: c for c in stats.clients}
-    assert list(by) == [pb.CLIENT_SOURCE_UNSPECIFIED, pb.CLIENT_SOURCE_WORKER, pb.CLIENT_SOURCE_TRL,
-                        pb.CLIENT_SOURCE_VERL]
+    assert list(by) == [pb.CLIENT_SOURCE_UNSPECIFIED, pb.CLIENT_SOURCE_WORKER, pb.CLIENT_SOURCE_TRL, pb.CLIENT_SOURCE_VERL]
     trl = by[pb.CLIENT_SOURCE_TRL]
-    assert (trl.leases, trl.problems_sampled, trl.groups, trl.groups_mixed, trl.completions, trl.reward_sum,
-            trl.late_reports) == (1, 3, 3, 1, 6, 3.0, 0)
+    assert (
+        trl.leases,
+        trl.problems_sampled,
+        trl.groups,
+        trl.groups_mixed,
+        trl.completions,
+        trl.reward_sum,
+        trl.late_reports,
+    ) == (1, 3, 3, 1, 6, 3.0, 0)
     w = by[pb.CLIENT_SOURCE_WORKER]
     assert (w.groups, w.groups_mixed, w.completions, w.reward_sum) == (1, 1, 4, 3.0)
     v = by[pb.CLIENT_SOURCE_VERL]
@@ -109,8 +114,10 @@ async def test_both_stores_never_queue_a_mixed_group_with_an_empty_payload(store
     await store.register([ProblemRecord(id=f"q{i}", prompt="x", answer="y") for i in range(3)])
     lease = await store.sample(3)
     ids = [p.problem.id for p in lease.problems]
-    res = await store.report(lease.lease_id, [GroupOutcome(ids[0], (0.0, 1.0)), GroupOutcome(ids[1], (1.0, 0.0), b"g"),
-                                              GroupOutcome(ids[2], (0.0, 0.0))])
+    res = await store.report(
+        lease.lease_id,
+        [GroupOutcome(ids[0], (0.0, 1.0)), GroupOutcome(ids[1], (1.0, 0.0), b"g"), GroupOutcome(ids[2], (0.0, 0.0))],
+    )
     assert (res.accepted, res.groups_queued, res.groups_filtered) == (True, 1, 1)
     s = await store.stats()
     assert (s.groups_mixed, s.groups_all_wrong, s.queue_depth) == (2, 1, 1)

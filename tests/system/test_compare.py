@@ -13,22 +13,54 @@ import sys
 
 import pytest
 
-from prioreplay.apps.compare import check_arms, run_metrics, summarize, summary_lines
 from prioreplay.apps.cli import parse
+from prioreplay.apps.compare import check_arms, run_metrics, summarize, summary_lines
 from prioreplay.apps.compare_config import default_samplers
 from prioreplay.errors import InvalidArgument
 from prioreplay.tiny_model import make_tiny_model
 
 
 def _report(sampler: str, seed: int, mixed: int, groups: int, **cfg) -> dict:
-    config = {"model": "m", "dataset": "arithmetic:64:0:easy:line", "group_size": 4, "rollouts": 400,
-              "sampler": sampler, "seed": seed, "run_dir": f"runs/{sampler}-{seed}", "lr": 1e-5, **cfg}
-    steps = [{"step": 1, "completions": groups * 2, "groups": groups // 2, "groups_mixed": mixed // 2,
-              "reward_sum": 10.0, "mean_reward_window": 0.3, "unseen": 10}]
-    return {"name": f"{sampler}-{seed}", "config": config, "steps": steps,
-            "final": {"completions_reported": groups * 4, "effective_group_fraction": mixed / groups,
-                      "groups_mixed": mixed, "problems": 64, "unseen": 0, "reward_sum": groups * 2.0, "step": 9},
-            "accuracy_change": 0.05, "accuracy_change_ci95": [-0.02, 0.12], "forgetting_events": 1, "breakthroughs": 2}
+    config = {
+        "model": "m",
+        "dataset": "arithmetic:64:0:easy:line",
+        "group_size": 4,
+        "rollouts": 400,
+        "sampler": sampler,
+        "seed": seed,
+        "run_dir": f"runs/{sampler}-{seed}",
+        "lr": 1e-5,
+        **cfg,
+    }
+    steps = [
+        {
+            "step": 1,
+            "completions": groups * 2,
+            "groups": groups // 2,
+            "groups_mixed": mixed // 2,
+            "reward_sum": 10.0,
+            "mean_reward_window": 0.3,
+            "unseen": 10,
+        }
+    ]
+    return {
+        "name": f"{sampler}-{seed}",
+        "config": config,
+        "steps": steps,
+        "final": {
+            "completions_reported": groups * 4,
+            "effective_group_fraction": mixed / groups,
+            "groups_mixed": mixed,
+            "problems": 64,
+            "unseen": 0,
+            "reward_sum": groups * 2.0,
+            "step": 9,
+        },
+        "accuracy_change": 0.05,
+        "accuracy_change_ci95": [-0.02, 0.12],
+        "forgetting_events": 1,
+        "breakthroughs": 2,
+    }
 
 
 def test_arms_that_differ_beyond_the_sampler_are_refused():
@@ -79,10 +111,36 @@ def test_default_arms_are_the_registry_default_then_heap_and_uniform():
 def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
     model = make_tiny_model(tmp_path / "tiny", seed=0)
     root = tmp_path / "cmp"
-    cmd = [sys.executable, "-m", "prioreplay.apps.cli", "compare", "--model", str(model), "--dataset", "arithmetic:24",
-           "--samplers", "heap,uniform", "--seeds", "1", "--rollouts", "48", "--eval-size", "4",
-           "--batch-groups", "1", "--batch-size", "4", "--group-size", "4", "--max-new-tokens", "8",
-           "--run-dir", str(root), "--timeout-s", "400"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prioreplay.apps.cli",
+        "compare",
+        "--model",
+        str(model),
+        "--dataset",
+        "arithmetic:24",
+        "--samplers",
+        "heap,uniform",
+        "--seeds",
+        "1",
+        "--rollouts",
+        "48",
+        "--eval-size",
+        "4",
+        "--batch-groups",
+        "1",
+        "--batch-size",
+        "4",
+        "--group-size",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--run-dir",
+        str(root),
+        "--timeout-s",
+        "400",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=880)
     assert proc.returncode == 0, f"compare failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     out = json.loads((root / "compare.json").read_text())
@@ -94,24 +152,61 @@ def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
         assert report["final"]["completions_reported"] >= 48
         assert "accuracy_change_ci95" in report and report["final"]["unseen"] <= 24
     run = out["runs"][0]
-    for key in ("effective_group_fraction", "mixed_groups_per_1000_rollouts", "useful_rollouts", "mean_reward",
-                "accuracy_change", "accuracy_change_ci95", "forgetting_events", "breakthroughs", "served_priority",
-                "curve"):
+    for key in (
+        "effective_group_fraction",
+        "mixed_groups_per_1000_rollouts",
+        "useful_rollouts",
+        "mean_reward",
+        "accuracy_change",
+        "accuracy_change_ci95",
+        "forgetting_events",
+        "breakthroughs",
+        "served_priority",
+        "curve",
+    ):
         assert key in run, key
     assert sum(run["served_priority"]["count"]) >= 12  # every served problem counted
     assert "heap" in out["effective_group_fraction_ratio"]
     assert "heap / uniform effective-group fraction" in proc.stdout
     # the finished runs compare again from their directories; a run with other settings is refused
-    again = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "compare", "--runs", str(root / "heap-seed0"),
-                            "--runs", str(root / "uniform-seed0"), "--run-dir", str(tmp_path / "again")],
-                           capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prioreplay.apps.cli",
+            "compare",
+            "--runs",
+            str(root / "heap-seed0"),
+            "--runs",
+            str(root / "uniform-seed0"),
+            "--run-dir",
+            str(tmp_path / "again"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 0, again.stderr
     changed = json.loads((root / "uniform-seed0" / "report.json").read_text())
     changed["config"]["lr"] = 1.0
     (root / "uniform-seed0" / "report.json").write_text(json.dumps(changed))
-    refused = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "compare", "--runs", str(root / "heap-seed0"),
-                              "--runs", str(root / "uniform-seed0"), "--run-dir", str(tmp_path / "refused")],
-                             capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prioreplay.apps.cli",
+            "compare",
+            "--runs",
+            str(root / "heap-seed0"),
+            "--runs",
+            str(root / "uniform-seed0"),
+            "--run-dir",
+            str(tmp_path / "refused"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode == 2 and "differ in lr" in refused.stderr
 
 

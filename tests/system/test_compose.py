@@ -87,8 +87,10 @@ def missing_prerequisite() -> str | None:
         return f"Compose v2 (`docker compose`) is missing ({(version.stderr or version.stdout).strip()[-300:]})"
     missing = [img for img in BASE_IMAGES if _run("docker", "image", "inspect", img, timeout=20).returncode != 0]
     if missing:
-        return (f"base images not present locally: {', '.join(missing)} (docker pull them, or build local "
-                "stand-ins where no registry is reachable)")
+        return (
+            f"base images not present locally: {', '.join(missing)} (docker pull them, or build local "
+            "stand-ins where no registry is reachable)"
+        )
     return None
 
 
@@ -137,13 +139,16 @@ class Stack:
         # Its own image tag: another run (or the user's stack) on the same daemon keeps its images;
         # the layers are shared through the build cache, so a warm build stays fast.
         self.image_tag = f"smoke-{run}"
-        self.ports = {name: free_port() for name in ("GRPC", "SERVER_METRICS", "LEARNER_METRICS", "PROMETHEUS",
-                                                       "GRAFANA")}
+        self.ports = {name: free_port() for name in ("GRPC", "SERVER_METRICS", "LEARNER_METRICS", "PROMETHEUS", "GRAFANA")}
         env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
         env.update({f"PRIOREPLAY_{name}_HOST_PORT": str(port) for name, port in self.ports.items()})
-        env.update(COMPOSE_PROJECT_NAME=self.project, PRIOREPLAY_DATA_DIR=str(data_dir),
-                   PRIOREPLAY_IMAGE_TAG=self.image_tag,
-                   PRIOREPLAY_LEASE_TIMEOUT_S=str(LEASE_TIMEOUT_S), **BUDGET_ENV)
+        env.update(
+            COMPOSE_PROJECT_NAME=self.project,
+            PRIOREPLAY_DATA_DIR=str(data_dir),
+            PRIOREPLAY_IMAGE_TAG=self.image_tag,
+            PRIOREPLAY_LEASE_TIMEOUT_S=str(LEASE_TIMEOUT_S),
+            **BUDGET_ENV,
+        )
         self.env = env
         self.started = time.monotonic()
         self.timings: dict[str, float] = {}
@@ -151,15 +156,13 @@ class Stack:
     def left(self) -> float:
         return BUDGET_S - (time.monotonic() - self.started)
 
-    def compose(self, *args: str, timeout: float = 120, check: bool = True,
-                bounded: bool = True) -> subprocess.CompletedProcess:
+    def compose(self, *args: str, timeout: float = 120, check: bool = True, bounded: bool = True) -> subprocess.CompletedProcess:
         """``docker compose`` with the CPU profile's files; ``bounded``: within what is left of BUDGET_S."""
         if bounded:
             timeout = max(5.0, min(timeout, self.left()))
         done = _run("docker", "compose", *COMPOSE_FILES, *args, timeout=timeout, env=self.env)
         if check and done.returncode != 0:
-            pytest.fail(f"`docker compose {' '.join(args)}` exited {done.returncode}:\n{done.stderr[-3000:]}\n"
-                        f"{self.logs()}")
+            pytest.fail(f"`docker compose {' '.join(args)}` exited {done.returncode}:\n{done.stderr[-3000:]}\n{self.logs()}")
         return done
 
     def containers(self) -> list[dict]:
@@ -173,8 +176,9 @@ class Stack:
         return rows
 
     def logs(self, *services: str, tail: int = 40) -> str:
-        done = _run("docker", "compose", *COMPOSE_FILES, "logs", "--no-color", "--tail", str(tail), *services,
-                    timeout=60, env=self.env)
+        done = _run(
+            "docker", "compose", *COMPOSE_FILES, "logs", "--no-color", "--tail", str(tail), *services, timeout=60, env=self.env
+        )
         return done.stdout[-8000:] + done.stderr[-1000:]
 
     def url(self, port_name: str, path: str) -> str:
@@ -232,10 +236,10 @@ def test_compose_stack_cpu_profile(docker_ready, tmp_path):
     finally:  # never bounded by the budget, and never hiding the failure that brought us here
         print(f"\ncompose smoke timings (s since start): {stack.timings}")
         try:
-            down = stack.compose("down", "--volumes", "--remove-orphans", "--timeout", "10", timeout=300,
-                                 check=False, bounded=False)
-            _run("docker", "image", "rm", f"prioreplay:{stack.image_tag}", f"prioreplay-server:{stack.image_tag}",
-                 timeout=120)
+            down = stack.compose(
+                "down", "--volumes", "--remove-orphans", "--timeout", "10", timeout=300, check=False, bounded=False
+            )
+            _run("docker", "image", "rm", f"prioreplay:{stack.image_tag}", f"prioreplay-server:{stack.image_tag}", timeout=120)
         except subprocess.TimeoutExpired as e:
             print(f"teardown timed out: {e}; remove the project by hand: docker compose -p {stack.project} down -v")
         else:
@@ -267,8 +271,7 @@ def _bring_up(stack: Stack) -> None:
 
     stack.wait("every service healthy, loader done", healthy, timeout=600)
     log = stack.logs("loader", tail=200)
-    assert f"registered {DEFAULT_DATASET}" in log and "total=5000" in log, (
-        f"the loader must say what it registered:\n{log}")
+    assert f"registered {DEFAULT_DATASET}" in log and "total=5000" in log, f"the loader must say what it registered:\n{log}"
 
 
 def _server_metric(stack: Stack, name: str) -> float:
@@ -298,8 +301,7 @@ def _kill_a_worker_and_restart_it(stack: Stack) -> None:
 
 
 def _check_versions_published_and_loaded(stack: Stack) -> None:
-    stack.wait("policy version 2 published", lambda: _server_metric(stack, "prioreplay_policy_version") >= 2,
-               timeout=900)
+    stack.wait("policy version 2 published", lambda: _server_metric(stack, "prioreplay_policy_version") >= 2, timeout=900)
 
     def workers_loaded():
         versions = [float(r["value"][1]) for r in stack.promql("prioreplay_worker_policy_version")]
@@ -310,12 +312,17 @@ def _check_versions_published_and_loaded(stack: Stack) -> None:
 
 def _check_killed_workers_lease_came_back(stack: Stack) -> None:
     """The killed worker's lease expires (its problems return to the heap) within the lease length."""
-    stack.wait("the killed worker's lease expired",
-               lambda: _server_metric(stack, "prioreplay_lease_expiries_total") > stack.expiries_before,
-               timeout=LEASE_TIMEOUT_S + 90)
+    stack.wait(
+        "the killed worker's lease expired",
+        lambda: _server_metric(stack, "prioreplay_lease_expiries_total") > stack.expiries_before,
+        timeout=LEASE_TIMEOUT_S + 90,
+    )
     completions = _server_metric(stack, "prioreplay_completions_reported_total")
-    stack.wait("workers keep reporting",
-               lambda: _server_metric(stack, "prioreplay_completions_reported_total") > completions, timeout=600)
+    stack.wait(
+        "workers keep reporting",
+        lambda: _server_metric(stack, "prioreplay_completions_reported_total") > completions,
+        timeout=600,
+    )
 
 
 def _check_prometheus_targets(stack: Stack) -> None:
@@ -361,6 +368,6 @@ def test_dashboard_queries_use_only_known_grafana_variables():
 
 
 def test_metric_value_parses_unlabelled_samples():
-    text = "# TYPE a gauge\na 2.0\nb{x=\"1\"} 3\nab 4\nc{} 5e+00\n"
+    text = '# TYPE a gauge\na 2.0\nb{x="1"} 3\nab 4\nc{} 5e+00\n'
     assert metric_value(text, "a") == 2.0
     assert metric_value(text, "b") is None and metric_value(text, "c") == 5.0 and metric_value(text, "d") is None

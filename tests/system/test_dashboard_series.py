@@ -27,7 +27,7 @@ def sample_names(text: str) -> set[str]:
 
 
 def queries_without_data(exprs: dict[str, list[dict]], samples: set[str]) -> list[str]:
-    """"panel: expr (names)" for each expression that names a metric with no sample and has no fallback."""
+    """ "panel: expr (names)" for each expression that names a metric with no sample and has no fallback."""
     out = []
     for title, targets in exprs.items():
         for target in targets:
@@ -41,13 +41,20 @@ def test_every_dashboard_query_has_data_on_a_fresh_stack():
     server_text, _port = _scrape_server()
     samples = sample_names(server_text) | sample_names(_worker_exposition()) | sample_names(_learner_exposition())
     empty = queries_without_data(_dashboard_exprs(), samples)
-    assert not empty, ("dashboard queries with no data on a healthy stack: create the label values at zero "
-                       "or append `or on() vector(0)`:\n" + "\n".join(empty))
+    assert not empty, (
+        "dashboard queries with no data on a healthy stack: create the label values at zero "
+        "or append `or on() vector(0)`:\n" + "\n".join(empty)
+    )
 
 
 def test_the_check_catches_a_labelled_counter_without_children():
     text = "# HELP a_total x\n# TYPE a_total counter\n# HELP b x\n# TYPE b gauge\nb 1.0\n"
-    exprs = {"p": [{"expr": "sum(rate(prioreplay_a_total[1m]))"}, {"expr": "prioreplay_b"},
-                   {"expr": "sum(rate(prioreplay_a_total[1m])) or on() vector(0)"}]}
+    exprs = {
+        "p": [
+            {"expr": "sum(rate(prioreplay_a_total[1m]))"},
+            {"expr": "prioreplay_b"},
+            {"expr": "sum(rate(prioreplay_a_total[1m])) or on() vector(0)"},
+        ]
+    }
     samples = {"prioreplay_" + n for n in sample_names(text)}
     assert queries_without_data(exprs, samples) == ["p: sum(rate(prioreplay_a_total[1m])) (prioreplay_a_total)"]

@@ -21,8 +21,15 @@ TOKENS = 12_000  # per completion: 4 completions ≈ 0.24 MB of token ids and lo
 
 
 def server_config(**kw) -> ServerConfig:
-    base = dict(store="memory", metrics_port=0, reaper_interval_s=0.2, stats_interval_s=0.2, snapshot_interval_s=0,
-                seed=7, redelivery_timeout_s=3600)
+    base = dict(
+        store="memory",
+        metrics_port=0,
+        reaper_interval_s=0.2,
+        stats_interval_s=0.2,
+        snapshot_interval_s=0,
+        seed=7,
+        redelivery_timeout_s=3600,
+    )
     base.update(kw)
     return ServerConfig(**base)
 
@@ -40,8 +47,10 @@ def _queue(client: PriorityClient, n: int, tokens: int = TOKENS, start: int = 0)
     for _ in range(n):
         lease = client.sample(1)
         comps = [pb.Completion(reward=r, token_ids=[7] * tokens, logprobs=[-0.5] * tokens) for r in (1.0, 0.0, 0.0, 1.0)]
-        resp = client.report(lease.lease_id, [pb.ProblemOutcome(problem_id=lease.problems[0].problem.id,
-                                                                prompt_token_ids=[1, 2], completions=comps)])
+        resp = client.report(
+            lease.lease_id,
+            [pb.ProblemOutcome(problem_id=lease.problems[0].problem.id, prompt_token_ids=[1, 2], completions=comps)],
+        )
         assert resp.groups_queued == 1
 
 

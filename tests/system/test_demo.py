@@ -25,9 +25,35 @@ pytestmark = pytest.mark.slow
 def _run_demo(tmp_path, *extra: str) -> dict:
     model = make_tiny_model(tmp_path / "tiny", seed=0)
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "prioreplay.apps.cli", "demo", "--model", str(model), "--dataset", "arithmetic:48",
-           "--steps", "3", "--eval-size", "4", "--batch-groups", "2", "--batch-size", "4", "--group-size", "4",
-           "--max-new-tokens", "8", "--rollouts", "0", "--run-dir", str(run_dir), "--timeout-s", "400", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prioreplay.apps.cli",
+        "demo",
+        "--model",
+        str(model),
+        "--dataset",
+        "arithmetic:48",
+        "--steps",
+        "3",
+        "--eval-size",
+        "4",
+        "--batch-groups",
+        "2",
+        "--batch-size",
+        "4",
+        "--group-size",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--rollouts",
+        "0",
+        "--run-dir",
+        str(run_dir),
+        "--timeout-s",
+        "400",
+        *extra,
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=480)
     assert proc.returncode == 0, f"demo failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert (run_dir / "report.png").stat().st_size > 10_000

@@ -52,6 +52,7 @@ _METRIC_RE = re.compile(r"\bprioreplay_[a-z0-9_]*[a-z0-9]")
 
 # -- helpers --------------------------------------------------------------------------------------
 
+
 def interpolate(value: str) -> str:
     """Compose interpolation with every variable unset: ``${VAR:-d}`` / ``${VAR-d}`` -> ``d``."""
 
@@ -124,11 +125,16 @@ def _base_metric(name: str) -> str:
 def referenced_metrics() -> set[str]:
     """Every ``prioreplay_*`` name the dashboard and the Prometheus config mention."""
     return set(_METRIC_RE.findall(DASHBOARD_FILE.read_text(encoding="utf-8"))) | set(
-        _METRIC_RE.findall(PROMETHEUS_FILE.read_text(encoding="utf-8")))
+        _METRIC_RE.findall(PROMETHEUS_FILE.read_text(encoding="utf-8"))
+    )
 
 
-_TYPE_SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
-                  "summary": ("_sum", "_count", "_created"), "gaugehistogram": ("_bucket", "_gsum", "_gcount")}
+_TYPE_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("_sum", "_count", "_created"),
+    "gaugehistogram": ("_bucket", "_gsum", "_gcount"),
+}
 
 
 def exported_names(text: str) -> set[str]:
@@ -186,13 +192,15 @@ def parse_command(service: dict, monkeypatch):
     fields = type(config).model_fields
     for key in env:
         if key.startswith("PRIOREPLAY_") and key != "PRIOREPLAY_CONFIG":
-            assert key[len("PRIOREPLAY_"):].lower() in fields, (
+            assert key[len("PRIOREPLAY_") :].lower() in fields, (
                 f"{key} is set on the service but 'prioreplay {name}' has no field "
-                f"{key[len('PRIOREPLAY_'):].lower()!r}: it would be ignored")
+                f"{key[len('PRIOREPLAY_') :].lower()!r}: it would be ignored"
+            )
     return config
 
 
 # -- compose: services and their shape --------------------------------------------------------------
+
 
 def test_compose_has_every_service(compose):
     assert SERVICES <= set(compose["services"]), f"missing: {SERVICES - set(compose['services'])}"
@@ -267,8 +275,9 @@ def test_gpu_reservation(compose, name, monkeypatch):
     """Each GPU service sees every GPU and claims its own in the shared claims volume (an 8-GPU node)."""
     svc = compose["services"][name]
     devices = svc["deploy"]["resources"]["reservations"]["devices"]
-    assert any(d.get("driver") == "nvidia" and d.get("count") == "all" and "gpu" in d.get("capabilities", [])
-               for d in devices), f"{name} must see every GPU (count: all) and claim its own at start"
+    assert any(d.get("driver") == "nvidia" and d.get("count") == "all" and "gpu" in d.get("capabilities", []) for d in devices), (
+        f"{name} must see every GPU (count: all) and claim its own at start"
+    )
     config = parse_command(svc, monkeypatch)
     assert config.gpu_claims_dir is not None, f"{name}: claiming is on by default (PRIOREPLAY_GPU_CLAIMS_DIR)"
     claim_src = [src for src, dst in _mounts(svc) if dst == str(config.gpu_claims_dir)]
@@ -332,6 +341,7 @@ def test_bind_mount_sources_exist(compose):
 
 # -- ports agree everywhere ------------------------------------------------------------------------------
 
+
 def test_config_defaults_match_the_documented_ports():
     from prioreplay.priority_server.config import ServerConfig
 
@@ -361,8 +371,9 @@ def test_prometheus_scrapes_every_service(prometheus, compose):
     assert f"learner:{METRICS_PORTS['learner']}" in static
     dns = [sd for job in jobs.values() for sd in job.get("dns_sd_configs", [])]
     for name in ("priority-server", "rollout-worker"):  # scalable: every replica, found by DNS
-        assert any(sd["names"] == [name] and sd.get("type", "SRV") == "A"
-                   and sd["port"] == METRICS_PORTS[name] for sd in dns), f"{name} must be found by DNS (type A)"
+        assert any(sd["names"] == [name] and sd.get("type", "SRV") == "A" and sd["port"] == METRICS_PORTS[name] for sd in dns), (
+            f"{name} must be found by DNS (type A)"
+        )
     for target in static:
         host = target.split(":")[0]
         assert host == "localhost" or host in compose["services"], f"scrape target {target} is not a service"
@@ -373,6 +384,7 @@ def test_prometheus_scrapes_every_service(prometheus, compose):
 
 
 # -- Grafana ----------------------------------------------------------------------------------------------
+
 
 def test_grafana_provisioning(compose):
     grafana = compose["services"]["grafana"]
@@ -406,16 +418,29 @@ def test_dashboard_has_the_required_panels():
     panels = _dashboard_exprs()
     dashboard = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
     heatmaps = [p for p in dashboard["panels"] if p["type"] == "heatmap"]
-    assert any(t["format"] == "heatmap" and t["legendFormat"] == "{{le}}" and "prioreplay_priority_bucket" in t["expr"]
-               for p in heatmaps for t in p["targets"]), "priority heat map from prioreplay_priority_bucket"
+    assert any(
+        t["format"] == "heatmap" and t["legendFormat"] == "{{le}}" and "prioreplay_priority_bucket" in t["expr"]
+        for p in heatmaps
+        for t in p["targets"]
+    ), "priority heat map from prioreplay_priority_bucket"
     exprs = " ".join(t["expr"] for targets in panels.values() for t in targets)
-    for needle in ("prioreplay_pool_size", "prioreplay_effective_group_fraction",
-                   "rate(prioreplay_forgetting_events_total", "rate(prioreplay_breakthroughs_total",
-                   "rate(prioreplay_worker_completions_total", "rate(prioreplay_worker_tokens_generated_total",
-                   "prioreplay_learner_tokens_per_second", "prioreplay_learner_staleness_bucket",
-                   "prioreplay_lease_expiries_total", "prioreplay_rpc_latency_seconds_bucket",
-                   "prioreplay_learner_loss", "prioreplay_learner_kl", "prioreplay_learner_clip_fraction",
-                   "prioreplay_worker_weight_reload_seconds", "prioreplay_trajectory_queue_depth"):
+    for needle in (
+        "prioreplay_pool_size",
+        "prioreplay_effective_group_fraction",
+        "rate(prioreplay_forgetting_events_total",
+        "rate(prioreplay_breakthroughs_total",
+        "rate(prioreplay_worker_completions_total",
+        "rate(prioreplay_worker_tokens_generated_total",
+        "prioreplay_learner_tokens_per_second",
+        "prioreplay_learner_staleness_bucket",
+        "prioreplay_lease_expiries_total",
+        "prioreplay_rpc_latency_seconds_bucket",
+        "prioreplay_learner_loss",
+        "prioreplay_learner_kl",
+        "prioreplay_learner_clip_fraction",
+        "prioreplay_worker_weight_reload_seconds",
+        "prioreplay_trajectory_queue_depth",
+    ):
         assert needle in exprs, f"no panel uses {needle}"
     assert "histogram_quantile" in exprs and "by (le, method)" in exprs
     ids = [p["id"] for p in dashboard["panels"]]
@@ -429,6 +454,7 @@ def test_dashboard_metrics_are_documented():
 
 
 # -- images --------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])
 def test_dockerfiles(dockerfile):
@@ -476,23 +502,30 @@ class _ComposeLoader(yaml.SafeLoader):
 
 
 for _tag in ("!reset", "!override"):
-    _ComposeLoader.add_constructor(_tag, lambda loader, node: (
-        loader.construct_mapping(node) if isinstance(node, yaml.MappingNode)
-        else loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode) else loader.construct_scalar(node)))
+    _ComposeLoader.add_constructor(
+        _tag,
+        lambda loader, node: (
+            loader.construct_mapping(node)
+            if isinstance(node, yaml.MappingNode)
+            else loader.construct_sequence(node)
+            if isinstance(node, yaml.SequenceNode)
+            else loader.construct_scalar(node)
+        ),
+    )
 
 
 def test_cpu_profile_override(monkeypatch):
     """deploy/compose.cpu.yml: CPU workers and learner from the `cpu` target, no GPU reserved."""
-    override = _interpolate_tree(yaml.load((REPO / "deploy" / "compose.cpu.yml").read_text(encoding="utf-8"),
-                                           Loader=_ComposeLoader))
+    override = _interpolate_tree(
+        yaml.load((REPO / "deploy" / "compose.cpu.yml").read_text(encoding="utf-8"), Loader=_ComposeLoader)
+    )
     base = _interpolate_tree(yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8")))
     for name in GPU_SERVICES:
         svc = override["services"][name]
         assert svc["build"]["dockerfile"] == "deploy/Dockerfile" and svc["build"]["target"] == "cpu"
         assert svc["image"].startswith("prioreplay:")
         assert "deploy" in svc, f"{name}: the override must reset the GPU reservation (deploy: !reset)"
-        merged = {**base["services"][name], **svc, "environment": {**_env_dict(base["services"][name]),
-                                                                   **_env_dict(svc)}}
+        merged = {**base["services"][name], **svc, "environment": {**_env_dict(base["services"][name]), **_env_dict(svc)}}
         config = parse_command(merged, monkeypatch)
         assert config.device == "cpu"
         if name == "rollout-worker":
@@ -522,14 +555,35 @@ def test_deploy_doc_names_every_variable(compose):
 
 # -- every referenced metric is exported ---------------------------------------------------------------
 
+
 def _scrape_server(timeout_s: float = 60.0) -> tuple[str, int]:
     """Start ``prioreplay server --store memory`` on free ports, scrape /metrics once stats are in."""
     port, mport = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", "memory", "--host", "127.0.0.1",
-         "--port", str(port), "--metrics-port", str(mport), "--stats-interval-s", "0.2", "--log-level", "WARNING"],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "prioreplay.apps.cli",
+            "server",
+            "--store",
+            "memory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(mport),
+            "--stats-interval-s",
+            "0.2",
+            "--log-level",
+            "WARNING",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline, text = time.monotonic() + timeout_s, ""
         while time.monotonic() < deadline:
@@ -604,21 +658,26 @@ def test_failure_counters_have_a_zero_fallback_in_the_dashboard():
     if not _module_available("prioreplay.priority_server.main"):
         pytest.skip("prioreplay.priority_server.main does not exist yet")
     server_text, _port = _scrape_server()
-    samples = {s.name for fam in __import__("prometheus_client.parser", fromlist=["x"]).text_string_to_metric_families(
-        server_text) for s in fam.samples}
+    samples = {
+        s.name
+        for fam in __import__("prometheus_client.parser", fromlist=["x"]).text_string_to_metric_families(server_text)
+        for s in fam.samples
+    }
     for name in FAILURE_ONLY_METRICS:
         assert name not in samples, f"{name} has samples before any failure: drop it from FAILURE_ONLY_METRICS"
         exprs = [t["expr"] for targets in _dashboard_exprs().values() for t in targets if name in t["expr"]]
         assert exprs, f"no panel uses {name}"
         for expr in exprs:
             assert re.search(r"\bor on\(\)\s*(label_replace\()?vector\(0\)", expr), (
-                f"{expr!r} returns no data until the first failure: append `or on() vector(0)`")
+                f"{expr!r} returns no data until the first failure: append `or on() vector(0)`"
+            )
 
 
 def test_exported_name_matching():
     exported = exported_names(
-        "# TYPE a_seconds histogram\na_seconds_bucket{le=\"1.0\"} 1\na_seconds_bucket{le=\"+Inf\"} 1\n"
-        "a_seconds_sum 0.5\na_seconds_count 1\n# TYPE b counter\nb_total 3\n# TYPE c gauge\nc 1\n")
+        '# TYPE a_seconds histogram\na_seconds_bucket{le="1.0"} 1\na_seconds_bucket{le="+Inf"} 1\n'
+        "a_seconds_sum 0.5\na_seconds_count 1\n# TYPE b counter\nb_total 3\n# TYPE c gauge\nc 1\n"
+    )
     for name in ("a_seconds_bucket", "a_seconds_sum", "a_seconds_count", "a_seconds", "b_total", "c"):
         assert is_exported(name, exported), name
     for name in ("c_total", "d", "b_bucket_x"):

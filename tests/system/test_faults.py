@@ -27,11 +27,11 @@ import pytest
 
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.store import StoreConfig
 from prioreplay.priority_server.open_store import create_store
-from prioreplay.priority_server.background_server import BackgroundServer
+from prioreplay.priority_server.store import StoreConfig
 from prioreplay.rules import Pool
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -91,8 +91,13 @@ class Worker:
     """A synthetic worker subprocess; :meth:`line` reads its next JSON line."""
 
     def __init__(self, address: str, mode: str, batch: int, lease_s: float, n: int = 1, seed: int = 0):
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, address, mode, str(batch), str(lease_s), str(n),
-                                      str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, address, mode, str(batch), str(lease_s), str(n), str(seed)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
 
     def line(self, timeout_s: float = 60.0) -> dict:
         box: list[str] = []
@@ -130,8 +135,11 @@ def problems(n: int, prefix: str = "p") -> list[pb.Problem]:
 def synthetic_outcomes(lease, rng: random.Random, mixed: bool = False) -> list[pb.ProblemOutcome]:
     out = []
     for lp in lease.problems:
-        rewards = [1.0, 0.0] + [float(rng.random() < 0.5) for _ in range(G - 2)] if mixed else \
-            [float(rng.random() < 0.5) for _ in range(G)]
+        rewards = (
+            [1.0, 0.0] + [float(rng.random() < 0.5) for _ in range(G - 2)]
+            if mixed
+            else [float(rng.random() < 0.5) for _ in range(G)]
+        )
         comps = [pb.Completion(reward=r, token_ids=[5, 6, 7], logprobs=[-0.5, -0.7, -0.9]) for r in rewards]
         out.append(pb.ProblemOutcome(problem_id=lp.problem.id, completions=comps, prompt_token_ids=[8, 9]))
     return out
@@ -152,8 +160,9 @@ def check_conservation(dump: dict, completions: int | None = None, groups: int |
     assert len(leased) == len(set(leased))  # a problem is in at most one lease
     in_leased_pool = sorted(pid for pid, v in dump["problems"].items() if v[0] == int(Pool.LEASED))
     assert in_leased_pool == sorted(leased)  # ... and leased exactly when it is in a lease
-    assert all(v[0] in (int(Pool.HEAP), int(Pool.SOLVED), int(Pool.UNSOLVED), int(Pool.LEASED))
-               for v in dump["problems"].values())
+    assert all(
+        v[0] in (int(Pool.HEAP), int(Pool.SOLVED), int(Pool.UNSOLVED), int(Pool.LEASED)) for v in dump["problems"].values()
+    )
 
 
 def redis_dump(url: str, namespace: str) -> dict:
@@ -178,8 +187,10 @@ def _background(kind: str, redis_url: str, namespace: str, **kw) -> BackgroundSe
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_worker_killed_holding_a_lease(kind, redis_url, namespace):
-    with _background(kind, redis_url, namespace) as srv, \
-            PriorityClient(ClientSettings(server=srv.address), max_retries=2) as client:
+    with (
+        _background(kind, redis_url, namespace) as srv,
+        PriorityClient(ClientSettings(server=srv.address), max_retries=2) as client,
+    ):
         client.register(problems(12))
         rng = random.Random(1)
         first = client.sample(12)  # give every problem some statistics first
@@ -215,8 +226,10 @@ def test_worker_killed_holding_a_lease(kind, redis_url, namespace):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_late_report_is_refused_and_the_new_holder_counts(kind, redis_url, namespace):
-    with _background(kind, redis_url, namespace) as srv, \
-            PriorityClient(ClientSettings(server=srv.address), max_retries=2) as client:
+    with (
+        _background(kind, redis_url, namespace) as srv,
+        PriorityClient(ClientSettings(server=srv.address), max_retries=2) as client,
+    ):
         client.register(problems(3))
         slow = Worker(srv.address, "late", batch=3, lease_s=0.5, seed=4)
         try:
@@ -251,8 +264,7 @@ class ReportLoop(threading.Thread):
 
     def __init__(self, address: str, batch: int = 4, lease_s: float = 3.0, seed: int = 0, lossy: bool = False):
         super().__init__(daemon=True)
-        self.client = PriorityClient(ClientSettings(server=address, rpc_timeout_s=5), max_retries=40,
-                                     backoff_s=0.05)
+        self.client = PriorityClient(ClientSettings(server=address, rpc_timeout_s=5), max_retries=40, backoff_s=0.05)
         self.batch, self.lease_s, self.rng = batch, lease_s, random.Random(seed)
         # the memory store forgets leases made after its last snapshot: "unknown lease" is then expected
         self.refusals = ("expired", "unknown lease") if lossy else ("expired",)
@@ -320,8 +332,16 @@ def test_server_killed_with_redis_loses_nothing(redis_url, namespace):
 def _stats_tuple(address: str) -> tuple:
     with PriorityClient(ClientSettings(server=address), max_retries=10, backoff_s=0.05) as c:
         s = c.stats()
-    return (s.problems, s.step, s.completions_reported, s.groups_mixed, s.groups_all_correct, s.groups_all_wrong,
-            s.queue_depth, s.reward_sum)
+    return (
+        s.problems,
+        s.step,
+        s.completions_reported,
+        s.groups_mixed,
+        s.groups_all_correct,
+        s.groups_all_wrong,
+        s.queue_depth,
+        s.reward_sum,
+    )
 
 
 def _load_snapshot(path: Path) -> dict:
@@ -335,8 +355,9 @@ def _load_snapshot(path: Path) -> dict:
 @pytest.mark.timeout(180)
 def test_server_killed_with_memory_loses_only_what_followed_the_last_snapshot(tmp_path):
     snap = tmp_path / "state.json"
-    srv = ServerProcess("--decay", "1", "--snapshot-path", str(snap), "--snapshot-interval-s", "3600",
-                        "--reaper-interval-s", "0.2")
+    srv = ServerProcess(
+        "--decay", "1", "--snapshot-path", str(snap), "--snapshot-interval-s", "3600", "--reaper-interval-s", "0.2"
+    )
     try:
         srv.start()
         with PriorityClient(ClientSettings(server=srv.address), max_retries=5) as c:
@@ -364,8 +385,7 @@ def test_server_killed_with_memory_loses_only_what_followed_the_last_snapshot(tm
         check_conservation(_load_snapshot(snap), completions=loop.completions, groups=loop.groups)
 
         # frequent snapshots and repeated SIGKILLs under load: every restart loads a whole snapshot
-        srv.args = ["--decay", "1", "--snapshot-path", str(snap), "--snapshot-interval-s", "0.05",
-                    "--reaper-interval-s", "0.2"]
+        srv.args = ["--decay", "1", "--snapshot-path", str(snap), "--snapshot-interval-s", "0.05", "--reaper-interval-s", "0.2"]
         srv.start()
         loop3 = ReportLoop(srv.address, seed=10, lossy=True)
         loop3.start()
@@ -410,8 +430,7 @@ def test_a_crash_while_writing_the_snapshot_leaves_the_previous_one_loadable(tmp
     rng = random.Random(14)
     caught_mid_write = 0
     for _ in range(4):  # SIGKILL at seeded random moments of a loop that rewrites a ~10 MB snapshot
-        proc = subprocess.Popen([sys.executable, "-c", SNAPSHOTTER, str(snap)], stdout=subprocess.PIPE, text=True,
-                                cwd=REPO)
+        proc = subprocess.Popen([sys.executable, "-c", SNAPSHOTTER, str(snap)], stdout=subprocess.PIPE, text=True, cwd=REPO)
         try:
             assert proc.stdout.readline().strip() == "first"
             time.sleep(rng.uniform(0.05, 0.6))
@@ -435,8 +454,9 @@ def test_redis_restart_keeps_everything_and_the_server_reconnects(tmp_path, name
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     redis_proc = start_redis_server(port, str(tmp_path), appendonly=True)
-    srv = ServerProcess("--decay", "1", "--store", url, "--namespace", namespace, "--reaper-interval-s", "0.2",
-                        "--stats-interval-s", "0.2")
+    srv = ServerProcess(
+        "--decay", "1", "--store", url, "--namespace", namespace, "--reaper-interval-s", "0.2", "--stats-interval-s", "0.2"
+    )
     try:
         srv.start()
         rng = random.Random(12)
@@ -454,8 +474,10 @@ def test_redis_restart_keeps_everything_and_the_server_reconnects(tmp_path, name
             redis_proc.wait(10)
             with grpc.insecure_channel(srv.address) as ch:  # while Redis is down: UNAVAILABLE, no crash
                 stub = pb_grpc.PriorityServiceStub(ch)
-                for call in (lambda: stub.GetStats(pb.GetStatsRequest(), timeout=10),
-                             lambda: stub.SampleProblems(pb.SampleProblemsRequest(batch_size=1), timeout=10)):
+                for call in (
+                    lambda: stub.GetStats(pb.GetStatsRequest(), timeout=10),
+                    lambda: stub.SampleProblems(pb.SampleProblemsRequest(batch_size=1), timeout=10),
+                ):
                     with pytest.raises(grpc.RpcError) as e:
                         call()
                     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -463,8 +485,7 @@ def test_redis_restart_keeps_everything_and_the_server_reconnects(tmp_path, name
 
             # a retrying client waits it out with backoff
             box: dict = {}
-            retrying = PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=5), max_retries=30,
-                                      backoff_s=0.1)
+            retrying = PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=5), max_retries=30, backoff_s=0.1)
             t = threading.Thread(target=lambda: box.setdefault("stats", retrying.stats()), daemon=True)
             t.start()
             time.sleep(1.0)
@@ -507,20 +528,55 @@ def _feed(client: PriorityClient, start: int, n: int, rng: random.Random) -> Non
     assert len(lease.problems) == n
     outs = []
     for lp in lease.problems:
-        comps = [pb.Completion(reward=r, token_ids=[rng.randrange(5, 60) for _ in range(6)],
-                               logprobs=[-rng.uniform(1.0, 4.0) for _ in range(6)]) for r in (1.0, 0.0, 1.0, 0.0)]
+        comps = [
+            pb.Completion(
+                reward=r, token_ids=[rng.randrange(5, 60) for _ in range(6)], logprobs=[-rng.uniform(1.0, 4.0) for _ in range(6)]
+            )
+            for r in (1.0, 0.0, 1.0, 0.0)
+        ]
         outs.append(pb.ProblemOutcome(problem_id=lp.problem.id, prompt_token_ids=[4, 10, 11, 12, 3], completions=comps))
     assert client.report(lease.lease_id, outs).groups_queued == n
 
 
 def _learner(address: str, tiny_dir: Path, tmp_path: Path, max_steps: int, *extra: str) -> subprocess.Popen:
-    args = ["--server", address, "--model", str(tiny_dir), "--device", "cpu", "--batch-groups", "2",
-            "--micro-batch-size", "8", "--batch-timeout-s", "120", "--pull-wait-s", "0.5", "--consumer", "L",
-            "--checkpoint-dir", str(tmp_path / "ckpt"), "--max-steps", str(max_steps), "--metrics-port", "0",
-            "--log-file", str(tmp_path / "learner.jsonl"), "--lr", "1e-3", *extra]
+    args = [
+        "--server",
+        address,
+        "--model",
+        str(tiny_dir),
+        "--device",
+        "cpu",
+        "--batch-groups",
+        "2",
+        "--micro-batch-size",
+        "8",
+        "--batch-timeout-s",
+        "120",
+        "--pull-wait-s",
+        "0.5",
+        "--consumer",
+        "L",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--max-steps",
+        str(max_steps),
+        "--metrics-port",
+        "0",
+        "--log-file",
+        str(tmp_path / "learner.jsonl"),
+        "--lr",
+        "1e-3",
+        *extra,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "learner", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "prioreplay.apps.cli", "learner", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
 
 
 class VersionWatcher(threading.Thread):

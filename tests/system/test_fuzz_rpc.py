@@ -29,10 +29,20 @@ from tests.conftest import drop_namespace, start_background_server
 # hypothesis drives hundreds of messages through every RPC: make test-fast leaves it out
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-DOCUMENTED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-              grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
-SETTINGS = settings(max_examples=40, derandomize=True, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+DOCUMENTED = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+SETTINGS = settings(
+    max_examples=40,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 N_PROBLEMS = 24
 SERVICE = "/prioreplay.v1.PriorityService/"
 
@@ -42,15 +52,31 @@ def srv(request, redis_url):
     import uuid
 
     # decay 1: check_invariants counts every completion in the statistics (the default decays them)
-    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, max_message_mb=1, max_batch_size=16,
-                       max_lease_timeout_s=3600, reaper_interval_s=0.2, stats_interval_s=0.5, decay=1.0)
+    cfg = ServerConfig(
+        metrics_port=0,
+        snapshot_interval_s=0,
+        max_message_mb=1,
+        max_batch_size=16,
+        max_lease_timeout_s=3600,
+        reaper_interval_s=0.2,
+        stats_interval_s=0.5,
+        decay=1.0,
+    )
     ns = f"fuzz-{uuid.uuid4().hex[:10]}"
     s = start_background_server(request.param, redis_url, ns, cfg)
     try:
         with grpc.insecure_channel(s.address) as ch:
             stub = pb_grpc.PriorityServiceStub(ch)
-            stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=[
-                pb.Problem(id=f"p{i}", prompt=f"q{i}", answer=str(i)) for i in range(N_PROBLEMS)])]), timeout=10)
+            stub.RegisterProblems(
+                iter(
+                    [
+                        pb.RegisterProblemsRequest(
+                            problems=[pb.Problem(id=f"p{i}", prompt=f"q{i}", answer=str(i)) for i in range(N_PROBLEMS)]
+                        )
+                    ]
+                ),
+                timeout=10,
+            )
         s.known_leases = ["", "f" * 32]
         yield s
     finally:
@@ -69,8 +95,7 @@ def check_invariants(srv) -> None:
     d = srv.call(srv.store.dump())
     c = d["counters"]
     assert set(d["problems"]) >= {f"p{i}" for i in range(N_PROBLEMS)}
-    assert all(v[0] in (int(Pool.HEAP), int(Pool.SOLVED), int(Pool.UNSOLVED), int(Pool.LEASED))
-               for v in d["problems"].values())
+    assert all(v[0] in (int(Pool.HEAP), int(Pool.SOLVED), int(Pool.UNSOLVED), int(Pool.LEASED)) for v in d["problems"].values())
     leased = [pid for lease in d["leases"] for pid in lease]
     assert len(leased) == len(set(leased))
     assert sorted(leased) == sorted(pid for pid, v in d["problems"].items() if v[0] == int(Pool.LEASED))
@@ -97,11 +122,19 @@ i64 = st.one_of(st.integers(-3, 10), st.integers(-(2**63), 2**63 - 1))
 def completions(draw):
     n_tokens = draw(st.integers(0, 6))
     n_lp = draw(st.sampled_from([n_tokens, n_tokens, max(0, n_tokens - 1), n_tokens + 1]))
-    return pb.Completion(reward=draw(rewards), token_ids=draw(st.lists(u32, min_size=n_tokens, max_size=n_tokens)),
-                         logprobs=draw(st.lists(st.one_of(st.floats(-20, 0, width=32), floats.map(
-                             lambda x: x if not math.isfinite(x) or abs(x) < 3e38 else 0.0)),
-                             min_size=n_lp, max_size=n_lp)),
-                         text=draw(st.text(max_size=8)), truncated=draw(st.booleans()))
+    return pb.Completion(
+        reward=draw(rewards),
+        token_ids=draw(st.lists(u32, min_size=n_tokens, max_size=n_tokens)),
+        logprobs=draw(
+            st.lists(
+                st.one_of(st.floats(-20, 0, width=32), floats.map(lambda x: x if not math.isfinite(x) or abs(x) < 3e38 else 0.0)),
+                min_size=n_lp,
+                max_size=n_lp,
+            )
+        ),
+        text=draw(st.text(max_size=8)),
+        truncated=draw(st.booleans()),
+    )
 
 
 @st.composite
@@ -109,33 +142,64 @@ def report_request(draw):
     # an int picks one of the latest real leases when the call is made (the strategy itself must
     # not read mutable state); a string is sent as it is
     pick = draw(st.one_of(st.integers(0, 5), st.text(max_size=40)))
-    outs = draw(st.lists(st.builds(pb.ProblemOutcome, problem_id=problem_ids, policy_version=i64,
-                                   prompt_token_ids=st.lists(u32, max_size=4),
-                                   completions=st.lists(completions(), max_size=5)), max_size=4))
+    outs = draw(
+        st.lists(
+            st.builds(
+                pb.ProblemOutcome,
+                problem_id=problem_ids,
+                policy_version=i64,
+                prompt_token_ids=st.lists(u32, max_size=4),
+                completions=st.lists(completions(), max_size=5),
+            ),
+            max_size=4,
+        )
+    )
     return pick, pb.ReportOutcomesRequest(outcomes=outs, worker_id=draw(st.text(max_size=140)))
 
 
 def requests():
     return st.one_of(
-        st.builds(lambda b, t, w: ("SampleProblems", pb.SampleProblemsRequest(batch_size=b, lease_timeout_s=t,
-                                                                               worker_id=w)),
-                  u32, st.one_of(st.sampled_from([0.0, 0.3, 600.0]), floats), st.text(max_size=140)),
+        st.builds(
+            lambda b, t, w: ("SampleProblems", pb.SampleProblemsRequest(batch_size=b, lease_timeout_s=t, worker_id=w)),
+            u32,
+            st.one_of(st.sampled_from([0.0, 0.3, 600.0]), floats),
+            st.text(max_size=140),
+        ),
         report_request().map(lambda r: ("ReportOutcomes", r)),
-        st.builds(lambda m, w, c, o: ("PullTrajectories", pb.PullTrajectoriesRequest(
-            max_groups=m, wait_s=w, consumer=c, include_own_pending=o)),
-                  u32, st.one_of(st.sampled_from([0.0, 0.01]), floats.filter(lambda x: not 0.01 < x <= 60)),
-                  st.text(max_size=140), st.booleans()),
-        st.builds(lambda ids: ("AckTrajectories", pb.AckTrajectoriesRequest(group_ids=ids)),
-                  st.lists(st.one_of(st.text(max_size=30), st.from_regex(r"\A[0-9]{1,14}-[0-9]{1,3}\Z")),
-                           max_size=6)),
-        st.builds(lambda v, u: ("PublishPolicy", pb.PublishPolicyRequest(version=v, weights_uri=u)),
-                  i64, st.one_of(st.sampled_from(["ckpt/a", "ckpt/b"]), st.text(max_size=50))),
+        st.builds(
+            lambda m, w, c, o: (
+                "PullTrajectories",
+                pb.PullTrajectoriesRequest(max_groups=m, wait_s=w, consumer=c, include_own_pending=o),
+            ),
+            u32,
+            st.one_of(st.sampled_from([0.0, 0.01]), floats.filter(lambda x: not 0.01 < x <= 60)),
+            st.text(max_size=140),
+            st.booleans(),
+        ),
+        st.builds(
+            lambda ids: ("AckTrajectories", pb.AckTrajectoriesRequest(group_ids=ids)),
+            st.lists(st.one_of(st.text(max_size=30), st.from_regex(r"\A[0-9]{1,14}-[0-9]{1,3}\Z")), max_size=6),
+        ),
+        st.builds(
+            lambda v, u: ("PublishPolicy", pb.PublishPolicyRequest(version=v, weights_uri=u)),
+            i64,
+            st.one_of(st.sampled_from(["ckpt/a", "ckpt/b"]), st.text(max_size=50)),
+        ),
         st.builds(lambda b: ("GetStats", pb.GetStatsRequest(histogram_buckets=b)), u32),
-        st.builds(lambda ps: ("RegisterProblems", [pb.RegisterProblemsRequest(problems=ps)]),
-                  st.lists(st.builds(pb.Problem, id=problem_ids, prompt=texts, answer=texts,
-                                     verifier=st.sampled_from(["", "exact", "math", "gsm8k", "python"]),
-                                     metadata=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2)),
-                           max_size=4)),
+        st.builds(
+            lambda ps: ("RegisterProblems", [pb.RegisterProblemsRequest(problems=ps)]),
+            st.lists(
+                st.builds(
+                    pb.Problem,
+                    id=problem_ids,
+                    prompt=texts,
+                    answer=texts,
+                    verifier=st.sampled_from(["", "exact", "math", "gsm8k", "python"]),
+                    metadata=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2),
+                ),
+                max_size=4,
+            ),
+        ),
     )
 
 
@@ -169,11 +233,18 @@ def test_arbitrary_messages_get_documented_codes_and_keep_the_invariants(srv, st
                 # expires at once, and its report is rightly refused as late)
                 lasting = request.lease_timeout_s == 0 or request.lease_timeout_s >= 60
                 if len(srv.known_leases) % 2 and lasting:
-                    outs = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=[
-                        pb.Completion(reward=float(k % 2), token_ids=[1], logprobs=[-1.0]) for k in range(i % 3 + 1)])
-                        for i, lp in enumerate(resp.problems)]
-                    assert stub.ReportOutcomes(pb.ReportOutcomesRequest(lease_id=resp.lease_id, outcomes=outs),
-                                               timeout=20).accepted
+                    outs = [
+                        pb.ProblemOutcome(
+                            problem_id=lp.problem.id,
+                            completions=[
+                                pb.Completion(reward=float(k % 2), token_ids=[1], logprobs=[-1.0]) for k in range(i % 3 + 1)
+                            ],
+                        )
+                        for i, lp in enumerate(resp.problems)
+                    ]
+                    assert stub.ReportOutcomes(
+                        pb.ReportOutcomesRequest(lease_id=resp.lease_id, outcomes=outs), timeout=20
+                    ).accepted
         check_invariants(srv)
 
     run()
@@ -191,10 +262,14 @@ def test_raw_bytes_to_every_method_are_answered(srv):
         register = ch.stream_unary(SERVICE + "RegisterProblems")
 
         @SETTINGS
-        @given(method=st.sampled_from(UNARY + ["RegisterProblems"]),
-               chunks=st.lists(st.one_of(st.binary(max_size=64), st.sampled_from([b"\xff\xff\xff", b"\x0a\x05ab",
-                                                                                   b"\x08\x01", b""])),
-                               min_size=1, max_size=3))
+        @given(
+            method=st.sampled_from(UNARY + ["RegisterProblems"]),
+            chunks=st.lists(
+                st.one_of(st.binary(max_size=64), st.sampled_from([b"\xff\xff\xff", b"\x0a\x05ab", b"\x08\x01", b""])),
+                min_size=1,
+                max_size=3,
+            ),
+        )
         def run(method, chunks):
             try:
                 if method == "RegisterProblems":

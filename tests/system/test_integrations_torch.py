@@ -25,8 +25,7 @@ ROWS = [{"prompt": f"{i} + {i} =", "answer": str(2 * i)} for i in range(11)]
 def server_config() -> ServerConfig:
     """The ``server`` fixture's configuration (tests/conftest.py): no retests, so every batch is the
     heap's top, exactly; decay 1 (cumulative counts), so the reward sums are counted exactly."""
-    return ServerConfig(store="memory", metrics_port=0, snapshot_interval_s=0, retest_fraction=0.0, decay=1.0,
-                        seed=5)
+    return ServerConfig(store="memory", metrics_port=0, snapshot_interval_s=0, retest_fraction=0.0, decay=1.0, seed=5)
 
 
 @pytest.fixture
@@ -52,8 +51,13 @@ def _seed_priorities(client, ids: list[str]) -> None:
     lease = client.sample(len(ids))
     assert len(lease.problems) == len(ids)
     row = {pid: j for j, pid in enumerate(ids)}
-    outcomes = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=[
-        pb.Completion(reward=1.0 if k < row[lp.problem.id] else 0.0) for k in range(22)]) for lp in lease.problems]
+    outcomes = [
+        pb.ProblemOutcome(
+            problem_id=lp.problem.id,
+            completions=[pb.Completion(reward=1.0 if k < row[lp.problem.id] else 0.0) for k in range(22)],
+        )
+        for lp in lease.problems
+    ]
     assert client.report(lease.lease_id, outcomes).accepted
 
 
@@ -109,11 +113,13 @@ def test_bad_rewards_change_nothing(server, client):
     it = iter(s)
     a, b = next(it), next(it)
     never_served = next(i for i in range(len(ROWS)) if i not in (a, b))
-    for ids, rewards, match in (([b, a], [1.0, math.nan], "reward nan for problem"),
-                                ([b, a], [1.0, 1.5], "must be a finite number in \\[0, 1\\]"),
-                                ([b, a, a, a], [1, 1, 1, 1], "would get 3 rewards"),
-                                ([b, a], [1], "2 ids for 1 rewards"),
-                                ([b, never_served], [1.0, 1.0], "is not in a lease")):
+    for ids, rewards, match in (
+        ([b, a], [1.0, math.nan], "reward nan for problem"),
+        ([b, a], [1.0, 1.5], "must be a finite number in \\[0, 1\\]"),
+        ([b, a, a, a], [1, 1, 1, 1], "would get 3 rewards"),
+        ([b, a], [1], "2 ids for 1 rewards"),
+        ([b, never_served], [1.0, 1.0], "is not in a lease"),
+    ):
         with pytest.raises(InvalidArgument, match=match):
             s.report(ids, rewards)
     assert s.report([a, a, b], [1, None, 0]) == 0  # None counts toward the group, sends nothing for it

@@ -38,9 +38,19 @@ def tiny_model(tmp_path_factory) -> str:
 
 
 def _args(out: Path, max_steps: int) -> GRPOConfig:
-    return GRPOConfig(output_dir=str(out), per_device_train_batch_size=B * G, num_generations=G,  # B problems a step
-                      max_completion_length=4, max_steps=max_steps, save_steps=2, logging_steps=1,
-                      report_to="none", use_cpu=True, seed=0, disable_tqdm=True)
+    return GRPOConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=B * G,
+        num_generations=G,  # B problems a step
+        max_completion_length=4,
+        max_steps=max_steps,
+        save_steps=2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
 
 
 class Recorder:
@@ -62,8 +72,12 @@ def _seed_priorities(client: PriorityClient, ids: list[str]) -> None:
     heap's order is rows 10, 9, 8, ... (row 0, all wrong, goes to the unsolved pool)."""
     lease = client.sample(len(ids))
     row = {pid: j for j, pid in enumerate(ids)}
-    outcomes = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=[
-        pb.Completion(reward=float(k < row[lp.problem.id])) for k in range(22)]) for lp in lease.problems]
+    outcomes = [
+        pb.ProblemOutcome(
+            problem_id=lp.problem.id, completions=[pb.Completion(reward=float(k < row[lp.problem.id])) for k in range(22)]
+        )
+        for lp in lease.problems
+    ]
     assert client.report(lease.lease_id, outcomes).accepted
 
 
@@ -86,13 +100,17 @@ def _rows_served(recorder: Recorder) -> list[list[int]]:
     return [[ROWS.index(next(r for r in ROWS if r["prompt"] == p)) for p in call[::G]] for call in recorder.calls]
 
 
-def test_grpo_trains_on_the_servers_problems_counts_each_group_once_and_resumes(memory_server, tiny_model,
-                                                                               tmp_path, capsys):
+def test_grpo_trains_on_the_servers_problems_counts_each_group_once_and_resumes(memory_server, tiny_model, tmp_path, capsys):
     server = memory_server(retest_fraction=0.0, seed=5)  # no retests: every lease is the heap's top
     client = PriorityClient(ClientSettings(server=server.address), max_retries=0)
     rewards = Recorder()
-    trainer = PriorityGRPOTrainer(model=tiny_model, reward_funcs=rewards, args=_args(tmp_path, 3),
-                                  train_dataset=Dataset.from_list(ROWS), priority_server=server.address)
+    trainer = PriorityGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=rewards,
+        args=_args(tmp_path, 3),
+        train_dataset=Dataset.from_list(ROWS),
+        priority_server=server.address,
+    )
     _seed_priorities(client, trainer.priority.sampler.table.ids)
     seeded = client.stats()
     leases = _spy_on_leases(trainer)
@@ -115,13 +133,19 @@ def test_grpo_trains_on_the_servers_problems_counts_each_group_once_and_resumes(
     assert after.queue_depth == seeded.queue_depth  # rewards only: no learner queue fills up
     saved = json.loads((tmp_path / "checkpoint-2" / STATE_FILE).read_text())
     assert [lease["problem_ids"] for lease in saved["leases"]] == [
-        [trainer.priority.sampler.problem_id(i) for i in leases[2]]]  # at step 2, lease 3 was prefetched
+        [trainer.priority.sampler.problem_id(i) for i in leases[2]]
+    ]  # at step 2, lease 3 was prefetched
 
     # -- a new trainer resumes from checkpoint-2: it returns lease 3 (which the first run reported
     #    after the checkpoint: refused, so counted once) and trains steps 3 and 4 on new leases ---------
     rewards2 = Recorder()
-    resumed = PriorityGRPOTrainer(model=tiny_model, reward_funcs=rewards2, args=_args(tmp_path, 4),
-                                  train_dataset=Dataset.from_list(ROWS), priority_server=server.address)
+    resumed = PriorityGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=rewards2,
+        args=_args(tmp_path, 4),
+        train_dataset=Dataset.from_list(ROWS),
+        priority_server=server.address,
+    )
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert resumed.priority.reported_calls == len(rewards2.calls) == 2
     final = client.stats()
@@ -138,11 +162,15 @@ def test_grpo_trains_on_the_servers_problems_counts_each_group_once_and_resumes(
 
 
 def test_the_example_script_differs_from_plain_trl_in_three_lines_and_trains_on_the_server(
-        memory_server, tiny_model, tmp_path, monkeypatch):
+    memory_server, tiny_model, tmp_path, monkeypatch
+):
     plain = (REPO / "examples" / "trl_grpo.py").read_text().splitlines()
     prioritized = (REPO / "examples" / "trl_grpo_prioritized.py").read_text().splitlines()
-    diff = [d for d in difflib.unified_diff(plain, prioritized, lineterm="", n=0)
-            if d[:1] in "+-" and not d.startswith(("+++", "---")) and d[1:].strip()]
+    diff = [
+        d
+        for d in difflib.unified_diff(plain, prioritized, lineterm="", n=0)
+        if d[:1] in "+-" and not d.startswith(("+++", "---")) and d[1:].strip()
+    ]
     assert len([d for d in diff if d[0] == "+"]) <= 5 and len([d for d in diff if d[0] == "-"]) <= 5, diff
 
     server = memory_server()

@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import verl
 from datasets import Dataset
 from omegaconf import OmegaConf
-
-import verl
 from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage, compute_response_mask
@@ -43,9 +42,16 @@ SOURCE = "openai/gsm8k"
 
 def _write_parquet(path: Path, n: int) -> None:
     """Rows as verl's examples/data_preprocess/gsm8k.py writes them."""
-    rows = [{"data_source": SOURCE, "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "ability": "math",
-             "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
-             "extra_info": {"split": "train", "index": i}} for i in range(n)]
+    rows = [
+        {
+            "data_source": SOURCE,
+            "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+            "extra_info": {"split": "train", "index": i},
+        }
+        for i in range(n)
+    ]
     Dataset.from_list(rows).to_parquet(str(path))
 
 
@@ -93,16 +99,27 @@ def _scored_step(batch_dict, tokenizer) -> DataProto:
     gen_batch = RayPPOTrainer._get_gen_batch(None, batch)
     gen_in = gen_batch.repeat(repeat_times=N_ROLLOUT, interleave=True)
     truths = [rm["ground_truth"] for rm in gen_in.non_tensor_batch["reward_model"]]
-    prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
-               for m in gen_in.non_tensor_batch["raw_prompt"]]
+    prompts = [
+        tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+        for m in gen_in.non_tensor_batch["raw_prompt"]
+    ]
     texts = [f"#### {t}" if j % 2 == 0 else "#### -1" for j, t in enumerate(truths)]  # one right, one wrong
-    p_ids, p_mask = _pad([tokenizer.encode(p, add_special_tokens=False) for p in prompts], PROMPT_LEN, True,
-                         tokenizer.pad_token_id)
-    r_ids, r_mask = _pad([tokenizer.encode(t, add_special_tokens=False) for t in texts], RESPONSE_LEN, False,
-                         tokenizer.pad_token_id)
+    p_ids, p_mask = _pad(
+        [tokenizer.encode(p, add_special_tokens=False) for p in prompts], PROMPT_LEN, True, tokenizer.pad_token_id
+    )
+    r_ids, r_mask = _pad(
+        [tokenizer.encode(t, add_special_tokens=False) for t in texts], RESPONSE_LEN, False, tokenizer.pad_token_id
+    )
     mask = torch.cat([p_mask, r_mask], dim=1)
-    gen_out = DataProto.from_dict(tensors={"prompts": p_ids, "responses": r_ids, "input_ids": torch.cat([p_ids, r_ids], 1),
-                                           "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)})
+    gen_out = DataProto.from_dict(
+        tensors={
+            "prompts": p_ids,
+            "responses": r_ids,
+            "input_ids": torch.cat([p_ids, r_ids], 1),
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+        }
+    )
     batch = batch.repeat(repeat_times=N_ROLLOUT, interleave=True).union(gen_out)
     batch.batch["response_mask"] = compute_response_mask(batch)
     batch.batch["token_level_scores"] = NaiveRewardManager(tokenizer, num_examine=0)(batch)  # (N, R)
@@ -138,8 +155,12 @@ def test_verl_trains_from_leases_and_reports_each_uid_group_once(verl_setup):
     it = iter(stub.train_dataloader)
     batch = _scored_step(next(it), verl_setup.tokenizer)
     # the batch verl trains on is the lease, in the server's order
-    served = [f"{s}:{e['index']}" for s, e in zip(batch.non_tensor_batch["data_source"][::N_ROLLOUT],
-                                                  batch.non_tensor_batch["extra_info"][::N_ROLLOUT], strict=True)]
+    served = [
+        f"{s}:{e['index']}"
+        for s, e in zip(
+            batch.non_tensor_batch["data_source"][::N_ROLLOUT], batch.non_tensor_batch["extra_info"][::N_ROLLOUT], strict=True
+        )
+    ]
     assert served == [lp.problem.id for lp in leased[0].problems] and len(served) == B
     # verl's GSM8K rule scored one right and one wrong answer per prompt; its GRPO (grouping by uid)
     # gave them opposite advantages
@@ -184,8 +205,14 @@ def test_the_reporter_refuses_a_uid_that_mixes_problems_and_the_trainer_class_ho
 
 
 def test_duplicate_row_indices_are_refused_with_the_fix(verl_setup, tmp_path):
-    rows = [{"data_source": SOURCE, "prompt": [{"role": "user", "content": "q"}],
-             "reward_model": {"ground_truth": "1"}, "extra_info": {"index": 0}}] * 4
+    rows = [
+        {
+            "data_source": SOURCE,
+            "prompt": [{"role": "user", "content": "q"}],
+            "reward_model": {"ground_truth": "1"},
+            "extra_info": {"index": 0},
+        }
+    ] * 4
     Dataset.from_list(rows).to_parquet(str(tmp_path / "dup.parquet"))
     cfg = verl_setup.config
     train = create_rl_dataset(str(tmp_path / "dup.parquet"), cfg.data, verl_setup.tokenizer, None)

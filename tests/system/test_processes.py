@@ -45,10 +45,32 @@ def _metric(text: str, name: str, labels: str = "") -> float:
 @pytest.fixture
 def two_processes(redis_url, namespace):
     port, mport = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", redis_url, "--namespace",
-                             namespace, "--processes", "2", "--port", str(port), "--metrics-port", str(mport),
-                             "--stats-interval-s", "0.2", "--log-level", "WARNING"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prioreplay.apps.cli",
+            "server",
+            "--store",
+            redis_url,
+            "--namespace",
+            namespace,
+            "--processes",
+            "2",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(mport),
+            "--stats-interval-s",
+            "0.2",
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     err: list[str] = []
     threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
     deadline = time.monotonic() + 90
@@ -72,8 +94,16 @@ def two_processes(redis_url, namespace):
 def test_two_processes_keep_every_exactly_once_guarantee(two_processes):
     address, mport = two_processes
     ch, stub = _stub(address)
-    stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=[
-        pb.Problem(id=f"p{i:04d}", prompt=f"{i}+1", answer=str(i + 1)) for i in range(PROBLEMS)])]), timeout=30)
+    stub.RegisterProblems(
+        iter(
+            [
+                pb.RegisterProblemsRequest(
+                    problems=[pb.Problem(id=f"p{i:04d}", prompt=f"{i}+1", answer=str(i + 1)) for i in range(PROBLEMS)]
+                )
+            ]
+        ),
+        timeout=30,
+    )
     lock = threading.Lock()
     leased: list[list[str]] = []
     accepted: list[tuple[int, int]] = []  # (groups queued, completions) of accepted reports
@@ -87,9 +117,18 @@ def test_two_processes_keep_every_exactly_once_guarantee(two_processes):
             for r in range(ROUNDS):
                 lease = s1.SampleProblems(pb.SampleProblemsRequest(batch_size=BATCH, worker_id=f"w{k}"), timeout=30)
                 ids = [lp.problem.id for lp in lease.problems]
-                outs = [pb.ProblemOutcome(problem_id=pid, completions=[
-                    pb.Completion(reward=float((j + n + r) % 2 if n % 3 else 1.0), token_ids=[1, 2], logprobs=[-0.1, -0.2])
-                    for j in range(4)]) for n, pid in enumerate(ids)]
+                outs = [
+                    pb.ProblemOutcome(
+                        problem_id=pid,
+                        completions=[
+                            pb.Completion(
+                                reward=float((j + n + r) % 2 if n % 3 else 1.0), token_ids=[1, 2], logprobs=[-0.1, -0.2]
+                            )
+                            for j in range(4)
+                        ],
+                    )
+                    for n, pid in enumerate(ids)
+                ]
                 req = pb.ReportOutcomesRequest(lease_id=lease.lease_id, outcomes=outs, worker_id=f"w{k}")
                 # the same report twice at once, over two connections: exactly one is accepted
                 f1, f2 = s1.ReportOutcomes.future(req, timeout=30), s2.ReportOutcomes.future(req, timeout=30)
@@ -157,7 +196,9 @@ def test_two_processes_keep_every_exactly_once_guarantee(two_processes):
     again = stub.AckTrajectories(pb.AckTrajectoriesRequest(group_ids=pulled[:10]), timeout=30)
     assert again.acked == 0 and again.unknown == 10
     # publishing: versions never go backwards, the newest wins
-    assert all(v == -1 or v >= req for v, req in zip(published, range(1, 41), strict=False)) and stats.policy_version == 40  # strict=False: published may hold fewer versions than the 40 requests
+    assert (
+        all(v == -1 or v >= req for v, req in zip(published, range(1, 41), strict=False)) and stats.policy_version == 40
+    )  # strict=False: published may hold fewer versions than the 40 requests
     assert stats.weights_uri == "ckpt/40"
     # one /metrics for both: the RPC counts of both processes add up
     text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
@@ -171,8 +212,13 @@ def test_two_processes_keep_every_exactly_once_guarantee(two_processes):
 
 
 def test_memory_store_refuses_several_processes():
-    r = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "server", "--processes", "2", "--port", "0"],
-                       capture_output=True, text=True, timeout=60, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "prioreplay.apps.cli", "server", "--processes", "2", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert r.returncode == 2 and "needs a Redis store" in r.stderr and "--processes 1" in r.stderr, r.stderr
 
 
@@ -183,9 +229,28 @@ def test_a_port_in_use_is_refused(redis_url, namespace):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", redis_url, "--namespace",
-                            namespace, "--processes", "2", "--port", str(port), "--metrics-port", "0"],
-                           capture_output=True, text=True, timeout=60, cwd=REPO)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "prioreplay.apps.cli",
+                "server",
+                "--store",
+                redis_url,
+                "--namespace",
+                namespace,
+                "--processes",
+                "2",
+                "--port",
+                str(port),
+                "--metrics-port",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
 
 
@@ -194,14 +259,16 @@ def test_a_dns_or_address_list_target_spreads_rpcs_round_robin():
     both servers; a plain HOST:PORT client stays on one."""
     from prioreplay.client import PriorityClient
     from prioreplay.config import ClientSettings
-    from prioreplay.priority_server.config import ServerConfig
-    from prioreplay.priority_server.store import StoreConfig
-    from prioreplay.priority_server.open_store import create_store
     from prioreplay.priority_server.background_server import BackgroundServer
+    from prioreplay.priority_server.config import ServerConfig
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.store import StoreConfig
 
     cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0)
-    with BackgroundServer(lambda: create_store("memory", StoreConfig()), cfg) as a, \
-            BackgroundServer(lambda: create_store("memory", StoreConfig()), cfg) as b:
+    with (
+        BackgroundServer(lambda: create_store("memory", StoreConfig()), cfg) as a,
+        BackgroundServer(lambda: create_store("memory", StoreConfig()), cfg) as b,
+    ):
         for srv, n in ((a, 1), (b, 2)):  # tell the replicas apart by their problem counts
             c = PriorityClient(ClientSettings(server=srv.address))
             c.register([pb.Problem(id=f"p{i}", prompt="q", answer="1") for i in range(n)])

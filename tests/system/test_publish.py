@@ -6,8 +6,6 @@ version loads nothing and says so; the learner never prunes a version a worker m
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from pathlib import Path
 

@@ -71,27 +71,30 @@ class SentinelCluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.ports = {name: free_port() for name in ("primary", "replica1", "replica2", "sentinel")}
 
-    def start(self) -> "SentinelCluster":
+    def start(self) -> SentinelCluster:
         p = self.ports
         for name in ("primary", "replica1", "replica2"):
             d = self.workdir / name
             d.mkdir()
             # no delay before the first (diskless) full sync; 5 s by default
             extra = ("--repl-diskless-sync-delay", "0") + (
-                () if name == "primary" else ("--replicaof", "127.0.0.1", str(p["primary"])))
+                () if name == "primary" else ("--replicaof", "127.0.0.1", str(p["primary"]))
+            )
             self.procs[name] = start_redis_server(p[name], str(d), False, *extra)
         for name in ("replica1", "replica2"):
-            _until(f"{name} in sync", lambda: _info(p[name]).get("master_link_status") == "up")
+            _until(f"{name} in sync", lambda name=name: _info(p[name]).get("master_link_status") == "up")
         conf = self.workdir / "sentinel.conf"
-        conf.write_text(f"port {p['sentinel']}\nbind 127.0.0.1\ndir {self.workdir}\n"
-                        f"sentinel monitor {SERVICE} 127.0.0.1 {p['primary']} 1\n"
-                        f"sentinel down-after-milliseconds {SERVICE} 1000\n"
-                        f"sentinel failover-timeout {SERVICE} 4000\n"
-                        f"sentinel parallel-syncs {SERVICE} 2\n")
-        self.procs["sentinel"] = subprocess.Popen([shutil.which("redis-server"), str(conf), "--sentinel"],
-                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _until("the sentinel knows both replicas",
-               lambda: int(self.sentinel().sentinel_master(SERVICE)["num-slaves"]) == 2)
+        conf.write_text(
+            f"port {p['sentinel']}\nbind 127.0.0.1\ndir {self.workdir}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {p['primary']} 1\n"
+            f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+            f"sentinel failover-timeout {SERVICE} 4000\n"
+            f"sentinel parallel-syncs {SERVICE} 2\n"
+        )
+        self.procs["sentinel"] = subprocess.Popen(
+            [shutil.which("redis-server"), str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        _until("the sentinel knows both replicas", lambda: int(self.sentinel().sentinel_master(SERVICE)["num-slaves"]) == 2)
         return self
 
     def sentinel(self) -> redis.Redis:
@@ -121,17 +124,28 @@ def cluster(tmp_path):
 
 
 def _server(url: str, replication: ReplicationSettings) -> BackgroundServer:
-    config = ServerConfig(store=url, namespace="failover", stats_interval_s=0.2, reaper_interval_s=0.5,
-                          metrics_port=0, **replication.model_dump())
-    return BackgroundServer(lambda: create_store(url, config.to_store_config(), namespace="failover",
-                                                 replication=replication), config).start()
+    config = ServerConfig(
+        store=url, namespace="failover", stats_interval_s=0.2, reaper_interval_s=0.5, metrics_port=0, **replication.model_dump()
+    )
+    return BackgroundServer(
+        lambda: create_store(url, config.to_store_config(), namespace="failover", replication=replication), config
+    ).start()
 
 
 def _report(lease: pb.SampleProblemsResponse, r: int) -> pb.ReportOutcomesRequest:
-    return pb.ReportOutcomesRequest(lease_id=lease.lease_id, worker_id="w", outcomes=[
-        pb.ProblemOutcome(problem_id=lp.problem.id, completions=[
-            pb.Completion(reward=float((j + n + r) % 2), token_ids=[1, 2], logprobs=[-0.1, -0.2]) for j in range(4)])
-        for n, lp in enumerate(lease.problems)])
+    return pb.ReportOutcomesRequest(
+        lease_id=lease.lease_id,
+        worker_id="w",
+        outcomes=[
+            pb.ProblemOutcome(
+                problem_id=lp.problem.id,
+                completions=[
+                    pb.Completion(reward=float((j + n + r) % 2), token_ids=[1, 2], logprobs=[-0.1, -0.2]) for j in range(4)
+                ],
+            )
+            for n, lp in enumerate(lease.problems)
+        ],
+    )
 
 
 class Load:
@@ -188,8 +202,7 @@ def _watch_health(address: str, seen: list, stop: threading.Event) -> None:
 
 
 @pytest.mark.parametrize("min_replica_acks", [0, 1], ids=["async-replication", "min-replica-acks-1"])
-def test_killed_primary_is_followed_to_the_promoted_replica_without_a_restart(cluster, min_replica_acks,
-                                                                              record_property):
+def test_killed_primary_is_followed_to_the_promoted_replica_without_a_restart(cluster, min_replica_acks, record_property):
     t_start = time.monotonic()
     replication = ReplicationSettings(min_replica_acks=min_replica_acks, min_replica_acks_timeout_ms=1000)
     srv = _server(cluster.url, replication)
@@ -197,8 +210,16 @@ def test_killed_primary_is_followed_to_the_promoted_replica_without_a_restart(cl
     health: list[tuple[float, int]] = []
     watching = threading.Event()
     try:
-        load.stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=[
-            pb.Problem(id=f"p{i:03d}", prompt=f"{i}+1", answer=str(i + 1)) for i in range(PROBLEMS)])]), timeout=30)
+        load.stub.RegisterProblems(
+            iter(
+                [
+                    pb.RegisterProblemsRequest(
+                        problems=[pb.Problem(id=f"p{i:03d}", prompt=f"{i}+1", answer=str(i + 1)) for i in range(PROBLEMS)]
+                    )
+                ]
+            ),
+            timeout=30,
+        )
         threading.Thread(target=_watch_health, args=(srv.address, health, watching), daemon=True).start()
         load.thread.start()
         _until("reports acknowledged before the kill", lambda: len(load.acked) >= 20)
@@ -207,12 +228,10 @@ def test_killed_primary_is_followed_to_the_promoted_replica_without_a_restart(cl
         old = cluster.ports["primary"]
         t_kill = time.monotonic()
         cluster.procs["primary"].kill()
-        promoted = _until("a replica promoted", lambda: cluster.master_port() != old and cluster.master_port(),
-                          FAILOVER_BOUND_S)
+        promoted = _until("a replica promoted", lambda: cluster.master_port() != old and cluster.master_port(), FAILOVER_BOUND_S)
         t_promoted = time.monotonic()
         assert promoted in (cluster.ports["replica1"], cluster.ports["replica2"])
-        _until("reports acknowledged by the promoted replica", lambda: load.acked_since(t_promoted) >= 10,
-               FAILOVER_BOUND_S)
+        _until("reports acknowledged by the promoted replica", lambda: load.acked_since(t_promoted) >= 10, FAILOVER_BOUND_S)
         _until("health SERVING again", lambda: health and health[-1][1] == health_pb2.HealthCheckResponse.SERVING)
     finally:
         load.stop.set()
@@ -230,8 +249,10 @@ def test_killed_primary_is_followed_to_the_promoted_replica_without_a_restart(cl
         record_property("acknowledged_reports", len(load.acked))
         record_property("acknowledged_reports_lost", lost)
         record_property("failover_s", round(t_promoted - t_kill, 2))
-        print(f"\nmin_replica_acks={min_replica_acks}: {len(load.acked)} reports acknowledged, {lost} lost in the "
-              f"failover; promoted after {t_promoted - t_kill:.1f} s; {codes[grpc.StatusCode.UNAVAILABLE]} UNAVAILABLE")
+        print(
+            f"\nmin_replica_acks={min_replica_acks}: {len(load.acked)} reports acknowledged, {lost} lost in the "
+            f"failover; promoted after {t_promoted - t_kill:.1f} s; {codes[grpc.StatusCode.UNAVAILABLE]} UNAVAILABLE"
+        )
         if min_replica_acks:
             assert lost == 0
         else:  # asynchronous replication: at most what was acknowledged in the kill's window
@@ -264,8 +285,12 @@ async def test_a_report_fewer_replicas_acknowledged_is_refused_as_unavailable(lo
     from prioreplay.problems import ProblemRecord
 
     plain = create_store(lone_primary, StoreConfig(), namespace="acks")
-    store = create_store(lone_primary, StoreConfig(), namespace="acks",
-                         replication=ReplicationSettings(min_replica_acks=1, min_replica_acks_timeout_ms=20))
+    store = create_store(
+        lone_primary,
+        StoreConfig(),
+        namespace="acks",
+        replication=ReplicationSettings(min_replica_acks=1, min_replica_acks_timeout_ms=20),
+    )
     try:
         problems = [ProblemRecord(id=f"p{i}", prompt="q", answer="1") for i in range(4)]
         with pytest.raises(StoreUnavailable, match="--min-replica-acks") as err:
@@ -274,8 +299,9 @@ async def test_a_report_fewer_replicas_acknowledged_is_refused_as_unavailable(lo
         assert await plain.healthy() and not await store.healthy()
         lease = await plain.sample(2, 60.0)
         with pytest.raises(StoreUnavailable, match="--min-replica-acks"):
-            await store.report(lease.lease_id, [GroupOutcome(problem_id=sp.problem.id, rewards=(1.0, 0.0),
-                                                             payload=b"") for sp in lease.problems])
+            await store.report(
+                lease.lease_id, [GroupOutcome(problem_id=sp.problem.id, rewards=(1.0, 0.0), payload=b"") for sp in lease.problems]
+            )
     finally:
         await store.close()
         await plain.close()

@@ -17,10 +17,10 @@ from redis.crc import key_slot
 from prioreplay import rules
 from prioreplay.errors import InvalidArgument, NotFound, StoreUnavailable
 from prioreplay.priority_server.memory_store import MemoryStore
+from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore, lua_library
 from prioreplay.priority_server.samplers import XorShift32, step_seed
 from prioreplay.priority_server.store import StoreConfig, tie_member
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 from tests.conftest import free_port
 
@@ -47,8 +47,10 @@ async def test_every_key_has_the_prefix_and_the_hash_tag(make, redis_url, namesp
     store = make(StoreConfig(retest_fraction=0.0))
     await store.register(_problems(6))
     lease = await store.sample(4)
-    await store.report(lease.lease_id, [GroupOutcome(lease.problems[0].problem.id, (0.0, 1.0), b"g"),
-                                        GroupOutcome(lease.problems[1].problem.id, (1.0, 1.0))])
+    await store.report(
+        lease.lease_id,
+        [GroupOutcome(lease.problems[0].problem.id, (0.0, 1.0), b"g"), GroupOutcome(lease.problems[1].problem.id, (1.0, 1.0))],
+    )
     await store.sample(1)
     await store.publish(1, "ckpt/step-1")
     await store.pull("learner", 4)
@@ -59,9 +61,10 @@ async def test_every_key_has_the_prefix_and_the_hash_tag(make, redis_url, namesp
         r.close()
     prefix = f"prioreplay:{{{namespace}}}:"
     assert keys and all(k.startswith(prefix) for k in keys), keys
-    assert {k[len(prefix):] for k in keys} <= set(KEY_NAMES)
-    assert {"problems", "stats", "heap", "solved", "leases", "deadlines", "counters", "policy", "stream",
-            "tomb:reported"} <= {k[len(prefix):] for k in keys}
+    assert {k[len(prefix) :] for k in keys} <= set(KEY_NAMES)
+    assert {"problems", "stats", "heap", "solved", "leases", "deadlines", "counters", "policy", "stream", "tomb:reported"} <= {
+        k[len(prefix) :] for k in keys
+    }
     assert len({key_slot(k.encode()) for k in keys}) == 1  # one cluster slot per run
     assert store.key("heap") == f"prioreplay:{{{namespace}}}:heap"
 
@@ -181,8 +184,7 @@ async def test_unreachable_redis_raises_store_unavailable_with_the_password_reda
     port = free_port()  # closed: nothing listens there
     store = RedisStore(StoreConfig(), f"redis://:hunter2-secret@127.0.0.1:{port}/0", "offline")
     try:
-        for call in (store.sample(1), store.register(_problems(1)), store.pull("l", 1), store.stats(),
-                     store.report("abc", [])):
+        for call in (store.sample(1), store.register(_problems(1)), store.pull("l", 1), store.stats(), store.report("abc", [])):
             with pytest.raises(StoreUnavailable) as e:
                 await call
             text = f"{e.value} {e.value!r}"
@@ -232,8 +234,9 @@ async def test_statistics_and_priority_stay_under_300_bytes_per_problem(make, re
 
 async def test_problem_text_with_newlines_tabs_and_unicode_round_trips(make):
     """Registration packs a chunk into one "id\\tmember\\tJSON" line per problem: no text may break it."""
-    tricky = ProblemRecord("id with spaces/ünï", 'Line 1\nLine\t2\r\n "quoted" \\ back 🚀\x00end', "4\n2",
-                           "math", {"k\n\t": "v\t\n", "": ""})
+    tricky = ProblemRecord(
+        "id with spaces/ünï", 'Line 1\nLine\t2\r\n "quoted" \\ back 🚀\x00end', "4\n2", "math", {"k\n\t": "v\t\n", "": ""}
+    )
     store = make(StoreConfig(retest_fraction=0.0))
     assert await store.register([tricky, *_problems(3)]) == (4, 0, 4)
     assert (await store.problem_state(tricky.id)).problem == tricky

@@ -11,13 +11,13 @@ import asyncio
 import pytest
 
 from prioreplay.client import PriorityClient
-from prioreplay.convert import problem_to_proto
 from prioreplay.config import ClientSettings
+from prioreplay.convert import problem_to_proto
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.store import StoreConfig
 from prioreplay.priority_server.open_store import create_store
 from prioreplay.priority_server.records import GroupOutcome
-from prioreplay.priority_server.background_server import BackgroundServer
+from prioreplay.priority_server.store import StoreConfig
 from prioreplay.problems import ProblemRecord
 
 
@@ -46,12 +46,14 @@ class SlowFirstSamples:
 def test_a_sample_retried_after_its_deadline_leaves_one_lease(kind, redis_url, namespace):
     spec = "memory" if kind == "memory" else redis_url
     config = ServerConfig(snapshot_interval_s=0)
-    def factory():
-        return SlowFirstSamples(create_store(spec, StoreConfig(retest_fraction=0.0), namespace=namespace),
-                                slow=3, delay_s=1.5)
 
-    with BackgroundServer(factory, config) as srv, \
-            PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=1), max_retries=3, backoff_s=0.01) as c:
+    def factory():
+        return SlowFirstSamples(create_store(spec, StoreConfig(retest_fraction=0.0), namespace=namespace), slow=3, delay_s=1.5)
+
+    with (
+        BackgroundServer(factory, config) as srv,
+        PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=1), max_retries=3, backoff_s=0.01) as c,
+    ):
         c.register([problem_to_proto(p) for p in _problems(40)])
         lease = c.sample(8, worker_id="w1")
         assert len(lease.problems) == 8
@@ -69,7 +71,8 @@ async def test_the_same_request_id_gets_the_same_live_lease_in_both_stores(store
     assert again == first  # same id, deadline, problems, priorities, step, policy
     other = await store.sample(4, request_id="w2\tr1")  # another client's id: a lease of its own
     assert other.lease_id != first.lease_id and {p.problem.id for p in other.problems}.isdisjoint(
-        {p.problem.id for p in first.problems})
+        {p.problem.id for p in first.problems}
+    )
     short = await store.sample(4, request_id="w1\tr2")  # 2 left: a short batch, replayed short
     assert len(short.problems) == 2 and short.retry_after_s > 0
     assert await store.sample(4, request_id="w1\tr2") == short
@@ -95,11 +98,11 @@ def test_leases_are_refused_with_a_retry_hint_while_the_queue_is_over_its_bound(
 
     spec = "memory" if kind == "memory" else redis_url
     config = ServerConfig(snapshot_interval_s=0, max_queue_depth=3, backpressure_retry_s=0.5, retest_fraction=0.0)
+
     def factory():
         return create_store(spec, config.to_store_config(), namespace=namespace)
 
-    with BackgroundServer(factory, config) as srv, \
-            PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c:
+    with BackgroundServer(factory, config) as srv, PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c:
         c.register([problem_to_proto(p) for p in _problems(20)])
         mixed = [pb.Completion(reward=r, token_ids=[1], logprobs=[-0.5]) for r in (1.0, 0.0)]
 

@@ -16,10 +16,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from prioreplay.errors import NotFound
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.open_store import create_store
-from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from tests.conftest import free_port
@@ -28,8 +28,16 @@ from tests.rpc_cases import INVALID, MAX_BATCH, MAX_LEASE_S, bad_request_cases, 
 
 def server_config() -> ServerConfig:
     # a 1 MiB message limit and small batch / lease limits make "huge" cheap to send
-    return ServerConfig(metrics_port=0, max_message_mb=1, max_batch_size=MAX_BATCH, lease_timeout_s=600,
-                        max_lease_timeout_s=MAX_LEASE_S, reaper_interval_s=0.5, stats_interval_s=0.5, snapshot_interval_s=0)
+    return ServerConfig(
+        metrics_port=0,
+        max_message_mb=1,
+        max_batch_size=MAX_BATCH,
+        lease_timeout_s=600,
+        max_lease_timeout_s=MAX_LEASE_S,
+        reaper_interval_s=0.5,
+        stats_interval_s=0.5,
+        snapshot_interval_s=0,
+    )
 
 
 @pytest.fixture
@@ -101,8 +109,10 @@ def test_accepted_oddities_change_only_what_they_should(server, stub):
     assert server.call(server.store.dump()) == before
 
     # an unknown lease: accepted = false, only late_reports moves
-    rep = stub.ReportOutcomes(pb.ReportOutcomesRequest(
-        lease_id="f" * 32, outcomes=[pb.ProblemOutcome(problem_id=leased[0], completions=group())]), timeout=10)
+    rep = stub.ReportOutcomes(
+        pb.ReportOutcomesRequest(lease_id="f" * 32, outcomes=[pb.ProblemOutcome(problem_id=leased[0], completions=group())]),
+        timeout=10,
+    )
     assert (rep.accepted, rep.reason) == (False, "unknown lease")
     after = server.call(server.store.dump())
     assert after["counters"]["late_reports"] == before["counters"]["late_reports"] + 1
@@ -111,8 +121,10 @@ def test_accepted_oddities_change_only_what_they_should(server, stub):
 
 
 def test_a_bad_chunk_keeps_the_chunks_before_it(server, stub):
-    chunks = [pb.RegisterProblemsRequest(problems=[problem(i) for i in range(5)]),
-              pb.RegisterProblemsRequest(problems=[problem(5), problem(6, prompt="")])]
+    chunks = [
+        pb.RegisterProblemsRequest(problems=[problem(i) for i in range(5)]),
+        pb.RegisterProblemsRequest(problems=[problem(5), problem(6, prompt="")]),
+    ]
     with pytest.raises(grpc.RpcError) as e:
         stub.RegisterProblems(iter(chunks), timeout=10)
     assert e.value.code() == INVALID
@@ -123,11 +135,12 @@ def test_a_bad_chunk_keeps_the_chunks_before_it(server, stub):
 def test_unreachable_redis_answers_unavailable(redis_url, namespace):
     cfg = server_config()
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    with BackgroundServer(lambda: create_store(dead, cfg.to_store_config(), namespace=namespace), cfg) as s, \
-            grpc.insecure_channel(s.address) as ch:
+    with (
+        BackgroundServer(lambda: create_store(dead, cfg.to_store_config(), namespace=namespace), cfg) as s,
+        grpc.insecure_channel(s.address) as ch,
+    ):
         stub = pb_grpc.PriorityServiceStub(ch)
-        for method, req in (("SampleProblems", pb.SampleProblemsRequest(batch_size=1)),
-                            ("GetStats", pb.GetStatsRequest())):
+        for method, req in (("SampleProblems", pb.SampleProblemsRequest(batch_size=1)), ("GetStats", pb.GetStatsRequest())):
             with pytest.raises(grpc.RpcError) as e:
                 getattr(stub, method)(req, timeout=20)
             assert e.value.code() == grpc.StatusCode.UNAVAILABLE, method
@@ -145,8 +158,10 @@ class _FaultyStore(MemoryStore):
         raise self.error
 
 
-@pytest.mark.parametrize("error,code", [(NotFound("problem 'x' vanished"), grpc.StatusCode.NOT_FOUND),
-                                        (RuntimeError("secret internals"), grpc.StatusCode.INTERNAL)])
+@pytest.mark.parametrize(
+    "error,code",
+    [(NotFound("problem 'x' vanished"), grpc.StatusCode.NOT_FOUND), (RuntimeError("secret internals"), grpc.StatusCode.INTERNAL)],
+)
 def test_domain_errors_map_to_status_codes(error, code):
     cfg = server_config()
     store_cls = type("Faulty", (_FaultyStore,), {"error": error})

@@ -24,9 +24,9 @@ from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import ResourceExhausted, StoreUnavailable, Unauthenticated
 from prioreplay.priority_server import open_store
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.store import StoreConfig
-from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.redact import hide_passwords, redact_url
 from prioreplay.v1 import priority_service_pb2 as pb
 from tests.conftest import REPO, ServerProcess, free_port
@@ -52,8 +52,9 @@ def _scrape(port: int) -> str:
 @pytest.mark.slow  # starts server processes
 def test_token_prompts_and_ids_stay_out_of_logs_and_metrics():
     metrics_port = free_port()
-    srv = ServerProcess("--log-level", "DEBUG", "--stats-interval-s", "0.2", metrics_port=metrics_port,
-                        env={"PRIOREPLAY_AUTH_TOKEN": TOKEN})
+    srv = ServerProcess(
+        "--log-level", "DEBUG", "--stats-interval-s", "0.2", metrics_port=metrics_port, env={"PRIOREPLAY_AUTH_TOKEN": TOKEN}
+    )
     try:
         srv.start()
         for token in (None, WRONG, TOKEN + "x"):
@@ -64,8 +65,9 @@ def test_token_prompts_and_ids_stay_out_of_logs_and_metrics():
             c.register([pb.Problem(id="secret-problem-id-1", prompt=PROMPT, answer="42")])
             lease = c.sample(1, worker_id=WORKER)
             comps = [pb.Completion(reward=r, token_ids=[5], logprobs=[-0.1], text=PROMPT) for r in (1.0, 0.0)]
-            rep = c.report(lease.lease_id, [pb.ProblemOutcome(problem_id="secret-problem-id-1", completions=comps)],
-                           worker_id=WORKER)
+            rep = c.report(
+                lease.lease_id, [pb.ProblemOutcome(problem_id="secret-problem-id-1", completions=comps)], worker_id=WORKER
+            )
             assert rep.accepted
             assert not c.report(lease.lease_id, [], worker_id=WORKER).accepted  # a late report is logged
             deadline = time.monotonic() + 10
@@ -82,11 +84,14 @@ def test_token_prompts_and_ids_stay_out_of_logs_and_metrics():
     assert TOKEN not in log and WRONG not in log
 
 
-@pytest.mark.parametrize("url", [
-    f"redis://user:{PASSWORD}@127.0.0.1:1/0",
-    f"redis://:{PASSWORD}@127.0.0.1:1/0",
-    f"redis://127.0.0.1:1/0?password={PASSWORD}",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://user:{PASSWORD}@127.0.0.1:1/0",
+        f"redis://:{PASSWORD}@127.0.0.1:1/0",
+        f"redis://127.0.0.1:1/0?password={PASSWORD}",
+    ],
+)
 def test_redact_url_hides_the_password_in_both_helpers(url):
     for redact in (redact_url, hide_passwords):
         shown = redact(url)
@@ -111,8 +116,17 @@ async def test_unreachable_redis_error_hides_the_password():
 def test_server_process_with_unreachable_redis_hides_the_password():
     dead = free_port()
     metrics_port = free_port()
-    srv = ServerProcess("--store", f"redis://admin:{PASSWORD}@127.0.0.1:{dead}/0", "--log-level", "DEBUG",
-                        "--stats-interval-s", "0.2", "--reaper-interval-s", "0.2", metrics_port=metrics_port)
+    srv = ServerProcess(
+        "--store",
+        f"redis://admin:{PASSWORD}@127.0.0.1:{dead}/0",
+        "--log-level",
+        "DEBUG",
+        "--stats-interval-s",
+        "0.2",
+        "--reaper-interval-s",
+        "0.2",
+        metrics_port=metrics_port,
+    )
     try:
         srv.start()
         with _client(srv.address, None) as c, pytest.raises(StoreUnavailable) as e:
@@ -129,8 +143,14 @@ def test_server_process_with_unreachable_redis_hides_the_password():
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "prioreplay.apps.cli", *args], capture_output=True, text=True,
-                          timeout=60, cwd=REPO, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "prioreplay.apps.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.mark.timeout(120)
@@ -154,8 +174,7 @@ def test_configuration_errors_do_not_echo_secrets(tmp_path):
 
 # -- message-size limits ---------------------------------------------------------------------
 def _server(max_message_mb: int, **kw) -> BackgroundServer:
-    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, max_message_mb=max_message_mb,
-                       reaper_interval_s=0.1, **kw)
+    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, max_message_mb=max_message_mb, reaper_interval_s=0.1, **kw)
     return BackgroundServer(lambda: open_store.create_store("memory", cfg.to_store_config()), cfg)
 
 
@@ -199,5 +218,7 @@ def test_server_send_limit_is_resource_exhausted_and_the_lease_expires():
             time.sleep(0.05)
         assert (s.leased, s.lease_expiries, s.completions_reported) == (0, 1, 0)
         with grpc.insecure_channel(srv.address) as ch:  # a small request still works
-            assert pb.GetStatsResponse.FromString(
-                ch.unary_unary("/prioreplay.v1.PriorityService/GetStats")(b"", timeout=5)).problems == 6
+            assert (
+                pb.GetStatsResponse.FromString(ch.unary_unary("/prioreplay.v1.PriorityService/GetStats")(b"", timeout=5)).problems
+                == 6
+            )

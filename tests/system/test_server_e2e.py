@@ -18,12 +18,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from prioreplay import rules
 from prioreplay.client import PriorityClient
-from prioreplay.convert import problem_to_proto
 from prioreplay.config import ClientSettings
+from prioreplay.convert import problem_to_proto
 from prioreplay.datasets import iter_problems
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.open_store import create_store
-from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.v1 import priority_service_pb2 as pb
 
 G = 4  # group size: small, still gives mixed / all-correct / all-wrong groups
@@ -33,8 +33,9 @@ ROUNDS = 8  # 8 × 256 > 1,319: every problem is tried, some are retested
 
 def server_config(**kw) -> ServerConfig:
     # decay 1 (cumulative counts, the paper's rule): the checks below count completions exactly
-    base = dict(store="memory", decay=1.0, metrics_port=0, reaper_interval_s=0.2, stats_interval_s=0.2,
-                snapshot_interval_s=0, seed=7)
+    base = dict(
+        store="memory", decay=1.0, metrics_port=0, reaper_interval_s=0.2, stats_interval_s=0.2, snapshot_interval_s=0, seed=7
+    )
     base.update(kw)
     return ServerConfig(**base)
 
@@ -51,10 +52,15 @@ def _synthetic_group(rng: random.Random, skill: float) -> list[pb.Completion]:
     out = []
     for _ in range(G):
         n = rng.randint(0, 12)
-        out.append(pb.Completion(reward=1.0 if rng.random() < skill else 0.0,
-                                 token_ids=[rng.randrange(50_000) for _ in range(n)],
-                                 logprobs=[-rng.randrange(0, 40) / 8 for _ in range(n)],
-                                 text=f"completion of {n} tokens", truncated=n == 12))
+        out.append(
+            pb.Completion(
+                reward=1.0 if rng.random() < skill else 0.0,
+                token_ids=[rng.randrange(50_000) for _ in range(n)],
+                logprobs=[-rng.randrange(0, 40) / 8 for _ in range(n)],
+                text=f"completion of {n} tokens",
+                truncated=n == 12,
+            )
+        )
     return out
 
 
@@ -104,8 +110,11 @@ def test_gsm8k_through_grpc(server, client, gsm8k_dir):
             reward_sum += sum(rewards)
             if kind is rules.GroupKind.MIXED:
                 expected_groups[_key(pid, comps)] += 1
-            outcomes.append(pb.ProblemOutcome(problem_id=pid, policy_version=lease.policy_version,
-                                              prompt_token_ids=[1, 2, 3, len(pid)], completions=comps))
+            outcomes.append(
+                pb.ProblemOutcome(
+                    problem_id=pid, policy_version=lease.policy_version, prompt_token_ids=[1, 2, 3, len(pid)], completions=comps
+                )
+            )
         rep = client.report(lease.lease_id, outcomes, worker_id="w")
         assert rep.accepted, rep.reason
         assert rep.groups_queued + rep.groups_filtered == BATCH
@@ -132,8 +141,9 @@ def test_gsm8k_through_grpc(server, client, gsm8k_dir):
 
     # -- every problem is where its latest group sends it ----------------------------------
     dump = server.call(server.store.dump())
-    expected_pool = Counter(int(rules.destination(latest_kind[pid])) if pid in latest_kind else int(rules.Pool.HEAP)
-                            for pid in dump["problems"])
+    expected_pool = Counter(
+        int(rules.destination(latest_kind[pid])) if pid in latest_kind else int(rules.Pool.HEAP) for pid in dump["problems"]
+    )
     assert Counter(v[0] for v in dump["problems"].values()) == expected_pool
     assert (expected_pool[2], expected_pool[3]) == (st.solved, st.unsolved)
     for pid, (_pool, n, _s1, _s2, _score) in dump["problems"].items():
@@ -169,8 +179,10 @@ def test_gsm8k_through_grpc(server, client, gsm8k_dir):
     with grpc.insecure_channel(server.address) as ch:
         health = health_pb2_grpc.HealthStub(ch)
         for service in ("", "prioreplay.v1.PriorityService"):
-            assert health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status == \
-                health_pb2.HealthCheckResponse.SERVING
+            assert (
+                health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
 
 
 def test_metrics_follow_the_store(server, client):
@@ -178,8 +190,7 @@ def test_metrics_follow_the_store(server, client):
     secret_prompt = "What is the capital of Atlantis, asked the prompt 0xC0FFEE?"
     client.register([pb.Problem(id=f"m{i}", prompt=secret_prompt, answer="1") for i in range(20)])
     lease = client.sample(8)
-    outs = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=[pb.Completion(reward=1.0)] * 2)
-            for lp in lease.problems]
+    outs = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=[pb.Completion(reward=1.0)] * 2) for lp in lease.problems]
     assert client.report(lease.lease_id, outs).accepted
     server.call(server.runtime.refresh())
     text = server.runtime.metrics.render().decode()
@@ -188,15 +199,17 @@ def test_metrics_follow_the_store(server, client):
     assert 'prioreplay_groups_total{kind="all_correct"} 8.0' in text
     assert 'prioreplay_priority_bucket{le="0.25"} 12.0' in text
     assert 'prioreplay_rpc_latency_seconds_count{method="ReportOutcomes"} 1.0' in text
-    assert 'prioreplay_sampled_priority_count 8.0' in text
+    assert "prioreplay_sampled_priority_count 8.0" in text
     assert "Atlantis" not in text and "0xC0FFEE" not in text
 
 
 def test_pull_waits_for_a_group(redis_url, namespace):
     """PullTrajectories with wait_s returns as soon as a group arrives, or empty after wait_s."""
     cfg = server_config()
-    with BackgroundServer(lambda: create_store("memory", cfg.to_store_config()), cfg) as srv, \
-            PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c:
+    with (
+        BackgroundServer(lambda: create_store("memory", cfg.to_store_config()), cfg) as srv,
+        PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c,
+    ):
         c.register([pb.Problem(id="a", prompt="1+1", answer="2")])
         t0 = time.monotonic()
         assert list(c.pull(max_groups=4, wait_s=0.3).groups) == []

@@ -34,12 +34,12 @@ def test_alias_resolves_to_a_complete_safetensors_checkpoint(smollm2_dir):
 
 def test_a_batch_of_arithmetic_problems_gets_mixed_rewards(smollm2_dir, monkeypatch):
     from prioreplay.client import PriorityClient
-    from prioreplay.convert import problem_to_proto
     from prioreplay.config import ClientSettings
+    from prioreplay.convert import problem_to_proto
     from prioreplay.datasets import iter_problems
     from prioreplay.priority_server.background_server import BackgroundServer
-    from prioreplay.priority_server.store import StoreConfig
     from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.store import StoreConfig
     from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
     from prioreplay.rollout_worker.config import WorkerConfig
     from prioreplay.rollout_worker.worker import RolloutWorker
@@ -57,5 +57,7 @@ def test_a_batch_of_arithmetic_problems_gets_mixed_rewards(smollm2_dir, monkeypa
     assert res.accepted and res.problems == 8 and res.completions == 32
     assert 0.0 < res.reward_mean < 1.0, f"rewards are all equal (mean {res.reward_mean})"
     assert stats.completions_reported == 32 and stats.groups_mixed >= 1
-    print(f"smollm2: {res.tokens} tokens in {res.generation_s:.1f} s = {res.tokens / res.generation_s:.1f} tok/s, "
-          f"mean reward {res.reward_mean:.3f}, mixed groups {stats.groups_mixed}")
+    print(
+        f"smollm2: {res.tokens} tokens in {res.generation_s:.1f} s = {res.tokens / res.generation_s:.1f} tok/s, "
+        f"mean reward {res.reward_mean:.3f}, mixed groups {stats.groups_mixed}"
+    )

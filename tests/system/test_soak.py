@@ -48,15 +48,24 @@ class Tally:
 
 async def client_loop(stub, rng: random.Random, tally: Tally, state: dict) -> None:
     while True:
-        lease = await stub.SampleProblems(pb.SampleProblemsRequest(batch_size=BATCH, lease_timeout_s=LEASE_S,
-                                                                   worker_id="soak"), timeout=30)
+        lease = await stub.SampleProblems(
+            pb.SampleProblemsRequest(batch_size=BATCH, lease_timeout_s=LEASE_S, worker_id="soak"), timeout=30
+        )
         if not lease.problems:
             await asyncio.sleep(min(lease.retry_after_s, 0.1))
             continue
         await asyncio.sleep(rng.uniform(0.0, 0.05))  # "generation": the killer strikes here
-        outs = [pb.ProblemOutcome(problem_id=lp.problem.id, prompt_token_ids=[1, 2], completions=[
-            pb.Completion(reward=float(rng.random() < 0.5), token_ids=[3, 4, 5], logprobs=[-0.1, -0.2, -0.3])
-            for _ in range(G)]) for lp in lease.problems]
+        outs = [
+            pb.ProblemOutcome(
+                problem_id=lp.problem.id,
+                prompt_token_ids=[1, 2],
+                completions=[
+                    pb.Completion(reward=float(rng.random() < 0.5), token_ids=[3, 4, 5], logprobs=[-0.1, -0.2, -0.3])
+                    for _ in range(G)
+                ],
+            )
+            for lp in lease.problems
+        ]
         state["reporting"] = True  # not cancelled from here on: the count stays exact
         rep = await stub.ReportOutcomes(pb.ReportOutcomesRequest(lease_id=lease.lease_id, outcomes=outs), timeout=30)
         state["reporting"] = False
@@ -82,11 +91,9 @@ async def guarded(coro_fn, tally: Tally):
 
 async def consumer(stub, tally: Tally, stop: asyncio.Event) -> None:
     while not stop.is_set() or tally.acked < tally.queued:
-        resp = await stub.PullTrajectories(pb.PullTrajectoriesRequest(max_groups=64, wait_s=0.1, consumer="soak"),
-                                           timeout=30)
+        resp = await stub.PullTrajectories(pb.PullTrajectoriesRequest(max_groups=64, wait_s=0.1, consumer="soak"), timeout=30)
         if resp.groups:
-            ack = await stub.AckTrajectories(pb.AckTrajectoriesRequest(group_ids=[g.group_id for g in resp.groups]),
-                                             timeout=30)
+            ack = await stub.AckTrajectories(pb.AckTrajectoriesRequest(group_ids=[g.group_id for g in resp.groups]), timeout=30)
             tally.acked += ack.acked
         elif stop.is_set():
             await asyncio.sleep(0.05)
@@ -97,8 +104,16 @@ async def soak(address: str, pid: int, seconds: float, seed: int) -> tuple[Tally
     tally = Tally()
     async with grpc.aio.insecure_channel(address) as ch:
         stub = pb_grpc.PriorityServiceStub(ch)
-        await stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=[
-            pb.Problem(id=f"s{i}", prompt=f"{i} * 3 = ?", answer=str(3 * i)) for i in range(PROBLEMS)])]), timeout=60)
+        await stub.RegisterProblems(
+            iter(
+                [
+                    pb.RegisterProblemsRequest(
+                        problems=[pb.Problem(id=f"s{i}", prompt=f"{i} * 3 = ?", answer=str(3 * i)) for i in range(PROBLEMS)]
+                    )
+                ]
+            ),
+            timeout=60,
+        )
         states: list[dict] = [{} for _ in range(CLIENTS)]
         tasks: list[asyncio.Task] = []
         for i in range(CLIENTS):
@@ -137,16 +152,22 @@ async def soak(address: str, pid: int, seconds: float, seed: int) -> tuple[Tally
 def test_soak_64_clients_with_random_kills(kind, redis_url, namespace, soak_seconds, tmp_path):
     pytest.importorskip("pytest_timeout")
     snap = tmp_path / "soak.json"
-    store_args = ["--snapshot-path", str(snap), "--snapshot-interval-s", "5"] if kind == "memory" else \
-        ["--store", redis_url, "--namespace", namespace]
+    store_args = (
+        ["--snapshot-path", str(snap), "--snapshot-interval-s", "5"]
+        if kind == "memory"
+        else ["--store", redis_url, "--namespace", namespace]
+    )
     srv = ServerProcess(*store_args, "--decay", "1", "--reaper-interval-s", "0.2", "--stats-interval-s", "1")
     try:
         srv.start()
-        tally, rss_warm, rss_end = asyncio.run(asyncio.wait_for(
-            soak(srv.address, srv.pid(), soak_seconds, seed=21), soak_seconds + 120))
-        print(f"\nsoak[{kind}] {soak_seconds:.0f}s: {tally.reports} reports, {tally.kills} kills, "
-              f"{tally.acked} groups acked; server RSS {rss_warm:.1f} -> {rss_end:.1f} MiB "
-              f"(+{rss_end - rss_warm:.1f})")
+        tally, rss_warm, rss_end = asyncio.run(
+            asyncio.wait_for(soak(srv.address, srv.pid(), soak_seconds, seed=21), soak_seconds + 120)
+        )
+        print(
+            f"\nsoak[{kind}] {soak_seconds:.0f}s: {tally.reports} reports, {tally.kills} kills, "
+            f"{tally.acked} groups acked; server RSS {rss_warm:.1f} -> {rss_end:.1f} MiB "
+            f"(+{rss_end - rss_warm:.1f})"
+        )
         assert tally.errors == [], tally.errors[:5]
         assert tally.reports > 50 and tally.kills > 10
         assert rss_end - rss_warm < RSS_GROWTH_LIMIT_MB

@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay.priority_server.memory_store import MemoryStore
+from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import StoreConfig
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 
 IDS = [f"prob-{i:02d}" for i in range(12)]
@@ -77,7 +77,11 @@ ops = st.one_of(
 def _lease_view(lease):
     return (
         [(p.problem, p.priority, p.source, p.group_size) for p in lease.problems],
-        lease.deadline, lease.policy_version, lease.weights_uri, lease.retry_after_s, lease.step,
+        lease.deadline,
+        lease.policy_version,
+        lease.weights_uri,
+        lease.retry_after_s,
+        lease.step,
         bool(lease.lease_id),
     )
 
@@ -110,8 +114,10 @@ async def _scenario(config: StoreConfig, operations, redis_url: str, namespace: 
         for i, op in enumerate(operations):
             kind = op[0]
             if kind == "register":
-                probs = [ProblemRecord(pid, f"What is {pid} (v{op[2]})?", str(len(pid) + op[2]), "exact",
-                                       {"variant": str(op[2])}) for pid in op[1]]
+                probs = [
+                    ProblemRecord(pid, f"What is {pid} (v{op[2]})?", str(len(pid) + op[2]), "exact", {"variant": str(op[2])})
+                    for pid in op[1]
+                ]
                 assert await red.register(probs) == await mem.register(probs)
             elif kind == "sample":
                 a, b = await mem.sample(op[1], op[2]), await red.sample(op[1], op[2])
@@ -121,8 +127,7 @@ async def _scenario(config: StoreConfig, operations, redis_url: str, namespace: 
             elif kind == "report" and leases:
                 a, b = leases[op[1] % len(leases)]
                 picked = a.problems[: op[3]]
-                outcomes = [GroupOutcome(p.problem.id, op[2][j], f"{i}:{p.problem.id}".encode())
-                            for j, p in enumerate(picked)]
+                outcomes = [GroupOutcome(p.problem.id, op[2][j], f"{i}:{p.problem.id}".encode()) for j, p in enumerate(picked)]
                 if op[3] == 6 and a.problems:  # a problem not in the lease: refused, nothing changes
                     outcomes.append(GroupOutcome("not-leased", (1.0,), b""))
                 ra, rb = await _call(mem.report, a.lease_id, outcomes), await _call(red.report, b.lease_id, outcomes)
@@ -167,9 +172,14 @@ async def _scenario(config: StoreConfig, operations, redis_url: str, namespace: 
 
 
 # No shrink phase: on this small machine a failing example is reported as drawn, at once.
-@settings(max_examples=25, derandomize=True, deadline=None, database=None,
-          phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(config=configs, operations=st.lists(ops, min_size=5, max_size=30))
 def test_memory_and_redis_stores_agree(config, operations, redis_url, namespace):
     asyncio.run(_scenario(config, operations, redis_url, f"{namespace}-{uuid.uuid4().hex[:6]}"))
@@ -182,9 +192,16 @@ def test_every_sampler_agrees_on_a_larger_run(sampler, redis_url, namespace):
 
     async def run(sampler: str) -> None:
         now = [1_700_000_000.0]
-        config = StoreConfig(sampler=sampler, alpha=1.5, retest_fraction=0.2, retest_interval=2, seed=7,
-                             params=rules.PriorityParams(decay=0.9, prior_alpha=0.5, prior_beta=0.5),
-                             temperature=0.5, posterior_decay=0.9)
+        config = StoreConfig(
+            sampler=sampler,
+            alpha=1.5,
+            retest_fraction=0.2,
+            retest_interval=2,
+            seed=7,
+            params=rules.PriorityParams(decay=0.9, prior_alpha=0.5, prior_beta=0.5),
+            temperature=0.5,
+            posterior_decay=0.9,
+        )
         mem = MemoryStore(config, None, clock=lambda: now[0])
         red = RedisStore(config, redis_url, f"{namespace}-{sampler}", clock=lambda: now[0])
         try:
@@ -194,8 +211,10 @@ def test_every_sampler_agrees_on_a_larger_run(sampler, redis_url, namespace):
                 a, b = await mem.sample(16), await red.sample(16)
                 assert _lease_view(b) == _lease_view(a)
                 patterns = [(0.0,) * 4, (1.0,) * 4, (0.0, 1.0, 1.0, 0.0), (1.0, 1.0, 1.0, 0.0), (0.5, 0.25)]
-                outcomes = [GroupOutcome(p.problem.id, patterns[(j * 3 + step) % 5], f"{step}:{j}".encode())
-                            for j, p in enumerate(a.problems[:12])]
+                outcomes = [
+                    GroupOutcome(p.problem.id, patterns[(j * 3 + step) % 5], f"{step}:{j}".encode())
+                    for j, p in enumerate(a.problems[:12])
+                ]
                 assert await red.report(b.lease_id, outcomes) == await mem.report(a.lease_id, outcomes)
                 now[0] += 1.0
             _assert_dumps_equal(await mem.dump(), await red.dump())
@@ -221,8 +240,7 @@ def test_constant_non_binary_groups_get_priority_exactly_zero_in_both_stores(red
             assert await red.register(probs) == await mem.register(probs)
             for step in range(3):
                 a, b = await mem.sample(3), await red.sample(3)
-                outcomes = [GroupOutcome(p.problem.id, (value,) * 8, f"{step}:{j}".encode())
-                            for j, p in enumerate(a.problems)]
+                outcomes = [GroupOutcome(p.problem.id, (value,) * 8, f"{step}:{j}".encode()) for j, p in enumerate(a.problems)]
                 assert await red.report(b.lease_id, outcomes) == await mem.report(a.lease_id, outcomes)
                 for store in (mem, red):
                     for p in probs:

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from prioreplay import rules
-from prioreplay.priority_server.samplers import SAMPLERS
-from prioreplay.priority_server.store import StoreConfig
 from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
+from prioreplay.priority_server.samplers import SAMPLERS
+from prioreplay.priority_server.store import StoreConfig
 from prioreplay.problems import ProblemRecord
 from tests.system.test_store_differential import _assert_dumps_equal, _lease_view, _scenario, ops
 
@@ -27,9 +27,16 @@ BANDS = [(0.75, 0.25), (0.5, 0.0), (1.0, 1 / 3), (0.7, 0.1), (0.9, 0.5)]
 
 configs_with_bands = st.builds(
     lambda sampler, bands, retest_fraction, retest_interval, decay, seed: StoreConfig(
-        sampler=sampler, solved_at=bands[0], unsolved_at=bands[1], retest_fraction=retest_fraction,
-        retest_interval=retest_interval, params=rules.PriorityParams(decay=decay), seed=seed,
-        lease_timeout_s=20.0, redelivery_timeout_s=1e7),
+        sampler=sampler,
+        solved_at=bands[0],
+        unsolved_at=bands[1],
+        retest_fraction=retest_fraction,
+        retest_interval=retest_interval,
+        params=rules.PriorityParams(decay=decay),
+        seed=seed,
+        lease_timeout_s=20.0,
+        redelivery_timeout_s=1e7,
+    ),
     sampler=st.sampled_from([name for name, spec in SAMPLERS.items() if spec.lua_branch]),
     bands=st.sampled_from(BANDS),
     retest_fraction=st.sampled_from([0.0, 0.25, 0.5]),
@@ -39,9 +46,14 @@ configs_with_bands = st.builds(
 )
 
 
-@settings(max_examples=40, derandomize=True, deadline=None, database=None,
-          phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(config=configs_with_bands, operations=st.lists(ops, min_size=5, max_size=30))
 def test_memory_and_redis_stores_agree_with_pass_rate_bands(config, operations, redis_url, namespace):
     asyncio.run(_scenario(config, operations, redis_url, f"{namespace}-{uuid.uuid4().hex[:6]}"))
@@ -49,8 +61,15 @@ def test_memory_and_redis_stores_agree_with_pass_rate_bands(config, operations, 
 
 #: Groups of 4 whose pass rates (1, 0.75, 0.5, 0.25, 0, 0.75 non-binary, 0.5 constant) fall
 #: inside, on and outside each band.
-PATTERNS = [(1.0,) * 4, (1.0, 1.0, 1.0, 0.0), (0.0, 1.0, 1.0, 0.0), (0.0, 0.0, 1.0, 0.0), (0.0,) * 4,
-            (0.5, 0.5, 1.0, 1.0), (0.5,) * 4]
+PATTERNS = [
+    (1.0,) * 4,
+    (1.0, 1.0, 1.0, 0.0),
+    (0.0, 1.0, 1.0, 0.0),
+    (0.0, 0.0, 1.0, 0.0),
+    (0.0,) * 4,
+    (0.5, 0.5, 1.0, 1.0),
+    (0.5,) * 4,
+]
 
 
 @pytest.mark.parametrize("bands", BANDS)
@@ -60,8 +79,15 @@ def test_every_band_places_and_counts_identically_on_a_longer_run(bands, redis_u
 
     async def run() -> None:
         now = [1_700_000_000.0]
-        config = StoreConfig(sampler="heap", retest_fraction=0.25, retest_interval=1, seed=3,
-                             solved_at=bands[0], unsolved_at=bands[1], params=rules.PriorityParams(decay=0.5))
+        config = StoreConfig(
+            sampler="heap",
+            retest_fraction=0.25,
+            retest_interval=1,
+            seed=3,
+            solved_at=bands[0],
+            unsolved_at=bands[1],
+            params=rules.PriorityParams(decay=0.5),
+        )
         mem = MemoryStore(config, None, clock=lambda: now[0])
         red = RedisStore(config, redis_url, f"{namespace}-b{uuid.uuid4().hex[:6]}", clock=lambda: now[0])
         pooled_mixed = 0
@@ -71,13 +97,16 @@ def test_every_band_places_and_counts_identically_on_a_longer_run(bands, redis_u
             for step in range(30):
                 a, b = await mem.sample(12), await red.sample(12)
                 assert _lease_view(b) == _lease_view(a)
-                outcomes = [GroupOutcome(p.problem.id, PATTERNS[(j * 5 + step) % len(PATTERNS)], f"{step}:{j}".encode())
-                            for j, p in enumerate(a.problems)]
+                outcomes = [
+                    GroupOutcome(p.problem.id, PATTERNS[(j * 5 + step) % len(PATTERNS)], f"{step}:{j}".encode())
+                    for j, p in enumerate(a.problems)
+                ]
                 assert await red.report(b.lease_id, outcomes) == await mem.report(a.lease_id, outcomes)
                 for o in outcomes:
                     kind = rules.classify(o.rewards)
                     pooled_mixed += kind is rules.GroupKind.MIXED and (
-                        (await mem.problem_state(o.problem_id)).pool is not rules.Pool.HEAP)
+                        (await mem.problem_state(o.problem_id)).pool is not rules.Pool.HEAP
+                    )
                 now[0] += 1.0
                 _assert_dumps_equal(await mem.dump(), await red.dump())
             counters = (await mem.dump())["counters"]

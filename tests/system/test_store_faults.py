@@ -21,12 +21,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
+from prioreplay.convert import problem_to_proto
 from prioreplay.errors import Internal, StoreUnavailable
+from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.open_store import create_store
-from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.problems import ProblemRecord
-from prioreplay.convert import problem_to_proto
 from tests.conftest import free_port, start_redis_server
 
 NAMESPACE = "faults"
@@ -67,15 +67,13 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def _register(client: PriorityClient, n: int = 8) -> None:
-    client.register([problem_to_proto(ProblemRecord(id=f"p{i}", prompt=f"{i}+1?", answer=str(i + 1)))
-                      for i in range(n)])
+    client.register([problem_to_proto(ProblemRecord(id=f"p{i}", prompt=f"{i}+1?", answer=str(i + 1))) for i in range(n)])
 
 
 def _fault_round(url: str, inject, recover, what: str) -> None:
     """Inject a fault: writes answer UNAVAILABLE naming ``what`` and health turns NOT_SERVING; recover:
     SERVING again, and the state from before the fault is whole (8 problems, none leased)."""
-    with _server(url) as srv, PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=5),
-                                             max_retries=0) as c:
+    with _server(url) as srv, PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=5), max_retries=0) as c:
         _register(c)
         _wait_health(srv.address, SERVING)
         inject()
@@ -118,8 +116,10 @@ def test_a_killed_redis_is_unavailable_and_not_serving_until_it_restarts(own_red
 def test_a_logic_error_is_internal_with_a_log_line_and_health_stays_serving(own_redis, caplog):
     url, _, _, _ = own_redis
     r = redis.Redis.from_url(url)
-    with _server(url) as srv, PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=5),
-                                             max_retries=3, backoff_s=0.01) as c:
+    with (
+        _server(url) as srv,
+        PriorityClient(ClientSettings(server=srv.address, rpc_timeout_s=5), max_retries=3, backoff_s=0.01) as c,
+    ):
         _register(c)
         heap = srv.store.key("heap")
         r.delete(heap)

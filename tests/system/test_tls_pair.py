@@ -18,9 +18,29 @@ def pems(tmp_path_factory):
         pytest.fail("the openssl command line is needed to make test certificates (apt-get install openssl)")
     d = tmp_path_factory.mktemp("pems")
     for name in ("a", "b"):
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                        "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "1", "-subj", "/CN=x"],
-                       cwd=d, check=True, capture_output=True)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                f"{name}.key",
+                "-out",
+                f"{name}.pem",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=x",
+            ],
+            cwd=d,
+            check=True,
+            capture_output=True,
+        )
     (d / "junk.pem").write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
     return d
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from prioreplay import checkpoint_reader as checkpoints, models
+from prioreplay import checkpoint_reader as checkpoints
+from prioreplay import models
 from prioreplay.learner import checkpoint as ckpt
 from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
 from prioreplay.rollout_worker.config import WorkerConfig
@@ -236,10 +237,24 @@ def test_the_weights_server_serves_published_files_only(tmp_path, learner_side):
     assert int(headers["Content-Length"]) == (path / "model.safetensors").stat().st_size
     status, headers, body = _get(port, "/v-1/prioreplay.json", "HEAD")
     assert status == 200 and body == b"" and int(headers["Content-Length"]) == (path / "prioreplay.json").stat().st_size
-    for bad in ["/v-1/../../secret.txt", "/v-1/%2e%2e/%2e%2e/secret.txt", "/v-1/..%2f..%2fsecret.txt",
-                "/../secret.txt", "/stray.txt", "/v-1/", "/v-1", "/", "/.tmp-v-2-abcd/prioreplay.json",
-                "/v-3/config.json", "/v-9/model.safetensors", "/v-1/link.txt", "/v-1//model.safetensors",
-                "/v-1/.hidden", "//etc/passwd", "/v-1/model.safetensors/"]:
+    for bad in [
+        "/v-1/../../secret.txt",
+        "/v-1/%2e%2e/%2e%2e/secret.txt",
+        "/v-1/..%2f..%2fsecret.txt",
+        "/../secret.txt",
+        "/stray.txt",
+        "/v-1/",
+        "/v-1",
+        "/",
+        "/.tmp-v-2-abcd/prioreplay.json",
+        "/v-3/config.json",
+        "/v-9/model.safetensors",
+        "/v-1/link.txt",
+        "/v-1//model.safetensors",
+        "/v-1/.hidden",
+        "//etc/passwd",
+        "/v-1/model.safetensors/",
+    ]:
         status, _, body = _get(port, bad)
         assert status == 404, bad
         assert b"not for workers" not in body
@@ -252,8 +267,8 @@ def test_a_worker_with_no_shared_volume_trains_along_loading_every_version(tmp_p
     """Learner (own checkpoint dir, serving it over HTTP) and worker (own cache dir) around one
     priority server: each step's version reaches the worker by URL and generates the next batch."""
     from prioreplay.client import PriorityClient
-    from prioreplay.convert import problem_to_proto
     from prioreplay.config import ClientSettings
+    from prioreplay.convert import problem_to_proto
     from prioreplay.learner.config import LearnerConfig
     from prioreplay.learner.learner import Learner
     from prioreplay.learner.main import serve_weights
@@ -267,18 +282,42 @@ def test_a_worker_with_no_shared_volume_trains_along_loading_every_version(tmp_p
     monkeypatch.setattr(worker_mod, "verify", lambda name, c, ref, timeout_s=5.0: VerifyResult(float(len(c) % 2 == 0)))
     srv = start_background_server("memory", "", "weights", store_config=StoreConfig(seed=1, retest_fraction=0.0))
     client = PriorityClient(ClientSettings(server=srv.address), max_retries=2, backoff_s=0.05)
-    cfg = LearnerConfig(server=srv.address, model=str(tiny_dir), checkpoint_dir=tmp_path / "learner" / "ckpt",
-                        batch_groups=1, micro_batch_size=8, lr=1e-2, publish_every=1, checkpoint_every=1,
-                        metrics_port=0, pull_wait_s=0.2, batch_timeout_s=2.0, device="cpu",
-                        serve_weights_port=free_port())  # a fixed port: the learner's advertised URL
+    cfg = LearnerConfig(
+        server=srv.address,
+        model=str(tiny_dir),
+        checkpoint_dir=tmp_path / "learner" / "ckpt",
+        batch_groups=1,
+        micro_batch_size=8,
+        lr=1e-2,
+        publish_every=1,
+        checkpoint_every=1,
+        metrics_port=0,
+        pull_wait_s=0.2,
+        batch_timeout_s=2.0,
+        device="cpu",
+        serve_weights_port=free_port(),
+    )  # a fixed port: the learner's advertised URL
     http_server, cfg = serve_weights(cfg)
     learner = Learner(cfg)
     try:
-        client.register(problem_to_proto(ProblemRecord(id=f"p{i}", prompt=f"Compute {i} + {i}.", answer=str(2 * i),
-                                                       verifier="gsm8k")) for i in range(8))
-        worker = RolloutWorker(WorkerConfig(server=srv.address, group_size=4, batch_size=2, max_new_tokens=8,
-                                            seed=1, metrics_port=0, weights_cache_dir=tmp_path / "worker" / "cache"),
-                               TransformersBackend(tiny_dir), client, sleep=lambda s: None)
+        client.register(
+            problem_to_proto(ProblemRecord(id=f"p{i}", prompt=f"Compute {i} + {i}.", answer=str(2 * i), verifier="gsm8k"))
+            for i in range(8)
+        )
+        worker = RolloutWorker(
+            WorkerConfig(
+                server=srv.address,
+                group_size=4,
+                batch_size=2,
+                max_new_tokens=8,
+                seed=1,
+                metrics_port=0,
+                weights_cache_dir=tmp_path / "worker" / "cache",
+            ),
+            TransformersBackend(tiny_dir),
+            client,
+            sleep=lambda s: None,
+        )
         versions, reloads = [], []
         for _ in range(4):
             res = worker.run_once()

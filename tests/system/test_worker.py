@@ -19,8 +19,8 @@ import torch
 
 from prioreplay import models
 from prioreplay.client import PriorityClient
-from prioreplay.convert import problem_to_proto
 from prioreplay.config import ClientSettings
+from prioreplay.convert import problem_to_proto
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.problems import ProblemRecord
 from prioreplay.rollout_worker import worker as worker_mod
@@ -72,8 +72,7 @@ def parity_verifier(monkeypatch):
 
 
 def make_worker(client, model_dir, **kw) -> RolloutWorker:
-    cfg = WorkerConfig(group_size=G, batch_size=B, max_new_tokens=12, seed=7, worker_id="test-worker",
-                       metrics_port=0, **kw)
+    cfg = WorkerConfig(group_size=G, batch_size=B, max_new_tokens=12, seed=7, worker_id="test-worker", metrics_port=0, **kw)
     return RolloutWorker(cfg, TransformersBackend(model_dir), client, sleep=lambda s: None)
 
 
@@ -84,7 +83,7 @@ def metric(w: RolloutWorker, name: str, labels: dict | None = None) -> float:
 
 def teacher_forced(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1:-1]  # (L, V)
+        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]  # (L, V)
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None]).squeeze(1)  # (L,)
 
 
@@ -205,8 +204,9 @@ def test_a_problem_leased_again_with_unchanged_weights_gets_new_completions(dirs
 
     def completions(lease_id: str) -> list[list[int]]:
         w = make_worker(None, dirs[0])  # a fresh worker each time: a restart, same seed and worker id
-        outcomes, _, _ = w.generate_batch(worker_mod.leased_problems(
-            pb.SampleProblemsResponse(lease_id=lease_id, problems=[problem]), G), lease_id)
+        outcomes, _, _ = w.generate_batch(
+            worker_mod.leased_problems(pb.SampleProblemsResponse(lease_id=lease_id, problems=[problem]), G), lease_id
+        )
         return [list(c.token_ids) for c in outcomes[0].completions]
 
     first, again, replay = completions("lease-1"), completions("lease-2"), completions("lease-1")
@@ -219,9 +219,32 @@ def test_cli_worker_reports_then_stops_cleanly_on_sigterm(server, client, dirs):
     """`prioreplay worker` as a process: it reports batches, and SIGTERM ends it with exit code 0."""
     client.register(problem_to_proto(p) for p in PROBLEMS)
     env = dict(os.environ, OMP_NUM_THREADS="1", PRIOREPLAY_CACHE_DIR=str(dirs[0].parent))
-    cmd = [sys.executable, "-m", "prioreplay.apps.cli", "worker", "--server", server.address, "--model", str(dirs[0]),
-           "--group-size", "2", "--batch-size", "2", "--max-new-tokens", "4", "--metrics-port", "0",
-           "--device", "cpu", "--worker-id", "cli-worker", "--max-retry-sleep-s", "0.1", "--log-level", "WARNING"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prioreplay.apps.cli",
+        "worker",
+        "--server",
+        server.address,
+        "--model",
+        str(dirs[0]),
+        "--group-size",
+        "2",
+        "--batch-size",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--metrics-port",
+        "0",
+        "--device",
+        "cpu",
+        "--worker-id",
+        "cli-worker",
+        "--max-retry-sleep-s",
+        "0.1",
+        "--log-level",
+        "WARNING",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 120
@@ -244,7 +267,8 @@ def test_cli_worker_reports_then_stops_cleanly_on_sigterm(server, client, dirs):
 @pytest.mark.parametrize("server_mb,worker_mb", [(1, 64), (4, 1)])
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_a_report_over_the_message_limit_is_sent_in_parts_and_nothing_is_lost(
-        kind, server_mb, worker_mb, redis_url, namespace, dirs, parity_verifier):
+    kind, server_mb, worker_mb, redis_url, namespace, dirs, parity_verifier
+):
     """Issue 13: a report refused as too large used to let the lease expire, generated work lost.
 
     (1, 64): the server's limit refuses it, the worker halves the part and sends again;
@@ -262,8 +286,13 @@ def test_a_report_over_the_message_limit_is_sent_in_parts_and_nothing_is_lost(
         tokens = 15_000  # per completion: ≈ 0.3 MB per group of 4, ≈ 0.9 MB per batch of 3 with headers
 
         def big_generate(prompts, n, params):
-            return [[GeneratedCompletion(token_ids=[5 + i] * tokens, logprobs=[-0.5] * tokens, text="x" * (i + 1),
-                                         truncated=False) for i in range(n)] for _ in prompts]
+            return [
+                [
+                    GeneratedCompletion(token_ids=[5 + i] * tokens, logprobs=[-0.5] * tokens, text="x" * (i + 1), truncated=False)
+                    for i in range(n)
+                ]
+                for _ in prompts
+            ]
 
         w.backend.generate = big_generate
         w.config = w.config.model_copy(update={"batch_size": 6})
@@ -296,8 +325,12 @@ def test_a_worker_refused_by_backpressure_waits_the_hint_and_asks_again(redis_ur
             c.register(problem_to_proto(p) for p in PROBLEMS)
             lease = c.sample(1)  # one mixed group queued: the queue is at its bound
             comps = [pb.Completion(reward=r, token_ids=[1], logprobs=[-0.1]) for r in (0.0, 1.0)]
-            assert c.report(lease.lease_id, [pb.ProblemOutcome(problem_id=lease.problems[0].problem.id,
-                                                               completions=comps)]).groups_queued == 1
+            assert (
+                c.report(
+                    lease.lease_id, [pb.ProblemOutcome(problem_id=lease.problems[0].problem.id, completions=comps)]
+                ).groups_queued
+                == 1
+            )
             slept = []
             w = make_worker(c, dirs[0], max_retry_sleep_s=5.0)
             w._sleep = lambda s: (slept.append(s), len(slept) >= 3 and w.stop_event.set())
@@ -339,8 +372,10 @@ def test_a_worker_backs_off_on_unavailable_and_internal_and_goes_on(client, dirs
     from prioreplay.errors import Internal, StoreUnavailable
 
     client.register(problem_to_proto(p) for p in PROBLEMS)
-    errors = [StoreUnavailable("SampleProblems: Redis is out of memory", kind="out_of_memory"),
-              Internal("SampleProblems: Redis answered WRONGTYPE")]
+    errors = [
+        StoreUnavailable("SampleProblems: Redis is out of memory", kind="out_of_memory"),
+        Internal("SampleProblems: Redis answered WRONGTYPE"),
+    ]
 
     class Flaky:
         def __getattr__(self, name):

@@ -9,16 +9,31 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prioreplay import rules
-from prioreplay.convert import (DEFAULT_VERIFIER, STATS_FIELDS, lease_to_proto, leased_problems, outcome_to_group,
-                                outcome_to_proto, problem_from_proto, problem_to_proto, stats_to_proto,
-                                trajectory_payload)
+from prioreplay.convert import (
+    DEFAULT_VERIFIER,
+    STATS_FIELDS,
+    lease_to_proto,
+    leased_problems,
+    outcome_to_group,
+    outcome_to_proto,
+    problem_from_proto,
+    problem_to_proto,
+    stats_to_proto,
+    trajectory_payload,
+)
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool
 from prioreplay.v1 import priority_service_pb2 as pb
 
 text = st.text(min_size=1, max_size=30)
-records = st.builds(ProblemRecord, id=text, prompt=text, answer=text, verifier=st.sampled_from(["exact", "math", "gsm8k"]),
-                    metadata=st.dictionaries(text, st.text(max_size=10), max_size=3))
+records = st.builds(
+    ProblemRecord,
+    id=text,
+    prompt=text,
+    answer=text,
+    verifier=st.sampled_from(["exact", "math", "gsm8k"]),
+    metadata=st.dictionaries(text, st.text(max_size=10), max_size=3),
+)
 
 
 @given(records)
@@ -53,13 +68,27 @@ class _Lease:
 
 def test_a_lease_reaches_the_worker_with_its_problems_sizes_and_version():
     a, b = ProblemRecord("a", "1+1?", "2"), ProblemRecord("b", "2+2?", "4", verifier="math", metadata={"k": "v"})
-    lease = _Lease("L1", 1234.5, [_Sampled(a, 0.25, Pool.HEAP), _Sampled(b, 0.1, Pool.SOLVED, group_size=2)],
-                   policy_version=7, weights_uri="/w/v-7", retry_after_s=0.0, step=3)
+    lease = _Lease(
+        "L1",
+        1234.5,
+        [_Sampled(a, 0.25, Pool.HEAP), _Sampled(b, 0.1, Pool.SOLVED, group_size=2)],
+        policy_version=7,
+        weights_uri="/w/v-7",
+        retry_after_s=0.0,
+        step=3,
+    )
     resp = pb.SampleProblemsResponse.FromString(lease_to_proto(lease).SerializeToString())
     assert (resp.lease_id, resp.lease_deadline_unix_s, resp.policy_version, resp.weights_uri, resp.step) == (
-        "L1", 1234.5, 7, "/w/v-7", 3)
+        "L1",
+        1234.5,
+        7,
+        "/w/v-7",
+        3,
+    )
     assert [(lp.priority, lp.source, lp.group_size) for lp in resp.problems] == [
-        (0.25, pb.POOL_HEAP, 0), (0.1, pb.POOL_SOLVED, 2)]
+        (0.25, pb.POOL_HEAP, 0),
+        (0.1, pb.POOL_SOLVED, 2),
+    ]
     assert leased_problems(resp, group_size=8) == [(a, 8), (b, 2)]  # 0 on the wire: the worker's own G
 
 

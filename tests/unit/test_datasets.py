@@ -27,6 +27,7 @@ def expected_gsm8k_answer(raw: str) -> str:
 
 # --------------------------------------------------------------------------- GSM8K
 
+
 def test_gsm8k_test_split_loads_with_stable_ids_and_answers(gsm8k_dir):
     path = gsm8k_dir / "test.jsonl"
     first = list(iter_problems(str(path)))
@@ -71,11 +72,9 @@ MALFORMED = {
     "not_an_object": (b'{"id": "a", "prompt": "p", "answer": "1"}\n\n[1, 2]\n', 3, "JSON object"),
     "missing_prompt": (b'{"id": "a", "answer": "1"}\n', 1, "prompt"),
     "missing_answer": (b'{"id": "a", "prompt": "p"}\n{"id": "b", "prompt": "p", "answer": "1"}\n', 1, "answer"),
-    "empty_prompt": (b'{"id": "a", "prompt": "p", "answer": "1"}\n{"id": "b", "prompt": "  ", "answer": "1"}\n',
-                     2, "empty"),
+    "empty_prompt": (b'{"id": "a", "prompt": "p", "answer": "1"}\n{"id": "b", "prompt": "  ", "answer": "1"}\n', 2, "empty"),
     "empty_answer": (b'{"id": "a", "prompt": "p", "answer": ""}\n', 1, "empty"),
-    "non_utf8": (b'{"id": "a", "prompt": "p", "answer": "1"}\n{"id": "b", "prompt": "caf\xe9", "answer": "1"}\n',
-                 2, "UTF-8"),
+    "non_utf8": (b'{"id": "a", "prompt": "p", "answer": "1"}\n{"id": "b", "prompt": "caf\xe9", "answer": "1"}\n', 2, "UTF-8"),
     "unknown_verifier": (b'{"id": "a", "prompt": "p", "answer": "1", "verifier": "regex"}\n', 1, "regex"),
     "bad_metadata": (b'{"id": "a", "prompt": "p", "answer": "1", "metadata": [1]}\n', 1, "metadata"),
 }
@@ -94,8 +93,11 @@ def test_malformed_lines_name_file_and_line(tmp_path, case):
 
 
 def test_duplicate_ids_name_both_lines(tmp_path):
-    rows = [{"id": "x", "prompt": "a", "answer": "1"}, {"id": "y", "prompt": "b", "answer": "2"},
-            {"id": "x", "prompt": "c", "answer": "3"}]
+    rows = [
+        {"id": "x", "prompt": "a", "answer": "1"},
+        {"id": "y", "prompt": "b", "answer": "2"},
+        {"id": "x", "prompt": "c", "answer": "3"},
+    ]
     path = write_jsonl(tmp_path / "dup.jsonl", rows)
     with pytest.raises(InvalidArgument) as info:
         list(iter_problems(str(path)))
@@ -112,6 +114,7 @@ def test_missing_file_and_bad_arithmetic_spec_are_clear(tmp_path):
 
 
 # --------------------------------------------------------------------------- generic / MATH / formats
+
 
 def test_generic_rows_ids_metadata_and_verifier_inference(tmp_path):
     rows = [
@@ -143,8 +146,12 @@ def test_generated_ids_differ_between_two_datasets_files_of_the_same_name(tmp_pa
 
 def test_math_format_takes_last_boxed_with_nested_braces(tmp_path):
     rows = [
-        {"problem": "Half?", "solution": "First \\boxed{3}. Then $\\boxed{\\frac{1}{\\sqrt{4}}}$.",
-         "level": "Level 2", "type": "Algebra"},
+        {
+            "problem": "Half?",
+            "solution": "First \\boxed{3}. Then $\\boxed{\\frac{1}{\\sqrt{4}}}$.",
+            "level": "Level 2",
+            "type": "Algebra",
+        },
         {"problem": "No box", "solution": "The answer is 3."},
     ]
     path = write_jsonl(tmp_path / "math.jsonl", rows)
@@ -189,8 +196,9 @@ def test_parquet_round_trip_matches_jsonl(tmp_path, gsm8k_dir):
     assert list(iter_problems(str(parquet))) == list(iter_problems(str(jsonl)))
 
     generic = tmp_path / "generic.parquet"
-    pq.write_table(pa.Table.from_pylist([{"id": "g1", "prompt": "p", "answer": "x"},
-                                         {"id": "g1", "prompt": "q", "answer": "y"}]), generic)
+    pq.write_table(
+        pa.Table.from_pylist([{"id": "g1", "prompt": "p", "answer": "x"}, {"id": "g1", "prompt": "q", "answer": "y"}]), generic
+    )
     with pytest.raises(InvalidArgument, match=re.escape(f"{generic} row 2") + ".*duplicate"):
         list(iter_problems(str(generic)))
 
@@ -206,8 +214,9 @@ def test_local_dataset_directories(tmp_path, gsm8k_dir):
     assert from_disk[3].id == "saved-00003" and from_disk[3].verifier == "gsm8k"
 
     dd = tmp_path / "dd"
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(raw[:5]),
-                          "test": datasets.Dataset.from_list(raw[5:8])}).save_to_disk(str(dd))
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(raw[:5]), "test": datasets.Dataset.from_list(raw[5:8])}
+    ).save_to_disk(str(dd))
     assert [p.prompt for p in iter_problems(str(dd), split="test")] == [r["question"] for r in raw[5:8]]
     with pytest.raises(InvalidArgument, match="available: train, test"):
         list(iter_problems(str(dd), split="validation"))
@@ -262,6 +271,7 @@ def test_arithmetic_spans_difficulties():
 
 # --------------------------------------------------------------------------- evaluation slice
 
+
 def test_evaluation_slice_arithmetic_is_disjoint_and_fixed():
     train = list(iter_problems("arithmetic:300:0"))
     held = evaluation_slice("arithmetic:300:0", 40, seed=0)
@@ -309,11 +319,24 @@ def test_math_solution_with_unbraced_boxed_loads(tmp_path):
     assert last_boxed("\\boxedfoo") is None
 
 
-@pytest.mark.parametrize("answer, verifier", [
-    ("1/2", "math"), ("-3/4", "math"), ("(1, 2)", "math"), ("50%", "math"), ("sqrt(2)", "math"),
-    ("2\\sqrt{2}", "math"), ("[0, 1)", "math"), ("3.5", "gsm8k"), ("-1,200", "gsm8k"),
-    ("Paris", "exact"), ("New York", "exact"), ("Room 12B", "exact"), ("yes", "exact"),
-])
+@pytest.mark.parametrize(
+    "answer, verifier",
+    [
+        ("1/2", "math"),
+        ("-3/4", "math"),
+        ("(1, 2)", "math"),
+        ("50%", "math"),
+        ("sqrt(2)", "math"),
+        ("2\\sqrt{2}", "math"),
+        ("[0, 1)", "math"),
+        ("3.5", "gsm8k"),
+        ("-1,200", "gsm8k"),
+        ("Paris", "exact"),
+        ("New York", "exact"),
+        ("Room 12B", "exact"),
+        ("yes", "exact"),
+    ],
+)
 def test_generic_answers_math_verify_parses_get_the_math_verifier(tmp_path, answer, verifier):
     """Answers math-verify can parse get ``math``, so a boxed LaTeX completion scores (issue 13)."""
     path = write_jsonl(tmp_path / "generic.jsonl", [{"prompt": "Q?", "answer": answer}])

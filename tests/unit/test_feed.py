@@ -20,8 +20,7 @@ CONSUMER = "learner-0"
 
 def group(gid: str, version: int = 0, rewards=(1.0, 0.0)) -> pb.TrajectoryGroup:
     comps = [pb.Completion(reward=r, token_ids=[7, 8], logprobs=[-1.0, -1.0]) for r in rewards]
-    return pb.TrajectoryGroup(group_id=gid, problem_id=gid, policy_version=version, prompt_token_ids=[4, 5],
-                              completions=comps)
+    return pb.TrajectoryGroup(group_id=gid, problem_id=gid, policy_version=version, prompt_token_ids=[4, 5], completions=comps)
 
 
 class Clock:
@@ -85,8 +84,9 @@ class FakeQueue:
 
 
 def make_feed(queue: FakeQueue, batch_groups: int = 2, **kw) -> TrajectoryFeed:
-    return TrajectoryFeed(queue, CONSUMER, batch_groups, pull_wait_s=0.5, batch_timeout_s=2.0, sleep=queue.clock.sleep,
-                          clock=queue.clock, **kw)
+    return TrajectoryFeed(
+        queue, CONSUMER, batch_groups, pull_wait_s=0.5, batch_timeout_s=2.0, sleep=queue.clock.sleep, clock=queue.clock, **kw
+    )
 
 
 @pytest.fixture
@@ -99,6 +99,7 @@ def ids(groups) -> list[str]:
 
 
 # --- recovery after a restart ------------------------------------------------------------------------
+
 
 def test_the_first_pull_after_a_restart_redelivers_this_consumers_pending_groups(queue):
     queue.add(*[group(f"old{i}") for i in range(5)])
@@ -140,6 +141,7 @@ def test_groups_a_resumed_checkpoint_holds_are_acknowledged_and_never_retrained(
 
 
 # --- acknowledging -------------------------------------------------------------------------------------
+
 
 def test_trained_groups_are_acknowledged_only_after_the_checkpoint(queue):
     queue.add(group("a"), group("b"))
@@ -198,6 +200,7 @@ def test_stale_groups_are_dropped_counted_and_acknowledged_at_once(queue):
 
 # --- deferring and pulling ---------------------------------------------------------------------------------
 
+
 def test_deferred_groups_come_back_first_in_order_and_once(queue):
     queue.add(group("a"), group("b"), group("c"), group("d"))
     feed = make_feed(queue, batch_groups=2)
@@ -250,6 +253,7 @@ def test_bad_sizes_are_refused_with_the_value():
 
 
 # --- staleness across a restart --------------------------------------------------------------------------
+
 
 def test_a_restart_does_not_age_groups_by_the_versions_it_rolled_back():
     # the server published versions 8, 9, 10 from weights lost in a crash; the learner resumed at 7

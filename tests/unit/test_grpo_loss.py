@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.learner.loss import MAX_LOG_RATIO, grpo_loss, group_advantages
-
+from prioreplay.learner.loss import MAX_LOG_RATIO, group_advantages, grpo_loss
 
 # --- advantages ------------------------------------------------------------------------------
+
 
 def test_drgrpo_advantages_are_reward_minus_success_rate():
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
@@ -50,6 +50,7 @@ def test_advantages_reject_bad_input():
 
 
 # --- loss ------------------------------------------------------------------------------------
+
 
 def _per_token_objective(ratio: float, adv: float, eps_low: float, eps_high: float) -> float:
     """-min(ρA, clip(ρ)A), worked out with plain floats."""
@@ -195,6 +196,7 @@ def test_loss_rejects_bad_input():
 
 
 # --------------------------------------------------------------------------- dual-clip (issue 13)
+
 
 def test_dual_clip_caps_a_negative_advantage_token_far_off_policy():
     """A = −1, behaviour log-prob −10, current 0: ρ = e^10 ≈ 22,026. Without a cap on ρ the

@@ -22,17 +22,36 @@ def test_summary_line_gives_the_change_with_its_interval_and_says_if_it_excludes
 def test_report_picture_draws_with_intervals_and_unseen(tmp_path):
     from prioreplay.apps.report_figure import render
 
-    steps = [{"step": i, "heap": 40, "solved": 10, "unsolved": 14 - i, "leased": i, "unseen": 30 - 10 * i,
-              "priority_histogram": [0] * 19 + [40], "priority_bucket_edges": [0.0125 * k for k in range(21)],
-              "effective_group_fraction_window": 0.4, "mean_reward_window": 0.2} for i in range(1, 4)]
-    report = {"name": "t", "config": {"sampler": "heap"}, "steps": steps, "eval_size": 128,
-              **held_out_summary([True] * 10 + [False] * 118, [True] * 12 + [False] * 116)}
+    steps = [
+        {
+            "step": i,
+            "heap": 40,
+            "solved": 10,
+            "unsolved": 14 - i,
+            "leased": i,
+            "unseen": 30 - 10 * i,
+            "priority_histogram": [0] * 19 + [40],
+            "priority_bucket_edges": [0.0125 * k for k in range(21)],
+            "effective_group_fraction_window": 0.4,
+            "mean_reward_window": 0.2,
+        }
+        for i in range(1, 4)
+    ]
+    report = {
+        "name": "t",
+        "config": {"sampler": "heap"},
+        "steps": steps,
+        "eval_size": 128,
+        **held_out_summary([True] * 10 + [False] * 118, [True] * 12 + [False] * 116),
+    }
     assert render(report, tmp_path / "r.png").stat().st_size > 10_000
 
 
 def test_served_priority_histogram_is_read_per_bucket():
-    text = ("# HELP prioreplay_sampled_priority p\n# TYPE prioreplay_sampled_priority histogram\n"
-            'prioreplay_sampled_priority_bucket{le="0.1"} 2.0\nprioreplay_sampled_priority_bucket{le="0.25"} 7.0\n'
-            'prioreplay_sampled_priority_bucket{le="+Inf"} 7.0\nprioreplay_sampled_priority_count 7.0\n'
-            "prioreplay_sampled_priority_sum 1.0\n")
+    text = (
+        "# HELP prioreplay_sampled_priority p\n# TYPE prioreplay_sampled_priority histogram\n"
+        'prioreplay_sampled_priority_bucket{le="0.1"} 2.0\nprioreplay_sampled_priority_bucket{le="0.25"} 7.0\n'
+        'prioreplay_sampled_priority_bucket{le="+Inf"} 7.0\nprioreplay_sampled_priority_count 7.0\n'
+        "prioreplay_sampled_priority_sum 1.0\n"
+    )
     assert scrape_histogram(text, "prioreplay_sampled_priority") == {"le": [0.1, 0.25, float("inf")], "count": [2.0, 5.0, 0.0]}

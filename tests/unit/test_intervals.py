@@ -47,4 +47,4 @@ def test_bootstrap_ratio_and_mean_interval():
     assert r == pytest.approx(0.55 / 0.3) and 1 < lo <= r <= hi
     assert bootstrap_ratio([0.5], [0.25]) == (2.0, 2.0, 2.0)
     m, lo, hi = mean_interval([1.0, 2.0, 3.0])
-    assert m == 2.0 and (round(lo, 3), round(hi, 3)) == (round(2 - 4.303 / 3 ** 0.5, 3), round(2 + 4.303 / 3 ** 0.5, 3))
+    assert m == 2.0 and (round(lo, 3), round(hi, 3)) == (round(2 - 4.303 / 3**0.5, 3), round(2 + 4.303 / 3**0.5, 3))

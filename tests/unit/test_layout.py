@@ -43,7 +43,8 @@ def _service_packages() -> dict[str, Path]:
 def test_setup_maps_every_services_folder_with_python_files():
     derived = runpy.run_path(str(REPO / "setup.py"), run_name="not_main")["role_packages"](str(SERVICES))
     assert {name: REPO / folder for name, folder in derived.items()} == _service_packages(), (
-        "every folder under services/ with Python files needs an __init__.py (setup.py maps only packages)")
+        "every folder under services/ with Python files needs an __init__.py (setup.py maps only packages)"
+    )
 
 
 @pytest.mark.parametrize("name", list(_service_packages()))
@@ -90,8 +91,12 @@ def layer(module: str) -> str:
 
 
 def _is_type_checking(node: ast.If) -> bool:
-    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING" or \
-        isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"
+    return (
+        isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+        or isinstance(node.test, ast.Attribute)
+        and node.test.attr == "TYPE_CHECKING"
+    )
 
 
 def imports(module: str, modules: dict[str, Path] = MODULES) -> list[tuple[str, int, bool]]:
@@ -141,8 +146,9 @@ def layer_violations(modules: dict[str, Path]) -> list[str]:
             elif mine.startswith("role:") and theirs not in ("core", mine):
                 wrong.append(f"{where}: {mine} imports {target} ({theirs})")
             elif mine == "entry" and top and theirs.startswith("role:") and target.rpartition(".")[2] not in LIGHT_ROLE_MODULES:
-                wrong.append(f"{where}: an entry point imports {target} at module level; import it inside the "
-                             "function that needs it")
+                wrong.append(
+                    f"{where}: an entry point imports {target} at module level; import it inside the function that needs it"
+                )
     return wrong
 
 
@@ -190,7 +196,8 @@ KNOWN_PLURALS = {("store", "stores"), ("client", "clients")}
 
 def test_no_two_modules_differ_by_a_plural():
     names = {path.stem for path in MODULES.values() if path.stem != "__init__"} | {
-        path.name for path in (REPO / "prioreplay").iterdir() if path.is_dir()}
+        path.name for path in (REPO / "prioreplay").iterdir() if path.is_dir()
+    }
     pairs = sorted((n, n + "s") for n in names if n + "s" in names and (n, n + "s") not in KNOWN_PLURALS)
     assert not pairs, f"modules whose names differ by a plural: {pairs}; name each for its job"
 
@@ -204,7 +211,7 @@ def test_no_import_cycles():
         state[node] = 1
         for nxt in graph.get(node, ()):
             if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt):] + [nxt])
+                cycles.append(path[path.index(nxt) :] + [nxt])
             elif nxt not in state:
                 walk(nxt, path + [nxt])
         state[node] = 2
@@ -245,8 +252,7 @@ def test_docs_name_the_same_layers_and_folders():
 
 # -- the base install ------------------------------------------------------------------------------
 #: Packages only the worker, learner, GPU and demo extras bring; the base install has none of them.
-ROLE_ONLY_PACKAGES = {"torch", "transformers", "safetensors", "accelerate", "gguf", "math-verify", "matplotlib",
-                      "vllm", "peft"}
+ROLE_ONLY_PACKAGES = {"torch", "transformers", "safetensors", "accelerate", "gguf", "math-verify", "matplotlib", "vllm", "peft"}
 
 
 def _name(requirement: str) -> str:

@@ -11,12 +11,20 @@ from prioreplay.learner.filters import Sampling, group_fate, group_problem, grou
 from prioreplay.v1 import priority_service_pb2 as pb
 
 
-def group(gid="g", rewards=(1.0, 0.0, 0.0), version=0, n_tokens=3, n_logprobs=None, temperature=0.0, top_p=0.0,
-          truncated=()):
-    comps = [pb.Completion(reward=r, token_ids=[7] * n_tokens, logprobs=[-1.0] * (n_logprobs or n_tokens),
-                           truncated=i in truncated) for i, r in enumerate(rewards)]
-    return pb.TrajectoryGroup(group_id=gid, problem_id=gid, policy_version=version, prompt_token_ids=[4, 5, 6],
-                              completions=comps, sampling_temperature=temperature, sampling_top_p=top_p)
+def group(gid="g", rewards=(1.0, 0.0, 0.0), version=0, n_tokens=3, n_logprobs=None, temperature=0.0, top_p=0.0, truncated=()):
+    comps = [
+        pb.Completion(reward=r, token_ids=[7] * n_tokens, logprobs=[-1.0] * (n_logprobs or n_tokens), truncated=i in truncated)
+        for i, r in enumerate(rewards)
+    ]
+    return pb.TrajectoryGroup(
+        group_id=gid,
+        problem_id=gid,
+        policy_version=version,
+        prompt_token_ids=[4, 5, 6],
+        completions=comps,
+        sampling_temperature=temperature,
+        sampling_top_p=top_p,
+    )
 
 
 def sort(groups, current=0, max_staleness=4, max_tokens=12):
@@ -46,9 +54,14 @@ def test_fates_in_order_invalid_then_stale_then_zero_variance():
 
 
 def test_zero_variance_and_malformed_groups_are_not_trained_on():
-    groups = [group("mixed"), group("all-correct", (1.0, 1.0)), group("single", (1.0,)),
-              group("mismatch", (1.0, 0.0), n_logprobs=2), group("too-long", (1.0, 0.0), n_tokens=10),
-              group("stale", version=-5)]
+    groups = [
+        group("mixed"),
+        group("all-correct", (1.0, 1.0)),
+        group("single", (1.0,)),
+        group("mismatch", (1.0, 0.0), n_logprobs=2),
+        group("too-long", (1.0, 0.0), n_tokens=10),
+        group("stale", version=-5),
+    ]
     out = sort(groups)
     assert [g.group_id for g in out.used] == ["mixed"] and out.ages == [0]
     assert out.counts == {"used": 1, "stale": 1, "zero_variance": 2, "invalid": 2, "deferred": 0}
@@ -57,8 +70,13 @@ def test_zero_variance_and_malformed_groups_are_not_trained_on():
 
 
 def test_a_batch_takes_the_first_groups_sampling_and_defers_the_others():
-    groups = [group("a", temperature=0.7), group("b", temperature=1.0), group("c", temperature=0.7, top_p=0.9),
-              group("d", temperature=0.7), group("e", temperature=0.7, rewards=(0.0, 0.0))]
+    groups = [
+        group("a", temperature=0.7),
+        group("b", temperature=1.0),
+        group("c", temperature=0.7, top_p=0.9),
+        group("d", temperature=0.7),
+        group("e", temperature=0.7, rewards=(0.0, 0.0)),
+    ]
     out = sort(groups)
     assert out.sampling == Sampling(0.7, 1.0)
     assert [g.group_id for g in out.used] == ["a", "d"]

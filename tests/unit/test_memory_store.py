@@ -53,7 +53,8 @@ async def test_memory_snapshot_round_trip(tmp_path):
     assert (await restored.report(old.lease_id, [])).reason == "already reported"
     # both continue identically: same next batch, same lease accepted
     assert [sp.problem.id for sp in (await restored.sample(3)).problems] == [
-        sp.problem.id for sp in (await store.sample(3)).problems]
+        sp.problem.id for sp in (await store.sample(3)).problems
+    ]
     assert (await restored.report(live.lease_id, [outcome(live.problems[0].problem.id, [1, 0])])).accepted
     again = await restored.pull("L1", 10, include_own_pending=True)
     assert [(d.group_id, d.delivery_count) for d in again[:2]] == [(d.group_id, 2) for d in pulled]

@@ -6,21 +6,23 @@ from __future__ import annotations
 import re
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from prioreplay.priority_server import multiprocess
 from prioreplay.priority_server.multiprocess import AggregateCollector, merge_exposition
-from prometheus_client import CollectorRegistry, generate_latest
 
 
 def _child(rpcs: int, groups: int, queue: int) -> str:
-    return ("# HELP prioreplay_rpc_latency_seconds RPC handling time\n# TYPE prioreplay_rpc_latency_seconds histogram\n"
-            f'prioreplay_rpc_latency_seconds_bucket{{le="+Inf",method="GetStats"}} {rpcs}\n'
-            f'prioreplay_rpc_latency_seconds_count{{method="GetStats"}} {rpcs}\n'
-            f'prioreplay_rpc_latency_seconds_sum{{method="GetStats"}} {rpcs / 1000}\n'
-            "# HELP prioreplay_groups_total reported groups\n# TYPE prioreplay_groups_total counter\n"
-            f'prioreplay_groups_total{{kind="mixed"}} {groups}\n'
-            "# HELP prioreplay_trajectory_queue_depth groups queued\n# TYPE prioreplay_trajectory_queue_depth gauge\n"
-            f"prioreplay_trajectory_queue_depth {queue}\n")
+    return (
+        "# HELP prioreplay_rpc_latency_seconds RPC handling time\n# TYPE prioreplay_rpc_latency_seconds histogram\n"
+        f'prioreplay_rpc_latency_seconds_bucket{{le="+Inf",method="GetStats"}} {rpcs}\n'
+        f'prioreplay_rpc_latency_seconds_count{{method="GetStats"}} {rpcs}\n'
+        f'prioreplay_rpc_latency_seconds_sum{{method="GetStats"}} {rpcs / 1000}\n'
+        "# HELP prioreplay_groups_total reported groups\n# TYPE prioreplay_groups_total counter\n"
+        f'prioreplay_groups_total{{kind="mixed"}} {groups}\n'
+        "# HELP prioreplay_trajectory_queue_depth groups queued\n# TYPE prioreplay_trajectory_queue_depth gauge\n"
+        f"prioreplay_trajectory_queue_depth {queue}\n"
+    )
 
 
 def _value(text: str, sample: str) -> float:

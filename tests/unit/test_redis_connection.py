@@ -15,25 +15,41 @@ from prioreplay.priority_server.store import StoreConfig
 from prioreplay.redact import redact_url
 
 
-@pytest.mark.parametrize("url, target", [
-    ("redis+sentinel://127.0.0.1:26379/prio", SentinelTarget(sentinels=(("127.0.0.1", 26379),), service_name="prio")),
-    ("redis+sentinel://app:s3cret@s1:26379,s2:26380,[::1]:26381/prio/3?sentinel_password=sp",
-     SentinelTarget(sentinels=(("s1", 26379), ("s2", 26380), ("::1", 26381)), service_name="prio", db=3,
-                    username="app", password="s3cret", sentinel_password="sp")),
-    ("rediss+sentinel://:pw@s1:26379/prio/0", SentinelTarget(sentinels=(("s1", 26379),), service_name="prio",
-                                                            password="pw", ssl=True)),
-])
+@pytest.mark.parametrize(
+    "url, target",
+    [
+        ("redis+sentinel://127.0.0.1:26379/prio", SentinelTarget(sentinels=(("127.0.0.1", 26379),), service_name="prio")),
+        (
+            "redis+sentinel://app:s3cret@s1:26379,s2:26380,[::1]:26381/prio/3?sentinel_password=sp",
+            SentinelTarget(
+                sentinels=(("s1", 26379), ("s2", 26380), ("::1", 26381)),
+                service_name="prio",
+                db=3,
+                username="app",
+                password="s3cret",
+                sentinel_password="sp",
+            ),
+        ),
+        (
+            "rediss+sentinel://:pw@s1:26379/prio/0",
+            SentinelTarget(sentinels=(("s1", 26379),), service_name="prio", password="pw", ssl=True),
+        ),
+    ],
+)
 def test_a_sentinel_url_names_its_sentinels_service_db_and_credentials(url, target):
     assert is_sentinel_url(url) and parse_sentinel_url(url) == target
 
 
-@pytest.mark.parametrize("url, why", [
-    ("redis+sentinel://:s3cret@/prio", "no sentinel address"),
-    ("redis+sentinel://:s3cret@s1/prio", "sentinel address 's1' is not host:port"),
-    ("redis+sentinel://:s3cret@s1:26379", "the path must be /service_name"),
-    ("redis+sentinel://:s3cret@s1:26379/prio/x", "db ('x') must be an integer"),
-    ("redis+sentinel://:s3cret@s1:26379/prio?timeout=1", "unknown query parameter 'timeout'"),
-])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("redis+sentinel://:s3cret@/prio", "no sentinel address"),
+        ("redis+sentinel://:s3cret@s1/prio", "sentinel address 's1' is not host:port"),
+        ("redis+sentinel://:s3cret@s1:26379", "the path must be /service_name"),
+        ("redis+sentinel://:s3cret@s1:26379/prio/x", "db ('x') must be an integer"),
+        ("redis+sentinel://:s3cret@s1:26379/prio?timeout=1", "unknown query parameter 'timeout'"),
+    ],
+)
 def test_a_malformed_sentinel_url_is_refused_with_the_form_and_no_password(url, why):
     with pytest.raises(InvalidArgument) as err:
         parse_sentinel_url(url)
@@ -42,13 +58,16 @@ def test_a_malformed_sentinel_url_is_refused_with_the_form_and_no_password(url, 
 
 
 def test_sentinel_passwords_are_redacted():
-    assert redact_url("redis+sentinel://:a@s1:1,s2:2/prio?sentinel_password=b") == \
-        "redis+sentinel://:***@s1:1,s2:2/prio?sentinel_password=***"
+    assert (
+        redact_url("redis+sentinel://:a@s1:1,s2:2/prio?sentinel_password=b")
+        == "redis+sentinel://:***@s1:1,s2:2/prio?sentinel_password=***"
+    )
 
 
 def test_the_server_takes_a_sentinel_store_and_refuses_replica_acks_without_redis():
-    assert ServerConfig(store="redis+sentinel://s1:26379/prio/0", min_replica_acks=1).replication() == \
-        ReplicationSettings(min_replica_acks=1)
+    assert ServerConfig(store="redis+sentinel://s1:26379/prio/0", min_replica_acks=1).replication() == ReplicationSettings(
+        min_replica_acks=1
+    )
     with pytest.raises(ValidationError, match="min_replica_acks \\(1\\) needs a Redis store"):
         ServerConfig(store="memory", min_replica_acks=1)
     with pytest.raises(InvalidArgument, match="min_replica_acks \\(2\\) needs a Redis store"):

@@ -9,22 +9,27 @@ import pytest
 import redis
 
 
-@pytest.mark.parametrize("error,kind", [
-    (redis.exceptions.ConnectionError("Error 111 connecting"), "unreachable"),
-    (redis.exceptions.TimeoutError("Timeout reading from socket"), "unreachable"),
-    (redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"), "unreachable"),
-    (ConnectionResetError("reset by peer"), "unreachable"),
-    (redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"), "out_of_memory"),
-    (redis.exceptions.ReadOnlyError("You can't write against a read only replica."), "read_only"),
-    (redis.exceptions.MasterDownError("Link with MASTER is down"), "read_only"),
-    (redis.exceptions.ResponseError("NOREPLICAS Not enough good replicas to write."), "read_only"),
-    (redis.exceptions.ResponseError("BUSY Redis is busy running a script."), "busy"),
-    (redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"), "busy"),
-    (redis.exceptions.ResponseError("Error running script (call to f_x): @user_script:1: OOM command not allowed"),
-     "out_of_memory"),  # Redis 6 wraps a script's error
-    (redis.exceptions.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), "logic"),
-    (redis.exceptions.NoPermissionError("this user has no permissions to run the 'evalsha' command"), "logic"),
-])
+@pytest.mark.parametrize(
+    "error,kind",
+    [
+        (redis.exceptions.ConnectionError("Error 111 connecting"), "unreachable"),
+        (redis.exceptions.TimeoutError("Timeout reading from socket"), "unreachable"),
+        (redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"), "unreachable"),
+        (ConnectionResetError("reset by peer"), "unreachable"),
+        (redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"), "out_of_memory"),
+        (redis.exceptions.ReadOnlyError("You can't write against a read only replica."), "read_only"),
+        (redis.exceptions.MasterDownError("Link with MASTER is down"), "read_only"),
+        (redis.exceptions.ResponseError("NOREPLICAS Not enough good replicas to write."), "read_only"),
+        (redis.exceptions.ResponseError("BUSY Redis is busy running a script."), "busy"),
+        (redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"), "busy"),
+        (
+            redis.exceptions.ResponseError("Error running script (call to f_x): @user_script:1: OOM command not allowed"),
+            "out_of_memory",
+        ),  # Redis 6 wraps a script's error
+        (redis.exceptions.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), "logic"),
+        (redis.exceptions.NoPermissionError("this user has no permissions to run the 'evalsha' command"), "logic"),
+    ],
+)
 def test_every_redis_error_kind_has_one_mapping(error, kind):
     from prioreplay.priority_server.redis_store import ERROR_KINDS, error_kind
 

@@ -31,7 +31,9 @@ def test_parts_keep_order_fit_the_limit_and_are_greedy(tokens, limit):
     assert [o for part in parts for o in part] == outcomes  # nothing lost, nothing reordered
     for part in parts:
         assert len(part) == 1 or sum(map(_cost, part)) <= limit  # only a lone outcome may exceed it
-    for a, b in zip(parts, parts[1:], strict=False):  # neighbouring parts (strict=False: one pair fewer); greedy: the next outcome did not fit in the previous part
+    for a, b in zip(
+        parts, parts[1:], strict=False
+    ):  # neighbouring parts (strict=False: one pair fewer); greedy: the next outcome did not fit in the previous part
         assert sum(map(_cost, a)) + _cost(b[0]) > limit
 
 
@@ -47,13 +49,13 @@ class FakeServer:
     def __init__(self, limit: int = 10 * MIB, accept: bool = True):
         self.limit, self.accept, self.calls = limit, accept, []
 
-    def report(self, lease_id, outcomes, worker_id="", client_source=0, rewards_only=False, more_parts=False,
-               unservable=()):
+    def report(self, lease_id, outcomes, worker_id="", client_source=0, rewards_only=False, more_parts=False, unservable=()):
         if sum(map(_cost, outcomes)) > self.limit:
             raise ResourceExhausted("ReportOutcomes: received message larger than max")
         self.calls.append(([o.problem_id for o in outcomes], more_parts, list(unservable), rewards_only))
-        return pb.ReportOutcomesResponse(accepted=self.accept, reason="" if self.accept else "lease expired",
-                                         groups_queued=len(outcomes), groups_filtered=1)
+        return pb.ReportOutcomesResponse(
+            accepted=self.accept, reason="" if self.accept else "lease expired", groups_queued=len(outcomes), groups_filtered=1
+        )
 
 
 @pytest.fixture
@@ -72,8 +74,9 @@ def test_a_report_over_the_clients_limit_goes_in_parts_with_more_parts_on_all_bu
     outcomes = [_outcome(f"p{i}", 30_000) for i in range(6)]  # ≈ 0.3 MB each: 1.8 MB in all
     assert sum(map(_cost, outcomes)) > MIB - REPORT_MARGIN_BYTES
     seen = []
-    resp = c.report_lease("L", outcomes, unservable=["too-long"], rewards_only=True,
-                          observe=lambda method, s: seen.append(method))
+    resp = c.report_lease(
+        "L", outcomes, unservable=["too-long"], rewards_only=True, observe=lambda method, s: seen.append(method)
+    )
     assert [ids for ids, *_ in server.calls] == [["p0", "p1", "p2"], ["p3", "p4", "p5"]]
     assert [(more, unserv, ro) for _, more, unserv, ro in server.calls] == [(True, [], True), (False, ["too-long"], True)]
     assert (resp.accepted, resp.groups_queued, resp.groups_filtered) == (True, 6, 2)  # summed over the parts

@@ -106,7 +106,8 @@ def test_valid_rewards_pass():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"decay": 1.5}, {"decay": -0.1}, {"prior_alpha": -1.0}, {"prior_beta": float("nan")}, {"prior_alpha": float("inf")}]
+    "kwargs",
+    [{"decay": 1.5}, {"decay": -0.1}, {"prior_alpha": -1.0}, {"prior_beta": float("nan")}, {"prior_alpha": float("inf")}],
 )
 def test_priority_params_reject_out_of_range_values(kwargs):
     name = next(iter(kwargs))
@@ -150,6 +151,7 @@ def test_forgetting_and_breakthrough_need_a_pool_source(source, rewards, forgett
 
 
 # --------------------------------------------------------------------------- zero variance is exactly 0 (issue 13)
+
 
 @pytest.mark.parametrize("value", [0.1, 0.2, 0.3, 1 / 3, 0.7, 0.9, 0.123456789])
 @pytest.mark.parametrize("group_size", [1, 3, 7, 8, 16])
@@ -201,10 +203,15 @@ def test_a_retest_is_forgetting_only_when_it_leaves_the_solved_band(rewards, for
     assert rules.is_breakthrough(Pool.UNSOLVED, [1, 1, 0, 0], bands) is True
 
 
-@pytest.mark.parametrize("kwargs, text", [
-    ({"solved_at": 0.0}, "solved_at (0.0) must be in (0, 1]"), ({"unsolved_at": 1.0}, "unsolved_at (1.0) must be in [0, 1)"),
-    ({"solved_at": 0.5, "unsolved_at": 0.5}, "--unsolved-at"), ({"solved_at": float("nan")}, "solved_at (nan)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, text",
+    [
+        ({"solved_at": 0.0}, "solved_at (0.0) must be in (0, 1]"),
+        ({"unsolved_at": 1.0}, "unsolved_at (1.0) must be in [0, 1)"),
+        ({"solved_at": 0.5, "unsolved_at": 0.5}, "--unsolved-at"),
+        ({"solved_at": float("nan")}, "solved_at (nan)"),
+    ],
+)
 def test_bands_refuse_out_of_range_or_overlapping_values(kwargs, text):
     with pytest.raises(InvalidArgument) as err:
         rules.PoolBands(**kwargs)

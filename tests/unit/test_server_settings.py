@@ -24,7 +24,12 @@ SETTINGS_MODULES = [REPO / "prioreplay" / "config.py", *sorted((REPO / "services
 
 def _same_declaration(a, b) -> bool:
     return (a.annotation, a.default, a.default_factory, a.description, a.metadata) == (
-        b.annotation, b.default, b.default_factory, b.description, b.metadata)
+        b.annotation,
+        b.default,
+        b.default_factory,
+        b.description,
+        b.metadata,
+    )
 
 
 def test_settings_shared_by_server_and_stores_are_one_declaration():
@@ -63,11 +68,17 @@ def test_server_config_builds_the_store_config_from_its_own_values():
     assert store.params == PriorityParams(decay=0.9, prior_alpha=1.0, prior_beta=0.0)
 
 
-@pytest.mark.parametrize("field, value, bound", [
-    ("alpha", 0.0, "greater than 0"), ("alpha", 101.0, "less than or equal to 100"),
-    ("retest_fraction", 1.5, "less than or equal to 1"), ("max_batch_size", 0, "greater than or equal to 1"),
-    ("lease_timeout_s", float("nan"), "less than or equal to"), ("seed", -1, "greater than or equal to 0"),
-])
+@pytest.mark.parametrize(
+    "field, value, bound",
+    [
+        ("alpha", 0.0, "greater than 0"),
+        ("alpha", 101.0, "less than or equal to 100"),
+        ("retest_fraction", 1.5, "less than or equal to 1"),
+        ("max_batch_size", 0, "greater than or equal to 1"),
+        ("lease_timeout_s", float("nan"), "less than or equal to"),
+        ("seed", -1, "greater than or equal to 0"),
+    ],
+)
 def test_store_config_refuses_out_of_bounds_values_naming_field_value_and_bound(field, value, bound):
     with pytest.raises(InvalidArgument) as err:
         StoreConfig(**{field: value})

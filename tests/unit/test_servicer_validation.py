@@ -53,8 +53,9 @@ async def call(servicer: PriorityServicer, method: str, request):
 
 @pytest.fixture
 async def servicer():
-    store = MemoryStore(StoreConfig(max_batch_size=MAX_BATCH, lease_timeout_s=600, max_lease_timeout_s=MAX_LEASE_S),
-                        clock=lambda: 1_700_000_000.0)
+    store = MemoryStore(
+        StoreConfig(max_batch_size=MAX_BATCH, lease_timeout_s=600, max_lease_timeout_s=MAX_LEASE_S), clock=lambda: 1_700_000_000.0
+    )
     yield PriorityServicer(store, max_message_mb=1)
     await store.close()
 
@@ -93,8 +94,10 @@ async def test_bad_requests_are_refused_with_their_code_and_change_nothing(servi
 
 
 async def test_a_bad_chunk_names_its_index_in_the_stream_and_keeps_the_chunks_before_it(servicer):
-    chunks = [pb.RegisterProblemsRequest(problems=[problem(i) for i in range(5)]),
-              pb.RegisterProblemsRequest(problems=[problem(5), problem(6, prompt="")])]
+    chunks = [
+        pb.RegisterProblemsRequest(problems=[problem(i) for i in range(5)]),
+        pb.RegisterProblemsRequest(problems=[problem(5), problem(6, prompt="")]),
+    ]
     with pytest.raises(Aborted) as e:
         await call(servicer, "RegisterProblems", chunks)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "problem #6" in e.value.details
@@ -129,10 +132,23 @@ def test_vectorised_logprob_check_agrees_with_the_scan():
                 lps = [-rng.random() * 10 for _ in range(n)]
                 if n and rng.random() < 0.3:
                     lps[rng.randrange(n)] = rng.choice([NAN, INF, -INF, 0.5, 1e-4])
-                comps.append(pb.Completion(reward=rng.random(), token_ids=[rng.randrange(1 << 20)] * n, logprobs=lps,
-                                           text="t" * rng.randint(0, 200), truncated=rng.random() < 0.5))
-            outcomes.append(pb.ProblemOutcome(problem_id="p", policy_version=rng.randint(0, 5),
-                                              prompt_token_ids=[1] * rng.randint(0, 200), completions=comps))
+                comps.append(
+                    pb.Completion(
+                        reward=rng.random(),
+                        token_ids=[rng.randrange(1 << 20)] * n,
+                        logprobs=lps,
+                        text="t" * rng.randint(0, 200),
+                        truncated=rng.random() < 0.5,
+                    )
+                )
+            outcomes.append(
+                pb.ProblemOutcome(
+                    problem_id="p",
+                    policy_version=rng.randint(0, 5),
+                    prompt_token_ids=[1] * rng.randint(0, 200),
+                    completions=comps,
+                )
+            )
         try:
             for i, o in enumerate(outcomes):
                 validate_outcome(o, i)

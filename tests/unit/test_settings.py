@@ -101,8 +101,11 @@ def declarations(model: type) -> list[Declaration]:
         for name, info in model.model_fields.items():
             if name in own:
                 default = info.get_default(call_default_factory=True, validated_data={})
-                out.append(Declaration(model.__name__, name, _type_name(info.annotation), _bounds(info.metadata),
-                                       default, name in own_defaults))
+                out.append(
+                    Declaration(
+                        model.__name__, name, _type_name(info.annotation), _bounds(info.metadata), default, name in own_defaults
+                    )
+                )
         return out
     hints = typing.get_type_hints(model, include_extras=True)
     for f in dataclasses.fields(model):
@@ -132,8 +135,11 @@ def setting_conflicts(models: list[type], known: dict[tuple[str, str], str] = KN
                 wrong.append(f"{name}: {what} differ: " + "; ".join(f"{d.model} {key(d)}" for d in decls))
         shared = [d for d in decls if not d.own_default]
         if len({repr(d.default) for d in shared}) > 1:
-            wrong.append(f"{name}: defaults differ: " + "; ".join(f"{d.model} {d.default!r}" for d in shared)
-                         + " (compose the setting with prioreplay.config.setting, or list it in own_defaults with why)")
+            wrong.append(
+                f"{name}: defaults differ: "
+                + "; ".join(f"{d.model} {d.default!r}" for d in shared)
+                + " (compose the setting with prioreplay.config.setting, or list it in own_defaults with why)"
+            )
     return wrong
 
 
@@ -142,8 +148,18 @@ MODELS = config_models()
 
 def test_the_walk_finds_every_command_model():
     names = {m.__name__ for m in MODELS}
-    assert {"PrioreplaySettings", "ClientSettings", "ServerConfig", "LoadConfig", "StatsConfig", "WorkerConfig",
-            "LearnerConfig", "DemoConfig", "CompareConfig", "StoreConfig"} <= names
+    assert {
+        "PrioreplaySettings",
+        "ClientSettings",
+        "ServerConfig",
+        "LoadConfig",
+        "StatsConfig",
+        "WorkerConfig",
+        "LearnerConfig",
+        "DemoConfig",
+        "CompareConfig",
+        "StoreConfig",
+    } <= names
 
 
 def test_no_two_models_declare_one_setting_differently():
@@ -206,12 +222,15 @@ class _DataclassConfig:
     group_size: int = 16
 
 
-@pytest.mark.parametrize("planted, expected", [
-    (_WiderBounds, "group_size: bounds differ"),
-    (_OtherDefault, "group_size: defaults differ"),
-    (_OtherType, "name: type differ"),
-    (_DataclassConfig, "group_size: bounds differ"),
-])
+@pytest.mark.parametrize(
+    "planted, expected",
+    [
+        (_WiderBounds, "group_size: bounds differ"),
+        (_OtherDefault, "group_size: defaults differ"),
+        (_OtherType, "name: type differ"),
+        (_DataclassConfig, "group_size: bounds differ"),
+    ],
+)
 def test_the_check_catches_a_planted_duplicate(planted, expected):
     assert not setting_conflicts([_Worker])
     wrong = "\n".join(setting_conflicts([_Worker, planted]))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
@@ -38,6 +37,7 @@ def test_unknown_verifier_lists_known_ones():
 
 # --------------------------------------------------------------------------- gsm8k
 
+
 def test_every_gsm8k_reference_verifies_and_a_perturbed_one_does_not(gsm8k_dir):
     references = gsm8k_references(gsm8k_dir)
     assert len(references) == 1319
@@ -52,20 +52,23 @@ def test_every_gsm8k_reference_verifies_and_a_perturbed_one_does_not(gsm8k_dir):
     assert verify("gsm8k", f"#### {number}", number).reward == 1.0
 
 
-@pytest.mark.parametrize("completion, reference, reward", [
-    ("The answer is 1,234.", "1234", 1.0),
-    ("She pays $1,234.", "#### 1,234", 1.0),
-    ("So 1234.0", "1234", 1.0),
-    ("#### 42\nCheck: 40 + 3 = 43", "42", 1.0),     # '####' wins over later numbers
-    ("I get \\boxed{17} (from 16 + 1)", "17", 1.0),  # \boxed wins over later numbers
-    ("The total is -7", "-7", 1.0),
-    ("I computed 5-3", "-3", 0.0),                    # a hyphen after a digit is not a sign
-    ("I computed 5-3", "3", 1.0),
-    ("21 + 39 - 96 =-36", "-36", 1.0),
-    ("Answer: 12.50 dollars", "12.5", 1.0),
-    ("The answer is 1,234.", "1235", 0.0),
-    ("it is 7 or 8", "7", 0.0),                       # the final number counts
-])
+@pytest.mark.parametrize(
+    "completion, reference, reward",
+    [
+        ("The answer is 1,234.", "1234", 1.0),
+        ("She pays $1,234.", "#### 1,234", 1.0),
+        ("So 1234.0", "1234", 1.0),
+        ("#### 42\nCheck: 40 + 3 = 43", "42", 1.0),  # '####' wins over later numbers
+        ("I get \\boxed{17} (from 16 + 1)", "17", 1.0),  # \boxed wins over later numbers
+        ("The total is -7", "-7", 1.0),
+        ("I computed 5-3", "-3", 0.0),  # a hyphen after a digit is not a sign
+        ("I computed 5-3", "3", 1.0),
+        ("21 + 39 - 96 =-36", "-36", 1.0),
+        ("Answer: 12.50 dollars", "12.5", 1.0),
+        ("The answer is 1,234.", "1235", 0.0),
+        ("it is 7 or 8", "7", 0.0),  # the final number counts
+    ],
+)
 def test_gsm8k_final_number_rules(completion, reference, reward):
     assert verify("gsm8k", completion, reference) == VerifyResult(reward, None)
 
@@ -78,51 +81,62 @@ def test_final_number_extraction():
 
 # --------------------------------------------------------------------------- math
 
-@pytest.mark.parametrize("completion, reference, reward", [
-    ("So the answer is \\boxed{\\frac{1}{2}}.", "0.5", 1.0),
-    ("So the answer is \\boxed{\\frac{1}{2}}.", "1/2", 1.0),
-    ("The answer is 0.5", "\\frac{1}{2}", 1.0),
-    ("The answer is 1/2", "\\frac{1}{2}", 1.0),
-    ("$\\dfrac{6}{8}$", "\\frac{3}{4}", 1.0),
-    ("\\boxed{\\frac{2}{3}}", "\\frac{1}{2}", 0.0),
-    ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1.0),
-    ("\\boxed{x^2 + 2x + 1}", "(x+1)^2", 1.0),
-    ("The answer is 50%", "50%", 1.0),                # bare references as the loader infers them
-    ("\\boxed{50\\%}", "50%", 1.0),
-    ("the answer is 40%", "50%", 0.0),
-    ("so \\boxed{(1, 2)}", "(1, 2)", 1.0),
-    ("so \\boxed{-\\frac34}", "-3/4", 1.0),
-    ("so \\boxed{\\sqrt{2}}", "sqrt(2)", 1.0),
-])
+
+@pytest.mark.parametrize(
+    "completion, reference, reward",
+    [
+        ("So the answer is \\boxed{\\frac{1}{2}}.", "0.5", 1.0),
+        ("So the answer is \\boxed{\\frac{1}{2}}.", "1/2", 1.0),
+        ("The answer is 0.5", "\\frac{1}{2}", 1.0),
+        ("The answer is 1/2", "\\frac{1}{2}", 1.0),
+        ("$\\dfrac{6}{8}$", "\\frac{3}{4}", 1.0),
+        ("\\boxed{\\frac{2}{3}}", "\\frac{1}{2}", 0.0),
+        ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1.0),
+        ("\\boxed{x^2 + 2x + 1}", "(x+1)^2", 1.0),
+        ("The answer is 50%", "50%", 1.0),  # bare references as the loader infers them
+        ("\\boxed{50\\%}", "50%", 1.0),
+        ("the answer is 40%", "50%", 0.0),
+        ("so \\boxed{(1, 2)}", "(1, 2)", 1.0),
+        ("so \\boxed{-\\frac34}", "-3/4", 1.0),
+        ("so \\boxed{\\sqrt{2}}", "sqrt(2)", 1.0),
+    ],
+)
 def test_math_symbolic_equivalence(completion, reference, reward):
     assert verify("math", completion, reference) == VerifyResult(reward, None)
 
 
 # A reference is read the way a completion's boxed answer is (Skywork-OR1 #16): an escaped
 # currency sign ``\$`` is a literal dollar, not a math delimiter, on either side.
-@pytest.mark.parametrize("completion, reference, reward", [
-    ("\\boxed{\\$18.90}", "\\$18.90", 1.0),
-    ("\\boxed{18.90}", "\\$18.90", 1.0),
-    ("so \\boxed{18.9}.", "\\$18.90", 1.0),
-    ("\\boxed{\\$18.90}", "18.90", 1.0),
-    ("\\boxed{\\$18.90}", "\\boxed{\\$18.90}", 1.0),
-    ("\\boxed{\\$18.90}", "$18.90$", 1.0),
-    ("\\boxed{\\$19.90}", "\\$18.90", 0.0),
-    ("\\boxed{18}", "\\$18.90", 0.0),
-])
+@pytest.mark.parametrize(
+    "completion, reference, reward",
+    [
+        ("\\boxed{\\$18.90}", "\\$18.90", 1.0),
+        ("\\boxed{18.90}", "\\$18.90", 1.0),
+        ("so \\boxed{18.9}.", "\\$18.90", 1.0),
+        ("\\boxed{\\$18.90}", "18.90", 1.0),
+        ("\\boxed{\\$18.90}", "\\boxed{\\$18.90}", 1.0),
+        ("\\boxed{\\$18.90}", "$18.90$", 1.0),
+        ("\\boxed{\\$19.90}", "\\$18.90", 0.0),
+        ("\\boxed{18}", "\\$18.90", 0.0),
+    ],
+)
 def test_escaped_currency_in_a_reference_reads_as_its_number(completion, reference, reward):
     assert verify("math", completion, reference) == VerifyResult(reward, None)
 
 
 # --------------------------------------------------------------------------- exact
 
-@pytest.mark.parametrize("completion, reference, reward", [
-    ("  Paris. ", "paris", 1.0),
-    ("New   York\n", "new york", 1.0),
-    ("PARIS", "Paris.", 1.0),
-    ("Lyon", "Paris", 0.0),
-    ("Paris is the capital", "Paris", 0.0),
-])
+
+@pytest.mark.parametrize(
+    "completion, reference, reward",
+    [
+        ("  Paris. ", "paris", 1.0),
+        ("New   York\n", "new york", 1.0),
+        ("PARIS", "Paris.", 1.0),
+        ("Lyon", "Paris", 0.0),
+        ("Paris is the capital", "Paris", 0.0),
+    ],
+)
 def test_exact_normalised_match(completion, reference, reward):
     assert verify("exact", completion, reference).reward == reward
 
@@ -133,8 +147,7 @@ MALFORMED_COMPLETIONS = ["", "no number at all", "}}{{\\boxed{ \\frac{ $$ #### "
 
 
 @pytest.mark.parametrize("name", KNOWN_VERIFIERS)
-@pytest.mark.parametrize("completion", MALFORMED_COMPLETIONS, ids=["empty", "no_number", "garbage", "10kb_digits",
-                                                                   "control"])
+@pytest.mark.parametrize("completion", MALFORMED_COMPLETIONS, ids=["empty", "no_number", "garbage", "10kb_digits", "control"])
 def test_malformed_completions_give_zero_not_exceptions(name, completion):
     result = verify(name, completion, "12")
     assert result.reward == 0.0
@@ -188,8 +201,7 @@ def test_gil_holding_math_input_is_bounded_from_threads_event_loops_and_main():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", BOUNDED_SCRIPT, GIL_HOLDER], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", BOUNDED_SCRIPT, GIL_HOLDER], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     *results, elapsed = json.loads(done.stdout.strip().splitlines()[-1])
     assert results[:3] == [[0.0, "math: TimeoutError: timed out after 2s"]] * 3
@@ -210,25 +222,25 @@ def test_gil_holding_input_in_this_process_pool_recovers():
 # One table: every way of writing a sign, a currency, a thousands separator or a unit that the
 # gsm8k verifier reads through one normaliser, for the completion and the reference alike.
 NORMALISER_CASES = [
-    ("The answer is \u22125.", "5", 0.0),          # U+2212 minus is a sign
+    ("The answer is \u22125.", "5", 0.0),  # U+2212 minus is a sign
     ("The answer is \u22125.", "-5", 1.0),
     ("\\boxed{\u22125}", "-5", 1.0),
-    ("-$5", "-5", 1.0),                            # sign before the currency
+    ("-$5", "-5", 1.0),  # sign before the currency
     ("$-5", "-5", 1.0),
-    ("-\\$5", "-5", 1.0),                          # LaTeX-escaped dollar
-    ("It costs \u20ac1,000.", "1000", 1.0),        # euro, thousands comma, trailing period
+    ("-\\$5", "-5", 1.0),  # LaTeX-escaped dollar
+    ("It costs \u20ac1,000.", "1000", 1.0),  # euro, thousands comma, trailing period
     ("It costs \u00a31,000.50 in total", "1000.5", 1.0),
-    ("The answer is \u20135", "-5", 1.0),          # en dash used as a minus
-    ("The answer is \u20145", "-5", 1.0),          # em dash used as a minus
-    ("The answer is \uff0d5", "-5", 1.0),          # full-width hyphen-minus
-    ("The answer is 1\u202f000", "1000", 1.0),     # narrow no-break space as thousands separator
-    ("The answer is 1\u2009000", "1000", 1.0),     # thin space as thousands separator
-    ("The answer is 12 kg.", "12", 1.0),           # trailing unit and period
+    ("The answer is \u20135", "-5", 1.0),  # en dash used as a minus
+    ("The answer is \u20145", "-5", 1.0),  # em dash used as a minus
+    ("The answer is \uff0d5", "-5", 1.0),  # full-width hyphen-minus
+    ("The answer is 1\u202f000", "1000", 1.0),  # narrow no-break space as thousands separator
+    ("The answer is 1\u2009000", "1000", 1.0),  # thin space as thousands separator
+    ("The answer is 12 kg.", "12", 1.0),  # trailing unit and period
     ("The answer is 12kg", "12", 1.0),
     ("The answer is 7 dollars.", "7", 1.0),
-    ("Pages 5\u20137", "7", 1.0),                  # an en dash after a digit is a range, not a sign
+    ("Pages 5\u20137", "7", 1.0),  # an en dash after a digit is a range, not a sign
     ("The answer is +5", "5", 1.0),
-    ("The answer is 5", "\u22125", 0.0),           # the reference goes through the same normaliser
+    ("The answer is 5", "\u22125", 0.0),  # the reference goes through the same normaliser
     ("The answer is -5", "#### \u22125", 1.0),
     ("The answer is -5", "-$5", 1.0),
 ]
@@ -249,10 +261,13 @@ def test_exact_reads_unicode_minus_as_minus(completion, reference):
 CHATTER = "Let me double-check this once more. " * 130 + "By the way, 2 + 2 = 4"  # > 4,096 characters
 
 
-@pytest.mark.parametrize("completion", [
-    "#### 42\n" + CHATTER,
-    "So the answer is \\boxed{42}.\n" + CHATTER,
-])
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "#### 42\n" + CHATTER,
+        "So the answer is \\boxed{42}.\n" + CHATTER,
+    ],
+)
 def test_marked_answer_before_long_chatter_wins(completion):
     assert len(CHATTER) > verifiers.MAX_COMPLETION_CHARS
     assert verify("gsm8k", completion, "42") == VerifyResult(1.0, None)

@@ -12,8 +12,13 @@ from prioreplay.weights_transport import WeightsFetcher, WeightsFetchError, is_r
 
 
 def test_only_uris_with_a_scheme_other_than_file_are_fetched():
-    assert [is_remote(u) for u in ("/ckpt/v-1", "file:///ckpt/v-1", "http://h:1/v-1/", "s3://b/v-1", "gs://b/v-1")] == \
-        [False, False, True, True, True]
+    assert [is_remote(u) for u in ("/ckpt/v-1", "file:///ckpt/v-1", "http://h:1/v-1/", "s3://b/v-1", "gs://b/v-1")] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
 
 
 def test_the_announced_uri_is_the_local_path_or_the_base_url_with_the_version():
@@ -27,8 +32,11 @@ def _manifest(*names):
 
 
 def test_a_manifest_lists_safe_relative_names_only():
-    assert manifest_files(_manifest("model.safetensors", "config.json", "sub/tokenizer.json"), "u") == \
-        ["config.json", "model.safetensors", "sub/tokenizer.json"]
+    assert manifest_files(_manifest("model.safetensors", "config.json", "sub/tokenizer.json"), "u") == [
+        "config.json",
+        "model.safetensors",
+        "sub/tokenizer.json",
+    ]
     for bad in ("../evil", "/etc/passwd", "a/../../b", ".hidden", "a//b", "a\\b", "prioreplay.json", "a b", "%2e%2e/x"):
         with pytest.raises(WeightsFetchError, match="unsafe"):
             manifest_files(_manifest("model.safetensors", bad), "u")

@@ -36,16 +36,29 @@ def _random_report(rng: random.Random, bad: bool) -> pb.ReportOutcomesRequest:
                     lps[rng.randrange(n)] = rng.choice([NAN, INF, -INF, 0.5, 1e-4, 2e-3])
                 else:
                     lps = lps + [-1.0] if rng.random() < 0.5 else lps[:-1]
-            comps.append(pb.Completion(reward=rng.choice([0.0, 1.0, 0.5, rng.random()]), token_ids=toks, logprobs=lps,
-                                       text="t" * rng.randint(0, 200), truncated=rng.random() < 0.5))
+            comps.append(
+                pb.Completion(
+                    reward=rng.choice([0.0, 1.0, 0.5, rng.random()]),
+                    token_ids=toks,
+                    logprobs=lps,
+                    text="t" * rng.randint(0, 200),
+                    truncated=rng.random() < 0.5,
+                )
+            )
         version = rng.randint(0, 5) if not (bad and rng.random() < 0.1) else -1
         temp = rng.choice([0.0, 0.7, 1.0]) if not (bad and rng.random() < 0.1) else rng.choice([NAN, INF, -1.0])
         pid = f"p{k}" if not (bad and rng.random() < 0.05) else ""
         top_p = rng.choice([0.0, 0.9, 1.0]) if not (bad and rng.random() < 0.1) else rng.choice([NAN, 1.5, -0.1])
-        outcomes.append(pb.ProblemOutcome(problem_id=pid, policy_version=version, sampling_temperature=temp,
-                                          sampling_top_p=top_p,
-                                          prompt_token_ids=[rng.randrange(1 << 17) for _ in range(rng.randint(0, 200))],
-                                          completions=comps))
+        outcomes.append(
+            pb.ProblemOutcome(
+                problem_id=pid,
+                policy_version=version,
+                sampling_temperature=temp,
+                sampling_top_p=top_p,
+                prompt_token_ids=[rng.randrange(1 << 17) for _ in range(rng.randint(0, 200))],
+                completions=comps,
+            )
+        )
     return pb.ReportOutcomesRequest(lease_id="L", outcomes=outcomes, rewards_only=rng.random() < 0.2)
 
 

@@ -44,8 +44,7 @@ class ChildSeedBackend:
         out = []
         for s in params.seeds_for(len(prompts)):
             self.child_seeds.append([s + j for j in range(n)])
-            out.append([GeneratedCompletion([1], [-0.5], "the answer is 2", self.truncated and j == 0)
-                        for j in range(n)])
+            out.append([GeneratedCompletion([1], [-0.5], "the answer is 2", self.truncated and j == 0) for j in range(n)])
         return out
 
     def load_weights(self, uri, version):  # pragma: no cover - never published here
@@ -61,8 +60,9 @@ class OneProblemClient:
 
     def sample(self, batch_size, **kw):
         self.leases += 1
-        return pb.SampleProblemsResponse(lease_id=f"lease-{self.leases}", policy_version=0,
-                                         problems=[pb.LeasedProblem(problem=problem_to_proto(PROBLEM))])
+        return pb.SampleProblemsResponse(
+            lease_id=f"lease-{self.leases}", policy_version=0, problems=[pb.LeasedProblem(problem=problem_to_proto(PROBLEM))]
+        )
 
     def report_lease(self, lease_id, outcomes, **kw):
         self.reported.extend(outcomes)
@@ -71,8 +71,12 @@ class OneProblemClient:
 
 def run_leases(worker_id: str, leases: int, client: OneProblemClient, seed: int = 0) -> list[set[int]]:
     backend = ChildSeedBackend()
-    w = RolloutWorker(WorkerConfig(group_size=G, batch_size=1, seed=seed, worker_id=worker_id, metrics_port=0),
-                      backend, client, sleep=lambda s: None)
+    w = RolloutWorker(
+        WorkerConfig(group_size=G, batch_size=1, seed=seed, worker_id=worker_id, metrics_port=0),
+        backend,
+        client,
+        sleep=lambda s: None,
+    )
     for _ in range(leases):
         w.run_once()
     return [set(s) for s in backend.child_seeds]
@@ -128,8 +132,12 @@ def test_truncated_completions_are_reported_with_the_workers_reward_rule(rule, f
     """--truncated zero used to score a cut completion 0 in the learner only: the server's statistics
     and priority kept the verifier's 1. The rule now acts where rewards are made."""
     client = OneProblemClient()
-    w = RolloutWorker(WorkerConfig(group_size=4, batch_size=1, truncated_reward=rule, metrics_port=0),
-                      ChildSeedBackend(truncated=True), client, sleep=lambda s: None)
+    w = RolloutWorker(
+        WorkerConfig(group_size=4, batch_size=1, truncated_reward=rule, metrics_port=0),
+        ChildSeedBackend(truncated=True),
+        client,
+        sleep=lambda s: None,
+    )
     w.run_once()
     rewards = [c.reward for c in client.reported[0].completions]
     assert client.reported[0].completions[0].truncated

@@ -74,12 +74,37 @@ from prioreplay.priority_server.samplers.uniform import UniformSampler
 from prioreplay.priority_server.samplers.weighted import WeightedSampler
 
 __all__ = [
-    "DEFAULT_DECAY", "DEFAULT_SAMPLER", "SAMPLERS", "SAMPLER_HELP", "GumbelHeap", "HeapSampler", "MemorySampler",
-    "Pick", "PosteriorSampler", "RetestThenHeap", "SampleRequest", "SamplerName", "SamplerSpec", "SamplerView",
-    "ScreenedPoolsSampler", "ScreenedPosteriorSampler", "ScreenedSampler", "ThompsonSampler", "UniformSampler",
-    "WeightedSampler", "XorShift32", "due_window", "posterior_retests", "posterior_variance", "retest_quota",
-    "step_seed", "take_from_pools", "take_top_of_heap",
+    "DEFAULT_DECAY",
+    "DEFAULT_SAMPLER",
+    "SAMPLERS",
+    "SAMPLER_HELP",
+    "GumbelHeap",
+    "HeapSampler",
+    "MemorySampler",
+    "Pick",
+    "PosteriorSampler",
+    "RetestThenHeap",
+    "SampleRequest",
+    "SamplerName",
+    "SamplerSpec",
+    "SamplerView",
+    "ScreenedPoolsSampler",
+    "ScreenedPosteriorSampler",
+    "ScreenedSampler",
+    "ThompsonSampler",
+    "UniformSampler",
+    "WeightedSampler",
+    "XorShift32",
+    "due_window",
+    "posterior_retests",
+    "posterior_variance",
+    "retest_quota",
+    "step_seed",
+    "take_from_pools",
+    "take_top_of_heap",
 ]
+
+
 # -- the registry -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SamplerSpec:
@@ -105,27 +130,81 @@ class SamplerSpec:
     probes: bool = False
 
 
-SAMPLERS: dict[str, SamplerSpec] = {s.name: s for s in (
-    SamplerSpec("heap", HeapSampler, uses_rng=False, retests=True, lua_branch="heap",
-                help="deterministic top-B by priority (the paper)"),
-    SamplerSpec("weighted", WeightedSampler, uses_rng=True, retests=True, lua_branch="weighted",
-                help="draws ∝ priority^alpha"),
-    SamplerSpec("uniform", UniformSampler, uses_rng=True, retests=False, lua_branch="uniform",
-                help="uniform over all problems (the baseline)"),
-    SamplerSpec("gumbel", GumbelHeap, uses_rng=True, retests=True, lua_branch="gumbel",
-                help="Gumbel-top-k over the top 4B of the heap, temperature T"),
-    SamplerSpec("posterior", PosteriorSampler, uses_rng=False, retests=True, lua_branch="posterior",
-                help="heap top; retests by the step-decayed Beta posterior (MoPPS)"),
-    SamplerSpec("thompson", ThompsonSampler, uses_rng=True, retests=True, lua_branch=None,
-                help="heap top; retests by Thompson draws of the decayed posterior (memory store only)"),
-    SamplerSpec("screened", ScreenedSampler, uses_rng=False, retests=True, lua_branch="screened",
-                help="heap + retests; problems never tested are probed with probe_size completions first",
-                probes=True),
-    SamplerSpec("screened-pools", ScreenedPoolsSampler, uses_rng=False, retests=True, lua_branch="screened-pools",
-                help="screened, and retests are probes too", probes=True),
-    SamplerSpec("screened-posterior", ScreenedPosteriorSampler, uses_rng=False, retests=True,
-                lua_branch="screened-posterior", help="screened probes + posterior retests", probes=True),
-)}
+SAMPLERS: dict[str, SamplerSpec] = {
+    s.name: s
+    for s in (
+        SamplerSpec(
+            "heap",
+            HeapSampler,
+            uses_rng=False,
+            retests=True,
+            lua_branch="heap",
+            help="deterministic top-B by priority (the paper)",
+        ),
+        SamplerSpec(
+            "weighted", WeightedSampler, uses_rng=True, retests=True, lua_branch="weighted", help="draws ∝ priority^alpha"
+        ),
+        SamplerSpec(
+            "uniform",
+            UniformSampler,
+            uses_rng=True,
+            retests=False,
+            lua_branch="uniform",
+            help="uniform over all problems (the baseline)",
+        ),
+        SamplerSpec(
+            "gumbel",
+            GumbelHeap,
+            uses_rng=True,
+            retests=True,
+            lua_branch="gumbel",
+            help="Gumbel-top-k over the top 4B of the heap, temperature T",
+        ),
+        SamplerSpec(
+            "posterior",
+            PosteriorSampler,
+            uses_rng=False,
+            retests=True,
+            lua_branch="posterior",
+            help="heap top; retests by the step-decayed Beta posterior (MoPPS)",
+        ),
+        SamplerSpec(
+            "thompson",
+            ThompsonSampler,
+            uses_rng=True,
+            retests=True,
+            lua_branch=None,
+            help="heap top; retests by Thompson draws of the decayed posterior (memory store only)",
+        ),
+        SamplerSpec(
+            "screened",
+            ScreenedSampler,
+            uses_rng=False,
+            retests=True,
+            lua_branch="screened",
+            help="heap + retests; problems never tested are probed with probe_size completions first",
+            probes=True,
+        ),
+        SamplerSpec(
+            "screened-pools",
+            ScreenedPoolsSampler,
+            uses_rng=False,
+            retests=True,
+            lua_branch="screened-pools",
+            help="screened, and retests are probes too",
+            probes=True,
+        ),
+        SamplerSpec(
+            "screened-posterior",
+            ScreenedPosteriorSampler,
+            uses_rng=False,
+            retests=True,
+            lua_branch="screened-posterior",
+            help="screened probes + posterior retests",
+            probes=True,
+        ),
+    )
+}
 
 #: The sampler every configuration starts from (chosen by the simulator, docs/BENCHMARKS.md part 2b;
 #: ``heap``, the paper's rule, stays available by name and is the reference of every figure).

@@ -129,7 +129,7 @@ class MemorySampler:
         config: the store configuration (``alpha`` and any sampler parameter live there).
     """
 
-    def __init__(self, config: "StoreConfig") -> None:
+    def __init__(self, config: StoreConfig) -> None:
         self.config = config
 
     def sample(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
@@ -210,8 +210,7 @@ class RetestThenHeap(MemorySampler):
             picks = [replace(p, group_size=self.config.probe_size) for p in picks]
         heap = self.take_from_heap(view, request, request.batch_size - len(picks))
         if self.probe_unseen:
-            heap = [replace(p, group_size=self.config.probe_size) if view.problem_stats(p.member).n == 0.0 else p
-                    for p in heap]
+            heap = [replace(p, group_size=self.config.probe_size) if view.problem_stats(p.member).n == 0.0 else p for p in heap]
         picks += heap
         picks += take_from_pools(view, request.batch_size - len(picks), None)
         return picks

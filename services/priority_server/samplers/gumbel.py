@@ -22,7 +22,7 @@ class GumbelHeap(RetestThenHeap):
         t = self.config.temperature
         keys = []
         for rank in range(size):
-            u = max(request.rng.random(), 2.0 ** -32)  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
+            u = max(request.rng.random(), 2.0**-32)  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
             prio = view.heap_entry(rank)[0]
             keys.append((math.log(max(prio, 1e-12)) / t - math.log(-math.log(u)), rank))
         keys.sort(key=lambda k: (-k[0], k[1]))

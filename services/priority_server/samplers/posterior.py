@@ -6,7 +6,7 @@ The retest rule (:func:`posterior_retests`) is shared with ``thompson`` and ``sc
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from prioreplay.priority_server.samplers.base import (
     Pick,
@@ -41,7 +41,7 @@ def posterior_variance(stats: Stats, age: float, decay: float, prior: float) -> 
     Returns:
         A float in (0, 0.25).
     """
-    w = decay ** age
+    w = decay**age
     a = prior + w * stats.s1
     b = prior + w * (stats.n - stats.s1)
     t = a + b
@@ -70,7 +70,7 @@ def posterior_retests(view: SamplerView, request: SampleRequest, score: Callable
         return []
     scored = [(score(e), i) for i, e in enumerate(window[1:], start=1)]
     scored.sort(key=lambda t: (-t[0], t[1]))
-    chosen = [window[0]] + [window[i] for _, i in scored[:request.quota - 1]]
+    chosen = [window[0]] + [window[i] for _, i in scored[: request.quota - 1]]
     return take_chosen(view, chosen)
 
 
@@ -82,7 +82,6 @@ class PosteriorSampler(RetestThenHeap):
         c = self.config
 
         def score(entry: WindowEntry) -> float:
-            return posterior_variance(view.problem_stats(entry[3]), request.step - entry[0], c.posterior_decay,
-                                      c.posterior_prior)
+            return posterior_variance(view.problem_stats(entry[3]), request.step - entry[0], c.posterior_decay, c.posterior_prior)
 
         return posterior_retests(view, request, score)

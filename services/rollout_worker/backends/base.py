@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from prioreplay.errors import InvalidArgument
 
@@ -73,8 +74,10 @@ class SamplingParams:
         if not self.prompt_seeds:
             return [self.seed] * prompts
         if len(self.prompt_seeds) != prompts:
-            raise InvalidArgument(f"prompt_seeds holds {len(self.prompt_seeds)} seeds for {prompts} prompts; "
-                                  f"give one per prompt (or none, and seed)")
+            raise InvalidArgument(
+                f"prompt_seeds holds {len(self.prompt_seeds)} seeds for {prompts} prompts; "
+                f"give one per prompt (or none, and seed)"
+            )
         return list(self.prompt_seeds)
 
 
@@ -119,9 +122,7 @@ class GenerationBackend(Protocol):
         """Prompt + completion tokens the model takes at most (None: unknown). The worker reports a
         problem whose prompt leaves no room for one generated token as unservable."""
 
-    def generate(
-        self, prompt_token_ids: list[list[int]], n: int, params: SamplingParams
-    ) -> list[list[GeneratedCompletion]]:
+    def generate(self, prompt_token_ids: list[list[int]], n: int, params: SamplingParams) -> list[list[GeneratedCompletion]]:
         """Sample ``n`` completions for each prompt.
 
         Args:
@@ -242,10 +243,12 @@ def weights_path(uri: str) -> Path:
     if not uri:
         raise InvalidArgument("weights uri is empty; give the directory holding model.safetensors")
     if uri.startswith("file://"):
-        uri = uri[len("file://"):]
+        uri = uri[len("file://") :]
     elif "://" in uri:
-        raise InvalidArgument(f"weights uri {uri!r}: a backend loads local paths and file:// only; the worker fetches "
-                              "a remote URI into its weights cache first (prioreplay.weights_transport.WeightsFetcher)")
+        raise InvalidArgument(
+            f"weights uri {uri!r}: a backend loads local paths and file:// only; the worker fetches "
+            "a remote URI into its weights cache first (prioreplay.weights_transport.WeightsFetcher)"
+        )
     return Path(uri)
 
 

@@ -26,8 +26,15 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopP
 
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, SamplingParams, context_limit,
-                                                    model_eos_token_ids, validate_prompts, verified_weights_dir)
+from prioreplay.rollout_worker.backends.base import (
+    GeneratedCompletion,
+    LoadedPolicy,
+    SamplingParams,
+    context_limit,
+    model_eos_token_ids,
+    validate_prompts,
+    verified_weights_dir,
+)
 from prioreplay.rollout_worker.seeds import mix_seed
 
 log = logging.getLogger(__name__)
@@ -107,8 +114,15 @@ class TransformersBackend(LoadedPolicy):
         share_prompt_cache: compute each distinct prompt's KV cache once for its n completions.
     """
 
-    def __init__(self, model_dir: Path, device: str = "cpu", dtype: torch.dtype | None = None,
-                 max_batch_sequences: int = 256, policy_version: int = 0, share_prompt_cache: bool = True):
+    def __init__(
+        self,
+        model_dir: Path,
+        device: str = "cpu",
+        dtype: torch.dtype | None = None,
+        max_batch_sequences: int = 256,
+        policy_version: int = 0,
+        share_prompt_cache: bool = True,
+    ):
         if max_batch_sequences < 1:
             raise InvalidArgument(f"max_batch_sequences ({max_batch_sequences}) must be >= 1")
         self.model_dir = Path(model_dir)
@@ -174,7 +188,7 @@ class TransformersBackend(LoadedPolicy):
                 if params.prompt_seeds:
                     torch.manual_seed(mix_seed("chunk", start, *seeds[start:end]))
                 out.extend(self._generate_chunk(seqs[start:end], params))
-        return [out[i * n:(i + 1) * n] for i in range(len(prompt_token_ids))]
+        return [out[i * n : (i + 1) * n] for i in range(len(prompt_token_ids))]
 
     def _left_pad(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(s) for s in seqs)
@@ -182,8 +196,8 @@ class TransformersBackend(LoadedPolicy):
         input_ids = torch.full((len(seqs), width), pad, dtype=torch.long)  # (N, T)
         attention_mask = torch.zeros((len(seqs), width), dtype=torch.long)  # (N, T)
         for i, s in enumerate(seqs):
-            input_ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-            attention_mask[i, width - len(s):] = 1
+            input_ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            attention_mask[i, width - len(s) :] = 1
         return input_ids.to(self.device), attention_mask.to(self.device)
 
     @torch.inference_mode()
@@ -193,21 +207,31 @@ class TransformersBackend(LoadedPolicy):
         recorder = BehaviourLogprobs(params.temperature, params.top_p)
         stops = StopOnStrings(self._tokenizer, params.stop, prompt_len, len(seqs)) if params.stop else None
         gen_config = GenerationConfig(
-            do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=self._room(prompt_len, params),
-            eos_token_id=list(self.eos_token_ids), pad_token_id=self._tokenizer.pad_token_id,
-            bos_token_id=self._tokenizer.bos_token_id, use_cache=True,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=self._room(prompt_len, params),
+            eos_token_id=list(self.eos_token_ids),
+            pad_token_id=self._tokenizer.pad_token_id,
+            bos_token_id=self._tokenizer.bos_token_id,
+            use_cache=True,
         )
         cache = self._shared_prompt_cache(seqs, input_ids, attention_mask) if self.share_prompt_cache else None
         sequences = self.model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=gen_config,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            generation_config=gen_config,
             **({"past_key_values": cache} if cache is not None else {}),
             logits_processor=LogitsProcessorList([recorder]),
             stopping_criteria=StoppingCriteriaList([stops]) if stops else None,
         )  # (N, T_prompt + T_gen)
         logprobs = recorder.finish(sequences)  # (N, T_gen)
         generated = sequences[:, prompt_len:].cpu()  # (N, T_gen)
-        return [self._completion(generated[i].tolist(), logprobs[i].tolist(),
-                                 stops.first_hit[i] if stops else 0, params) for i in range(len(seqs))]
+        return [
+            self._completion(generated[i].tolist(), logprobs[i].tolist(), stops.first_hit[i] if stops else 0, params)
+            for i in range(len(seqs))
+        ]
 
     def _room(self, prompt_len: int, params: SamplingParams) -> int:
         """``params.max_new_tokens`` capped at the model's context minus the chunk's longest prompt
@@ -222,8 +246,7 @@ class TransformersBackend(LoadedPolicy):
         r = 1
         while r < len(seqs) and seqs[r] == seqs[0]:
             r += 1
-        if r == 1 or input_ids.shape[1] < 2 or len(seqs) % r or any(
-                seqs[i] != seqs[i - i % r] for i in range(len(seqs))):
+        if r == 1 or input_ids.shape[1] < 2 or len(seqs) % r or any(seqs[i] != seqs[i - i % r] for i in range(len(seqs))):
             return None
         ids, mask = input_ids[::r, :-1], attention_mask[::r, :-1]  # (N/r, T−1)
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() derives them for left padding
@@ -245,5 +268,5 @@ class TransformersBackend(LoadedPolicy):
         text = self._tokenizer.decode(tokens, skip_special_tokens=True)
         cuts = [text.find(s) + len(s) for s in params.stop if s in text]
         if cuts:
-            text = text[:min(cuts)]
+            text = text[: min(cuts)]
         return GeneratedCompletion(token_ids=tokens, logprobs=logprobs, text=text, truncated=not finished)

@@ -23,9 +23,15 @@ from typing import Any
 
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.rollout_worker.backends.base import (GeneratedCompletion, LoadedPolicy, PartialWeightsLoad,
-                                                    SamplingParams, model_eos_token_ids, validate_prompts,
-                                                    verified_weights_dir)
+from prioreplay.rollout_worker.backends.base import (
+    GeneratedCompletion,
+    LoadedPolicy,
+    PartialWeightsLoad,
+    SamplingParams,
+    model_eos_token_ids,
+    validate_prompts,
+    verified_weights_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +97,14 @@ def check_applied(path: Path, counts: Any, expected: int) -> None:
     if counts and all(c == expected for c in counts):
         return
     if not any(counts):
-        raise InvalidArgument(f"{path}: 0 of the model's {expected} tensors were loaded (the directory vanished "
-                              "or was pruned while loading); keeping the loaded weights")
-    raise PartialWeightsLoad(f"{path}: the engine workers applied {counts} tensors, the model has {expected}: "
-                             "the weights are mixed; restart the worker")
+        raise InvalidArgument(
+            f"{path}: 0 of the model's {expected} tensors were loaded (the directory vanished "
+            "or was pruned while loading); keeping the loaded weights"
+        )
+    raise PartialWeightsLoad(
+        f"{path}: the engine workers applied {counts} tensors, the model has {expected}: "
+        "the weights are mixed; restart the worker"
+    )
 
 
 class WeightReloadExtension:
@@ -143,8 +153,15 @@ class VLLMBackend(LoadedPolicy):
         InvalidArgument: vllm is not installed (``pip install 'prioreplay[gpu]'``).
     """
 
-    def __init__(self, model_dir: Path, policy_version: int = 0, gpu_memory_utilization: float = 0.85,
-                 max_model_len: int | None = None, dtype: str = "auto", **engine_kwargs: Any):
+    def __init__(
+        self,
+        model_dir: Path,
+        policy_version: int = 0,
+        gpu_memory_utilization: float = 0.85,
+        max_model_len: int | None = None,
+        dtype: str = "auto",
+        **engine_kwargs: Any,
+    ):
         vllm, self._TokensPrompt = _import_vllm()
         self._vllm = vllm
         self.model_dir = Path(model_dir)
@@ -153,9 +170,14 @@ class VLLMBackend(LoadedPolicy):
         #: Ids that end a completion: the tokenizer's EOS and the generation config's end-of-turn ids.
         self.eos_token_ids = model_eos_token_ids(self.model_dir, self._tokenizer)
         self.llm = vllm.LLM(
-            model=str(self.model_dir), tokenizer=str(self.model_dir), dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-            logprobs_mode="processed_logprobs", worker_extension_cls=EXTENSION_CLS, **engine_kwargs,
+            model=str(self.model_dir),
+            tokenizer=str(self.model_dir),
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=EXTENSION_CLS,
+            **engine_kwargs,
         )
         self._policy_version = int(policy_version)
         self.vocab_size = len(self._tokenizer)
@@ -207,11 +229,20 @@ class VLLMBackend(LoadedPolicy):
             InvalidArgument: see :func:`~prioreplay.rollout_worker.backends.base.validate_prompts`.
         """
         validate_prompts(prompt_token_ids, n, self.vocab_size)
-        sp = [self._vllm.SamplingParams(
-            n=n, temperature=params.temperature, top_p=params.top_p,
-            max_tokens=params.max_new_tokens, stop=list(params.stop) or None, seed=seed, logprobs=0,
-            include_stop_str_in_output=True, stop_token_ids=vllm_stop_token_ids(self.eos_token_ids),
-        ) for seed in params.seeds_for(len(prompt_token_ids))]  # one per prompt: its own seed
+        sp = [
+            self._vllm.SamplingParams(
+                n=n,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_new_tokens,
+                stop=list(params.stop) or None,
+                seed=seed,
+                logprobs=0,
+                include_stop_str_in_output=True,
+                stop_token_ids=vllm_stop_token_ids(self.eos_token_ids),
+            )
+            for seed in params.seeds_for(len(prompt_token_ids))
+        ]  # one per prompt: its own seed
         prompts = [self._TokensPrompt(prompt_token_ids=list(p)) for p in prompt_token_ids]
         outputs = self.llm.generate(prompts, sp, use_tqdm=False)
         groups = []
@@ -219,8 +250,9 @@ class VLLMBackend(LoadedPolicy):
             group = []
             for c in out.outputs:
                 ids = list(c.token_ids)
-                lps = [float(step[tok].logprob) for tok, step in zip(ids, c.logprobs or [], strict=False)]  # strict=False: no logprobs asked for: an empty list
-                group.append(GeneratedCompletion(token_ids=ids, logprobs=lps, text=c.text,
-                                                 truncated=c.finish_reason == "length"))
+                lps = [
+                    float(step[tok].logprob) for tok, step in zip(ids, c.logprobs or [], strict=False)
+                ]  # strict=False: no logprobs asked for: an empty list
+                group.append(GeneratedCompletion(token_ids=ids, logprobs=lps, text=c.text, truncated=c.finish_reason == "length"))
             groups.append(group)
         return groups

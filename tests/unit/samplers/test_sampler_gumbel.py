@@ -10,8 +10,13 @@ async def test_gumbel_serves_lower_priority_problems_and_a_cold_temperature_is_t
         store = await make_store(sampler, n=40, retest_fraction=0.0, **kw)
         lease = await store.sample(40)  # every problem once
         # five problems at p = 1/2 (priority 0.25), the rest mixed at p = 7/8 (priority 7/64)
-        await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, (1.0, 0.0) * 4 if j < 5 else (1.0,) * 7 + (0.0,))
-                                            for j, sp in enumerate(lease.problems)])
+        await store.report(
+            lease.lease_id,
+            [
+                GroupOutcome(sp.problem.id, (1.0, 0.0) * 4 if j < 5 else (1.0,) * 7 + (0.0,))
+                for j, sp in enumerate(lease.problems)
+            ],
+        )
         out = []
         for _ in range(seed_steps):
             lz = await store.sample(5)

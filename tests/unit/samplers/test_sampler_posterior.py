@@ -53,8 +53,10 @@ async def test_posterior_retests_starve_no_pooled_problem(make_store):
         retests = [sp.problem.id for sp in lz.problems if sp.source is not Pool.HEAP]
         assert len(retests) == 2
         # retests stay solved; heap problems stay mixed in the heap
-        await store.report(lz.lease_id, [GroupOutcome(sp.problem.id, (1.0, 1.0) if sp.source is not Pool.HEAP
-                                                      else (1.0, 0.0)) for sp in lz.problems])
+        await store.report(
+            lz.lease_id,
+            [GroupOutcome(sp.problem.id, (1.0, 1.0) if sp.source is not Pool.HEAP else (1.0, 0.0)) for sp in lz.problems],
+        )
         if sure in retests:
             assert retests[0] == sure  # taken as the oldest, never for its score
             assert batch <= len(ids)  # its place in pool order (last of 10) + 1 at most

@@ -70,8 +70,9 @@ class _BottomOfHeap(RetestThenHeap):
 
 
 async def test_a_new_sampler_plugs_in_through_the_registry_alone(monkeypatch):
-    monkeypatch.setitem(SAMPLERS, "bottom", SamplerSpec("bottom", _BottomOfHeap, uses_rng=False, retests=True,
-                                                        lua_branch=None, help="test only"))
+    monkeypatch.setitem(
+        SAMPLERS, "bottom", SamplerSpec("bottom", _BottomOfHeap, uses_rng=False, retests=True, lua_branch=None, help="test only")
+    )
     config = StoreConfig(sampler="bottom", retest_fraction=0.0, seed=3)
     store = MemoryStore(config)
     ids = [f"p{i}" for i in range(10)]
@@ -96,7 +97,7 @@ def _rank_correlation(order: list[str]) -> float:
 def test_tie_member_is_a_seeded_prefix_plus_the_id():
     m = tie_member("p0042", 7)
     assert len(m) == TIE_HEX_CHARS + len("p0042")
-    assert all(c in "0123456789abcdef" for c in m[: TIE_HEX_CHARS])
+    assert all(c in "0123456789abcdef" for c in m[:TIE_HEX_CHARS])
     assert member_id(m) == "p0042"
     assert tie_member("p0042", 7) == m  # deterministic
     assert tie_member("p0042", 8) != m
@@ -176,8 +177,10 @@ def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
 
 
 # -- the samplers' parameters ------------------------------------------------------------------------
-@pytest.mark.parametrize("field, value", [("temperature", 0.0), ("probe_size", 0), ("posterior_decay", 0.0),
-                                          ("posterior_decay", 1.5), ("posterior_prior", 0.0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("temperature", 0.0), ("probe_size", 0), ("posterior_decay", 0.0), ("posterior_decay", 1.5), ("posterior_prior", 0.0)],
+)
 def test_new_sampler_parameters_are_validated(field, value):
     with pytest.raises(InvalidArgument, match=field):
         StoreConfig(**{field: value})

@@ -11,8 +11,10 @@ async def test_screened_probes_problems_never_tested_and_a_mixed_probe_gets_a_fu
     lease = await store.sample(4)
     assert [sp.group_size for sp in lease.problems] == [2, 2, 2, 2]
     a, b, c, d = (sp.problem.id for sp in lease.problems)
-    await store.report(lease.lease_id, [GroupOutcome(a, (1.0, 0.0)), GroupOutcome(b, (1.0, 1.0)),
-                                        GroupOutcome(c, (0.0, 0.0)), GroupOutcome(d, (0.0, 1.0))])
+    await store.report(
+        lease.lease_id,
+        [GroupOutcome(a, (1.0, 0.0)), GroupOutcome(b, (1.0, 1.0)), GroupOutcome(c, (0.0, 0.0)), GroupOutcome(d, (0.0, 1.0))],
+    )
     assert (await store.problem_state(b)).pool is Pool.SOLVED
     assert (await store.problem_state(c)).pool is Pool.UNSOLVED
     lease = await store.sample(8)

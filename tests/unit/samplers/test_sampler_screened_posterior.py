@@ -8,8 +8,9 @@ from prioreplay.rules import Pool
 
 
 async def test_screened_posterior_probes_the_unseen_and_retests_by_the_posterior(make_store):
-    store = await make_store("screened-posterior", n=12, retest_fraction=0.25, retest_interval=1,
-                             posterior_decay=1.0, probe_size=2)
+    store = await make_store(
+        "screened-posterior", n=12, retest_fraction=0.25, retest_interval=1, posterior_decay=1.0, probe_size=2
+    )
     lease = await store.sample(6)
     assert all(sp.group_size == 2 for sp in lease.problems)  # never tested: probes
     ids = sorted((sp.problem.id for sp in lease.problems), key=lambda i: tie_member(i, 3))  # pool order

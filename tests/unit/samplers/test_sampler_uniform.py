@@ -20,8 +20,9 @@ async def test_uniform_serves_pooled_problems_without_a_quota(make_store):
     assert not SAMPLERS["uniform"].retests
     store = await make_store("uniform", n=20, retest_fraction=1.0, retest_interval=10**6)
     lease = await store.sample(20)
-    await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, (1.0, 1.0) if j < 10 else (1.0, 0.0))
-                                        for j, sp in enumerate(lease.problems)])
+    await store.report(
+        lease.lease_id, [GroupOutcome(sp.problem.id, (1.0, 1.0) if j < 10 else (1.0, 0.0)) for j, sp in enumerate(lease.problems)]
+    )
     # a retest interval no pooled problem reaches, yet uniform draws from the solved pool anyway
     sources = {sp.source for sp in (await store.sample(10)).problems}
     assert Pool.SOLVED in sources and Pool.HEAP in sources

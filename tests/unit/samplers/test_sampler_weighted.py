@@ -28,8 +28,10 @@ async def test_weighted_with_a_large_alpha_prefers_the_highest_priority(make_sto
     lease = await store.sample(20)
     # four problems at p = 1/2 (priority 1/4), the others at p = 15/16 (priority 15/256)
     best = {sp.problem.id for sp in lease.problems[:4]}
-    await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, (1.0, 0.0) * 8 if j < 4 else (1.0,) * 15 + (0.0,))
-                                        for j, sp in enumerate(lease.problems)])
+    await store.report(
+        lease.lease_id,
+        [GroupOutcome(sp.problem.id, (1.0, 0.0) * 8 if j < 4 else (1.0,) * 15 + (0.0,)) for j, sp in enumerate(lease.problems)],
+    )
     served = []
     for _ in range(5):
         lz = await store.sample(2)
