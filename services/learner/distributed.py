@@ -108,11 +108,15 @@ class Distributed:
 
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    def close(self) -> None:
-        """Leave the process group."""
+    def close(self, finished: bool = True) -> None:
+        """Leave the process group; after a clean finish only once every rank got here (none is
+        left inside a collective; a rank leaving early hung its peer's exit). After an error
+        (``finished=False``) at once: the other ranks may be inside another collective."""
         import torch.distributed as dist
 
         if dist.is_initialized():
+            if finished:
+                dist.barrier()
             dist.destroy_process_group()
 
     # -- one step ------------------------------------------------------------------------------

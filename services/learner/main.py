@@ -64,12 +64,15 @@ def run(config: LearnerConfig) -> int:
         learner.stop_requested = True
 
     on_stop_signal(_stop)
+    finished = False
     try:
-        return learner.run()
+        code = learner.run()
+        finished = True
+        return code
     finally:
         learner.client.close()
         if dist is not None:
-            dist.close()
+            dist.close(finished)
         if server is not None:
             server.shutdown()
 
@@ -90,7 +93,6 @@ def _run_rank(config: LearnerConfig, dist) -> int:
         claim_for_role(config, "learner", 0, config.device)
     learner = Learner(config, metrics=LearnerMetrics(None), dist=dist, feed=None)
     on_stop_signal(lambda signum: log.info("rank %d: signal %d; rank 0 stops the job", dist.rank, signum))
-    try:
-        return learner.run()
-    finally:
-        dist.close()
+    code = learner.run()  # an error leaves at once: torchrun restarts the job
+    dist.close()
+    return code
