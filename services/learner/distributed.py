@@ -33,8 +33,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import torch
 
@@ -73,8 +73,10 @@ class Distributed:
             InvalidArgument: ``cuda:N`` (one rank per GPU is torchrun's job; pass ``cuda`` or ``auto``).
         """
         if device.startswith("cuda:"):
-            raise InvalidArgument(f"device ({device!r}) under torchrun: each rank takes cuda:LOCAL_RANK; "
-                                  "pass --device cuda (or auto), and CUDA_VISIBLE_DEVICES to choose the GPUs")
+            raise InvalidArgument(
+                f"device ({device!r}) under torchrun: each rank takes cuda:LOCAL_RANK; "
+                "pass --device cuda (or auto), and CUDA_VISIBLE_DEVICES to choose the GPUs"
+            )
         from prioreplay.learner.policy import pick_device
 
         if pick_device(device) == "cuda":
@@ -96,10 +98,16 @@ class Distributed:
         if not dist.is_initialized():
             store, rank, world = next(rendezvous("env://"))
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-            dist.init_process_group(self.backend, store=dist.PrefixStore(f"prioreplay/attempt-{attempt}", store),
-                                    rank=rank, world_size=world, device_id=device if device.type == "cuda" else None)
-        log.info("rank %d of %d (local rank %d) on %s, backend %s", self.rank, self.world_size, self.local_rank,
-                 device, self.backend)
+            dist.init_process_group(
+                self.backend,
+                store=dist.PrefixStore(f"prioreplay/attempt-{attempt}", store),
+                rank=rank,
+                world_size=world,
+                device_id=device if device.type == "cuda" else None,
+            )
+        log.info(
+            "rank %d of %d (local rank %d) on %s, backend %s", self.rank, self.world_size, self.local_rank, device, self.backend
+        )
 
     def wrap(self, model, device: torch.device):
         """The model that trains: ``DistributedDataParallel(model)`` (its gradients all-reduced);
@@ -132,6 +140,7 @@ class Distributed:
         Returns ``(groups, stop)``.
         """
         import torch.distributed as dist
+
         from prioreplay.v1.priority_service_pb2 import TrajectoryGroup
 
         dev = self._comm_device
@@ -153,7 +162,7 @@ class Distributed:
             return list(groups), bool(stop_flag)
         raw, out, offset = data.cpu().numpy().tobytes(), [], 0
         for length in lengths.tolist():
-            out.append(TrajectoryGroup.FromString(raw[offset:offset + length]))
+            out.append(TrajectoryGroup.FromString(raw[offset : offset + length]))
             offset += length
         return out, bool(stop_flag)
 

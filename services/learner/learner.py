@@ -39,23 +39,24 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
-from prioreplay.checkpoint_reader import latest_complete
 from prioreplay.channel import timed_call
+from prioreplay.checkpoint_reader import latest_complete
 from prioreplay.learner import checkpoint as ckpt
 from prioreplay.learner import policy
 from prioreplay.learner.batch import Batch, collate, token_logprobs
 from prioreplay.learner.config import LearnerConfig
+from prioreplay.learner.distributed import Distributed
 from prioreplay.learner.feed import TrajectoryFeed
 from prioreplay.learner.filters import Sorted, sort_groups
-from prioreplay.learner.distributed import Distributed
 from prioreplay.learner.interfaces import LearnerClient
-from prioreplay.learner.loss import default_normalizer, grpo_loss, group_advantages
+from prioreplay.learner.loss import default_normalizer, group_advantages, grpo_loss
 from prioreplay.learner.metrics import LearnerMetrics, step_sizes
 
 log = logging.getLogger(__name__)
@@ -94,8 +95,15 @@ class Learner:
             :meth:`load_checkpoint` when an explicitly given one is incomplete.
     """
 
-    def __init__(self, config: LearnerConfig, client: LearnerClient | None = None, model_dir: str | Path | None = None,
-                 metrics: LearnerMetrics | None = None, dist: Distributed | None = None, feed: Any = OWN_FEED):
+    def __init__(
+        self,
+        config: LearnerConfig,
+        client: LearnerClient | None = None,
+        model_dir: str | Path | None = None,
+        metrics: LearnerMetrics | None = None,
+        dist: Distributed | None = None,
+        feed: Any = OWN_FEED,
+    ):
         from prioreplay import models
 
         self.config = config
@@ -124,8 +132,9 @@ class Learner:
         if dist is not None:
             dist.start(self.device)
         self.train_model = dist.wrap(self.model, self.device) if dist else self.model  # what runs forward/backward
-        self.optimizer, self.scheduler = policy.optimizer_and_schedule(self.model, config.lr, config.weight_decay,
-                                                                       config.warmup_steps)
+        self.optimizer, self.scheduler = policy.optimizer_and_schedule(
+            self.model, config.lr, config.weight_decay, config.warmup_steps
+        )
         self.metrics = metrics if metrics is not None else LearnerMetrics(config.log_file)
         self.step_count = 0  # optimizer steps done
         self.version = 0  # newest policy version this learner published (or resumed)
@@ -134,8 +143,15 @@ class Learner:
         self.stop_requested = False
         self._pad_id = self.tokenizer.pad_token_id
         if feed is OWN_FEED:
-            feed = TrajectoryFeed(client, config.consumer, config.batch_groups, config.pull_wait_s,
-                                  config.batch_timeout_s, call=self._rpc, should_stop=lambda: self.stop_requested)
+            feed = TrajectoryFeed(
+                client,
+                config.consumer,
+                config.batch_groups,
+                config.pull_wait_s,
+                config.batch_timeout_s,
+                call=self._rpc,
+                should_stop=lambda: self.stop_requested,
+            )
         self.feed: TrajectoryFeed | None = feed
         self._trained_at_checkpoint: list[str] = []  # from the checkpoint resumed
         self._publish_dtype = policy.publish_dtype(config.publish_dtype, self.model_dir)
@@ -171,16 +187,20 @@ class Learner:
         if path is not None:
             ack = self.feed.acknowledge_checkpointed(self._trained_at_checkpoint)  # killed before their ack
             if ack is not None:
-                log.info("acknowledged %d groups trained into %s (%d already acknowledged)",
-                         ack.acked, path, ack.unknown)
+                log.info("acknowledged %d groups trained into %s (%d already acknowledged)", ack.acked, path, ack.unknown)
         server_stats = self._rpc("GetStats", self.client.stats)
         server_version = server_stats.policy_version
         # versions published after this checkpoint came from weights a crash rolled back; the steps
         # that made them are recomputed on the same groups, so those groups keep their original age
         self.feed.start(getattr(server_stats, "pending_groups", 0), server_version, self.current_version)
         if server_version > self.current_version:
-            log.warning("the server's policy version (%d) is ahead of this learner's (%d, checkpoint %s): "
-                        "numbering new versions after it", server_version, self.current_version, path)
+            log.warning(
+                "the server's policy version (%d) is ahead of this learner's (%d, checkpoint %s): "
+                "numbering new versions after it",
+                server_version,
+                self.current_version,
+                path,
+            )
             self.version = server_version
         self.metrics.step.set(self.step_count)
         self.metrics.policy_version.set(self.version)
@@ -236,8 +256,12 @@ class Learner:
             return StepResult(False, record)
 
         # --- 3. advantages per group --------------------------------------------------------------
-        advantages = [group_advantages(torch.tensor([[c.reward for c in g.completions]], dtype=torch.float32),
-                                       cfg.advantage, cfg.advantage_eps)[0] for g in fates.used]  # (G,) each
+        advantages = [
+            group_advantages(
+                torch.tensor([[c.reward for c in g.completions]], dtype=torch.float32), cfg.advantage, cfg.advantage_eps
+            )[0]
+            for g in fates.used
+        ]  # (G,) each
 
         # --- 4. collate; 5. forward/backward in micro-batches, optimizer step ---------------------
         batch = collate(fates.used, advantages, self._pad_id, mask_truncated=cfg.truncated == "mask")
@@ -258,9 +282,17 @@ class Learner:
             self.checkpoint()
         t["end"] = time.perf_counter()
 
-        record.update(step=self.step_count, policy_version=self.version, published=published,
-                      checkpointed=checkpointed, groups_unacked=len(self.feed.held) if self.feed else 0, **metrics,
-                      rpc_s=self._rpc_s, pull_s=self._pull_s, **step_sizes(batch, fates.ages, t))
+        record.update(
+            step=self.step_count,
+            policy_version=self.version,
+            published=published,
+            checkpointed=checkpointed,
+            groups_unacked=len(self.feed.held) if self.feed else 0,
+            **metrics,
+            rpc_s=self._rpc_s,
+            pull_s=self._pull_s,
+            **step_sizes(batch, fates.ages, t),
+        )
         self.metrics.record(record)
         return StepResult(True, record, [g.group_id for g in (*fates.used, *fates.dropped)])
 
@@ -276,15 +308,19 @@ class Learner:
         """Sort pulled groups by fate (:func:`~.filters.sort_groups`), count them, acknowledge the
         dropped ones at once (no update to lose) and give the deferred ones back to the feed."""
         cfg = self.config
-        out = sort_groups(groups, lambda v: self.feed.age(v, self.current_version), cfg.max_staleness,
-                          cfg.max_sequence_tokens, cfg.truncated)
+        out = sort_groups(
+            groups, lambda v: self.feed.age(v, self.current_version), cfg.max_staleness, cfg.max_sequence_tokens, cfg.truncated
+        )
         if out.truncated:
             self.metrics.truncated_completions.inc(out.truncated)
         for g, why in out.invalid:
             log.warning("dropping group %s of problem %r: %s", g.group_id, g.problem_id, why)
         if out.deferred:
-            log.info("%d groups sampled at another temperature or top-p than %s: deferred to a later step",
-                     len(out.deferred), out.sampling)
+            log.info(
+                "%d groups sampled at another temperature or top-p than %s: deferred to a later step",
+                len(out.deferred),
+                out.sampling,
+            )
         for fate, n in out.counts.items():
             if fate != "deferred" and n:
                 self.metrics.groups.labels(fate).inc(n)
@@ -330,24 +366,40 @@ class Learner:
         dev = self.device
         ids, attn = mb.input_ids.to(dev), mb.attention_mask.to(dev)  # (b, t)
         with policy.autocast(self.device):
-            logprobs, entropy = token_logprobs(self.train_model, ids, attn, mb.temperature, with_entropy=True,
-                                               top_p=mb.top_p)  # (b, t-1)
+            logprobs, entropy = token_logprobs(
+                self.train_model, ids, attn, mb.temperature, with_entropy=True, top_p=mb.top_p
+            )  # (b, t-1)
             ref_logprobs = None
             if cfg.kl_coef > 0:
                 with torch.no_grad(), policy.reference(self.model, self.ref_model) as ref:
                     ref_logprobs, _ = token_logprobs(ref, ids, attn, mb.temperature, top_p=mb.top_p)  # (b, t-1)
-        return grpo_loss(logprobs, mb.behaviour_logprobs.to(dev), mb.advantages.to(dev),
-                         mb.completion_mask.to(dev), cfg.eps_low, cfg.eps_high, cfg.aggregation,
-                         ref_logprobs=ref_logprobs, kl_coef=cfg.kl_coef, entropies=entropy, normalizer=normalizer,
-                         dual_clip_c=cfg.dual_clip_c or None)
+        return grpo_loss(
+            logprobs,
+            mb.behaviour_logprobs.to(dev),
+            mb.advantages.to(dev),
+            mb.completion_mask.to(dev),
+            cfg.eps_low,
+            cfg.eps_high,
+            cfg.aggregation,
+            ref_logprobs=ref_logprobs,
+            kl_coef=cfg.kl_coef,
+            entropies=entropy,
+            normalizer=normalizer,
+            dual_clip_c=cfg.dual_clip_c or None,
+        )
 
     # -- checkpoint + publish --------------------------------------------------------------
     def trainer_state(self, version: int) -> dict[str, Any]:
         """Optimizer, scheduler, step, ``version``, RNG states and the ids of the groups trained
         since the previous checkpoint, acknowledged after this one (weights_only-loadable)."""
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "step": self.step_count, "policy_version": version, "rng": ckpt.rng_state(),
-                "trained_group_ids": self.feed.held}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step_count,
+            "policy_version": version,
+            "rng": ckpt.rng_state(),
+            "trained_group_ids": self.feed.held,
+        }
 
     @property
     def publish_dir(self) -> Path:
@@ -368,8 +420,16 @@ class Learner:
             return None
         version = self.step_count if self.step_count > self.version else self.version + 1
         weights = policy.mergeable(self.model, cfg.lora)
-        path = ckpt.publish_weights(self.publish_dir, version, self.step_count, weights, self.tokenizer,
-                                    dtype=self._publish_dtype, keep=cfg.keep_published, grace_s=cfg.publish_grace_s)
+        path = ckpt.publish_weights(
+            self.publish_dir,
+            version,
+            self.step_count,
+            weights,
+            self.tokenizer,
+            dtype=self._publish_dtype,
+            keep=cfg.keep_published,
+            grace_s=cfg.publish_grace_s,
+        )
         self._rpc("PublishPolicy", self.client.publish, version, str(path.resolve()))
         self.version = version
         self.last_publish_step = self.step_count
@@ -388,13 +448,20 @@ class Learner:
             return None
         t0 = time.perf_counter()
         cfg, state = self.config, self.trainer_state(self.version)
-        path = ckpt.save_checkpoint(cfg.checkpoint_dir, self.step_count, policy.mergeable(self.model, cfg.lora),
-                                    self.tokenizer, state, config=cfg.model_dump(mode="json", exclude={"auth_token"}),
-                                    keep=cfg.keep_checkpoints)
+        path = ckpt.save_checkpoint(
+            cfg.checkpoint_dir,
+            self.step_count,
+            policy.mergeable(self.model, cfg.lora),
+            self.tokenizer,
+            state,
+            config=cfg.model_dump(mode="json", exclude={"auth_token"}),
+            keep=cfg.keep_checkpoints,
+        )
         self.last_checkpoint_step = self.step_count
         acked = self.feed.acknowledge_held()
-        log.info("step %d: checkpoint %s in %.2f s; acknowledged %d groups", self.step_count, path,
-                 time.perf_counter() - t0, acked)
+        log.info(
+            "step %d: checkpoint %s in %.2f s; acknowledged %d groups", self.step_count, path, time.perf_counter() - t0, acked
+        )
         return path
 
     def _retrying(self, what: str, fn: Callable[[], Any]) -> Any:
@@ -434,9 +501,16 @@ class Learner:
                 continue
             if result.trained and self.feed is not None:  # rank 0 logs for the job
                 r = result.record
-                log.info("step %d: loss %.4f, groups %d (stale %d, zero-variance %d), %.1f tok/s, %.2fs",
-                         r["step"], r["loss"], r["groups_used"], r["groups_stale"], r["groups_zero_variance"],
-                         r["tokens_per_s"], r["wait_s"] + r["compute_s"] + r["publish_s"])
+                log.info(
+                    "step %d: loss %.4f, groups %d (stale %d, zero-variance %d), %.1f tok/s, %.2fs",
+                    r["step"],
+                    r["loss"],
+                    r["groups_used"],
+                    r["groups_stale"],
+                    r["groups_zero_variance"],
+                    r["tokens_per_s"],
+                    r["wait_s"] + r["compute_s"] + r["publish_s"],
+                )
         if self.dist is not None and self.dist.is_main and not (cfg.max_steps and self.step_count >= cfg.max_steps):
             self.dist.share_groups([], stop=True)  # the other ranks wait for the next step's groups: stop them
         if self.step_count > 0 and self.step_count > self.last_publish_step:

@@ -45,8 +45,9 @@ def run(config: LearnerConfig) -> int:
     try:  # before the model loads: a taken port fails at once, and health checks and scrapes answer
         server = metrics.serve(config.metrics_port)
     except OSError as e:
-        raise InvalidArgument(f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); "
-                              "choose another --metrics-port, or 0 to disable") from None
+        raise InvalidArgument(
+            f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); choose another --metrics-port, or 0 to disable"
+        ) from None
     try:
         learner = Learner(config, metrics=metrics, dist=dist)
     except BaseException:
@@ -54,8 +55,13 @@ def run(config: LearnerConfig) -> int:
             server.shutdown()
             server.server_close()
         raise
-    log.info("learner: model %s, %d groups per step, checkpoints in %s; waiting for trajectory groups from %s",
-             config.model, config.batch_groups, config.checkpoint_dir, config.server)
+    log.info(
+        "learner: model %s, %d groups per step, checkpoints in %s; waiting for trajectory groups from %s",
+        config.model,
+        config.batch_groups,
+        config.checkpoint_dir,
+        config.server,
+    )
     if server is not None:
         log.info("metrics on :%d/metrics", config.metrics_port)
 

@@ -36,9 +36,26 @@ ATOL, RTOL = 1e-6, 1e-5
 
 def _flags(cfg) -> list[str]:
     """``prioreplay learner`` flags for the fields of a test LearnerConfig."""
-    keys = ("server", "model", "checkpoint_dir", "batch_groups", "micro_batch_size", "lr", "max_staleness",
-            "publish_every", "checkpoint_every", "keep_checkpoints", "metrics_port", "pull_wait_s",
-            "batch_timeout_s", "consumer", "device", "seed", "max_steps", "log_file")
+    keys = (
+        "server",
+        "model",
+        "checkpoint_dir",
+        "batch_groups",
+        "micro_batch_size",
+        "lr",
+        "max_staleness",
+        "publish_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "metrics_port",
+        "pull_wait_s",
+        "batch_timeout_s",
+        "consumer",
+        "device",
+        "seed",
+        "max_steps",
+        "log_file",
+    )
     out = []
     for k in keys:
         if getattr(cfg, k) is not None:
@@ -49,9 +66,19 @@ def _flags(cfg) -> list[str]:
 def torchrun(cfg, ranks: int = 2, max_restarts: int = 0) -> subprocess.Popen:
     """Start ``prioreplay learner`` under torchrun with ``ranks`` processes (gloo, CPU), in its own
     process group, its output in ``CHECKPOINT_DIR/../torchrun.log``."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-           f"--max-restarts={max_restarts}", "--monitor-interval=0.5", "--no-python", PRIOREPLAY, "learner",
-           *_flags(cfg)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={ranks}",
+        f"--max-restarts={max_restarts}",
+        "--monitor-interval=0.5",
+        "--no-python",
+        PRIOREPLAY,
+        "learner",
+        *_flags(cfg),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PRIOREPLAY_LOG_LEVEL": "INFO"}
     log = Path(cfg.checkpoint_dir).parent / "torchrun.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -181,8 +208,9 @@ def test_a_rank_killed_mid_step_restarts_the_job_and_no_group_is_lost_or_trained
     server = servers[0]
     client = _client(server)
     feed_same(client, tiny_dir, 6)  # 3 steps of 2 groups; step 4 waits for more
-    cfg = tl.make_config(server, tiny_dir, tmp_path, checkpoint_every=2, keep_checkpoints=10, max_steps=4, max_staleness=8,
-                         log_file=None)
+    cfg = tl.make_config(
+        server, tiny_dir, tmp_path, checkpoint_every=2, keep_checkpoints=10, max_steps=4, max_staleness=8, log_file=None
+    )
     job = torchrun(cfg, max_restarts=1)
     _wait_for(tmp_path / "ckpt/published/v-3")  # step 3 trained and published; the next checkpoint is step 4's
     assert client.stats().pending_groups == 2  # step 3's groups: held, unacknowledged

@@ -25,8 +25,14 @@ class _Model:
 
 def _batch(b: int, t: int = 5) -> Batch:
     ids = torch.arange(b * t).reshape(b, t)  # (B, T): row i starts at i * t
-    return Batch(ids, torch.ones(b, t, dtype=torch.long), torch.ones(b, t - 1, dtype=torch.bool),
-                 torch.zeros(b, t - 1), torch.zeros(b), torch.zeros(b))
+    return Batch(
+        ids,
+        torch.ones(b, t, dtype=torch.long),
+        torch.ones(b, t - 1, dtype=torch.bool),
+        torch.zeros(b, t - 1),
+        torch.zeros(b),
+        torch.zeros(b),
+    )
 
 
 @pytest.mark.parametrize("b,k,size", [(7, 2, 3), (8, 2, 3), (3, 4, 2), (16, 3, 4)])
