@@ -46,6 +46,7 @@ log-probs were.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -63,6 +64,7 @@ from prioreplay.learner import checkpoint as ckpt
 from prioreplay.learner import policy
 from prioreplay.learner.batch import Batch, collate, token_logprobs
 from prioreplay.learner.config import LearnerConfig
+from prioreplay.learner.distributed import Distributed
 from prioreplay.learner.feed import TrajectoryFeed
 from prioreplay.learner.filters import Sorted, sort_groups
 from prioreplay.learner.interfaces import LearnerClient
@@ -71,6 +73,9 @@ from prioreplay.learner.metrics import LearnerMetrics, step_sizes
 from prioreplay.weights_transport import published_uri
 
 log = logging.getLogger(__name__)
+
+#: ``Learner(feed=OWN_FEED)``, the default: the learner builds its own :class:`TrajectoryFeed`.
+OWN_FEED = object()
 
 
 @dataclass
@@ -93,6 +98,9 @@ class Learner:
         metrics: where to count (default: a fresh :class:`LearnerMetrics` with ``config.log_file``);
             ``prioreplay learner`` passes one it already serves, so /metrics answers while the
             model loads.
+        dist: this rank's place in a torchrun job (:mod:`~.distributed`), or None for one process.
+        feed: the trajectory feed (default :data:`OWN_FEED`: one over ``client``); None on ranks
+            > 0 of a distributed job, which train on the groups rank 0 shares.
 
     Raises:
         InvalidArgument: the model cannot be resolved or loaded; ``lora`` without peft installed.
@@ -106,16 +114,21 @@ class Learner:
         client: LearnerClient | None = None,
         model_dir: str | Path | None = None,
         metrics: LearnerMetrics | None = None,
+        dist: Distributed | None = None,
+        feed: Any = OWN_FEED,
     ):
         from prioreplay import models
 
         self.config = config
-        if client is None:
+        self.dist = dist
+        if client is None and feed is not None:
             from prioreplay.client import PriorityClient
 
             client = PriorityClient(config)
-        self.client = client
-        self.device = torch.device(policy.pick_device(config.device))
+        # None only on ranks > 0 of a distributed job, which never reach the server paths (rank 0
+        # pulls, publishes and acknowledges): typed as rank 0 sees them.
+        self.client: LearnerClient = client  # type: ignore[assignment]
+        self.device = dist.device(config.device) if dist else torch.device(policy.pick_device(config.device))
         self.model_dir = Path(model_dir) if model_dir else models.resolve_model(config.model, config.cache_dir)
         torch.manual_seed(config.seed)
         random.seed(config.seed)
@@ -134,6 +147,9 @@ class Learner:
             self.ref_model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=str(self.device))
             self.ref_model.requires_grad_(False)
         self.model.train()
+        if dist is not None:
+            dist.start(self.device)
+        self.train_model = dist.wrap(self.model, self.device) if dist else self.model  # what runs forward/backward
         self.optimizer, self.scheduler = policy.optimizer_and_schedule(
             self.model, config.lr, config.weight_decay, config.warmup_steps
         )
@@ -144,15 +160,17 @@ class Learner:
         self.last_publish_step = -1
         self.stop_requested = False
         self._pad_id = self.tokenizer.pad_token_id
-        self.feed = TrajectoryFeed(
-            client,
-            config.consumer,
-            config.batch_groups,
-            config.pull_wait_s,
-            config.batch_timeout_s,
-            call=self._rpc,
-            should_stop=lambda: self.stop_requested,
-        )
+        if feed is OWN_FEED:
+            feed = TrajectoryFeed(
+                self.client,
+                config.consumer,
+                config.batch_groups,
+                config.pull_wait_s,
+                config.batch_timeout_s,
+                call=self._rpc,
+                should_stop=lambda: self.stop_requested,
+            )
+        self.feed: TrajectoryFeed = feed  # None on ranks > 0 (see self.client); checked where they get here
         self._trained_at_checkpoint: list[str] = []  # from the checkpoint resumed
         self._publish_dtype = policy.publish_dtype(config.publish_dtype, self.model_dir)
         self._rpc_s = 0.0  # seconds in RPCs during the current step, long-polling pulls excluded
@@ -182,6 +200,9 @@ class Learner:
         path = self._resume_path  # found (and verified) at construction
         if path is not None:
             self.load_checkpoint(path)
+        if self.feed is None:  # a rank > 0 of a distributed job: rank 0 alone talks to the server
+            return path
+        if path is not None:
             ack = self.feed.acknowledge_checkpointed(self._trained_at_checkpoint)  # killed before their ack
             if ack is not None:
                 log.info("acknowledged %d groups trained into %s (%d already acknowledged)", ack.acked, path, ack.unknown)
@@ -240,13 +261,15 @@ class Learner:
         self._rpc_s = self._pull_s = 0.0
         t = {"wait": time.perf_counter()}
 
-        # --- 1. pull ------------------------------------------------------------------------------
-        groups = self.feed.pull()
+        # --- 1. pull (the feed's owner only: rank 0 of a distributed job) --------------------------
+        groups = self.feed.pull() if self.feed is not None else []
         t["compute"] = time.perf_counter()
 
         # --- 2. filter: drop (ack) stale, zero-variance, malformed; defer other samplings ---------
-        fates = self._filter(groups)
+        fates = self._filter(groups) if self.feed is not None else Sorted()
         record: dict[str, Any] = {"groups_pulled": len(groups), **{f"groups_{k}": n for k, n in fates.counts.items()}}
+        if self.dist is not None:  # every rank gets rank 0's used groups (as tensors)
+            self._share(fates)
         if not fates.used:
             return StepResult(False, record)
 
@@ -263,7 +286,8 @@ class Learner:
         metrics, applied = self._train(batch)
         if not applied:  # a NaN or inf loss or gradient: nothing applied, nothing published
             return self._skip(fates, record, metrics)
-        self.feed.hold([g.group_id for g in fates.used])  # acknowledged after the next checkpoint
+        if self.feed is not None:
+            self.feed.hold([g.group_id for g in fates.used])  # acknowledged after the next checkpoint
         t["publish"] = time.perf_counter()
 
         # --- 6. publish the weights ---------------------------------------------------------------
@@ -283,7 +307,7 @@ class Learner:
             policy_version=self.version,
             published=published,
             checkpointed=checkpointed,
-            groups_unacked=len(self.feed.held),
+            groups_unacked=len(self.feed.held) if self.feed else 0,
             **metrics,
             rpc_s=self._rpc_s,
             pull_s=self._pull_s,
@@ -291,6 +315,15 @@ class Learner:
         )
         self.metrics.record(record)
         return StepResult(True, record, [g.group_id for g in (*fates.used, *fates.dropped)])
+
+    def _share(self, fates: Sorted) -> None:
+        """Distributed: replace ``fates.used`` by rank 0's used groups on every rank (other ranks
+        count their ages as 0: only rank 0 logs them); a stop from rank 0 stops this rank."""
+        assert self.dist is not None  # called only in a distributed job
+        fates.used, stop = self.dist.share_groups(fates.used)
+        if not self.dist.is_main:
+            fates.ages = [0] * len(fates.used)
+            self.stop_requested = self.stop_requested or stop
 
     def _filter(self, groups: Sequence) -> Sorted:
         """Sort pulled groups by fate (:func:`~.filters.sort_groups`), count them, acknowledge the
@@ -330,7 +363,8 @@ class Learner:
             metrics.get("grad_norm"),
             len(ids),
         )
-        self.feed.drop(ids)
+        if self.feed is not None:
+            self.feed.drop(ids)
         record.update(step=self.step_count, policy_version=self.version, skipped="non-finite", groups_skipped=len(ids), **metrics)
         self.metrics.write_line(record)
         return StepResult(False, record, ids + [g.group_id for g in fates.dropped])
@@ -344,14 +378,16 @@ class Learner:
         cfg = self.config
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        norm = default_normalizer(batch.completion_mask, cfg.aggregation)
+        norm = default_normalizer(batch.completion_mask, cfg.aggregation)  # the whole batch's, on every rank
         totals: dict[str, float] = {}
-        for start in range(0, len(batch), cfg.micro_batch_size):
-            mb = batch.slice(start, start + cfg.micro_batch_size)
-            loss, m = self._micro_batch_loss(mb, norm)
-            loss.backward()
+        for mb, sync in self._micro_batches(batch):
+            with sync:
+                loss, m = self._micro_batch_loss(mb, norm)
+                (loss * self.dist.loss_scale if self.dist else loss).backward()
             for k, v in {"loss": loss.detach(), **m}.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
+        if self.dist is not None:
+            totals = self.dist.sum_metrics(totals)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
         metrics = {**totals, "grad_norm": float(grad_norm), "lr": lr}
@@ -363,6 +399,14 @@ class Learner:
         self.step_count += 1
         return metrics, True
 
+    def _micro_batches(self, batch: Batch):
+        """(micro-batch, context) pairs: the batch in ``micro_batch_size`` slices, or this rank's
+        shard of it (:meth:`~.distributed.Distributed.micro_batches`)."""
+        size = self.config.micro_batch_size
+        if self.dist is not None:
+            return self.dist.micro_batches(batch, size, self.train_model)
+        return ((batch.slice(s, s + size), contextlib.nullcontext()) for s in range(0, len(batch), size))
+
     def _micro_batch_loss(self, mb: Batch, normalizer: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The GRPO loss of one micro-batch, divided by the whole batch's ``normalizer``."""
         cfg = self.config
@@ -370,7 +414,7 @@ class Learner:
         ids, attn = mb.input_ids.to(dev), mb.attention_mask.to(dev)  # (b, t)
         with policy.autocast(self.device):
             logprobs, entropy = token_logprobs(
-                self.model, ids, attn, mb.temperature, with_entropy=True, top_p=mb.top_p
+                self.train_model, ids, attn, mb.temperature, with_entropy=True, top_p=mb.top_p
             )  # (b, t-1)
             ref_logprobs = None
             if cfg.kl_coef > 0:
@@ -409,14 +453,18 @@ class Learner:
         """Where published versions ``v-N/`` go (``publish_dir``, default ``checkpoint_dir/published``)."""
         return self.config.publish_root()
 
-    def publish(self) -> Path:
+    def publish(self) -> Path | None:
         """Publish the current weights as policy version N = the step (or the next one above the
         server's, if it was ahead): ``PUBLISH_DIR/v-N/`` (weights only, in the publish dtype,
-        manifest last, renamed into place), then ``PublishPolicy``. Returns the version directory.
+        manifest last, renamed into place), then ``PublishPolicy``. Returns the version directory
+        (None on ranks > 0 of a distributed job: rank 0 publishes).
 
         Publishing writes no optimizer state and acknowledges nothing (see :meth:`checkpoint`).
         """
         cfg = self.config
+        if self.feed is None:
+            self.last_publish_step = self.step_count
+            return None
         version = self.step_count if self.step_count > self.version else self.version + 1
         weights = policy.mergeable(self.model, cfg.lora)
         path = ckpt.publish_weights(
@@ -436,11 +484,15 @@ class Learner:
         log.info("step %d: published policy version %d (%s)", self.step_count, version, path)
         return path
 
-    def checkpoint(self) -> Path:
+    def checkpoint(self) -> Path | None:
         """Write the full training checkpoint ``step-N`` (weights, optimizer, scheduler, step,
         version, RNG; fsynced, renamed into place), then acknowledge every group trained since the
-        previous checkpoint: from now on a crash cannot lose their update. Returns the directory.
+        previous checkpoint: from now on a crash cannot lose their update. Returns the directory
+        (None on ranks > 0 of a distributed job: rank 0 checkpoints and acknowledges).
         """
+        if self.feed is None:
+            self.last_checkpoint_step = self.step_count
+            return None
         t0 = time.perf_counter()
         cfg, state = self.config, self.trainer_state(self.version)
         path = ckpt.save_checkpoint(
@@ -494,7 +546,7 @@ class Learner:
             result = self._retrying("step", self.step)
             if result is None:
                 continue
-            if result.trained:
+            if result.trained and self.feed is not None:  # rank 0 logs for the job
                 r = result.record
                 log.info(
                     "step %d: loss %.4f, groups %d (stale %d, zero-variance %d), %.1f tok/s, %.2fs",
@@ -506,6 +558,8 @@ class Learner:
                     r["tokens_per_s"],
                     r["wait_s"] + r["compute_s"] + r["publish_s"],
                 )
+        if self.dist is not None and self.dist.is_main and not (cfg.max_steps and self.step_count >= cfg.max_steps):
+            self.dist.share_groups([], stop=True)  # the other ranks wait for the next step's groups: stop them
         if self.step_count > 0 and self.step_count > self.last_publish_step:
             self.publish()
         if self.step_count > 0 and self.step_count > self.last_checkpoint_step:

@@ -1,4 +1,9 @@
-"""``prioreplay learner``: resume, train until ``max_steps`` or SIGTERM/SIGINT, publish the last step."""
+"""``prioreplay learner``: resume, train until ``max_steps`` or SIGTERM/SIGINT, publish the last step.
+
+Under ``torchrun`` (K ranks) rank 0 is the learner a single process is (feed, /metrics, log
+file, publishing, checkpoints); the other ranks train their shard of each batch
+(:mod:`prioreplay.learner.distributed`).
+"""
 
 from __future__ import annotations
 
@@ -25,7 +30,11 @@ def run(config: LearnerConfig) -> int:
     """
     setup_logging(config.log_level)
     from prioreplay.devices import claim_for_role
+    from prioreplay.learner import distributed
 
+    dist = distributed.from_env()  # None outside torchrun
+    if dist is not None and not dist.is_main:
+        return _run_rank(config, dist)
     # Exactly learner_gpus, before torch touches CUDA; held until the process exits.
     claim_for_role(config, "learner", 0, config.device)
     from prioreplay.errors import InvalidArgument
@@ -41,7 +50,7 @@ def run(config: LearnerConfig) -> int:
         ) from None
     weights_server, config = serve_weights(config)
     try:
-        learner = Learner(config, metrics=metrics)
+        learner = Learner(config, metrics=metrics, dist=dist)
     except BaseException:
         for s in (server, weights_server):
             if s is not None:
@@ -63,10 +72,15 @@ def run(config: LearnerConfig) -> int:
         learner.stop_requested = True
 
     on_stop_signal(_stop)
+    finished = False
     try:
-        return learner.run()
+        code = learner.run()
+        finished = True
+        return code
     finally:
         learner.client.close()
+        if dist is not None:
+            dist.close(finished)
         for s in (server, weights_server):
             if s is not None:
                 s.shutdown()
@@ -95,3 +109,24 @@ def serve_weights(config: LearnerConfig):
     url = config.weights_base_url or advertised_url(config.serve_weights_host, server.server_address[1])
     log.info("published versions served at %s/v-N/", url)
     return server, config.model_copy(update={"weights_base_url": url})
+
+
+def _run_rank(config: LearnerConfig, dist) -> int:
+    """A rank > 0 of a torchrun job: no feed, no client, no /metrics, no log file; it trains its
+    shard of rank 0's groups and stops when rank 0 says so (a signal here only logs a line:
+    torchrun signals every rank, and rank 0 finishes the step and stops the others)."""
+    from prioreplay.learner import distributed
+    from prioreplay.learner.learner import Learner
+    from prioreplay.learner.metrics import LearnerMetrics
+
+    if dist.local_rank > 0:
+        distributed.follow_claim(config, config.device)
+    else:  # local rank 0 of another node claims that node's learner GPUs
+        from prioreplay.devices import claim_for_role
+
+        claim_for_role(config, "learner", 0, config.device)
+    learner = Learner(config, metrics=LearnerMetrics(None), dist=dist, feed=None)
+    on_stop_signal(lambda signum: log.info("rank %d: signal %d; rank 0 stops the job", dist.rank, signum))
+    code = learner.run()  # an error leaves at once: torchrun restarts the job
+    dist.close()
+    return code
