@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -223,7 +223,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Distributed | None:
     return Distributed(rank, world, local)
 
 
-def follow_claim(settings, device: str, env: Mapping[str, str] | None = None) -> None:
+def follow_claim(settings, device: str, env: MutableMapping[str, str] | None = None) -> None:
     """A rank other than local rank 0: see the GPUs local rank 0 claimed (``learner_gpus``, which
     it locks for the whole job), without locking them again. Nothing when not claiming."""
     from prioreplay.devices import DeviceClaim, parse_ids
