@@ -102,6 +102,11 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         le=86400,
         description="seconds a step keeps pulling to fill batch_groups; then it trains on what came (>= 1 group)",
     )
+    prefetch: bool = Field(
+        True,
+        description="pull the next step's groups on a background thread while this step computes, "
+        "so the wait for groups overlaps training (a prefetched group is trained at most one step later)",
+    )
     consumer: str = Field(
         "learner",
         min_length=1,

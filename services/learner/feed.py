@@ -16,6 +16,10 @@ keeps the bookkeeping that makes a crash lose no update:
 - **recover**: after a restart, the groups the resumed checkpoint already holds (killed between
   checkpoint and ack) are acknowledged, never retrained.
 - **rollback**: the staleness of groups generated before a restart (:class:`Rollback`).
+- **prefetch**: while the step computes, one pull for the next batch runs on a background thread
+  (:meth:`TrajectoryFeed.prefetch`); the next :meth:`~TrajectoryFeed.pull` takes its groups first.
+  What it pulled is held and acknowledged like any other group, so a crash loses nothing (the
+  groups are redelivered); a prefetched group is trained at most one step later than it would be.
 
 Distributed training: one consumer identity owns one feed (rank 0 of a torchrun job); it pulls
 once per step, the step splits the groups across ranks, and rank 0 acknowledges after the
@@ -25,6 +29,7 @@ checkpoint. Other ranks hold no feed.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -85,6 +90,8 @@ class TrajectoryFeed:
         pull_wait_s: seconds one pull call waits for a group (>= 0).
         batch_timeout_s: seconds :meth:`pull` keeps pulling to fill a batch (>= 0).
         call: ``call(method, fn, *args)`` runs each RPC (the learner times them); default: directly.
+        prefetch_call: the same for the background pull of :meth:`prefetch` (it runs on another
+            thread, so the learner keeps it out of the step's own RPC seconds); default: directly.
         should_stop: polled between pulls; when it returns True, :meth:`pull` returns what it has.
         sleep, clock: injectable for tests (``time.sleep``, ``time.monotonic``).
 
@@ -100,6 +107,7 @@ class TrajectoryFeed:
         pull_wait_s: float,
         batch_timeout_s: float,
         call: Callable[..., Any] = _direct,
+        prefetch_call: Callable[..., Any] = _direct,
         should_stop: Callable[[], bool] = lambda: False,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -111,6 +119,8 @@ class TrajectoryFeed:
         self.source, self.consumer, self.batch_groups = source, consumer, batch_groups
         self.pull_wait_s, self.batch_timeout_s = pull_wait_s, batch_timeout_s
         self._call, self._should_stop, self._sleep, self._clock = call, should_stop, sleep, clock
+        self._prefetch_call = prefetch_call
+        self._prefetch: tuple[threading.Thread, dict[str, Any]] | None = None  # the pull in flight
         self.rollback = Rollback()
         self._first_pull = True
         self._recover_groups = 0  # pending groups at the server at start (sizes the first pull)
@@ -145,6 +155,7 @@ class TrajectoryFeed:
         """
         deadline = self._clock() + self.batch_timeout_s
         groups: dict[str, Any] = {}
+        self._collect_prefetch()
         while self._backlog and len(groups) < self.batch_groups:
             g = self._backlog.pop(0)
             if g.group_id not in self._held:
@@ -169,6 +180,51 @@ class TrajectoryFeed:
             if not resp.groups and wait == 0:  # pull_wait_s = 0: poll gently instead of spinning
                 self._sleep(min(0.05, remaining))
         return list(groups.values())
+
+    def prefetch(self) -> bool:
+        """Start one pull for the next batch on a background thread (returns whether it started).
+
+        Call it once the step has its batch: the pull (which long-polls up to ``pull_wait_s`` when
+        the queue is empty) then overlaps the step's compute, publish and checkpoint. It asks for
+        what the backlog lacks of a batch; nothing starts before the first (recovery) pull, while
+        one is in flight, when the backlog already fills a batch, or once stopping. The next
+        :meth:`pull` waits for it and takes its groups first; a failed prefetch is logged and the
+        next pull simply pulls (the groups stay pending at the server, nothing is lost).
+        """
+        want = self.batch_groups - len(self._backlog)
+        if self._prefetch is not None or self._first_pull or want <= 0 or self._should_stop():
+            return False
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["groups"] = self._prefetch_call(
+                    "PullTrajectories", self.source.pull, want, self.pull_wait_s, self.consumer, False
+                ).groups
+            except Exception as e:  # noqa: BLE001 -- reported by the next pull, which pulls again
+                box["error"] = e
+
+        thread = threading.Thread(target=run, name="prioreplay-learner-prefetch", daemon=True)
+        thread.start()
+        self._prefetch = (thread, box)
+        return True
+
+    def _collect_prefetch(self) -> None:
+        """Wait for the prefetching pull, if any, and put its groups in the backlog."""
+        if self._prefetch is None:
+            return
+        thread, box = self._prefetch
+        thread.join()
+        self._prefetch = None
+        if "error" in box:
+            log.warning("the prefetching pull failed (%s); pulling again", box["error"])
+            return
+        queued = {b.group_id for b in self._backlog}
+        for g in box["groups"]:
+            if g.group_id in self._held or g.group_id in queued:
+                continue  # delivered again while held (trained, awaiting the checkpoint) or queued
+            self._backlog.append(g)
+            queued.add(g.group_id)
 
     def _take(self, pulled: Sequence, groups: dict[str, Any]) -> None:
         """Add pulled groups to the batch being filled, the rest to the backlog; skip groups

@@ -168,6 +168,7 @@ class Learner:
                 config.pull_wait_s,
                 config.batch_timeout_s,
                 call=self._rpc,
+                prefetch_call=lambda method, fn, *args: timed_call(self._observe_prefetch, method, fn, *args),
                 should_stop=lambda: self.stop_requested,
             )
         self.feed: TrajectoryFeed = feed  # None on ranks > 0 (see self.client); checked where they get here
@@ -192,6 +193,9 @@ class Learner:
             self._pull_s += seconds
         else:
             self._rpc_s += seconds
+
+    def _observe_prefetch(self, method: str, seconds: float) -> None:
+        self.metrics.rpc_seconds.labels(method).observe(seconds)  # overlaps the step: not its RPC time
 
     # -- start-up ----------------------------------------------------------------------------
     def resume(self) -> Path | None:
@@ -263,6 +267,8 @@ class Learner:
 
         # --- 1. pull (the feed's owner only: rank 0 of a distributed job) --------------------------
         groups = self.feed.pull() if self.feed is not None else []
+        if groups and cfg.prefetch and not (cfg.max_steps and self.step_count + 1 >= cfg.max_steps):
+            self.feed.prefetch()  # the next batch's pull overlaps this step (none after the last)
         t["compute"] = time.perf_counter()
 
         # --- 2. filter: drop (ack) stale, zero-variance, malformed; defer other samplings ---------

@@ -8,6 +8,8 @@ redelivery timeout); an acknowledged group is deleted.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from prioreplay.errors import InvalidArgument
@@ -271,3 +273,70 @@ def test_the_feed_ages_groups_by_the_rollback_it_started_with(queue):
     feed = make_feed(queue)
     feed.start(pending_groups=0, server_version=10, learner_version=7)
     assert feed.age(5, 10) == 2 and feed.age(12, 13) == 1
+
+
+# --- prefetching the next batch while the step computes ---------------------------------------------
+
+
+class BlockingQueue(FakeQueue):
+    """A queue whose pulls after the first block until :attr:`release` is set (a step computing)."""
+
+    def __init__(self, clock: Clock):
+        super().__init__(clock)
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def pull(self, *args, **kwargs):
+        if self.pulls:  # the first pull answers at once
+            self.entered.set()
+            assert self.release.wait(5), "the test never released the prefetching pull"
+        return super().pull(*args, **kwargs)
+
+
+def test_prefetch_pulls_the_next_batch_in_the_background_and_the_next_pull_takes_it_first():
+    queue = BlockingQueue(Clock())
+    queue.add(*[group(f"g{i}") for i in range(4)])
+    feed = make_feed(queue, batch_groups=2)
+    assert ids(feed.pull()) == ["g0", "g1"]
+    assert feed.prefetch()  # returns while its pull is still blocked (the step computes meanwhile)
+    assert queue.entered.wait(5) and not feed.prefetch()  # one prefetch in flight at most
+    feed.hold(["g0", "g1"])
+    queue.release.set()
+    assert ids(feed.pull()) == ["g2", "g3"]
+    assert queue.pulls == [(2, True), (2, False)]  # no third pull: the prefetched batch was enough
+
+
+def test_prefetch_waits_for_the_first_pull_and_asks_only_for_what_the_backlog_lacks(queue):
+    queue.add(*[group(f"g{i}") for i in range(6)])
+    feed = make_feed(queue, batch_groups=2)
+    assert not feed.prefetch()  # before the first (recovery) pull: nothing
+    feed.start(pending_groups=3, server_version=0, learner_version=0)
+    assert ids(feed.pull()) == ["g0", "g1"] and feed.backlog_size == 1  # recovery pull of 3
+    assert feed.prefetch()
+    assert ids(feed.pull()) == ["g2", "g3"]
+    assert queue.pulls == [(3, True), (1, False)]  # the prefetch asked for the one the backlog lacked
+
+
+def test_a_failed_prefetch_loses_nothing_and_the_next_pull_pulls_again(queue, caplog):
+    queue.add(*[group(f"g{i}") for i in range(4)])
+    feed = make_feed(queue, batch_groups=2)
+    feed.pull()
+
+    def broken(method, fn, *args):
+        raise ConnectionError("server gone")
+
+    feed._prefetch_call = broken
+    assert feed.prefetch()
+    assert ids(feed.pull()) == ["g2", "g3"]  # pulled again, in the step itself
+    assert "prefetching pull failed" in caplog.text
+
+
+def test_a_prefetched_group_that_is_held_is_not_handed_out_again(queue):
+    queue.add(group("a"), group("b"))
+    feed = make_feed(queue, batch_groups=2)
+    feed.pull()
+    feed.hold(["a", "b"])
+    queue.expire()  # the redelivery timeout passed before the checkpoint: a and b come back
+    queue.add(group("c"))
+    assert feed.prefetch()
+    assert ids(feed.pull()) == ["c"]  # within the batch timeout; a and b are held, never retrained
