@@ -159,3 +159,15 @@ def test_a_demo_run_writes_learner_and_server_events(tmp_path):
     hist = acc.Histograms("server/priority") if "server/priority" in acc.Tags()["histograms"] else []
     assert {h.step: h.histogram_value.num for h in hist} == with_heap
     assert _series(acc, "eval/accuracy_after")[0] == (3, pytest.approx(report["accuracy_after"]))
+
+
+def test_every_compare_arm_reports_where_compare_was_asked_to(tmp_path):
+    from prioreplay.apps.cli import parse
+    from prioreplay.apps.compare import ARM_KEYS, _arm_config, _demo_args
+
+    cfg = parse("compare", ["--report-to", "tensorboard,wandb", "--run-dir", str(tmp_path)])
+    arm = _arm_config(cfg, "heap", 0, tmp_path)
+    assert arm.report_to == ["tensorboard", "wandb"]
+    # a parallel arm is its own `prioreplay demo` process: its flags carry the targets
+    assert parse("demo", _demo_args(arm)).report_to == ["tensorboard", "wandb"]
+    assert "report_to" in ARM_KEYS  # runs reported elsewhere are still one comparison
