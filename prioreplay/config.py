@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -125,6 +126,34 @@ def read_config_file(path: str | os.PathLike, section: str) -> dict[str, Any]:
     if not isinstance(sec, dict):
         raise InvalidArgument(f"section {section!r} of config file {str(p)!r} must be a mapping")
     return sec
+
+
+#: Longest input a validation message repeats, characters (a longer one is cut, marked with "...").
+MAX_SHOWN_INPUT = 120
+
+
+def explain_error(err: Mapping[str, Any], shown: Callable[[tuple, Any], Any] | None = None) -> str:
+    """One pydantic error (an entry of ``ValidationError.errors()``) as a message that names the
+    field and its value only, never every input: ``field (value): message``.
+
+    A check of ours (``value_error``) names the value: its message, after the field unless the
+    message names it. A cross-field check (no field) and a missing field, whose input pydantic
+    gives as every setting, give no value. A value longer than :data:`MAX_SHOWN_INPUT` characters is cut.
+
+    Args:
+        err: the error dict (``loc``, ``msg``, ``type``, ``input``).
+        shown: how the input may be shown (e.g. secrets hidden), given ``(loc, input)``; default as is.
+    """
+    msg = err["msg"].removeprefix("Value error, ")
+    loc = ".".join(str(part) for part in err["loc"])
+    if not loc or (err["type"] == "value_error" and str(err["loc"][-1]) in msg):
+        return msg
+    if err["type"] in ("missing", "value_error"):
+        return f"{loc}: {msg}"
+    value = repr(shown(tuple(err["loc"]), err.get("input")) if shown else err.get("input"))
+    if len(value) > MAX_SHOWN_INPUT:
+        value = value[:MAX_SHOWN_INPUT] + "..."
+    return f"{loc} ({value}): {msg}"
 
 
 class _FileSource(PydanticBaseSettingsSource):

@@ -133,26 +133,19 @@ def parse(name: str, argv: list[str]):
         raise InvalidArgument(f"invalid configuration for 'prioreplay {name}': {problems}") from None
 
 
-#: Longest input an error message repeats, characters (a longer one is cut, marked with "...").
-_MAX_SHOWN = 120
-
-
 def _problem(err: Mapping[str, Any]) -> str:
-    """One pydantic error as ``field='value': message``. A cross-field check (no field) gives its
-    message only: pydantic's input there is every setting, and the message names the values."""
-    msg = hide_passwords(err["msg"])
-    if not err["loc"]:
-        return msg.removeprefix("Value error, ")
-    shown = repr(_shown(err["loc"], err.get("input")))
-    if len(shown) > _MAX_SHOWN:
-        shown = shown[:_MAX_SHOWN] + "..."
-    return f"{'.'.join(str(p) for p in err['loc'])}={shown}: {msg}"
+    """One pydantic error as ``field (value): message`` (:func:`prioreplay.config.explain_error`),
+    with secrets and passwords hidden."""
+    from prioreplay.config import explain_error
+
+    return hide_passwords(explain_error(err, _shown))
 
 
 def _cli_source(cls, prog: str):
     """pydantic-settings' flag parser for ``cls``, whose help shows a default factory's value
     (``(default: [])``) instead of the factory's name, or nothing where the value depends on
-    the process (a worker id): the field's help describes that default."""
+    the process (a worker id): the field's help describes that default. A None default whose
+    help says what it means (``(default runs/<sampler>-<date>)``) is not shown again as ``None``."""
     import re
 
     from pydantic_settings import CliSettingsSource
@@ -160,6 +153,8 @@ def _cli_source(cls, prog: str):
     class Source(CliSettingsSource):
         def _help_format(self, field_name, field_info, model_default, *args, **kwargs) -> str:  # noqa: ANN001
             text = super()._help_format(field_name, field_info, model_default, *args, **kwargs)
+            if field_info.default is None and re.search(r"\(default[ :]", field_info.description or ""):
+                text = text.replace(" (default: None)", "")  # the help says what None means
             factory = field_info.default_factory
             if factory is None or "(default factory: " not in text:
                 return text

@@ -33,7 +33,7 @@ from prioreplay.errors import InvalidArgument
 log = logging.getLogger("prioreplay.apps.compare")
 
 #: Settings that may differ between the runs of one comparison (they do not change what is measured).
-ARM_KEYS = ("sampler", "seed", "run_dir", "timeout_s", "log_level", "threads")
+ARM_KEYS = ("sampler", "seed", "run_dir", "timeout_s", "log_level", "threads", "report_to")
 
 
 def check_arms(reports: list[dict[str, Any]]) -> None:

@@ -27,6 +27,7 @@ from prioreplay.apps.demo_config import DemoConfig, escape_stop, worker_seed
 from prioreplay.channel import free_port
 from prioreplay.errors import PrioreplayError
 from prioreplay.process import setup_logging
+from prioreplay.reporting import Reporter
 
 log = logging.getLogger("prioreplay.apps.demo")
 HIST_BUCKETS = 20
@@ -63,6 +64,7 @@ class Demo:
     steps: list[dict[str, Any]] = field(default_factory=list)
     namespace: str = ""
     t0: float = 0.0
+    reporter: Reporter = field(default_factory=Reporter)  # --report-to: TensorBoard / wandb
 
     # -- processes ------------------------------------------------------------------------
     def spawn(self, name: str, args: list[str], metrics_port: int, threads: int) -> Child:
@@ -246,16 +248,19 @@ def run(cfg: DemoConfig) -> int:
         return 1
     finally:
         demo.stop_all()
+        demo.reporter.close()
 
 
 def _run(demo: Demo, name: str) -> int:
     """The demo's phases, in order; each child it starts is stopped by :func:`run`."""
     from prioreplay.checkpoint_reader import latest_complete
     from prioreplay.models import resolve_model
+    from prioreplay.reporting import open_reporter
 
     cfg = demo.cfg
     log.info("resolving model %s", cfg.model)
     model_dir = resolve_model(cfg.model)  # converted once, before any child needs it
+    demo.reporter = open_reporter(cfg.report_to, demo.run_dir, name, json.loads(cfg.model_dump_json()))
     server, client = _start_server(demo)
     eval_problems = _register_dataset(demo, client)
     log.info("scoring %d held-out problems before training", len(eval_problems))
@@ -277,6 +282,8 @@ def _run(demo: Demo, name: str) -> int:
         worker_metrics,
         server_metrics,
     )
+    held = {k: report.get(k) for k in ("accuracy_before", "accuracy_after", "accuracy_change")}
+    demo.reporter.scalars("eval", held, demo.steps[-1]["step"] if demo.steps else 0)
     _write_report(demo.run_dir, report, final)
     return 0
 
@@ -463,6 +470,7 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
         lines = learner_log.read_text().splitlines() if learner_log.exists() else []
         for rec in _step_lines(lines[seen_lines:]):
             prev = _record_step(demo, int(rec["step"]), client.stats(histogram_buckets=HIST_BUCKETS), prev, rec)
+            demo.reporter.demo_step(prev)
             if not by_rollouts:
                 bar.update(max(0, prev["step"] - bar.n))
             bar.set_postfix_str(_progress(prev))

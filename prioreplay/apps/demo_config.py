@@ -17,6 +17,7 @@ from prioreplay.config import SEED_MAX, LogLevel, PrioreplaySettings, Seed, sett
 from prioreplay.learner.config import LearnerConfig
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.samplers import SamplerName
+from prioreplay.reporting import ReportTo
 from prioreplay.rollout_worker.config import StopStrings, WorkerConfig, escape_stop, unescape_stop  # noqa: F401 - demo and compare write --stop
 
 #: Worker w of a run with seed s generates with seed s * WORKER_SEED_STRIDE + w (< 64 workers).
@@ -70,6 +71,7 @@ class DemoRunSettings(PrioreplaySettings):
     lr: float = setting(LearnerConfig, "lr", 1e-5)
     max_staleness: int = setting(LearnerConfig, "max_staleness")
     publish_every: int = setting(LearnerConfig, "publish_every")
+    report_to: ReportTo = setting(LearnerConfig, "report_to")
     # -- the run -------------------------------------------------------------------------------
     seed: Seed = Field(0, description="seeds the sampler, the workers and the learner")
     redis_url: str | None = Field(None, description="use this Redis (redis://HOST:PORT/DB) instead of the embedded memory store")

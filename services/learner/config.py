@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from prioreplay.config import ClientSettings, LogLevel, Seed, check_role_settings
 from prioreplay.devices import GpuClaimSettings
+from prioreplay.reporting import ReportTo
 
 
 class LearnerConfig(ClientSettings, GpuClaimSettings):
@@ -184,6 +185,14 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     )
     metrics_port: int = Field(9102, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_file: Path | None = Field(None, description="append one JSON line of metrics per step to this file")
+    report_to: ReportTo = Field(
+        default_factory=list,
+        description="also write each step's scalars to tensorboard and/or wandb (comma list; none by default); "
+        "wandb follows WANDB_MODE, WANDB_PROJECT (set WANDB_MODE=offline without a login)",
+    )
+    report_dir: Path | None = Field(
+        None, description="where --report-to writes: DIR/tensorboard and wandb's run folder (default CHECKPOINT_DIR/reports)"
+    )
     log_level: LogLevel = "INFO"
 
     @model_validator(mode="before")

@@ -40,8 +40,15 @@ def run(config: LearnerConfig) -> int:
     from prioreplay.errors import InvalidArgument
     from prioreplay.learner.learner import Learner
     from prioreplay.learner.metrics import LearnerMetrics
+    from prioreplay.reporting import open_reporter
 
-    metrics = LearnerMetrics(config.log_file)
+    report = open_reporter(
+        config.report_to,
+        config.report_dir or config.checkpoint_dir / "reports",
+        "learner",
+        config.model_dump(mode="json", exclude={"auth_token"}),
+    )
+    metrics = LearnerMetrics(config.log_file, reporter=report)
     try:  # before the model loads: a taken port fails at once, and health checks and scrapes answer
         server = metrics.serve(config.metrics_port)
     except OSError as e:

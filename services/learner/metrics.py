@@ -10,11 +10,14 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from prioreplay.learner.filters import FATES
+
+if TYPE_CHECKING:
+    from prioreplay.reporting import Reporter
 
 STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128)
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -31,9 +34,12 @@ class LearnerMetrics:
 
     Args:
         log_file: append one JSON object per step here (None: no file). Parent directories are created.
+        reporter: also write each step's numbers there as ``learner/<key>`` (TensorBoard, wandb;
+            :mod:`prioreplay.reporting`); None: not.
     """
 
-    def __init__(self, log_file: str | os.PathLike | None = None):
+    def __init__(self, log_file: str | os.PathLike | None = None, reporter: Reporter | None = None):
+        self.reporter = reporter
         self.registry = r = CollectorRegistry()
         p = "prioreplay_learner_"
         self.loss = Gauge(p + "loss", "total loss of the last step (pg + kl_coef * kl)", registry=r)
@@ -113,6 +119,8 @@ class LearnerMetrics:
         for phase in STEP_PHASES:
             if rec.get(f"{phase}_s") is not None:
                 self.step_seconds.labels(phase).observe(rec[f"{phase}_s"])
+        if self.reporter is not None:
+            self.reporter.scalars("learner", rec, int(rec.get("step", 0)))
         self.write_line(rec)
 
     def write_line(self, rec: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic_settings import CliPositionalArg
 
-from prioreplay.config import ChannelSettings, ClientSettings, LogLevel, PrioreplaySettings, Seed
+from prioreplay.config import ChannelSettings, ClientSettings, LogLevel, PrioreplaySettings, Seed, explain_error
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.samplers import (
     DEFAULT_DECAY,
@@ -162,12 +162,7 @@ class ReplicationSettings(BaseModel):
 
 def _explain(err: ValidationError) -> str:
     """One line per invalid field: its name, the value given and what is allowed."""
-    lines = []
-    for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        loc = ".".join(str(part) for part in e["loc"])
-        lines.append(msg if e["type"] == "value_error" else f"{loc} ({e['input']!r}): {msg}")
-    return "; ".join(lines)
+    return "; ".join(explain_error(e) for e in err.errors())
 
 
 class StoreConfig(StoreSettings):

@@ -177,7 +177,7 @@ def error_kind(e: BaseException) -> str:
 
 
 _LUA_DIR = Path(__file__).with_name("lua")
-SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack")
+SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack", "seen")
 #: Scripts whose change a client is told is done: with ``min_replica_acks`` each is followed by WAIT.
 #: (A lost lease of ``sample`` or a lost expiry changes nothing a client was promised: a report of
 #: that lease is answered ``unknown lease``, the problems are leased again.)
@@ -664,6 +664,8 @@ class RedisStore(Store):
         res = await self._pipe(fill)
         problems, heap, solved, unsolved, leases, counters, (ver, uri), quarantined = res[:8]
         c = {_s(a): _s(b) for a, b in counters.items()}
+        if "problems_seen" not in c and int(problems):  # a namespace older than the counter: count once
+            c["problems_seen"] = await self._run("seen", [k["counters"], k["stats"]], [])
         queue_depth, pending = await self._queue_counts()
         return StoreStats(
             problems=int(problems),

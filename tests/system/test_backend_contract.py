@@ -75,6 +75,16 @@ def test_one_group_of_n_per_prompt_with_consistent_shapes(backend, prompts):
     assert ended and all(c.token_ids[-1] == eos for c in ended)
 
 
+def test_the_shared_prompt_cache_is_passed_under_the_name_transformers_takes_now(backend, prompts):
+    import warnings
+
+    assert backend.share_prompt_cache
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # `past_key_values` to generate() warns in transformers 5.24
+        groups = backend.generate(prompts[:1], 2, SamplingParams(max_new_tokens=4, seed=0))
+    assert len(groups[0]) == 2
+
+
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 1.0), (1.5, 1.0), (1.0, 0.8)])
 def test_logprobs_equal_a_teacher_forced_forward_pass(backend, prompts, temperature, top_p):
     groups = backend.generate(prompts, 3, SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=16, seed=3))

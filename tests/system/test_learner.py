@@ -464,6 +464,28 @@ def test_run_stops_at_max_steps_and_writes_json_lines(server, client, tiny_dir, 
     assert (s.policy_version, s.groups_acked, s.pending_groups) == (2, 4, 0)
 
 
+def test_run_with_report_to_tensorboard_writes_each_step_beside_the_checkpoints(server, client, tiny_dir, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from prioreplay.learner.main import run
+
+    feed(client, tiny_dir, 4, seed=3)
+    cfg = make_config(server, tiny_dir, tmp_path, max_steps=2, report_to=["tensorboard"])
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        assert run(cfg) == 0
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+    lines = [json.loads(x) for x in (tmp_path / "learner.jsonl").read_text().splitlines()]
+    acc = EventAccumulator(str(tmp_path / "ckpt" / "reports" / "tensorboard"))  # the default --report-dir
+    acc.Reload()
+    for key in ("loss", "grad_norm", "clip_frac_high", "kl", "tokens_per_s", "staleness_mean"):
+        assert [(e.step, e.value) for e in acc.Scalars(f"learner/{key}")] == [
+            (x["step"], pytest.approx(x[key], rel=1e-6)) for x in lines
+        ], key
+
+
 def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(server, client, tiny_dir, tmp_path):
     """A store outage (UNAVAILABLE after the client's retries) or INTERNAL at resume, pull or ack:
     the learner logs, backs off and retries; it trains its steps and exits 0 only at max_steps."""

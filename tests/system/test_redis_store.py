@@ -260,3 +260,23 @@ async def test_a_clash_in_the_last_chunk_of_a_large_registration_changes_nothing
     with pytest.raises(InvalidArgument, match="zz-last"):  # non-ASCII and tabs compare exactly through cjson
         await store.register([ProblemRecord("zz-last", "old prompt uni\ttab", "1")], replace=False)
     assert await store.register([ProblemRecord("zz-last", "old prompt ünï\ttab", "1", "math")], replace=False) == (0, 1, 1)
+
+
+async def test_a_namespace_older_than_the_problems_seen_counter_counts_its_reported_problems_once(make, redis_url, namespace):
+    store = make(StoreConfig(retest_fraction=0.0))
+    await store.register(_problems(6))
+    lease = await store.sample(3)
+    ids = [sp.problem.id for sp in lease.problems]
+    await store.report(lease.lease_id, [GroupOutcome(ids[0], (0.0, 1.0)), GroupOutcome(ids[1], (1.0, 1.0))])
+    r = redis.Redis.from_url(redis_url)
+    try:
+        (counters,) = [k for k in r.scan_iter(match=f"*{{{namespace}}}*counters*")]
+        r.hdel(counters, "problems_seen")  # as a namespace written before report.lua kept the counter
+        assert (await store.stats()).unseen == 4, "two problems were reported: 4 of 6 unseen, not 6"
+        assert r.hget(counters, "problems_seen") == b"2", "the count is stored, so it is made once"
+        lease = await store.sample(4)
+        fresh = next(sp.problem.id for sp in lease.problems if sp.problem.id not in ids)
+        await store.report(lease.lease_id, [GroupOutcome(fresh, (0.0, 0.0))])
+        assert (await store.stats()).unseen == 3
+    finally:
+        r.close()

@@ -300,3 +300,33 @@ def test_a_cross_field_error_gives_its_message_not_every_input():
         parse("server", ["--lease-timeout-s", "100", "--max-lease-timeout-s", "10"])
     assert "lease_timeout_s (100.0) must be <= max_lease_timeout_s (10.0)" in str(e.value)
     assert "snapshot_interval_s" not in str(e.value)  # the other settings are not dumped
+
+
+def test_a_validation_message_names_the_field_and_its_value_never_every_input():
+    from pydantic import BaseModel, ValidationError
+
+    from prioreplay.config import MAX_SHOWN_INPUT, explain_error
+
+    class _Run(BaseModel):
+        steps: int
+        seed: int = 0
+        note: str = ""
+
+    with pytest.raises(ValidationError) as e:
+        _Run.model_validate({"seed": list(range(1000)), "note": "every other setting"})
+    missing, long = sorted((explain_error(err) for err in e.value.errors()), key=lambda m: not m.startswith("steps"))
+    assert missing == "steps: Field required"  # pydantic's input there is every setting: not shown
+    assert long.startswith("seed ([0, 1, 2,") and long.endswith("...): Input should be a valid integer")
+    assert len(long) <= len("seed (") + MAX_SHOWN_INPUT + len("...): Input should be a valid integer")
+    assert "every other setting" not in missing + long
+
+
+def test_a_none_default_that_the_help_explains_is_not_shown_again(capsys):
+    from prioreplay.apps.cli import parse
+
+    with pytest.raises(SystemExit):
+        parse("demo", ["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default runs/<sampler>-<date>)" in text
+    assert "(default runs/<sampler>-<date>) (default: None)" not in text
+    assert "(default: None)" in text  # a None default the help does not explain is still shown

@@ -222,7 +222,7 @@ class TransformersBackend(LoadedPolicy):
             input_ids=input_ids,
             attention_mask=attention_mask,
             generation_config=gen_config,
-            **({"past_key_values": cache} if cache is not None else {}),
+            **({"cache": cache} if cache is not None else {}),  # transformers 5.24 renamed past_key_values
             logits_processor=LogitsProcessorList([recorder]),
             stopping_criteria=StoppingCriteriaList([stops]) if stops else None,
         )  # (N, T_prompt + T_gen)
