@@ -32,9 +32,9 @@ NEIGHBOURS = 16
 TEMPERATURE = 0.1
 #: Caps per sample: unseen candidates per slot, tested reference problems from the heap and from
 #: the end of each pool (the most recently tested).
-CANDIDATES_PER_SLOT = 8
-REFERENCE_HEAP = 2048
-REFERENCE_POOL = 1024
+CANDIDATES_PER_SLOT = 2
+REFERENCE_HEAP = 512
+REFERENCE_POOL = 256
 
 
 def embed_prompt(text: str, dim: int = EMBED_DIM) -> np.ndarray:
@@ -88,7 +88,8 @@ class PredictedPriority(RetestThenHeap):
     for the problems never tested (statistics n == 0).
 
     The window is the heap from the top down to its ``count``-th tested problem, keeping at most
-    ``CANDIDATES_PER_SLOT · count`` unseen ones. Each unseen one's key is p̂(1 − p̂) for its
+    ``CANDIDATES_PER_SLOT · count`` unseen ones (tested problems tied at the top priority with the
+    unseen ones skipped past the cap are not in it). Each unseen one's key is p̂(1 − p̂) for its
     :func:`predict_pass_rates` p̂ over the reference set (tested heap problems met on the way down,
     up to :data:`REFERENCE_HEAP`, and the :data:`REFERENCE_POOL` most recently tested of each pool,
     with p̂ from :func:`~.knapsack.pass_rate_estimate`); a tested one's key is its priority. H is
@@ -110,26 +111,35 @@ class PredictedPriority(RetestThenHeap):
         return np.stack([self._embeddings[m] for m in members]) if members else np.zeros((0, EMBED_DIM), np.float32)
 
     def _window(self, view: SamplerView, count: int) -> tuple[list[tuple[float, int, str]], list[str]]:
-        """(window entries (priority, rank, member) with n == 0 marked by rank sign, reference members)."""
+        """(window entries (priority, rank, member), an unseen one's rank stored as −rank − 1;
+        reference members). Once the unseen candidates are full, the rest of the block at the top
+        priority is skipped by bisection (problems never tested all share that priority)."""
         window: list[tuple[float, int, str]] = []
         reference: list[str] = []
         tested = unseen = 0
-        for rank in range(view.heap_size()):
+        size, cap = view.heap_size(), CANDIDATES_PER_SLOT * count
+        top, rank = view.heap_entry(0)[0], 0
+        while rank < size and tested < max(count, REFERENCE_HEAP):
             prio, member = view.heap_entry(rank)
-            if view.problem_stats(member).n == 0.0:
-                if unseen < CANDIDATES_PER_SLOT * count and tested < count:
-                    window.append((prio, -rank - 1, member))  # negative rank: to be predicted
-                    unseen += 1
+            if view.problem_stats(member).n > 0.0:
+                if tested < count:
+                    window.append((prio, rank, member))
+                tested += 1
+                reference.append(member)
+            elif unseen < cap and tested < count:
+                window.append((prio, -rank - 1, member))  # to be predicted
+                unseen += 1
+            elif prio == top:  # jump past the unseen block: the first rank below the top priority
+                lo, hi = rank, size
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    lo, hi = (mid + 1, hi) if view.heap_entry(mid)[0] == top else (lo, mid)
+                rank = lo
                 continue
-            if tested < count:
-                window.append((prio, rank, member))
-            tested += 1
-            reference.append(member)
-            if tested >= max(count, REFERENCE_HEAP):
-                break
+            rank += 1
         for pool in (Pool.SOLVED, Pool.UNSOLVED):
-            size = view.pool_size(pool)
-            reference += [view.pool_entry(pool, i)[1] for i in range(max(0, size - REFERENCE_POOL), size)]
+            n = view.pool_size(pool)
+            reference += [view.pool_entry(pool, i)[1] for i in range(max(0, n - REFERENCE_POOL), n)]
         return window, reference
 
     def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
