@@ -39,8 +39,8 @@ Samplers beyond the paper (docs/BENCHMARKS.md part 2b; formulas in
       (Knapsack RL), over the top of the heap; E[tokens] is a per-problem running mean the
       stores keep from the reports' token ids.
     * ``knapsack``: the paper's batch, with a group size per problem chosen greedily within a
-      fixed completion-token budget (more completions where p̂ is near 1/2; Knapsack RL,
-      Reinforce-Ada).
+      fixed completion-token budget by the gain in expected signal per token (Knapsack RL,
+      Reinforce-Ada); the extremes of p̂ get the fewest completions.
     * ``predicted``: problems never tested ranked by a priority predicted from their tested
       neighbours (kNN over hashed character n-gram prompt embeddings; DOTS). Memory store only.
 
@@ -232,7 +232,7 @@ SAMPLERS: dict[str, SamplerSpec] = {
             uses_rng=False,
             retests=True,
             lua_branch="knapsack",
-            help="heap + retests; group size per problem (more where p near 1/2) within mean_group_size x tokens",
+            help="heap + retests; group size per problem by expected signal per token, budget mean_group_size x E[tokens] each",
             probes=True,
         ),
         SamplerSpec(

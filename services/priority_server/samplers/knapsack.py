@@ -33,7 +33,9 @@ def group_signal_gain(p: float, g: int) -> float:
     gradient). v(g+1) − v(g) = p(1 − p)·(p^g·(1 − p) + (1 − p)^g·p), decreasing in g, so the
     greedy allocation below is the knapsack optimum for equal costs (Knapsack RL: Li et al. 2025,
     "Knapsack RL: Unlocking Exploration of LLMs via Optimizing Budget Allocation", arXiv
-    2509.25849; Reinforce-Ada, arXiv 2510.04996, samples more where p̂ is near 1/2).
+    2509.25849; Reinforce-Ada, arXiv 2510.04996, likewise samples a prompt until its group is
+    mixed). The optimum gives the most completions to p̂ moderately off 1/2 (about 0.1–0.3 and
+    0.7–0.9: a p̂ = 1/2 group is mixed soonest) and the fewest to the extremes.
     """
     q = 1.0 - p
     return p * q * (p**g * q + q**g * p)
