@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.records import GroupOutcome
+from prioreplay.rules import PriorityParams
 
 
 async def test_cost_aware_prefers_the_cheaper_problem_at_equal_priority(make_store):
@@ -36,11 +38,7 @@ async def test_without_token_counts_cost_aware_is_the_heap(make_store):
 
 
 async def test_token_means_decay_like_the_statistics_and_survive_a_snapshot(make_store, tmp_path):
-    from prioreplay.priority_server.memory_store import MemoryStore
-
-    store = await make_store(
-        "cost-aware", n=1, retest_fraction=0.0, params=__import__("prioreplay.rules").rules.PriorityParams(decay=0.5)
-    )
+    store = await make_store("cost-aware", n=1, retest_fraction=0.0, params=PriorityParams(decay=0.5))
     for tokens in (400, 800):
         lease = await store.sample(1)
         await store.report(lease.lease_id, [GroupOutcome("p0", (1.0, 0.0, 1.0, 0.0), b"", tokens)])
