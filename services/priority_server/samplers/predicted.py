@@ -99,16 +99,20 @@ class PredictedPriority(RetestThenHeap):
 
     def __init__(self, config: StoreConfig) -> None:
         super().__init__(config)
-        self._embeddings: dict[str, np.ndarray] = {}  # member -> (EMBED_DIM,)
+        self._embeddings: dict[str, tuple[str, np.ndarray]] = {}  # member -> (prompt, (EMBED_DIM,))
 
     def _embed(self, view: SamplerView, members: list[str]) -> np.ndarray:
-        """(len(members), EMBED_DIM) embeddings, computed once per problem."""
+        """(len(members), EMBED_DIM) embeddings, computed once per problem and prompt text (a
+        problem registered again with another prompt is embedded again)."""
         import numpy as np
 
+        out = []
         for m in members:
-            if m not in self._embeddings:
-                self._embeddings[m] = embed_prompt(view.problem_prompt(m))
-        return np.stack([self._embeddings[m] for m in members]) if members else np.zeros((0, EMBED_DIM), np.float32)
+            prompt, cached = view.problem_prompt(m), self._embeddings.get(m)
+            if cached is None or cached[0] != prompt:
+                cached = self._embeddings[m] = (prompt, embed_prompt(prompt))
+            out.append(cached[1])
+        return np.stack(out) if out else np.zeros((0, EMBED_DIM), np.float32)
 
     def _window(self, view: SamplerView, count: int) -> tuple[list[tuple[float, int, str]], list[str]]:
         """(window entries (priority, rank, member), an unseen one's rank stored as −rank − 1;
