@@ -32,6 +32,7 @@ and the same rollout budget (completions generated).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -141,6 +142,15 @@ CANDIDATES: tuple[Method, ...] = (
         store=(("posterior_decay", 0.95),),
     ),
     Method(
+        "knapsack",
+        "knapsack: group size per problem in a budget of G per problem (≤ 4G), all groups trained",
+        "knapsack",
+        0.1,
+        train_probes=True,
+        store=(("mean_group_size", 8), ("max_group_size", 32)),
+    ),
+    Method("predicted", "predicted: unseen problems ranked by kNN-predicted priority (DOTS)", "predicted", 0.1),
+    Method(
         "heap_decay08",
         "heap + retest, statistics decay λ=0.8 per report",
         "heap",
@@ -236,7 +246,8 @@ async def _generate_batch(
     lease = await store.sample(B)
     idx = np.fromiter((int(sp.problem.id[1:]) for sp in lease.problems), dtype=np.int64)  # (b,)
     sizes = np.fromiter((sp.group_size or G for sp in lease.problems), dtype=np.int64)  # (b,) g_j
-    u = rng.random((idx.size, G))  # (b, G): the same draws whatever g_j, columns >= g_j unused
+    # (b, max(G, g_j)): the same draws whatever g_j <= G, columns >= g_j unused
+    u = rng.random((idx.size, max(G, int(sizes.max(initial=0)))))
     hits = u < pop.success(idx)[:, None]
     groups = [tuple(map(float, hits[j, : sizes[j]])) for j in range(idx.size)]
     await store.report(lease.lease_id, [GroupOutcome(sp.problem.id, g) for sp, g in zip(lease.problems, groups, strict=True)])
@@ -259,6 +270,26 @@ def _group_updates(
     return mixed, update
 
 
+_SYLLABLES = ("ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "vu", "ze", "bo", "di", "fa", "gu", "he", "jo")
+
+
+def topic_prompt(j: int, skill: int) -> str:
+    """Problem j's prompt: its index and three made-up words naming its skill, so problems of a
+    skill share text (what the ``predicted`` sampler's prompt embedding can find; every other
+    sampler ignores prompts)."""
+    digests = (hashlib.blake2b(f"{skill}:{w}".encode(), digest_size=3).digest() for w in range(3))
+    words = ["".join(_SYLLABLES[b % len(_SYLLABLES)] for b in d) for d in digests]
+    return f"problem {j} about {' '.join(words)}"
+
+
+def problem_records(pop: Population) -> list[ProblemRecord]:
+    """The population's N problems as registered: ids ``p0000000``.., prompts by :func:`topic_prompt`."""
+    return [
+        ProblemRecord(id=f"p{j:07d}", prompt=topic_prompt(j, int(pop.skill_of[j])), answer="0")
+        for j in range(pop.params.n_problems)
+    ]
+
+
 async def run_one(
     params: SimParams,
     method: Method,
@@ -278,7 +309,7 @@ async def run_one(
         **dict(method.store),
     )
     store = store_factory(config, clock)
-    await store.register([ProblemRecord(id=f"p{j:07d}", prompt=f"problem {j}", answer="0") for j in range(params.n_problems)])
+    await store.register(problem_records(pop))
 
     B, G = params.batch_size, params.group_size
     rollouts, steps, reached, trained_rollouts, probes = 0, 0, math.nan, 0, 0

@@ -160,6 +160,7 @@ class ReportedGroup(NamedTuple):
     problem_id: str
     rewards: tuple[float, ...]
     payload: bytes  # serialized TrajectoryGroup; b"": never queued
+    completion_tokens: int = 0  # the group's generated tokens (0: none sent)
 
 
 def trajectory_payload(o: pb.ProblemOutcome, reported_unix_s: float) -> bytes:
@@ -185,7 +186,7 @@ def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float, queue: bool =
     payload = b""
     if queue and rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
         payload = trajectory_payload(o, reported_unix_s)
-    return ReportedGroup(o.problem_id, rewards, payload)
+    return ReportedGroup(o.problem_id, rewards, payload, sum(len(c.token_ids) for c in o.completions))
 
 
 # -- statistics ----------------------------------------------------------------------------------

@@ -74,6 +74,10 @@ class StoreSettings(BaseModel):
     probe_size: int = Field(2, ge=1, le=1024, description="completions of a screening probe (screened samplers)")
     posterior_decay: float = Field(1.0, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
     posterior_prior: float = Field(1.0, gt=0, le=1e6, description="symmetric Beta prior α₀ = β₀ of the posterior retests")
+    mean_group_size: int = Field(
+        8, ge=2, le=1024, description="completions per problem the knapsack sampler's token budget buys on average (Ḡ)"
+    )
+    max_group_size: int = Field(32, ge=2, le=1024, description="largest group the knapsack sampler gives one problem")
     retest_fraction: float = Field(0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests")
     retest_interval: int = Field(
         4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
@@ -124,6 +128,11 @@ class StoreSettings(BaseModel):
         if self.lease_timeout_s > self.max_lease_timeout_s:
             raise ValueError(
                 f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
+            )
+        if self.max_group_size < self.mean_group_size:
+            raise ValueError(
+                f"max_group_size ({self.max_group_size}) must be >= mean_group_size ({self.mean_group_size}); "
+                "raise --max-group-size or lower --mean-group-size"
             )
         try:
             self.bands  # noqa: B018 - the bands' own check (unsolved_at below solved_at), once

@@ -112,7 +112,7 @@ class MemoryStore(Store):
         self._parts: dict[str, set[str]] = {}  # lease id -> problems applied by earlier parts (live leases)
         for key, g in state.pending.items():
             self._by_consumer.setdefault(g.consumer, SortedList()).add(key)
-        self._view = _SamplerView(self._heap, self._pools, state.problems)
+        self._view = _SamplerView(self._heap, self._pools, state.problems, state.tokens)
         # request id -> (lease id, its deadline, problem id -> group_size as sampled)
         self._requests: dict[str, tuple[str, float, dict[str, int | None]]] = {}
         self._request_deadlines: SortedList = SortedList()  # (deadline, request id)
@@ -338,6 +338,9 @@ class MemoryStore(Store):
         kind = rules.classify(o.rewards)
         self._seen += e.stats.n == 0
         e.stats = rules.update_stats(e.stats, o.rewards, params)
+        if o.completion_tokens > 0:  # the token mean decays like the statistics (lua/report.lua)
+            tn, tt = self._s.tokens.get(o.problem_id, (0.0, 0.0))
+            self._s.tokens[o.problem_id] = (params.decay * tn + len(o.rewards), params.decay * tt + o.completion_tokens)
         dest = rules.destination(kind, rules.pass_rate(o.rewards), bands)
         self._place(e, dest, rules.priority(e.stats, params) if dest is Pool.HEAP else float(lease_step))
         c[_KIND_COUNTER[kind]] += 1
@@ -514,10 +517,12 @@ class _SamplerView:
     """:class:`~.samplers.SamplerView` over a memory store's heap and pools (heap order is read
     from the end of the ascending heap list, by negative index: SortedList's fast path)."""
 
-    __slots__ = ("_heap", "_pools", "_problems")
+    __slots__ = ("_heap", "_pools", "_problems", "_tokens")
 
-    def __init__(self, heap: SortedList, pools: dict[Pool, SortedList], problems: dict[str, Entry]):
-        self._heap, self._pools, self._problems = heap, pools, problems
+    def __init__(
+        self, heap: SortedList, pools: dict[Pool, SortedList], problems: dict[str, Entry], tokens: dict[str, tuple[float, float]]
+    ):
+        self._heap, self._pools, self._problems, self._tokens = heap, pools, problems, tokens
 
     def heap_size(self) -> int:
         return len(self._heap)
@@ -533,6 +538,13 @@ class _SamplerView:
 
     def problem_stats(self, member: str) -> Stats:
         return self._problems[member_id(member)].stats
+
+    def completion_tokens(self, member: str) -> float | None:
+        t = self._tokens.get(member_id(member))
+        return t[1] / t[0] if t is not None and t[0] > 0.0 else None
+
+    def problem_prompt(self, member: str) -> str:
+        return self._problems[member_id(member)].record.prompt
 
     def take_heap(self, rank: int) -> Pick:
         _, member = self._heap.pop(-1 - rank)

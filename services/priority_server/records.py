@@ -48,11 +48,14 @@ class GroupOutcome:
         rewards: the G rewards in completion order, each in [0, 1].
         payload: serialized ``TrajectoryGroup`` (without group_id / delivery_count), queued
             verbatim when the group is mixed; empty: never queued (a rewards-only report).
+        completion_tokens: generated tokens of the whole group (the completions' token ids
+            summed); 0: not known (no token ids sent), the problem's token mean is unchanged.
     """
 
     problem_id: str
     rewards: tuple[float, ...]
     payload: bytes = b""
+    completion_tokens: int = 0
 
 
 @dataclass(frozen=True)

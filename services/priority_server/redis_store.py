@@ -28,6 +28,8 @@ requests       hash    request id → the lease a sample with that id made (retr
 requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)
 settings       string  JSON of the run settings the namespace was made with (``store.run_settings``)
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
+tokens         hash    id → ``"completions tokens"``: decayed sums of the reports that carried token
+                       ids (the running mean of completion tokens; ``cost-aware``, ``knapsack``)
 ============== ======= ========================================================================
 
 Every multi-key change is one Lua script call (``lua/<name>.lua``, with ``lua/lib.lua``
@@ -115,6 +117,7 @@ KEY_NAMES = (
     "requests:due",
     "quarantine",
     "settings",
+    "tokens",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters", "tomb:reported", "tomb:expired")
 _INT_COUNTERS = (
@@ -432,6 +435,7 @@ class RedisStore(Store):
             self._keys["policy"],
             self._keys["requests"],
             self._keys["requests:due"],
+            self._keys["tokens"],
         ]
         for _ in range(STEP_RETRIES):
             expected, seed32 = -1, 1
@@ -463,6 +467,10 @@ class RedisStore(Store):
                     int(getattr(self._sampler.memory, "probe_unseen", False)),
                     int(getattr(self._sampler.memory, "probe_retests", False)),
                     request_id,
+                    cfg.mean_group_size,
+                    cfg.max_group_size,
+                    _f(cfg.params.prior_alpha),
+                    _f(cfg.params.prior_beta),
                 ],
             )
             if res[0] == b"SAME":  # a retried request: its live lease again
@@ -527,12 +535,15 @@ class RedisStore(Store):
             breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards, self._bands)
             args += [
                 f"{tie_member(o.problem_id, seed)}\t{rules.classify(rewards).value}\t{len(rewards)}\t"
-                f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}",
+                f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}\t{max(0, int(o.completion_tokens))}",
                 bytes(o.payload),
             ]
         args += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
         res = await self._run(
-            "report", self._state_keys + [self._keys["stream"], self.key(f"parts:{lease_id}"), self._keys["quarantine"]], args
+            "report",
+            self._state_keys
+            + [self._keys["stream"], self.key(f"parts:{lease_id}"), self._keys["quarantine"], self._keys["tokens"]],
+            args,
         )
         status = int(res[0])
         if status == 0:

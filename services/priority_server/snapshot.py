@@ -112,6 +112,9 @@ class MemoryState:
     pending: dict[GroupKey, QueuedGroup] = field(default_factory=dict)
     #: The run settings the state was made with (``store.run_settings``); None before the first start.
     settings: dict[str, Any] | None = None
+    #: problem id -> (decayed completions, decayed completion tokens) of the reports that carried
+    #: token ids: the running mean of completion tokens is tokens / completions.
+    tokens: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def group_id(key: GroupKey) -> str:
@@ -156,6 +159,7 @@ def encode(state: MemoryState) -> dict[str, Any]:
         "leases": [[lz.lease_id, lz.deadline, lz.step, list(lz.problem_ids)] for lz in state.leases.values()],
         "tombstones": [[lid, reason, ended] for lid, (reason, ended) in state.tombstones.items()],
         "settings": dict(state.settings) if state.settings is not None else None,
+        "tokens": [[pid, n, t] for pid, (n, t) in state.tokens.items()],
         "queue": {
             "last_id": list(state.last_key),
             "new": [[group_id(g.key), b64(g.payload)] for g in state.new.values()],
@@ -254,6 +258,10 @@ def decode(doc: Any, member_of) -> MemoryState:
     ):
         raise InvalidArgument("settings must be an object of setting names to numbers or strings")
     state.settings = settings
+    for pid, n, t in doc.get("tokens", []):  # absent in snapshots older than the token means: none
+        if pid not in state.problems:
+            raise InvalidArgument(f"token mean of problem {pid!r}, which is not registered")
+        state.tokens[pid] = (_number(n, "token completions"), _number(t, "tokens"))
     return state
 
 

@@ -200,6 +200,8 @@ RUN_SETTINGS = (
     "probe_size",
     "posterior_decay",
     "posterior_prior",
+    "mean_group_size",
+    "max_group_size",
     "retest_fraction",
     "retest_interval",
     "solved_at",

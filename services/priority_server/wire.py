@@ -179,10 +179,12 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
         return None
     check = _VIEWS["CheckReportView"].FromString(raw)  # type: ignore[attr-defined]  # a generated message class, passed as type
     comps = [c for o in check.outcomes for c in o.completions]
+    n_tokens = np.zeros(0, np.int64)  # (completions,) token ids of each completion
     if comps:
         lps = [c.logprobs for c in comps]
         n_lps = np.fromiter(map(len, lps), np.int64, len(lps))
-        if (n_lps % 4).any() or not (_varint_counts([c.token_ids for c in comps]) * 4 == n_lps).all():
+        n_tokens = _varint_counts([c.token_ids for c in comps])
+        if (n_lps % 4).any() or not (n_tokens * 4 == n_lps).all():
             return None
         a = np.frombuffer(b"".join(lps), dtype="<f4")
         if a.size and not (np.isfinite(a).all() and a.max() <= LOGPROB_TOLERANCE):
@@ -190,7 +192,10 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
     view = _VIEWS["ReportView"].FromString(raw)  # type: ignore[attr-defined]  # a generated message class, passed as type
     group = _VIEWS["GroupView"]
     out = []
-    for o, c in zip(view.outcomes, check.outcomes, strict=True):
+    ends = np.cumsum([len(c.completions) for c in check.outcomes], dtype=np.int64)  # (outcomes,)
+    prefix = np.concatenate((np.zeros(1, np.int64), np.cumsum(n_tokens)))  # (completions + 1,)
+    group_tokens = prefix[ends] - prefix[np.concatenate((np.zeros(1, np.int64), ends[:-1]))]  # (outcomes,)
+    for o, c, tokens in zip(view.outcomes, check.outcomes, group_tokens.tolist(), strict=True):
         if not o.problem_id or o.policy_version < 0 or not (o.sampling_temperature >= 0 and o.sampling_temperature != _INF):
             return None  # NaN fails >= 0
         if not 0.0 <= o.sampling_top_p <= 1.0:
@@ -207,7 +212,7 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
                 sampling_temperature=o.sampling_temperature,
                 sampling_top_p=o.sampling_top_p,
             ).SerializeToString()
-        out.append(ReportedGroup(o.problem_id, rewards, payload))
+        out.append(ReportedGroup(o.problem_id, rewards, payload, int(tokens)))
     return out
 
 

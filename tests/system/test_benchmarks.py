@@ -256,3 +256,22 @@ def test_weights_fetch_over_http_is_measured_beside_the_shared_volume_load(tmp_p
         figs["weights.tiny.http_fetch_s"] + figs["weights.tiny.http_load_s"], abs=2e-4
     )
     assert figs["weights.tiny.bytes"] > 10_000
+
+
+async def test_knapsack_group_sizes_above_g_are_drawn_and_spend_exactly_the_batch_budget():
+    by = {m.name: m for m in simulate.CANDIDATES}
+    run = await simulate.run_one(TINY_SIM, by["knapsack"], seed=2)
+    steps = np.diff(run.curve_rollouts)
+    assert (steps == TINY_SIM.batch_size * TINY_SIM.group_size).all()  # Ḡ = G: the budget of a fixed-G batch
+    assert run.probes > 0  # some groups are smaller than G (and hence others larger)
+    assert 0 < run.useful_rollout_fraction <= 1
+
+
+async def test_predicted_runs_in_the_simulator_on_prompts_that_name_their_skill():
+    pop = simulate.Population(TINY_SIM, seed=1)
+    recs = simulate.problem_records(pop)
+    same = [r.prompt.split(" about ")[1] for r, c in zip(recs, pop.skill_of, strict=True) if c == pop.skill_of[0]]
+    assert len(set(same)) == 1 and len({r.prompt.split(" about ")[1] for r in recs}) == TINY_SIM.n_skills
+    by = {m.name: m for m in simulate.CANDIDATES}
+    run = await simulate.run_one(TINY_SIM, by["predicted"], seed=1)
+    assert run.optimizer_steps > 0 and run.curve_success[-1] != run.curve_success[0]

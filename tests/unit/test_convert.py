@@ -114,6 +114,7 @@ def test_a_generated_group_becomes_an_outcome_and_a_queued_trajectory_group():
     assert [(c.text, c.truncated, c.reward) for c in o.completions] == [("x", False, 1.0), ("y", True, 0.0)]
     group = outcome_to_group(o, reported_unix_s=12.0)
     assert (group.problem_id, group.rewards) == ("p", (1.0, 0.0))
+    assert group.completion_tokens == 3  # 2 + 1 generated tokens: the store's token mean reads it
     g = pb.TrajectoryGroup.FromString(group.payload)
     assert (g.problem_id, g.policy_version, list(g.prompt_token_ids), g.reported_unix_s) == ("p", 4, [1, 2, 3], 12.0)
     assert (g.sampling_temperature, g.sampling_top_p) == pytest.approx((0.7, 0.9))

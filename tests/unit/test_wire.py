@@ -63,8 +63,8 @@ def _random_report(rng: random.Random, bad: bool) -> pb.ReportOutcomesRequest:
 
 
 def _per_field(req: pb.ReportOutcomesRequest, now: float):
-    """What the per-field path gives: [(id, rewards, payload)], or InvalidArgument."""
-    return [(g.problem_id, g.rewards, g.payload) for g in checked_groups(req, now, not req.rewards_only)]
+    """What the per-field path gives: [(id, rewards, payload, completion tokens)], or InvalidArgument."""
+    return [(g.problem_id, g.rewards, g.payload, g.completion_tokens) for g in checked_groups(req, now, not req.rewards_only)]
 
 
 @pytest.mark.parametrize("bad", [False, True])
@@ -85,6 +85,7 @@ def test_lean_path_gives_the_per_field_result_byte_for_byte(bad, monkeypatch):
             assert got is None, trial  # the lean path never accepts what the per-field checks refuse
         else:
             assert got == expected, trial
+            assert [g.completion_tokens for g in got] == [sum(len(c.token_ids) for c in o.completions) for o in req.outcomes]
             lean_taken += 1
     assert lean_taken > 10 and (refused > 20 if bad else refused == 0), (lean_taken, refused)
 

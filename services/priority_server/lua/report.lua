@@ -12,6 +12,7 @@
 -- KEYS[11] parts        set    members of this lease reported by earlier parts (expires a day
 --                              after the lease's deadline)
 -- KEYS[12] quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
+-- KEYS[13] tokens       hash   id -> "completions tokens" (decayed sums of reports with token ids)
 -- ARGV[1]  now          unix seconds from the store's clock
 -- ARGV[2]  lease_id
 -- ARGV[3]  more_parts   '1': a part; the lease stays live for the problems not yet reported, each
@@ -24,9 +25,10 @@
 -- ARGV[9]  unsolved_at  rules.PoolBands.unsolved_at (0: all-wrong only)
 -- ARGV[10] n_outcomes
 -- then 2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
---   ARGV[11 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough" with kind one of
+--   ARGV[11 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough\ttokens" with kind one of
 --                  mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
---                  repr strings), the two flags 0/1 (rules.is_forgetting / is_breakthrough from a pool, with the bands)
+--                  repr strings), the two flags 0/1 (rules.is_forgetting / is_breakthrough from a pool, with the bands),
+--                  tokens = the group's completion tokens (0: none sent, the token sums stay)
 --   ARGV[12 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
 -- Outcomes for members reported by an earlier part are skipped (counted in the reply).
 -- then ARGV[11 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
@@ -37,7 +39,7 @@
 -- {1, queued, filtered, skipped, quarantined} when applied.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
-            stream = KEYS[10], parts = KEYS[11], quarantine = KEYS[12] }
+            stream = KEYS[10], parts = KEYS[11], quarantine = KEYS[12], tokens = KEYS[13] }
 local more = ARGV[3] == '1'
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s, lease_id = ARGV[1], ARGV[2]
@@ -112,6 +114,17 @@ for j = 0, n_out - 1 do
   elseif kind == 'all_wrong' or (unsolved_at > 0 and rate <= unsolved_at) then dest, score = 3, step_s
   else dest, score = 1, fmt(prio) end
   redis.call('HSET', k.stats, id, fmt(n) .. ' ' .. fmt(s1) .. ' ' .. fmt(s2) .. ' ' .. dest .. ' ' .. score)
+  -- Python twin: MemoryStore._apply_group: the token sums decay like the statistics
+  local tok = tonumber(o[8] or '0')
+  if tok > 0 then
+    local tn, tt = 0.0, 0.0
+    local cur = redis.call('HGET', k.tokens, id)
+    if cur then
+      local a, b = string.match(cur, '^(%S+) (%S+)$')
+      tn, tt = tonumber(a), tonumber(b)
+    end
+    redis.call('HSET', k.tokens, id, fmt(lam * tn + G) .. ' ' .. fmt(lam * tt + tok))
+  end
   redis.call('ZADD', sets[dest], score, member)
   kinds[kind] = kinds[kind] + 1
   completions = completions + G

@@ -15,12 +15,15 @@
 -- KEYS[12] requests     hash   request id -> "lease id\tmember\tgroup_size..." (the lease a sample with
 --                              that id made, and each problem's group_size)
 -- KEYS[13] requests:due zset   score = that lease's deadline, member = request id
+-- KEYS[14] tokens       hash   id -> "completions tokens" (decayed sums: the running mean of
+--                              completion tokens, written by report.lua)
 -- ARGV[1]  now          unix seconds from the store's clock (a %.17g / repr string)
 -- ARGV[2]  batch_size   B >= 1
 -- ARGV[3]  deadline     now + lease timeout, unix seconds
 -- ARGV[4]  lease_id     random 128-bit hex id
 -- ARGV[5]  sampler      the sampler's branch (samplers.SAMPLERS[name].lua_branch): heap | weighted | uniform |
---                       gumbel | posterior | screened | screened-pools | screened-posterior
+--                       gumbel | posterior | screened | screened-pools | screened-posterior |
+--                       cost-aware | knapsack
 -- ARGV[6]  quota        samplers.retest_quota(B, f) (0 for a sampler without retests)
 -- ARGV[7]  interval     retest_interval, batches
 -- ARGV[8]  alpha        exponent of the weighted sampler
@@ -35,6 +38,10 @@
 -- ARGV[17] probe_unseen 1: heap problems never tested (n == 0) are probes (RetestThenHeap.probe_unseen)
 -- ARGV[18] probe_retests 1: the retests R are probes (RetestThenHeap.probe_retests)
 -- ARGV[19] request_id   "" or the request's id (store.py, "Retried requests")
+-- ARGV[20] mean_group_size  G-bar of the knapsack sampler's budget
+-- ARGV[21] max_group_size   largest group the knapsack sampler gives one problem
+-- ARGV[22] prior_alpha  alpha0 of the statistics (the knapsack sampler's pass-rate estimate)
+-- ARGV[23] prior_beta   beta0 of the statistics
 -- Returns {'SAME', lease step, version, uri, earliest deadline, n, then per problem: member, source,
 --  stats, problem JSON, group_size, then lease id, deadline} when request_id names a live lease (nothing
 -- changed); {'STEP', step} when expected_step is stale (nothing changed); otherwise
@@ -42,7 +49,8 @@
 --  member, source, stats, problem JSON, group_size (0: the worker's own G)}.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
-            problems = KEYS[10], policy = KEYS[11], requests = KEYS[12], requests_due = KEYS[13] }
+            problems = KEYS[10], policy = KEYS[11], requests = KEYS[12], requests_due = KEYS[13],
+            tokens = KEYS[14] }
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s = ARGV[1]
 local now = tonumber(now_s)
@@ -60,6 +68,8 @@ local probe_retests = ARGV[18] == '1'
 local n_retests = 0  -- the first n_retests of `taken` are the retests R
 
 local request_id = ARGV[19]
+local mean_g, max_g = tonumber(ARGV[20]), tonumber(ARGV[21])
+local pa, pb = tonumber(ARGV[22]), tonumber(ARGV[23])
 
 -- 0. a retried request whose lease is live gets that lease again (read only)
 if request_id ~= '' then
@@ -241,6 +251,119 @@ local function heap_gumbel(want)
   end
 end
 
+-- the running mean of completion tokens per completion of a member, or nil (MemoryStore view twin)
+local function completion_tokens(member)
+  local cur = redis.call('HGET', k.tokens, member_id(member))
+  if not cur then return nil end
+  local tn, tt = string.match(cur, '^(%S+) (%S+)$')
+  tn, tt = tonumber(tn), tonumber(tt)
+  if tn > 0.0 then return tt / tn end
+  return nil
+end
+
+-- costs of members: their token mean, else the mean of those that have one (in order), else 1.0
+-- (samplers.cost_aware.window_costs, samplers.knapsack.pick_costs)
+local function member_costs(members)
+  local known, sum, cnt = {}, 0.0, 0
+  for x, m in ipairs(members) do
+    local t = completion_tokens(m)
+    if t ~= nil and t > 0.0 then known[x] = t; sum = sum + t; cnt = cnt + 1 end
+  end
+  local fallback = 1.0
+  if cnt > 0 then fallback = sum / cnt end
+  local costs = {}
+  for x = 1, #members do costs[x] = known[x] or fallback end
+  return costs
+end
+
+-- H of `cost-aware`: over the top 4*want of the heap, key = priority / cost, the `want` largest
+-- (ties: rank), in key order (samplers.CostAwareHeap)
+local function heap_cost_aware(want)
+  local top = redis.call('ZREVRANGE', k.heap, 0, 4 * want - 1, 'WITHSCORES')
+  local size = #top / 2
+  if size == 0 then return end
+  local members = {}
+  for r = 1, size do members[r] = top[2 * r - 1] end
+  local costs = member_costs(members)
+  local keys = {}
+  for r = 1, size do keys[r] = { tonumber(top[2 * r]) / costs[r], r } end
+  table.sort(keys, function(a, b)
+    if a[1] ~= b[1] then return a[1] > b[1] end
+    return a[2] < b[2]
+  end)
+  for x = 1, math.min(want, size) do
+    local r = keys[x][2]
+    take(top[2 * r - 1], 1, top[2 * r])
+  end
+end
+
+-- Python twin: samplers.knapsack.group_signal_gain, operation for operation
+local function group_signal_gain(p, g)
+  local q = 1.0 - p
+  return p * q * (p ^ g * q + q ^ g * p)
+end
+
+-- a binary max-heap of {key, index}: larger key first, ties the smaller index (heapq order of
+-- samplers.knapsack.allocate_group_sizes: (-key, index) ascending)
+local function before(a, b)
+  if a[1] ~= b[1] then return a[1] > b[1] end
+  return a[2] < b[2]
+end
+local function hpush(h, e)
+  h[#h + 1] = e
+  local i = #h
+  while i > 1 do
+    local up = math.floor(i / 2)
+    if not before(h[i], h[up]) then break end
+    h[i], h[up] = h[up], h[i]; i = up
+  end
+end
+local function hpop(h)
+  local top = h[1]
+  h[1] = h[#h]; h[#h] = nil
+  local i, n = 1, #h
+  while true do
+    local l, r, m = 2 * i, 2 * i + 1, i
+    if l <= n and before(h[l], h[m]) then m = l end
+    if r <= n and before(h[r], h[m]) then m = r end
+    if m == i then break end
+    h[i], h[m] = h[m], h[i]; i = m
+  end
+  return top
+end
+
+-- `knapsack`: R, H (top), F, then a group size per taken problem (samplers.knapsack.allocate_group_sizes)
+local function sample_knapsack()
+  retests_then_heap(heap_top)
+  local n_t = #taken
+  if n_t == 0 then return end
+  local members, rates = {}, {}
+  for x, t in ipairs(taken) do
+    members[x] = t[1]
+    local n, s1 = split_stats(redis.call('HGET', k.stats, member_id(t[1])))
+    local denom = tonumber(n) + pa + pb  -- samplers.knapsack.pass_rate_estimate
+    if denom <= 0.0 then rates[x] = 0.5 else rates[x] = (tonumber(s1) + pa) / denom end
+  end
+  local costs = member_costs(members)
+  local total = 0.0
+  for x = 1, n_t do total = total + costs[x] end
+  local budget, spent = mean_g * total, 2 * total
+  local sizes, h = {}, {}
+  for x = 1, n_t do
+    sizes[x] = 2
+    hpush(h, { group_signal_gain(rates[x], 2) / costs[x], x })
+  end
+  while #h > 0 do
+    local x = hpop(h)[2]
+    if spent + costs[x] <= budget then
+      sizes[x] = sizes[x] + 1
+      spent = spent + costs[x]
+      if sizes[x] < max_g then hpush(h, { group_signal_gain(rates[x], sizes[x]) / costs[x], x }) end
+    end
+  end
+  for x = 1, n_t do taken[x][4] = sizes[x] end
+end
+
 -- `uniform`: idx uniform over [heap in heap order, solved, unsolved] (samplers.UniformSampler)
 local function sample_uniform()
   for _ = 1, B do
@@ -271,6 +394,8 @@ local branches = {
   screened = function() retests_then_heap(heap_top) end,
   ['screened-pools'] = function() retests_then_heap(heap_top) end,
   ['screened-posterior'] = function() retests_then_heap(heap_top, take_retests_posterior) end,
+  ['cost-aware'] = function() retests_then_heap(heap_cost_aware) end,
+  knapsack = sample_knapsack,
 }
 local branch = branches[ARGV[5]]
 if branch == nil then
@@ -313,6 +438,7 @@ for x, t in ipairs(taken) do
   if (probe_retests and x <= n_retests) or (probe_unseen and source == 1 and tonumber(n) == 0) then
     gs = probe_size
   end
+  if t[4] then gs = t[4] end  -- a group size the sampler chose (knapsack)
   redis.call('HSET', k.stats, id, n .. ' ' .. s1 .. ' ' .. s2 .. ' 4 ' .. score)
   rec[#rec + 1] = member; rec[#rec + 1] = tostring(source); rec[#rec + 1] = score
   out[#out + 1] = member; out[#out + 1] = source; out[#out + 1] = st

@@ -35,6 +35,14 @@ Samplers beyond the paper (docs/BENCHMARKS.md part 2b; formulas in
     * ``screened``: the paper's heap, but a problem never tested is first probed with
       ``probe_size`` completions (SPEED-RL); ``screened-pools`` probes the retests too;
       ``screened-posterior`` combines the probes with posterior retests.
+    * ``cost-aware``: H by expected signal per generated token, p(1 − p) / E[completion tokens]
+      (Knapsack RL), over the top of the heap; E[tokens] is a per-problem running mean the
+      stores keep from the reports' token ids.
+    * ``knapsack``: the paper's batch, with a group size per problem chosen greedily within a
+      fixed completion-token budget by the gain in expected signal per token (Knapsack RL,
+      Reinforce-Ada); the extremes of p̂ get the fewest completions.
+    * ``predicted``: problems never tested ranked by a priority predicted from their tested
+      neighbours (kNN over hashed character n-gram prompt embeddings; DOTS). Memory store only.
 
 The Redis store runs the sampler's Lua branch (``lua_branch``, a function in ``sample.lua``)
 inside one script call, with the same RNG draws in the same order; the differential test checks
@@ -63,9 +71,12 @@ from prioreplay.priority_server.samplers.base import (
     take_from_pools,
     take_top_of_heap,
 )
+from prioreplay.priority_server.samplers.cost_aware import CostAwareHeap
 from prioreplay.priority_server.samplers.gumbel import GumbelHeap
 from prioreplay.priority_server.samplers.heap import HeapSampler
+from prioreplay.priority_server.samplers.knapsack import KnapsackSampler, allocate_group_sizes
 from prioreplay.priority_server.samplers.posterior import PosteriorSampler, posterior_retests, posterior_variance
+from prioreplay.priority_server.samplers.predicted import PredictedPriority
 from prioreplay.priority_server.samplers.screened import ScreenedSampler
 from prioreplay.priority_server.samplers.screened_pools import ScreenedPoolsSampler
 from prioreplay.priority_server.samplers.screened_posterior import ScreenedPosteriorSampler
@@ -78,11 +89,14 @@ __all__ = [
     "DEFAULT_SAMPLER",
     "SAMPLERS",
     "SAMPLER_HELP",
+    "CostAwareHeap",
     "GumbelHeap",
     "HeapSampler",
+    "KnapsackSampler",
     "MemorySampler",
     "Pick",
     "PosteriorSampler",
+    "PredictedPriority",
     "RetestThenHeap",
     "SampleRequest",
     "SamplerName",
@@ -95,6 +109,7 @@ __all__ = [
     "UniformSampler",
     "WeightedSampler",
     "XorShift32",
+    "allocate_group_sizes",
     "due_window",
     "posterior_retests",
     "posterior_variance",
@@ -117,8 +132,8 @@ class SamplerSpec:
         retests: gets a retest quota (``retest_fraction`` of each batch); False: quota 0.
         lua_branch: its function in ``lua/sample.lua``; None: memory store only.
         help: one line for ``--help``.
-        probes: may ask for fewer completions than the worker's G (``Pick.group_size``): only
-            clients that declare ``accepts_group_size`` may lease from it.
+        probes: may ask for another number of completions than the worker's G
+            (``Pick.group_size``): only clients that declare ``accepts_group_size`` may lease from it.
     """
 
     name: str
@@ -202,6 +217,31 @@ SAMPLERS: dict[str, SamplerSpec] = {
             lua_branch="screened-posterior",
             help="screened probes + posterior retests",
             probes=True,
+        ),
+        SamplerSpec(
+            "cost-aware",
+            CostAwareHeap,
+            uses_rng=False,
+            retests=True,
+            lua_branch="cost-aware",
+            help="heap + retests; H by priority / mean completion tokens over the top 4B (Knapsack RL)",
+        ),
+        SamplerSpec(
+            "knapsack",
+            KnapsackSampler,
+            uses_rng=False,
+            retests=True,
+            lua_branch="knapsack",
+            help="heap + retests; group size per problem by expected signal per token, budget mean_group_size x E[tokens] each",
+            probes=True,
+        ),
+        SamplerSpec(
+            "predicted",
+            PredictedPriority,
+            uses_rng=False,
+            retests=True,
+            lua_branch=None,
+            help="heap + retests; unseen problems ranked by a kNN-predicted priority (DOTS; memory store only)",
         ),
     )
 }

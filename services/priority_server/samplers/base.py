@@ -115,6 +115,13 @@ class SamplerView(Protocol):
     def problem_stats(self, member: str) -> Stats:
         """The problem's decayed reward sums."""
 
+    def completion_tokens(self, member: str) -> float | None:
+        """The problem's running mean of completion tokens per completion (decayed like its
+        statistics, ``lua/report.lua``); None when no report has carried token ids."""
+
+    def problem_prompt(self, member: str) -> str:
+        """The problem's prompt text (memory store only: the ``predicted`` sampler embeds it)."""
+
     def take_heap(self, rank: int) -> Pick:
         """Lease the heap problem at ``rank``; it leaves the view at once."""
 
