@@ -120,6 +120,11 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
 
     # -- loop ----------------------------------------------------------------------------------
     max_batches: int = Field(0, ge=0, le=10**12, description="stop after this many reported batches (0: until stopped)")
+    pipeline: bool = Field(
+        True,
+        description="lease the next batch and verify and report the last one while generating, so the backend "
+        "does not wait on the service; --no-pipeline runs lease, generate, verify, report in turn",
+    )
     worker_id: str = Field(
         default_factory=_default_worker_id,
         min_length=1,

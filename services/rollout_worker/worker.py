@@ -1,6 +1,9 @@
 """The rollout worker loop: lease → (reload weights) → generate G per problem → verify → report.
 
-One :meth:`RolloutWorker.run_once` is one lease:
+One :meth:`RolloutWorker.run_once` is one lease, its steps in turn. :meth:`RolloutWorker.run`
+pipelines them by default (``--pipeline``, :mod:`~prioreplay.rollout_worker.pipeline`): the next
+lease is asked for, and the last batch verified and reported, while the backend generates, so the
+engine does not wait on the service; ``--no-pipeline`` runs one lease after another. The steps:
 
 1. ``SampleProblems(batch_size)``. An empty answer (nothing leasable) is returned as such; the
    loop sleeps ``retry_after_s`` (capped) before asking again.
@@ -33,7 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from prioreplay import models, rules
@@ -45,6 +48,7 @@ from prioreplay.rollout_worker.backends.base import GeneratedCompletion, Generat
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.interfaces import WorkerClient
 from prioreplay.rollout_worker.metrics import WorkerMetrics
+from prioreplay.rollout_worker.pipeline import PipelinedLoop
 from prioreplay.rollout_worker.seeds import problem_seed
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import verify
@@ -96,6 +100,32 @@ class BatchResult:
     reload_s: float = 0.0
     generation_s: float = 0.0
     verification_s: float = 0.0
+
+
+@dataclass
+class GeneratedBatch:
+    """One lease's groups, generated and not yet verified: what the generating thread hands to
+    the one that verifies and reports (:meth:`RolloutWorker.finish`).
+
+    Attributes:
+        leased: the servable problems with their group sizes, in lease order (B' ≤ B).
+        prompts: their prompts as token ids after the chat template (B' lists).
+        groups: their completions (B' groups of ``size`` each).
+        unservable: ids of the lease's problems whose prompt does not fit the model's context.
+        version: the policy version whose weights generated the groups.
+        generation_s: seconds in the backend's ``generate``.
+        lease: the ``SampleProblems`` answer (empty for :meth:`RolloutWorker.generate_batch`).
+        reload_s: seconds spent loading this lease's weights before generating (0.0: none).
+    """
+
+    leased: list[tuple[ProblemRecord, int]]
+    prompts: list[list[int]]
+    groups: list[list[GeneratedCompletion]]
+    unservable: list[str]
+    version: int
+    generation_s: float
+    lease: pb.SampleProblemsResponse = field(default_factory=pb.SampleProblemsResponse)
+    reload_s: float = 0.0
 
 
 class RolloutWorker:
@@ -203,8 +233,20 @@ class RolloutWorker:
                 retries); nothing is held. A report that cannot be delivered is logged and its
                 lease left to expire (the result has ``reported=False``).
         """
+        lease = self.lease()
+        if not lease.problems:
+            return self.empty_result(lease)
+        reload_s = self.maybe_reload(lease.policy_version, lease.weights_uri)
+        return self.finish(self.generate_lease(lease, reload_s))
+
+    def lease(self) -> pb.SampleProblemsResponse:
+        """``SampleProblems(batch_size)`` for this worker (step 1), timed in ``rpc_seconds``.
+
+        Raises:
+            StoreUnavailable: the server could not be reached (after the client's retries).
+        """
         c = self.config
-        lease = self._rpc(
+        return self._rpc(
             "SampleProblems",
             self.client.sample,
             c.batch_size,
@@ -213,42 +255,53 @@ class RolloutWorker:
             client_source=pb.CLIENT_SOURCE_WORKER,
             accepts_group_size=True,
         )
-        if not lease.problems:
-            if lease.backpressure:
-                self.metrics.backpressure_waits.inc()
-                log.info(
-                    "the server applies backpressure (its trajectory queue is full: the learner is behind); waiting %.1f s",
-                    lease.retry_after_s,
-                )
-            return BatchResult(retry_after_s=lease.retry_after_s or 1.0, backpressure=lease.backpressure)
-        reload_s = self.maybe_reload(lease.policy_version, lease.weights_uri)
-        outcomes, unservable, result = self.generate_batch(leased_problems(lease, c.group_size), lease.lease_id)
-        result.update(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s, reload_s=reload_s)
+
+    def empty_result(self, lease: pb.SampleProblemsResponse) -> BatchResult:
+        """The result of an empty lease: its retry hint (1 s when none); backpressure counted and logged."""
+        if lease.backpressure:
+            self.metrics.backpressure_waits.inc()
+            log.info(
+                "the server applies backpressure (its trajectory queue is full: the learner is behind); waiting %.1f s",
+                lease.retry_after_s,
+            )
+        return BatchResult(retry_after_s=lease.retry_after_s or 1.0, backpressure=lease.backpressure)
+
+    def release(self, lease: pb.SampleProblemsResponse) -> None:
+        """Hand an unused lease back at once: a report with no outcomes ends it, and its problems
+        return to where they were with unchanged statistics (as on expiry, without the wait).
+        A release that cannot be delivered is logged; the lease then expires on the server."""
         try:
-            resp = self.report(lease.lease_id, outcomes, unservable)
+            self.report(lease.lease_id, [])
+        except PrioreplayError as e:
+            log.warning("lease %s could not be released (%s); it expires on the server", lease.lease_id[:8], e)
+
+    def generate_lease(self, lease: pb.SampleProblemsResponse, reload_s: float = 0.0) -> GeneratedBatch:
+        """Generate a lease's groups with the loaded weights (step 3; the caller reloads first).
+
+        Args:
+            lease: a non-empty ``SampleProblems`` answer.
+            reload_s: seconds the caller spent loading this lease's weights (recorded).
+        """
+        batch = self._generate(leased_problems(lease, self.config.group_size), lease.lease_id)
+        batch.lease, batch.reload_s = lease, reload_s
+        return batch
+
+    def finish(self, batch: GeneratedBatch) -> BatchResult:
+        """Verify, convert and report a generated lease (steps 4-5); safe on another thread than
+        the one that generates (it does not touch the backend's model).
+
+        A report that cannot be delivered is logged and its lease left to expire (``reported=False``).
+        """
+        lease = batch.lease
+        outcomes, result = self._verify_batch(batch)
+        result.update(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s)
+        try:
+            resp = self.report(lease.lease_id, outcomes, batch.unservable)
         except PrioreplayError as e:
             log.error("report of lease %s failed (%s); its problems return when the lease expires", lease.lease_id, e)
             return BatchResult(**result)
         self.metrics.batches.inc()
-        if not resp.accepted:
-            log.warning(
-                "lease %s not accepted (%s): generation took %.1f s; consider a longer --lease-timeout-s",
-                lease.lease_id,
-                resp.reason,
-                result["generation_s"],
-            )
-        log.info(
-            "lease %s: %d problems × G≤%d, %d tokens in %.2f s (%.0f tok/s), mean reward %.3f, queued %d, v%d",
-            lease.lease_id[:8],
-            len(outcomes),
-            c.group_size,
-            result["tokens"],
-            result["generation_s"],
-            result["tokens"] / max(result["generation_s"], 1e-9),
-            result["reward_mean"],
-            resp.groups_queued,
-            result["policy_version"],
-        )
+        self._log_report(lease.lease_id, resp, len(outcomes), result)
         return BatchResult(
             reported=True,
             accepted=resp.accepted,
@@ -256,6 +309,27 @@ class RolloutWorker:
             groups_queued=resp.groups_queued,
             groups_filtered=resp.groups_filtered,
             **result,
+        )
+
+    def _log_report(self, lease_id: str, resp: pb.ReportOutcomesResponse, groups: int, result: dict[str, Any]) -> None:
+        if not resp.accepted:
+            log.warning(
+                "lease %s not accepted (%s): generation took %.1f s; consider a longer --lease-timeout-s",
+                lease_id,
+                resp.reason,
+                result["generation_s"],
+            )
+        log.info(
+            "lease %s: %d problems × G≤%d, %d tokens in %.2f s (%.0f tok/s), mean reward %.3f, queued %d, v%d",
+            lease_id[:8],
+            groups,
+            self.config.group_size,
+            result["tokens"],
+            result["generation_s"],
+            result["tokens"] / max(result["generation_s"], 1e-9),
+            result["reward_mean"],
+            resp.groups_queued,
+            result["policy_version"],
         )
 
     def generate_batch(
@@ -272,48 +346,53 @@ class RolloutWorker:
             ``completions``, ``tokens``, ``reward_mean``, ``policy_version``, ``generation_s``,
             ``verification_s``, ``unservable``). Advances :attr:`batches_done`.
         """
+        batch = self._generate(leased, lease_id)
+        outcomes, result = self._verify_batch(batch)
+        return outcomes, batch.unservable, result
+
+    def _generate(self, leased: list[tuple[ProblemRecord, int]], lease_id: str) -> GeneratedBatch:
+        """Chat template, context check and generation of one lease (advances :attr:`batches_done`)."""
         version = self.backend.policy_version
         prompts = [models.apply_chat_template(self.backend.tokenizer, p.prompt) for p, _ in leased]
         leased, prompts, unservable = self._servable(leased, prompts)
-
         t0 = time.perf_counter()
         seeds = self.problem_seeds(lease_id, [p for p, _ in leased])
         groups = self.generate_groups(prompts, [size for _, size in leased], seeds) if prompts else []
         generation_s = time.perf_counter() - t0
         self.batches_done += 1
+        return GeneratedBatch(leased, prompts, groups, unservable, version, generation_s)
 
+    def _verify_batch(self, batch: GeneratedBatch) -> tuple[list[pb.ProblemOutcome], dict[str, Any]]:
+        """Verify and convert a generated lease: (outcomes, the :class:`BatchResult` fields but the lease's)."""
+        leased, groups = batch.leased, batch.groups
         t0 = time.perf_counter()
         rewards = [[self._reward(p, comp) for comp in group] for (p, _), group in zip(leased, groups, strict=True)]
         verification_s = time.perf_counter() - t0
-
         outcomes = [
             outcome_to_proto(
                 p.id,
-                version,
+                batch.version,
                 r,
                 generated=group,  # type: ignore[arg-type]  # matches the protocol at run time; its field types are narrower than the record's
                 prompt_token_ids=ids,
                 temperature=self.config.temperature,
                 top_p=self.config.top_p,
             )
-            for (p, _), ids, group, r in zip(leased, prompts, groups, rewards, strict=True)
+            for (p, _), ids, group, r in zip(leased, batch.prompts, groups, rewards, strict=True)
         ]
         flat = [x for r in rewards for x in r]
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
         self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
-        self._observe(rewards, tokens, generation_s, verification_s)
-        return (
-            outcomes,
-            unservable,
-            dict(
-                completions=len(flat),
-                tokens=tokens,
-                reward_mean=sum(flat) / len(flat) if flat else 0.0,
-                policy_version=version,
-                generation_s=generation_s,
-                verification_s=verification_s,
-                unservable=len(unservable),
-            ),
+        self._observe(rewards, tokens, batch.generation_s, verification_s)
+        return outcomes, dict(
+            completions=len(flat),
+            tokens=tokens,
+            reward_mean=sum(flat) / len(flat) if flat else 0.0,
+            policy_version=batch.version,
+            reload_s=batch.reload_s,
+            generation_s=batch.generation_s,
+            verification_s=verification_s,
+            unservable=len(batch.unservable),
         )
 
     def report(
@@ -420,7 +499,12 @@ class RolloutWorker:
 
         An unreachable server (after the client's retries) is logged and retried after
         ``max_retry_sleep_s``; empty leases sleep the server's ``retry_after_s`` (capped).
+        With ``pipeline`` (the default) the next lease is asked for, and each batch verified and
+        reported, while the next one generates (:class:`~prioreplay.rollout_worker.pipeline.PipelinedLoop`);
+        without it, :meth:`run_once` follows :meth:`run_once`.
         """
+        if self.config.pipeline:
+            return PipelinedLoop(self).run()
         c = self.config
         while not self.stop_event.is_set():
             if c.max_batches and self.batches_done >= c.max_batches:
