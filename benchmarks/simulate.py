@@ -124,8 +124,8 @@ METHODS: tuple[Method, ...] = (
 
 #: The samplers beyond the paper (docs/BENCHMARKS.md part 2b), each against ``heap`` and ``uniform``.
 CANDIDATES: tuple[Method, ...] = (
-    Method("gumbel_t1", "Gumbel-top-k T=1 + retest 0.1", "gumbel", 0.1, store=(("temperature", 1.0),)),
-    Method("gumbel_t03", "Gumbel-top-k T=0.3 + retest 0.1", "gumbel", 0.1, store=(("temperature", 0.3),)),
+    Method("gumbel_t1", "Gumbel-top-k T=1 + retest 0.1", "gumbel", 0.1, store=(("gumbel_temperature", 1.0),)),
+    Method("gumbel_t03", "Gumbel-top-k T=0.3 + retest 0.1", "gumbel", 0.1, store=(("gumbel_temperature", 0.3),)),
     Method("posterior_l1", "posterior retests, decay 1 (no step decay)", "posterior", 0.1, store=(("posterior_decay", 1.0),)),
     Method("posterior_l095", "posterior retests, decay 0.95/step", "posterior", 0.1, store=(("posterior_decay", 0.95),)),
     Method("posterior_l08", "posterior retests, decay 0.8/step", "posterior", 0.1, store=(("posterior_decay", 0.8),)),

@@ -456,7 +456,7 @@ class RedisStore(Store):
                     seed32,
                     EXPIRE_LIMIT,
                     _f(TOMBSTONE_TTL_S),
-                    _f(cfg.temperature),
+                    _f(cfg.gumbel_temperature),
                     _f(cfg.posterior_decay),
                     _f(cfg.posterior_prior),
                     cfg.probe_size,

@@ -209,7 +209,7 @@ class RolloutWorker:
             self.client.sample,
             c.batch_size,
             worker_id=c.worker_id,
-            lease_timeout_s=c.lease_timeout_s,
+            lease_timeout_s=c.requested_lease_s,
             client_source=pb.CLIENT_SOURCE_WORKER,
             accepts_group_size=True,
         )
@@ -232,7 +232,7 @@ class RolloutWorker:
         self.metrics.batches.inc()
         if not resp.accepted:
             log.warning(
-                "lease %s not accepted (%s): generation took %.1f s; consider a longer --lease-timeout-s",
+                "lease %s not accepted (%s): generation took %.1f s; consider a longer --requested-lease-s",
                 lease.lease_id,
                 resp.reason,
                 result["generation_s"],
