@@ -474,6 +474,11 @@ class RedisStore(Store):
             break
         else:
             raise StoreUnavailable(f"sample: the step kept moving under {STEP_RETRIES} attempts; retry")
+        return self._lease(res, batch_size, now, lease_id, deadline)
+
+    def _lease(self, res: list, batch_size: int, now: float, lease_id: str, deadline: float) -> Lease:
+        """The :class:`Lease` of a ``sample.lua`` answer ``res`` (``OK`` or ``SAME``) for a request of
+        ``batch_size`` at ``now``; a short batch gets a retry hint, an empty one no lease id."""
         step, version, uri = int(res[1]), int(res[2]), _s(res[3])
         if res[0] != b"SAME":  # a replayed lease carries its own (older) step
             self._step_hint = step
