@@ -75,6 +75,7 @@ from prioreplay.priority_server.records import (
 )
 from prioreplay.priority_server.redis_connection import RedisConnection
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
+from prioreplay.priority_server.snapshot import COUNTER_NAMES
 from prioreplay.priority_server.store import (
     EXPIRE_LIMIT,
     TOMBSTONE_TTL_S,
@@ -117,18 +118,8 @@ KEY_NAMES = (
     "settings",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters", "tomb:reported", "tomb:expired")
-_INT_COUNTERS = (
-    "groups_mixed",
-    "groups_all_correct",
-    "groups_all_wrong",
-    "groups_constant",
-    "forgetting_events",
-    "breakthroughs",
-    "lease_expiries",
-    "completions_reported",
-    "late_reports",
-    "groups_acked",
-)
+#: The store's counters kept as integers (every one of the memory store's but the reward sum).
+_INT_COUNTERS = tuple(name for name in COUNTER_NAMES if name != "reward_sum")
 log = logging.getLogger(__name__)
 _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 
