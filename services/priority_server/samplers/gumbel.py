@@ -19,10 +19,10 @@ class GumbelHeap(RetestThenHeap):
         size = min(4 * count, view.heap_size())
         if size <= 0 or count <= 0:
             return []
-        t = self.config.gumbel_temperature
+        t, rng = self.config.gumbel_temperature, request.seeded_rng
         keys = []
         for rank in range(size):
-            u = max(request.rng.random(), 2.0**-32)  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
+            u = max(rng.random(), 2.0**-32)
             prio = view.heap_entry(rank)[0]
             keys.append((math.log(max(prio, 1e-12)) / t - math.log(-math.log(u)), rank))
         keys.sort(key=lambda k: (-k[0], k[1]))
