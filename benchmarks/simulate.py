@@ -125,8 +125,8 @@ METHODS: tuple[Method, ...] = (
 
 #: The samplers beyond the paper (docs/BENCHMARKS.md part 2b), each against ``heap`` and ``uniform``.
 CANDIDATES: tuple[Method, ...] = (
-    Method("gumbel_t1", "Gumbel-top-k T=1 + retest 0.1", "gumbel", 0.1, store=(("temperature", 1.0),)),
-    Method("gumbel_t03", "Gumbel-top-k T=0.3 + retest 0.1", "gumbel", 0.1, store=(("temperature", 0.3),)),
+    Method("gumbel_t1", "Gumbel-top-k T=1 + retest 0.1", "gumbel", 0.1, store=(("gumbel_temperature", 1.0),)),
+    Method("gumbel_t03", "Gumbel-top-k T=0.3 + retest 0.1", "gumbel", 0.1, store=(("gumbel_temperature", 0.3),)),
     Method("posterior_l1", "posterior retests, decay 1 (no step decay)", "posterior", 0.1, store=(("posterior_decay", 1.0),)),
     Method("posterior_l095", "posterior retests, decay 0.95/step", "posterior", 0.1, store=(("posterior_decay", 0.95),)),
     Method("posterior_l08", "posterior retests, decay 0.8/step", "posterior", 0.1, store=(("posterior_decay", 0.8),)),
@@ -290,16 +290,41 @@ def problem_records(pop: Population) -> list[ProblemRecord]:
     ]
 
 
-async def run_one(
-    params: SimParams,
-    method: Method,
-    seed: int,
-    store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory,
-) -> RunResult:
-    """Train one simulated population with one method until the rollout budget is spent."""
-    pop = Population(params, seed)
-    rng = np.random.default_rng([seed, 1])
-    clock = _Clock()
+@dataclass
+class _Learner:
+    """The learn side of one simulated run: one optimizer step per batch with a mixed group, or
+    (dynamic sampling) per ``batch_size`` mixed groups gathered over batches."""
+
+    pop: Population
+    batch_size: int
+    dynamic_sampling: bool
+    steps: int = 0
+    trained_rollouts: int = 0
+    buf_idx: list[np.ndarray] = field(default_factory=list)  # dynamic sampling: mixed groups waiting
+    buf_omega: list[np.ndarray] = field(default_factory=list)
+
+    def learn(self, idx: np.ndarray, sizes: np.ndarray, mixed: np.ndarray, update: np.ndarray) -> None:
+        """Train on a batch's mixed groups: problem ids ``idx``, group sizes, mask and updates, each (B,)."""
+        if self.dynamic_sampling:
+            self.buf_idx.append(idx[mixed])
+            self.buf_omega.append(update[mixed])
+            self.trained_rollouts += int(sizes[mixed].sum())
+            if sum(a.size for a in self.buf_idx) >= self.batch_size:
+                B = self.batch_size
+                self.pop.train(np.concatenate(self.buf_idx)[:B], np.concatenate(self.buf_omega)[:B])
+                self.steps += 1
+                self.buf_idx, self.buf_omega = [], []
+        elif mixed.any():
+            self.pop.train(idx[mixed], update[mixed])
+            self.trained_rollouts += int(sizes[mixed].sum())
+            self.steps += 1
+
+
+async def _open_store(
+    pop: Population, method: Method, seed: int, store_factory: Callable[[StoreConfig, Callable[[], float]], Store], clock
+) -> Store:
+    """A store with ``method``'s sampler settings and the population's problems registered."""
+    params = pop.params
     config = StoreConfig(
         sampler=method.sampler,
         alpha=method.alpha,
@@ -310,12 +335,24 @@ async def run_one(
     )
     store = store_factory(config, clock)
     await store.register(problem_records(pop))
+    return store
 
+
+async def run_one(
+    params: SimParams,
+    method: Method,
+    seed: int,
+    store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory,
+) -> RunResult:
+    """Train one simulated population with one method until the rollout budget is spent."""
+    pop = Population(params, seed)
+    rng = np.random.default_rng([seed, 1])
+    clock = _Clock()
+    store = await _open_store(pop, method, seed, store_factory, clock)
     B, G = params.batch_size, params.group_size
-    rollouts, steps, reached, trained_rollouts, probes = 0, 0, math.nan, 0, 0
+    learner = _Learner(pop, B, method.dynamic_sampling)
+    rollouts, reached, probes = 0, math.nan, 0
     peak = pop.success()
-    buf_idx: list[np.ndarray] = []  # dynamic sampling: mixed groups waiting for a full batch
-    buf_omega: list[np.ndarray] = []
     curve_r, curve_s = [0], [float(peak.mean())]
     while rollouts + B * G <= params.budget_rollouts:
         # -- generate: lease a batch, draw g_j rewards per problem, report them ---------------
@@ -324,21 +361,8 @@ async def run_one(
         probes += int(np.sum(sizes < G))
         clock.t += 1.0
         mixed, update = _group_updates(groups, sizes, G, method.train_probes, params.dilute)
-
         # -- learn: one optimizer step per batch (dynamic sampling: per B mixed groups) -------
-        if method.dynamic_sampling:
-            buf_idx.append(idx[mixed])
-            buf_omega.append(update[mixed])
-            trained_rollouts += int(sizes[mixed].sum())
-            if sum(a.size for a in buf_idx) >= B:
-                pop.train(np.concatenate(buf_idx)[:B], np.concatenate(buf_omega)[:B])
-                steps += 1
-                buf_idx, buf_omega = [], []
-        elif mixed.any():
-            pop.train(idx[mixed], update[mixed])
-            trained_rollouts += int(sizes[mixed].sum())
-            steps += 1
-
+        learner.learn(idx, sizes, mixed, update)
         success = pop.success()
         np.maximum(peak, success, out=peak)
         mean = float(success.mean())
@@ -359,8 +383,8 @@ async def run_one(
         forgetting_events=st.forgetting_events,
         breakthroughs=st.breakthroughs,
         forgotten_at_end=int(np.sum(final < peak - 0.1)),
-        optimizer_steps=steps,
-        useful_rollout_fraction=trained_rollouts / max(rollouts, 1),
+        optimizer_steps=learner.steps,
+        useful_rollout_fraction=learner.trained_rollouts / max(rollouts, 1),
         probes=probes,
         curve_rollouts=curve_r,
         curve_success=curve_s,
@@ -407,46 +431,55 @@ def run_simulation(
             runs[m.name].append(asyncio.run(run_one(params, m, s, store_factory)))
         if progress:
             progress(f"simulate: {m.name} done ({time.perf_counter() - t0:.1f}s)")
-    base = {r.seed: r for r in runs.get("uniform", [])}
     out: dict[str, Any] = {"params": asdict(params), "seeds": list(seeds), "methods": {}}
     for m in methods:
-        rs = runs[m.name]
-        entry: dict[str, Any] = {
-            "label": m.label,
-            "reached": int(sum(np.isfinite(r.rollouts_to_target) for r in rs)),
-            "rollouts_to_target": summarize([r.rollouts_to_target for r in rs]),
-            "final_success": summarize([r.final_success for r in rs]),
-            "effective_group_fraction": summarize([r.effective_group_fraction for r in rs]),
-            "forgetting_events": summarize([r.forgetting_events for r in rs]),
-            "breakthroughs": summarize([r.breakthroughs for r in rs]),
-            "forgotten_at_end": summarize([r.forgotten_at_end for r in rs]),
-            "optimizer_steps": summarize([r.optimizer_steps for r in rs]),
-            "useful_rollout_fraction": summarize([r.useful_rollout_fraction for r in rs]),
-            "probes": summarize([r.probes for r in rs]),
-        }
-        for ref in ("heap",):
-            if ref in runs and m.name != ref:
-                rb = {r.seed: r for r in runs[ref]}
-                entry[f"rollouts_ratio_vs_{ref}"] = summarize(
-                    [r.rollouts_to_target / rb[r.seed].rollouts_to_target for r in rs if r.seed in rb]
-                )
-        if base:
-            entry["rollouts_ratio_vs_uniform"] = summarize(
-                [r.rollouts_to_target / base[r.seed].rollouts_to_target for r in rs if r.seed in base]
-            )
-            entry["efg_ratio_vs_uniform"] = summarize(
-                [
-                    r.effective_group_fraction / base[r.seed].effective_group_fraction
-                    for r in rs
-                    if r.seed in base and base[r.seed].effective_group_fraction > 0
-                ]
-            )
-        entry["runs"] = [{k: v for k, v in asdict(r).items() if not k.startswith("curve")} for r in rs]
-        out["methods"][m.name] = entry
+        out["methods"][m.name] = _method_summary(m, runs)
     out["wall_s"] = time.perf_counter() - t0
     if plot_path:
         plot_curves(runs, methods, params, plot_path)
     return out
+
+
+#: The RunResult fields summarized per method (mean and 95% bootstrap interval over seeds).
+SUMMARIZED = (
+    "rollouts_to_target",
+    "final_success",
+    "effective_group_fraction",
+    "forgetting_events",
+    "breakthroughs",
+    "forgotten_at_end",
+    "optimizer_steps",
+    "useful_rollout_fraction",
+    "probes",
+)
+
+
+def _paired_ratios(rs: Sequence[RunResult], ref: Sequence[RunResult], name: str) -> dict[str, float]:
+    """The summarized per-seed ratio ``r.name / ref.name`` over the seeds both have (a reference
+    of 0 is left out)."""
+    by_seed = {r.seed: r for r in ref}
+    return summarize(
+        [
+            getattr(r, name) / getattr(by_seed[r.seed], name)
+            for r in rs
+            if r.seed in by_seed and getattr(by_seed[r.seed], name) > 0
+        ]
+    )
+
+
+def _method_summary(m: Method, runs: dict[str, list[RunResult]]) -> dict[str, Any]:
+    """One method's entry of :func:`run_simulation`: summaries, ratios paired per seed against
+    ``heap`` and ``uniform`` (where those ran), and its runs without their curves."""
+    rs = runs[m.name]
+    entry: dict[str, Any] = {"label": m.label, "reached": int(sum(np.isfinite(r.rollouts_to_target) for r in rs))}
+    entry |= {name: summarize([getattr(r, name) for r in rs]) for name in SUMMARIZED}
+    if "heap" in runs and m.name != "heap":
+        entry["rollouts_ratio_vs_heap"] = _paired_ratios(rs, runs["heap"], "rollouts_to_target")
+    if runs.get("uniform"):
+        entry["rollouts_ratio_vs_uniform"] = _paired_ratios(rs, runs["uniform"], "rollouts_to_target")
+        entry["efg_ratio_vs_uniform"] = _paired_ratios(rs, runs["uniform"], "effective_group_fraction")
+    entry["runs"] = [{k: v for k, v in asdict(r).items() if not k.startswith("curve")} for r in rs]
+    return entry
 
 
 def plot_curves(runs: dict[str, list[RunResult]], methods: Sequence[Method], params: SimParams, path: str) -> None:

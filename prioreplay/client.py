@@ -7,6 +7,7 @@ backoff and jitter, and maps status codes back to :mod:`prioreplay.errors`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -79,6 +80,44 @@ def split_outcomes(outcomes: Sequence[pb.ProblemOutcome], limit_bytes: int) -> l
         size += n
     parts.append(part)
     return parts
+
+
+def _send_parts(
+    lease_id: str,
+    parts: list[list[pb.ProblemOutcome]],
+    send: Callable[[list[pb.ProblemOutcome], bool], pb.ReportOutcomesResponse],
+) -> pb.ReportOutcomesResponse:
+    """Send a lease's ``parts`` in order with ``send(part, last)`` (:meth:`PriorityClient.report_lease`).
+
+    A part the server refuses as too large is halved and sent again; a single outcome it still
+    refuses is left out (logged); when that was the last part, an empty last part ends the lease.
+    Stops at the first part not accepted. Returns the parts' counts summed (:func:`_add_part`).
+    """
+    total = pb.ReportOutcomesResponse(accepted=True)
+    pending = deque((p, i == len(parts) - 1) for i, p in enumerate(parts))
+    while pending:
+        part, last = pending.popleft()
+        try:
+            resp = send(part, last)
+        except ResourceExhausted as e:
+            if len(part) > 1:  # the server's limit is lower: halve and send again
+                half = len(part) // 2
+                pending.extendleft([(part[half:], last), (part[:half], False)])
+                continue
+            log.error(
+                "lease %s: problem %s alone is too large to report (%s); raise --max-message-mb on the "
+                "server and this client; it returns unreported when the lease ends",
+                lease_id,
+                part[0].problem_id if part else "(none)",
+                e,
+            )
+            if not last:
+                continue
+            resp = send([], True)  # the last part, empty: ends the lease
+        _add_part(total, resp)
+        if not resp.accepted:
+            break
+    return total
 
 
 def _add_part(total: pb.ReportOutcomesResponse, resp: pb.ReportOutcomesResponse) -> None:
@@ -290,41 +329,19 @@ class PriorityClient:
         parts = split_outcomes(outcomes, limit)
 
         def send(part: list[pb.ProblemOutcome], last: bool) -> pb.ReportOutcomesResponse:
-            kw = dict(
+            report = functools.partial(
+                self.report,
+                lease_id,
+                part,
                 worker_id=worker_id,
                 client_source=client_source,
                 rewards_only=rewards_only,
                 more_parts=not last,
                 unservable=unservable if last else (),
             )
-            if observe is None:
-                return self.report(lease_id, part, **kw)  # type: ignore[arg-type]  # the keyword dict holds exactly the callee's fields
-            return timed_call(observe, "ReportOutcomes", self.report, lease_id, part, **kw)
+            return report() if observe is None else timed_call(observe, "ReportOutcomes", report)
 
-        total = pb.ReportOutcomesResponse(accepted=True)
-        pending = deque((p, i == len(parts) - 1) for i, p in enumerate(parts))
-        while pending:
-            part, last = pending.popleft()
-            try:
-                resp = send(part, last)
-            except ResourceExhausted as e:
-                if len(part) > 1:  # the server's limit is lower: halve and send again
-                    half = len(part) // 2
-                    pending.extendleft([(part[half:], last), (part[:half], False)])
-                    continue
-                log.error(
-                    "lease %s: problem %s alone is too large to report (%s); raise --max-message-mb on the "
-                    "server and this client; it returns unreported when the lease ends",
-                    lease_id,
-                    part[0].problem_id if part else "(none)",
-                    e,
-                )
-                if not last:
-                    continue
-                resp = send([], True)  # the last part, empty: ends the lease
-            _add_part(total, resp)
-            if not resp.accepted:
-                break
+        total = _send_parts(lease_id, parts, send)
         if len(parts) > 1:
             log.info("lease %s reported in %d parts (over %.1f MiB in one)", lease_id, len(parts), limit / 2**20)
         return total

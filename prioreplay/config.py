@@ -17,13 +17,15 @@ This module imports only pydantic: ``prioreplay --help`` must stay fast.
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, SecretStr
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -156,6 +158,48 @@ def explain_error(err: Mapping[str, Any], shown: Callable[[tuple, Any], Any] | N
     return f"{loc} ({value}): {msg}"
 
 
+#: Renamed settings already warned about in this process, (model, old name): each warns once.
+_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_renamed(model: type, old: str, new: str) -> None:
+    """Warn once per process that ``model``'s setting ``old`` is now ``new``: a
+    ``DeprecationWarning`` and a log line, both naming the new flag."""
+    if (model.__name__, old) in _WARNED:
+        return
+    _WARNED.add((model.__name__, old))
+    msg = f"--{old.replace('_', '-')} is deprecated: use --{new.replace('_', '-')} (same value)"
+    warnings.warn(msg, DeprecationWarning, stacklevel=3)
+    logging.getLogger("prioreplay.config").warning(msg)
+
+
+def renamed_values(model: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (field name -> value) with each renamed setting of ``model`` under its new name
+    (:attr:`PrioreplaySettings.renamed`); where both names are given, the new one wins."""
+    renamed = getattr(model, "renamed", {})
+    out = {k: v for k, v in values.items() if k not in renamed}
+    for old, new in renamed.items():
+        if old in values:
+            warn_renamed(model, old, new)
+            out.setdefault(new, values[old])
+    return out
+
+
+def renamed_flags(model: type, argv: list[str]) -> list[str]:
+    """``argv`` with each renamed setting's old flag (``--old-name V``, ``--old-name=V``) of
+    ``model`` spelt as its new flag, warning once per old flag (:func:`warn_renamed`)."""
+    flags = {f"--{old.replace('_', '-')}": (old, new) for old, new in getattr(model, "renamed", {}).items()}
+    out = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        if flag in flags:
+            old, new = flags[flag]
+            warn_renamed(model, old, new)
+            arg = f"--{new.replace('_', '-')}{eq}{value}"
+        out.append(arg)
+    return out
+
+
 class _FileSource(PydanticBaseSettingsSource):
     """Settings source for the command's section of the config file (lowest but defaults)."""
 
@@ -168,6 +212,19 @@ class _FileSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return {k.replace("-", "_"): v for k, v in self._values.items()}
+
+
+class _RenamedEnvSource(PydanticBaseSettingsSource):
+    """Settings source for the old environment variables of renamed settings
+    (``PRIOREPLAY_<OLD>``), below the current ones: ``PRIOREPLAY_<NEW>`` wins over it."""
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ is used
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        renamed = getattr(self.settings_cls, "renamed", {})
+        given = {old: os.environ[f"PRIOREPLAY_{old.upper()}"] for old in renamed if f"PRIOREPLAY_{old.upper()}" in os.environ}
+        return renamed_values(self.settings_cls, given)
 
 
 class PrioreplaySettings(BaseSettings):
@@ -186,9 +243,20 @@ class PrioreplaySettings(BaseSettings):
     #: Set by the CLI dispatcher before construction: the config file's section values.
     _file_values: ClassVar[dict[str, Any]] = {}
 
+    #: Settings renamed, old field name -> new. The old flag (:func:`renamed_flags`), environment
+    #: variable and config-file key are still taken, under the new name, with a deprecation
+    #: warning naming the new flag; given both ways, the new name wins.
+    renamed: ClassVar[dict[str, str]] = {}
+
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
-        return (init_settings, env_settings, _FileSource(settings_cls, cls._file_values))
+        return (init_settings, env_settings, _RenamedEnvSource(settings_cls), _FileSource(settings_cls, cls._file_values))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, values: Any) -> Any:
+        # Keyword arguments and config-file keys under a renamed setting's old name.
+        return renamed_values(cls, values) if isinstance(values, dict) and cls.renamed else values
 
 
 class ChannelSettings(BaseModel):

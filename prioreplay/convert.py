@@ -21,7 +21,7 @@ gives exactly what :func:`outcome_to_group` gives.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from prioreplay import rules
 from prioreplay.problems import ProblemRecord
@@ -163,11 +163,11 @@ class ReportedGroup(NamedTuple):
     completion_tokens: int = 0  # the group's generated tokens (0: none sent)
 
 
-def trajectory_payload(o: pb.ProblemOutcome, reported_unix_s: float) -> bytes:
-    """The serialized ``TrajectoryGroup`` of an outcome, as queued for the learner: every field of
-    the outcome plus ``reported_unix_s`` (unix seconds); ``group_id`` and ``delivery_count`` are
-    set at delivery."""
-    return pb.TrajectoryGroup(
+def trajectory_fields(o: Any, reported_unix_s: float) -> dict[str, Any]:
+    """The fields of the ``TrajectoryGroup`` queued for an outcome ``o`` (a ``ProblemOutcome``, or
+    the server's lazily parsed view of one): every field of the outcome plus ``reported_unix_s``
+    (unix seconds); ``group_id`` and ``delivery_count`` are set at delivery."""
+    return dict(
         problem_id=o.problem_id,
         policy_version=o.policy_version,
         prompt_token_ids=o.prompt_token_ids,
@@ -175,7 +175,13 @@ def trajectory_payload(o: pb.ProblemOutcome, reported_unix_s: float) -> bytes:
         reported_unix_s=reported_unix_s,
         sampling_temperature=o.sampling_temperature,
         sampling_top_p=o.sampling_top_p,
-    ).SerializeToString()
+    )
+
+
+def trajectory_payload(o: pb.ProblemOutcome, reported_unix_s: float) -> bytes:
+    """The serialized ``TrajectoryGroup`` of an outcome, as queued for the learner
+    (:func:`trajectory_fields`)."""
+    return pb.TrajectoryGroup(**trajectory_fields(o, reported_unix_s)).SerializeToString()
 
 
 def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float, queue: bool = True) -> ReportedGroup:

@@ -218,28 +218,41 @@ def claim_devices(
     deadline = time.monotonic() + wait_s
     waiting = False
     while True:
-        got: list[tuple[str, int]] = []
-        for dev in candidates:
-            try:
-                fd = _try_lock(Path(claims_dir) / f"gpu-{dev}.lock")
-            except OSError as e:
-                for _, f in got:
-                    os.close(f)
-                raise InvalidArgument(f"gpu_claims_dir ({str(claims_dir)!r}) is not writable: {e.strerror}") from None
-            if fd is not None:
-                got.append((dev, fd))
-                if len(got) == count:
-                    return DeviceClaim([d for d, _ in got], [f for _, f in got])
-            elif exact:
-                break
-        for _, f in got:
-            os.close(f)
+        claim = _try_claim(count, Path(claims_dir), candidates, exact)
+        if claim is not None:
+            return claim
         if time.monotonic() + poll_s > deadline:
             raise NoFreeDevice(f"{count} free GPU(s) needed among {candidates}, fewer are free in {str(claims_dir)!r}")
         if not waiting:
             log.warning("no %d free GPU(s) among %s in %s; waiting up to gpu_wait_s=%g s", count, candidates, claims_dir, wait_s)
             waiting = True
         time.sleep(poll_s)
+
+
+def _try_claim(count: int, claims_dir: Path, candidates: Sequence[str], exact: bool) -> DeviceClaim | None:
+    """One pass of :func:`claim_devices`: the first ``count`` free ``candidates`` (every one when
+    ``exact``), or None, with no lock kept, when too few are free.
+
+    Raises:
+        InvalidArgument: a lock file cannot be written in ``claims_dir``.
+    """
+    got: list[tuple[str, int]] = []
+    for dev in candidates:
+        try:
+            fd = _try_lock(claims_dir / f"gpu-{dev}.lock")
+        except OSError as e:
+            for _, f in got:
+                os.close(f)
+            raise InvalidArgument(f"gpu_claims_dir ({str(claims_dir)!r}) is not writable: {e.strerror}") from None
+        if fd is not None:
+            got.append((dev, fd))
+            if len(got) == count:
+                return DeviceClaim([d for d, _ in got], [f for _, f in got])
+        elif exact:
+            break
+    for _, f in got:
+        os.close(f)
+    return None
 
 
 def claim_for_role(

@@ -362,6 +362,8 @@ class _PoolProcess:
             env=env,
             start_new_session=True,
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both PIPE above
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self._buf = b""
         ready = self.read(time.monotonic() + STARTUP_TIMEOUT_S)
         if ready is None or not ready.get("ready"):
@@ -370,7 +372,7 @@ class _PoolProcess:
 
     def read(self, deadline: float) -> dict | None:
         """The next answer line, or None when ``deadline`` (monotonic seconds) passes first."""
-        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        fd = self.stdout.fileno()
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
@@ -407,8 +409,8 @@ class _Pool:
             if proc is None or proc.proc.poll() is not None:
                 proc = _PoolProcess()
             try:
-                proc.proc.stdin.write((json.dumps(request) + "\n").encode())  # type: ignore[union-attr]
-                proc.proc.stdin.flush()  # type: ignore[union-attr]
+                proc.stdin.write((json.dumps(request) + "\n").encode())
+                proc.stdin.flush()
                 answer = proc.read(time.monotonic() + timeout_s)
             except BaseException:
                 proc.kill()

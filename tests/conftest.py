@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -301,3 +305,50 @@ def memory_server():
     yield start
     for srv in started:
         srv.stop()
+
+
+def cli(command: str, **flags: object) -> list[str]:
+    """The argv of ``prioreplay COMMAND --flag value ...`` run with this interpreter (flags in
+    the order given, ``snake_case`` names as ``--kebab-case``)."""
+    args = [sys.executable, "-m", "prioreplay.apps.cli", command]
+    for name, value in flags.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return args
+
+
+def server_children(pid: int) -> list[int]:
+    """The server processes ``pid`` spawned (not multiprocessing's resource tracker)."""
+    kids = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return [k for k in kids if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+
+
+@pytest.fixture
+def two_processes(redis_url, namespace):
+    """``prioreplay server --processes 2`` on the test Redis, once both processes and the store are
+    up: (address, metrics port, parent process). A child the test stopped (SIGSTOP) is continued
+    before the server is stopped; it must exit 0."""
+    port, mport = free_port(), free_port()
+    args = cli("server", store=redis_url, namespace=namespace, processes=2, port=port, metrics_port=mport, stats_interval_s=0.2)
+    proc = subprocess.Popen(
+        [*args, "--log-level", "WARNING"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
+    err: list[str] = []
+    threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, "".join(err)
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=2).read().decode()
+                if "prioreplay_server_processes 2.0" in text and "prioreplay_store_healthy 1.0" in text:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up: " + "".join(err)
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}", mport, proc
+    finally:
+        for child in server_children(proc.pid) if proc.poll() is None else []:
+            os.kill(child, signal.SIGCONT)
+        proc.terminate()
+        assert proc.wait(60) == 0, "".join(err)

@@ -87,7 +87,7 @@ def _served(ax, data, color) -> None:
 
 def _held_out(ax, data, color) -> None:
     """Each run's held-out accuracy change with its Newcombe 95% interval, grouped by arm."""
-    x = 0
+    x = 0.0
     ticks, labels = [], []
     for s in data["samplers"]:
         for run in (r for r in data["runs"] if r["sampler"] == s):
@@ -99,7 +99,7 @@ def _held_out(ax, data, color) -> None:
             ticks.append(x)
             labels.append(f"{s}\nseed {run['seed']}")
             x += 1
-        x += 0.5  # type: ignore[assignment]  # the sum becomes a float
+        x += 0.5
     if not ticks:
         ax.text(0.5, 0.5, "held-out accuracy not measured (--eval-size 0)", ha="center", transform=ax.transAxes)
     ax.axhline(0, color="black", linewidth=0.8)

@@ -367,84 +367,67 @@ def _register_dataset(demo: Demo, client) -> list:
     return evaluation_slice(cfg.eval_dataset or cfg.dataset, cfg.eval_size, seed=cfg.seed + 1)
 
 
+def _flags(**values: object) -> list[str]:
+    """``--kebab-case value`` pairs of a child's command line, in the order given."""
+    return [a for name, value in values.items() for a in (f"--{name.replace('_', '-')}", str(value))]
+
+
+def _learner_args(cfg: DemoConfig, run_dir: Path, address: str, model_dir: Path, port: int) -> list[str]:
+    """The ``prioreplay learner`` command line of a demo run."""
+    return [
+        "learner",
+        *_flags(
+            server=address,
+            model=model_dir,
+            checkpoint_dir=run_dir / "checkpoints",
+            batch_groups=cfg.batch_groups,
+            lr=cfg.lr,
+            max_staleness=cfg.max_staleness,
+            publish_every=cfg.publish_every,
+            max_steps=cfg.steps,
+            # disk: a published version of SmolLM2 is ~0.5 GB and a checkpoint with its optimizer state
+            # ~1.6 GB; a demo run keeps only what it reports on (see _prune_run)
+            keep_checkpoints=1,
+            publish_grace_s=DEMO_PUBLISH_GRACE_S,
+            log_file=run_dir / "learner.jsonl",
+            metrics_port=port,
+            seed=cfg.seed,
+            log_level=cfg.log_level,
+        ),
+    ]
+
+
+def _worker_args(cfg: DemoConfig, w: int, address: str, model_dir: Path, port: int) -> list[str]:
+    """The ``prioreplay worker`` command line of the demo's worker ``w``."""
+    return [
+        "worker",
+        *_flags(
+            server=address,
+            model=model_dir,
+            group_size=cfg.group_size,
+            batch_size=cfg.batch_size,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            seed=worker_seed(cfg.seed, w),
+            worker_id=f"worker-{w}",
+            metrics_port=port,
+            log_level=cfg.log_level,
+        ),
+        *[a for s in cfg.stop for a in ("--stop", escape_stop(s))],
+    ]
+
+
 def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, list[Child]]:
     """Start the learner and the W workers; returns (learner, workers)."""
     cfg, run_dir = demo.cfg, demo.run_dir
     threads = _threads(cfg)
     lport = free_port()
-    learner = demo.spawn(
-        "learner",
-        [
-            "learner",
-            "--server",
-            address,
-            "--model",
-            str(model_dir),
-            "--checkpoint-dir",
-            str(run_dir / "checkpoints"),
-            "--batch-groups",
-            str(cfg.batch_groups),
-            "--lr",
-            str(cfg.lr),
-            "--max-staleness",
-            str(cfg.max_staleness),
-            "--publish-every",
-            str(cfg.publish_every),
-            "--max-steps",
-            str(cfg.steps),
-            # disk: a published version of SmolLM2 is ~0.5 GB and a checkpoint with its optimizer state
-            # ~1.6 GB; a demo run keeps only what it reports on (see _prune_run)
-            "--keep-checkpoints",
-            "1",
-            "--publish-grace-s",
-            str(DEMO_PUBLISH_GRACE_S),
-            "--log-file",
-            str(run_dir / "learner.jsonl"),
-            "--metrics-port",
-            str(lport),
-            "--seed",
-            str(cfg.seed),
-            "--log-level",
-            cfg.log_level,
-        ],
-        lport,
-        threads,
-    )
+    learner = demo.spawn("learner", _learner_args(cfg, run_dir, address, model_dir, lport), lport, threads)
     learner.expected_exit = True
     workers = []
     for w in range(cfg.workers):
         wport = free_port()
-        workers.append(
-            demo.spawn(
-                f"worker-{w}",
-                [
-                    "worker",
-                    "--server",
-                    address,
-                    "--model",
-                    str(model_dir),
-                    "--group-size",
-                    str(cfg.group_size),
-                    "--batch-size",
-                    str(cfg.batch_size),
-                    "--max-new-tokens",
-                    str(cfg.max_new_tokens),
-                    "--temperature",
-                    str(cfg.temperature),
-                    "--seed",
-                    str(worker_seed(cfg.seed, w)),
-                    "--worker-id",
-                    f"worker-{w}",
-                    "--metrics-port",
-                    str(wport),
-                    "--log-level",
-                    cfg.log_level,
-                    *[a for s in cfg.stop for a in ("--stop", escape_stop(s))],
-                ],
-                wport,
-                threads,
-            )
-        )
+        workers.append(demo.spawn(f"worker-{w}", _worker_args(cfg, w, address, model_dir, wport), wport, threads))
     return learner, workers
 
 

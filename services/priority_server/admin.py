@@ -64,18 +64,8 @@ def run_load(config: LoadConfig) -> int:
 
     from prioreplay.client import PriorityClient
     from prioreplay.convert import problem_to_proto
-    from prioreplay.datasets import iter_problems
 
-    records = iter_problems(
-        config.source,
-        split=config.split,
-        id_column=config.id_column,
-        prompt_column=config.prompt_column,
-        answer_column=config.answer_column,
-        verifier=config.verifier,
-        id_prefix=config.id_prefix or None,
-        limit=config.limit,
-    )
+    records = _records(config)
     failure: list[BaseException] = []
     sent = 0
     with (
@@ -93,22 +83,43 @@ def run_load(config: LoadConfig) -> int:
                 bar.update(len(chunk))
 
         resp = client.register(problems(), chunk_size=config.chunk_size, replace=config.replace)
+    _tell_loaded(config, resp, sent, failure)
+    return 0
+
+
+def _records(config: LoadConfig):
+    """The problem records of ``config.source``, mapped and limited as ``config`` says (lazily)."""
+    from prioreplay.datasets import iter_problems
+
+    return iter_problems(
+        config.source,
+        split=config.split,
+        id_column=config.id_column,
+        prompt_column=config.prompt_column,
+        answer_column=config.answer_column,
+        verifier=config.verifier,
+        id_prefix=config.id_prefix or None,
+        limit=config.limit,
+    )
+
+
+def _tell_loaded(config: LoadConfig, resp, sent: int, failure: list[BaseException]) -> None:
+    """Print what a load registered; raise the reading error that stopped it, or an empty source.
+
+    Raises:
+        BaseException: ``failure[0]``, the error that stopped reading (after printing the count).
+        InvalidArgument: nothing was sent (an empty file, split or filter).
+    """
+    counts = f"created={resp.created} updated={resp.updated} total={resp.total}"
     if failure:
-        print(
-            f"registered {sent} problem(s) before the error (created={resp.created} updated={resp.updated} total={resp.total})",
-            file=sys.stderr,
-        )
+        print(f"registered {sent} problem(s) before the error ({counts})", file=sys.stderr)
         raise failure[0]
     if sent == 0:
         raise InvalidArgument(
             f"{config.source}: no problems in this source (empty file, split or filter); nothing was "
             "registered. Check the path, --split and --limit"
         )
-    print(
-        f"registered {config.source}: {sent} problem(s) sent, created={resp.created} updated={resp.updated} total={resp.total}",
-        flush=True,
-    )
-    return 0
+    print(f"registered {config.source}: {sent} problem(s) sent, {counts}", flush=True)
 
 
 # -- stats ----------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ class BackgroundServer:
         self._config = config
         self._bind_address = address
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = None
+        self._thread: threading.Thread | None = None
         self.store: Store | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -56,9 +56,9 @@ class BackgroundServer:
 
     def start(self, timeout_s: float = 30.0) -> BackgroundServer:
         """Start the loop thread, build the store and the server. Raises what create_server raises."""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="prioreplay-server", daemon=True)  # type: ignore[assignment]  # None until started
-        self._thread.start()  # type: ignore[attr-defined]  # set just above
+        self._loop = loop = asyncio.new_event_loop()
+        self._thread = thread = threading.Thread(target=loop.run_forever, name="prioreplay-server", daemon=True)
+        thread.start()
 
         async def up():
             self.store = self._factory()
@@ -77,12 +77,16 @@ class BackgroundServer:
 
     def call(self, coro, timeout_s: float | None = 60.0):
         """Run a coroutine on the server's loop and return its result (e.g. ``srv.call(srv.store.dump())``)."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)  # type: ignore[arg-type]  # set by start() before use
+        if self._loop is None:
+            raise RuntimeError("the background server is not started: call start() (or use it as a context manager)")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
     @property
     def runtime(self) -> ServerRuntime:
         """The server's :class:`ServerRuntime` (metrics, health)."""
-        return runtime_of(self.server)  # type: ignore[arg-type]  # set by start() before use
+        if self.server is None:
+            raise RuntimeError("the background server is not started: call start() first")
+        return runtime_of(self.server)
 
     def stop(self, grace_s: float = 0.0) -> None:
         """Stop the server, close the store (memory: writes its snapshot), end the thread. Idempotent."""
@@ -102,9 +106,12 @@ class BackgroundServer:
 
     def _shutdown_loop(self) -> None:
         loop, self._loop = self._loop, None
-        loop.call_soon_threadsafe(loop.stop)  # type: ignore[union-attr]  # set by start() before use
-        self._thread.join(10)  # type: ignore[attr-defined]  # set by start() before use
-        loop.close()  # type: ignore[union-attr]  # set by start() before use
+        if loop is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+        loop.close()
 
     def __enter__(self) -> BackgroundServer:
         return self.start()

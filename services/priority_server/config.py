@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -70,7 +70,9 @@ class StoreSettings(BaseModel):
     # -- sampler -------------------------------------------------------------------------
     sampler: SamplerName = Field(DEFAULT_SAMPLER, description=SAMPLER_HELP)
     alpha: float = Field(1.0, gt=0, le=100, description="exponent of the weighted sampler (priority^alpha)")
-    temperature: float = Field(1.0, gt=0, le=100, description="temperature T of the gumbel sampler")
+    gumbel_temperature: float = Field(
+        1.0, gt=0, le=100, description="temperature T of the gumbel sampler (formerly --temperature, deprecated)"
+    )
     probe_size: int = Field(2, ge=1, le=1024, description="completions of a screening probe (screened samplers)")
     posterior_decay: float = Field(1.0, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
     posterior_prior: float = Field(1.0, gt=0, le=1e6, description="symmetric Beta prior α₀ = β₀ of the posterior retests")
@@ -206,6 +208,8 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
     token and message limit from :class:`prioreplay.config.ChannelSettings` (the clients' too),
     the replica acknowledgements from :class:`ReplicationSettings`.
     """
+
+    renamed: ClassVar[dict[str, str]] = {"temperature": "gumbel_temperature"}
 
     # -- store ---------------------------------------------------------------------------
     store: str = Field(

@@ -87,11 +87,57 @@ def _warn_about(config: ServerConfig) -> None:
         )
 
 
+def _serve_metrics(metrics, port: int, host: str):
+    """Serve ``metrics`` on ``host:port``/metrics; returns the HTTP server.
+
+    Raises:
+        InvalidArgument: the port is taken (or not ours to bind); the message names the flag.
+    """
+    try:
+        http, _ = metrics.serve(port, addr=host)
+    except OSError as e:
+        raise InvalidArgument(
+            f"cannot serve /metrics on port {port} ({e.strerror}); choose a free --metrics-port, or 0 to serve no metrics"
+        ) from e
+    return http
+
+
+def _log_start(config: ServerConfig, port: int, label: str, *, metrics_on: bool) -> None:
+    """Log where the server listens, its security and store settings, and the warnings about them."""
+    from prioreplay.redact import redact_url
+
+    log.info(
+        "prioreplay server%s listening on %s:%d (%s, auth %s); metrics %s",
+        f" {label}" if label else "",
+        config.host,
+        port,
+        "TLS" if config.tls_enabled else "plaintext",
+        "on" if config.token() else "off",
+        f"on :{config.metrics_port}/metrics" if metrics_on else "off",
+    )
+    _warn_about(config)
+    log.info(
+        "store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d batches), "
+        "decay %g, prior (%g, %g), seed %d, lease %gs, max batch %d",
+        redact_url(config.store),
+        config.namespace,
+        config.sampler,
+        config.alpha,
+        config.retest_fraction,
+        config.retest_interval,
+        config.decay,
+        config.prior_alpha,
+        config.prior_beta,
+        config.seed,
+        config.lease_timeout_s,
+        config.max_batch_size,
+    )
+
+
 async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str = "", metrics_host: str | None = None) -> int:
     from prioreplay.priority_server.metrics import ServerMetrics
     from prioreplay.priority_server.open_store import create_store
     from prioreplay.priority_server.server import create_server, stop_server
-    from prioreplay.redact import redact_url
 
     store = create_store(
         config.store,
@@ -111,39 +157,8 @@ async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str =
     http = None
     try:
         if config.metrics_port:
-            try:
-                http, _ = metrics.serve(config.metrics_port, addr=metrics_host or config.host)
-            except OSError as e:
-                raise InvalidArgument(
-                    f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); choose "
-                    "a free --metrics-port, or 0 to serve no metrics"
-                ) from e
-        log.info(
-            "prioreplay server%s listening on %s:%d (%s, auth %s); metrics %s",
-            f" {label}" if label else "",
-            config.host,
-            port,
-            "TLS" if config.tls_enabled else "plaintext",
-            "on" if config.token() else "off",
-            f"on :{config.metrics_port}/metrics" if http else "off",
-        )
-        _warn_about(config)
-        log.info(
-            "store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d batches), "
-            "decay %g, prior (%g, %g), seed %d, lease %gs, max batch %d",
-            redact_url(config.store),
-            config.namespace,
-            config.sampler,
-            config.alpha,
-            config.retest_fraction,
-            config.retest_interval,
-            config.decay,
-            config.prior_alpha,
-            config.prior_beta,
-            config.seed,
-            config.lease_timeout_s,
-            config.max_batch_size,
-        )
+            http = _serve_metrics(metrics, config.metrics_port, metrics_host or config.host)
+        _log_start(config, port, label, metrics_on=http is not None)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -32,6 +32,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from sortedcontainers import SortedDict, SortedList
@@ -148,7 +149,7 @@ class MemoryStore(Store):
         self._deadlines.remove((lease.deadline, lease.lease_id))
         self._s.tombstones[lease.lease_id] = (reason, now)
 
-    def _return_problems(self, lease: LeaseRecord, skip: set[str] = frozenset()) -> None:  # type: ignore[assignment]  # read-only default; callers pass sets
+    def _return_problems(self, lease: LeaseRecord, skip: AbstractSet[str] = frozenset()) -> None:
         for pid in lease.problem_ids:
             if pid not in skip:
                 e = self._s.problems[pid]

@@ -58,60 +58,75 @@ class StoreStatsCollector(Collector):
             )
         if s is None:
             return
-        pools = GaugeMetricFamily(
-            "prioreplay_pool_size", "problems per place (heap/solved/unsolved/leased/quarantined)", labels=["pool"]
-        )
-        for pool, n in (
-            ("heap", s.heap_size),
-            ("solved", s.solved),
-            ("unsolved", s.unsolved),
-            ("leased", s.leased),
-            ("quarantined", s.quarantined),
-        ):
-            pools.add_metric([pool], n)
-        yield pools
-        yield GaugeMetricFamily("prioreplay_problems", "problems registered", value=s.problems)
-        buckets = GaugeMetricFamily(
-            "prioreplay_priority_bucket",
-            "heap problems with priority below le (the last edge, 0.25, inclusive): the current distribution",
-            labels=["le"],
-        )
-        cumulative = 0
-        for count, edge in zip(s.priority_histogram, s.priority_bucket_edges[1:], strict=True):
-            cumulative += count
-            buckets.add_metric([f"{edge:.6g}"], cumulative)
-        yield buckets
-        groups = CounterMetricFamily("prioreplay_groups", "reported groups by kind since the run began", labels=["kind"])
-        for kind, n in (
-            ("mixed", s.groups_mixed),
-            ("all_correct", s.groups_all_correct),
-            ("all_wrong", s.groups_all_wrong),
-            ("constant", s.groups_constant),
-        ):
-            groups.add_metric([kind], n)
-        yield groups
-        yield GaugeMetricFamily(
-            "prioreplay_effective_group_fraction",
-            "mixed groups / all reported groups (groups with a GRPO gradient)",
-            value=s.effective_group_fraction,
-        )
-        for name, doc, value in (
-            ("prioreplay_forgetting_events", "solved problems that failed a retest", s.forgetting_events),
-            ("prioreplay_breakthroughs", "unsolved problems that passed a retest", s.breakthroughs),
-            ("prioreplay_lease_expiries", "leases that expired before their report", s.lease_expiries),
-            ("prioreplay_late_reports", "reports refused: lease unknown, expired or already reported", s.late_reports),
-            ("prioreplay_completions_reported", "completions reported", s.completions_reported),
-            ("prioreplay_groups_acked", "trajectory groups acknowledged by learners", s.groups_acked),
-        ):
-            yield CounterMetricFamily(name, doc, value=value)
-        for name, doc, value in (
-            ("prioreplay_trajectory_queue_depth", "groups queued, never delivered", s.queue_depth),
-            ("prioreplay_trajectory_pending", "groups delivered, not yet acknowledged", s.pending_groups),
-            ("prioreplay_policy_version", "newest published policy version", s.policy_version),
-            ("prioreplay_sampler_step", "batches served (the retest schedule's clock)", s.step),
-            ("prioreplay_active_leases", "leases out", s.active_leases),
-        ):
-            yield GaugeMetricFamily(name, doc, value=value)
+        yield from _place_metrics(s)
+        yield from _group_metrics(s)
+        yield from _store_counts(s)
+
+
+def _place_metrics(s: StoreStats) -> Iterator[Metric]:
+    """Problems per place, registered, and the heap's priority distribution (cumulative buckets)."""
+    pools = GaugeMetricFamily(
+        "prioreplay_pool_size", "problems per place (heap/solved/unsolved/leased/quarantined)", labels=["pool"]
+    )
+    for pool, n in (
+        ("heap", s.heap_size),
+        ("solved", s.solved),
+        ("unsolved", s.unsolved),
+        ("leased", s.leased),
+        ("quarantined", s.quarantined),
+    ):
+        pools.add_metric([pool], n)
+    yield pools
+    yield GaugeMetricFamily("prioreplay_problems", "problems registered", value=s.problems)
+    buckets = GaugeMetricFamily(
+        "prioreplay_priority_bucket",
+        "heap problems with priority below le (the last edge, 0.25, inclusive): the current distribution",
+        labels=["le"],
+    )
+    cumulative = 0
+    for count, edge in zip(s.priority_histogram, s.priority_bucket_edges[1:], strict=True):
+        cumulative += count
+        buckets.add_metric([f"{edge:.6g}"], cumulative)
+    yield buckets
+
+
+def _group_metrics(s: StoreStats) -> Iterator[Metric]:
+    """Reported groups by kind and the share with a GRPO gradient (mixed)."""
+    groups = CounterMetricFamily("prioreplay_groups", "reported groups by kind since the run began", labels=["kind"])
+    for kind, n in (
+        ("mixed", s.groups_mixed),
+        ("all_correct", s.groups_all_correct),
+        ("all_wrong", s.groups_all_wrong),
+        ("constant", s.groups_constant),
+    ):
+        groups.add_metric([kind], n)
+    yield groups
+    yield GaugeMetricFamily(
+        "prioreplay_effective_group_fraction",
+        "mixed groups / all reported groups (groups with a GRPO gradient)",
+        value=s.effective_group_fraction,
+    )
+
+
+def _store_counts(s: StoreStats) -> Iterator[Metric]:
+    """The counters and gauges the store keeps: retest outcomes, leases, the queue, the policy."""
+    for name, doc, value in (
+        ("prioreplay_forgetting_events", "solved problems that failed a retest", s.forgetting_events),
+        ("prioreplay_breakthroughs", "unsolved problems that passed a retest", s.breakthroughs),
+        ("prioreplay_lease_expiries", "leases that expired before their report", s.lease_expiries),
+        ("prioreplay_late_reports", "reports refused: lease unknown, expired or already reported", s.late_reports),
+        ("prioreplay_completions_reported", "completions reported", s.completions_reported),
+        ("prioreplay_groups_acked", "trajectory groups acknowledged by learners", s.groups_acked),
+    ):
+        yield CounterMetricFamily(name, doc, value=value)
+    for name, doc, value in (
+        ("prioreplay_trajectory_queue_depth", "groups queued, never delivered", s.queue_depth),
+        ("prioreplay_trajectory_pending", "groups delivered, not yet acknowledged", s.pending_groups),
+        ("prioreplay_policy_version", "newest published policy version", s.policy_version),
+        ("prioreplay_sampler_step", "batches served (the retest schedule's clock)", s.step),
+        ("prioreplay_active_leases", "leases out", s.active_leases),
+    ):
+        yield GaugeMetricFamily(name, doc, value=value)
 
 
 class ServerMetrics:

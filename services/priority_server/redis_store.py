@@ -77,6 +77,7 @@ from prioreplay.priority_server.records import (
 )
 from prioreplay.priority_server.redis_connection import RedisConnection
 from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
+from prioreplay.priority_server.snapshot import COUNTER_NAMES
 from prioreplay.priority_server.store import (
     EXPIRE_LIMIT,
     TOMBSTONE_TTL_S,
@@ -120,18 +121,8 @@ KEY_NAMES = (
     "tokens",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters", "tomb:reported", "tomb:expired")
-_INT_COUNTERS = (
-    "groups_mixed",
-    "groups_all_correct",
-    "groups_all_wrong",
-    "groups_constant",
-    "forgetting_events",
-    "breakthroughs",
-    "lease_expiries",
-    "completions_reported",
-    "late_reports",
-    "groups_acked",
-)
+#: The store's counters kept as integers (every one of the memory store's but the reward sum).
+_INT_COUNTERS = tuple(name for name in COUNTER_NAMES if name != "reward_sum")
 log = logging.getLogger(__name__)
 _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 
@@ -460,7 +451,7 @@ class RedisStore(Store):
                     seed32,
                     EXPIRE_LIMIT,
                     _f(TOMBSTONE_TTL_S),
-                    _f(cfg.temperature),
+                    _f(cfg.gumbel_temperature),
                     _f(cfg.posterior_decay),
                     _f(cfg.posterior_prior),
                     cfg.probe_size,
@@ -482,6 +473,11 @@ class RedisStore(Store):
             break
         else:
             raise StoreUnavailable(f"sample: the step kept moving under {STEP_RETRIES} attempts; retry")
+        return self._lease(res, batch_size, now, lease_id, deadline)
+
+    def _lease(self, res: list, batch_size: int, now: float, lease_id: str, deadline: float) -> Lease:
+        """The :class:`Lease` of a ``sample.lua`` answer ``res`` (``OK`` or ``SAME``) for a request of
+        ``batch_size`` at ``now``; a short batch gets a retry hint, an empty one no lease id."""
         step, version, uri = int(res[1]), int(res[2]), _s(res[3])
         if res[0] != b"SAME":  # a replayed lease carries its own (older) step
             self._step_hint = step

@@ -182,10 +182,10 @@ def check_tls_pair(cert_file, key_file) -> None:
 
 def _bind(server: grpc.aio.Server, address: str, config: ServerConfig) -> int:
     try:
-        if config.tls_enabled:
+        if config.tls_key_file is not None and config.tls_cert_file is not None:  # tls_enabled
             try:
-                key = config.tls_key_file.read_bytes()  # type: ignore[union-attr]  # checked non-None by the settings validator when TLS is on
-                cert = config.tls_cert_file.read_bytes()  # type: ignore[union-attr]  # checked non-None by the settings validator when TLS is on
+                key = config.tls_key_file.read_bytes()
+                cert = config.tls_cert_file.read_bytes()
             except OSError as e:
                 raise InvalidArgument(f"TLS file {e.filename!r} cannot be read: {e.strerror}") from e
             check_tls_pair(config.tls_cert_file, config.tls_key_file)

@@ -196,7 +196,7 @@ def member_id(member: str) -> str:
 RUN_SETTINGS = (
     "sampler",
     "alpha",
-    "temperature",
+    "gumbel_temperature",
     "probe_size",
     "posterior_decay",
     "posterior_prior",
@@ -211,6 +211,8 @@ RUN_SETTINGS = (
     "prior_beta",
     "seed",
 )
+#: Run settings stored under an earlier name, old -> new (a namespace or snapshot made before the rename).
+RENAMED_RUN_SETTINGS = {"temperature": "gumbel_temperature"}
 #: Run settings no flag may change on an existing namespace.
 FIXED_SETTINGS = ("seed",)
 
@@ -225,6 +227,8 @@ def run_settings(config: StoreConfig) -> dict[str, str | int | float]:
 def setting_changes(stored: dict, wanted: dict) -> dict[str, tuple]:
     """``{name: (stored, wanted)}`` for every run setting that differs (see "Run settings")."""
     defaults = run_settings(StoreConfig())
+    old_names = {new: stored[old] for old, new in RENAMED_RUN_SETTINGS.items() if old in stored}
+    stored = old_names | {name: value for name, value in stored.items() if name not in RENAMED_RUN_SETTINGS}
     return {
         name: (stored.get(name, defaults[name]), value)
         for name, value in wanted.items()

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from prioreplay import rules
-from prioreplay.convert import ReportedGroup
+from prioreplay.convert import ReportedGroup, trajectory_fields
 from prioreplay.v1 import priority_service_pb2 as pb
 
 #: A behaviour log-probability may exceed 0 by this much (float32 rounding of log-softmax), nats.
@@ -203,15 +203,7 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
         rewards = tuple([x.reward for x in c.completions])
         payload = b""
         if queue and rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
-            payload = group(
-                problem_id=o.problem_id,
-                policy_version=o.policy_version,
-                prompt_token_ids=o.prompt_token_ids,
-                completions=o.completions,
-                reported_unix_s=reported_unix_s,
-                sampling_temperature=o.sampling_temperature,
-                sampling_top_p=o.sampling_top_p,
-            ).SerializeToString()
+            payload = group(**trajectory_fields(o, reported_unix_s)).SerializeToString()
         out.append(ReportedGroup(o.problem_id, rewards, payload, int(tokens)))
     return out
 

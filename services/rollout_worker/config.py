@@ -10,7 +10,7 @@ import math
 import os
 import socket
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -55,6 +55,10 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     Each loop iteration leases ``batch_size`` problems, generates ``group_size`` completions per
     problem (B × G sequences), verifies them and reports the lease.
     """
+
+    #: The worker's own names for what the server calls lease_timeout_s (its default lease) and
+    #: grace_s (its RPC drain on SIGTERM): the old flags still work, with a warning.
+    renamed: ClassVar[dict[str, str]] = {"lease_timeout_s": "requested_lease_s", "grace_s": "batch_grace_s"}
 
     # -- model and backend ---------------------------------------------------------------------
     model: str = Field(
@@ -131,17 +135,19 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
         max_length=128,
         description="name sent with leases and reports (default HOST-PID)",
     )
-    lease_timeout_s: float = Field(
+    requested_lease_s: float = Field(
         0.0,
         ge=0,
         le=86400,
-        description="lease length asked for, seconds (0: the server's default); make it longer than one batch's generation",
+        description="lease length asked for, seconds (0: the server's --lease-timeout-s); make it longer than one "
+        "batch's generation (formerly --lease-timeout-s, deprecated)",
     )
-    grace_s: float = Field(
+    batch_grace_s: float = Field(
         30.0,
         ge=0,
         le=86400,
-        description="on SIGTERM, seconds the current batch may still take; past that the worker exits and the lease expires",
+        description="on SIGTERM, seconds the current batch may still take; past that the worker exits and the lease "
+        "expires (formerly --grace-s, deprecated)",
     )
     max_retry_sleep_s: float = Field(5.0, gt=0, le=3600, description="longest sleep when the server has nothing to lease")
 

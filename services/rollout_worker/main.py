@@ -70,7 +70,9 @@ def stop_after_batch_on_signal(worker, grace_s: float) -> list[threading.Timer]:
     timer: list[threading.Timer] = []
 
     def _give_up() -> None:
-        log.warning("the batch did not finish within grace_s=%.1f s; stopping without reporting (the lease expires)", grace_s)
+        log.warning(
+            "the batch did not finish within batch_grace_s=%.1f s; stopping without reporting (the lease expires)", grace_s
+        )
         _thread.interrupt_main()
 
     def _stop(signum: int) -> None:
@@ -89,7 +91,7 @@ def run(config: WorkerConfig) -> int:
     """Run a rollout worker process; returns the exit code (0 after a clean stop).
 
     SIGTERM/SIGINT: the batch in progress is finished and reported, then the worker exits 0. If
-    it is not done within ``grace_s`` seconds (or on a second signal) the worker stops at once
+    it is not done within ``batch_grace_s`` seconds (or on a second signal) the worker stops at once
     without reporting: the lease expires on the server and its problems return unchanged.
 
     Raises:
@@ -118,7 +120,7 @@ def run(config: WorkerConfig) -> int:
         log.info("metrics on :%d/metrics", config.metrics_port)
     client = PriorityClient(config)
     worker = RolloutWorker(config, backend, client, metrics)
-    timer = stop_after_batch_on_signal(worker, config.grace_s)
+    timer = stop_after_batch_on_signal(worker, config.batch_grace_s)
     try:
         return worker.run()
     except KeyboardInterrupt:

@@ -251,7 +251,7 @@ class RolloutWorker:
             self.client.sample,
             c.batch_size,
             worker_id=c.worker_id,
-            lease_timeout_s=c.lease_timeout_s,
+            lease_timeout_s=c.requested_lease_s,
             client_source=pb.CLIENT_SOURCE_WORKER,
             accepts_group_size=True,
         )
@@ -314,7 +314,7 @@ class RolloutWorker:
     def _log_report(self, lease_id: str, resp: pb.ReportOutcomesResponse, groups: int, result: dict[str, Any]) -> None:
         if not resp.accepted:
             log.warning(
-                "lease %s not accepted (%s): generation took %.1f s; consider a longer --lease-timeout-s",
+                "lease %s not accepted (%s): generation took %.1f s; consider a longer --requested-lease-s",
                 lease_id,
                 resp.reason,
                 result["generation_s"],

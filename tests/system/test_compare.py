@@ -18,6 +18,7 @@ from prioreplay.apps.compare import check_arms, run_metrics, summarize, summary_
 from prioreplay.apps.compare_config import default_samplers
 from prioreplay.errors import InvalidArgument
 from prioreplay.tiny_model import make_tiny_model
+from tests.conftest import cli
 
 
 def _report(sampler: str, seed: int, mixed: int, groups: int, **cfg) -> dict:
@@ -168,45 +169,19 @@ def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
     assert sum(run["served_priority"]["count"]) >= 12  # every served problem counted
     assert "heap" in out["effective_group_fraction_ratio"]
     assert "heap / uniform effective-group fraction" in proc.stdout
+
     # the finished runs compare again from their directories; a run with other settings is refused
-    again = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "prioreplay.apps.cli",
-            "compare",
-            "--runs",
-            str(root / "heap-seed0"),
-            "--runs",
-            str(root / "uniform-seed0"),
-            "--run-dir",
-            str(tmp_path / "again"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    def compare_runs(out: str) -> subprocess.CompletedProcess:
+        runs = ["--runs", str(root / "heap-seed0"), "--runs", str(root / "uniform-seed0")]
+        args = [*cli("compare"), *runs, "--run-dir", str(tmp_path / out)]
+        return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+    again = compare_runs("again")
     assert again.returncode == 0, again.stderr
     changed = json.loads((root / "uniform-seed0" / "report.json").read_text())
     changed["config"]["lr"] = 1.0
     (root / "uniform-seed0" / "report.json").write_text(json.dumps(changed))
-    refused = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "prioreplay.apps.cli",
-            "compare",
-            "--runs",
-            str(root / "heap-seed0"),
-            "--runs",
-            str(root / "uniform-seed0"),
-            "--run-dir",
-            str(tmp_path / "refused"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = compare_runs("refused")
     assert refused.returncode == 2 and "differ in lr" in refused.stderr
 
 

@@ -233,23 +233,24 @@ def _cli(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProc
     )
 
 
+def _gpu_role_flags(claims_dir) -> list[str]:
+    """A role's flags that claim GPU 0 under ``claims_dir`` while it is the learner's, with no server."""
+    return [
+        "--gpu-claims-dir",
+        str(claims_dir),
+        "--learner-gpus",
+        "0",
+        "--device",
+        "cuda",
+        "--metrics-port",
+        "0",
+        "--server",
+        "127.0.0.1:1",
+    ]
+
+
 def test_worker_with_no_free_gpu_exits_with_one_line_naming_the_setting(tmp_path):
-    done = _cli(
-        [
-            "worker",
-            "--gpu-claims-dir",
-            str(tmp_path),
-            "--learner-gpus",
-            "0",
-            "--device",
-            "cuda",
-            "--metrics-port",
-            "0",
-            "--server",
-            "127.0.0.1:1",
-        ],
-        {"CUDA_VISIBLE_DEVICES": "0"},
-    )
+    done = _cli(["worker", *_gpu_role_flags(tmp_path)], {"CUDA_VISIBLE_DEVICES": "0"})
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "no free GPU" in errors[0] and "PRIOREPLAY_GPU_WAIT_S" in errors[0], done.stderr
@@ -257,24 +258,7 @@ def test_worker_with_no_free_gpu_exits_with_one_line_naming_the_setting(tmp_path
 
 def test_learner_whose_gpu_is_held_exits_instead_of_sharing(tmp_path):
     with claim_devices(1, tmp_path, ["0"]):
-        done = _cli(
-            [
-                "learner",
-                "--gpu-claims-dir",
-                str(tmp_path),
-                "--learner-gpus",
-                "0",
-                "--device",
-                "cuda",
-                "--metrics-port",
-                "0",
-                "--server",
-                "127.0.0.1:1",
-                "--checkpoint-dir",
-                str(tmp_path / "ck"),
-            ],
-            {},
-        )
+        done = _cli(["learner", *_gpu_role_flags(tmp_path), "--checkpoint-dir", str(tmp_path / "ck")], {})
     assert done.returncode == 2, done.stderr[-2000:]
     assert "learner: no free GPU" in done.stderr
 

@@ -22,19 +22,16 @@ import re
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import grpc
 import pytest
 
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
-from tests.conftest import REPO, free_port
+from tests.conftest import free_port, server_children
 
 
 def _scrape(mport: int) -> str:
@@ -44,60 +41,6 @@ def _scrape(mport: int) -> str:
 def _sum(text: str, name: str) -> float:
     """The sum of every sample of ``name`` (any labels)."""
     return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
-
-
-def _children(pid: int) -> list[int]:
-    """The server processes ``pid`` spawned (not multiprocessing's resource tracker)."""
-    kids = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    return [k for k in kids if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
-
-
-@pytest.fixture
-def two_processes(redis_url, namespace):
-    """``prioreplay server --processes 2`` on the test Redis: (address, metrics port, parent process)."""
-    port, mport = free_port(), free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "prioreplay.apps.cli",
-            "server",
-            "--store",
-            redis_url,
-            "--namespace",
-            namespace,
-            "--processes",
-            "2",
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(mport),
-            "--stats-interval-s",
-            "0.2",
-            "--log-level",
-            "ERROR",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=REPO,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, "server exited"
-            try:
-                if "prioreplay_server_processes 2.0" in _scrape(mport):
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.2)
-        yield f"127.0.0.1:{port}", mport, proc
-    finally:
-        for child in _children(proc.pid) if proc.poll() is None else []:
-            os.kill(child, signal.SIGCONT)
-        proc.terminate()
-        proc.wait(60)
 
 
 def _busy(address: str, calls: int, connections: int = 8) -> None:
@@ -117,7 +60,7 @@ def test_summed_counters_never_decrease_while_a_child_stalls_its_metrics(two_pro
     before = _scrape(mport)
     per_process = re.findall(r'^prioreplay_server_process_rpcs_total{process="(\d)"} (\S+)$', before, re.M)
     assert len(per_process) == 2 and all(float(v) > 0 for _, v in per_process), per_process  # both served
-    stalled = _children(parent.pid)[0]
+    stalled = server_children(parent.pid)[0]
     os.kill(stalled, signal.SIGSTOP)  # its /metrics accepts the connection and never answers
     try:
         during = _scrape(mport)

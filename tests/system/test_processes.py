@@ -18,11 +18,10 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-import pytest
 
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, cli
 
 PROBLEMS = 600
 CLIENTS = 16
@@ -42,57 +41,8 @@ def _metric(text: str, name: str, labels: str = "") -> float:
     return float(m.group(1))
 
 
-@pytest.fixture
-def two_processes(redis_url, namespace):
-    port, mport = free_port(), free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "prioreplay.apps.cli",
-            "server",
-            "--store",
-            redis_url,
-            "--namespace",
-            namespace,
-            "--processes",
-            "2",
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(mport),
-            "--stats-interval-s",
-            "0.2",
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    err: list[str] = []
-    threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
-    deadline = time.monotonic() + 90
-    while True:
-        assert proc.poll() is None, "".join(err)
-        try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=2).read().decode()
-            if "prioreplay_server_processes 2.0" in text and "prioreplay_store_healthy 1.0" in text:
-                break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "server did not come up: " + "".join(err)
-        time.sleep(0.2)
-    try:
-        yield f"127.0.0.1:{port}", mport
-    finally:
-        proc.terminate()
-        assert proc.wait(60) == 0, "".join(err)
-
-
 def test_two_processes_keep_every_exactly_once_guarantee(two_processes):
-    address, mport = two_processes
+    address, mport, _ = two_processes
     ch, stub = _stub(address)
     stub.RegisterProblems(
         iter(
@@ -230,22 +180,7 @@ def test_a_port_in_use_is_refused(redis_url, namespace):
         s.listen()
         port = s.getsockname()[1]
         r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "prioreplay.apps.cli",
-                "server",
-                "--store",
-                redis_url,
-                "--namespace",
-                namespace,
-                "--processes",
-                "2",
-                "--port",
-                str(port),
-                "--metrics-port",
-                "0",
-            ],
+            cli("server", store=redis_url, namespace=namespace, processes=2, port=port, metrics_port=0),
             capture_output=True,
             text=True,
             timeout=60,

@@ -48,7 +48,7 @@ configs = st.builds(
     seed=st.integers(0, 2**31),
     lease_timeout_s=st.just(20.0),
     redelivery_timeout_s=st.just(1e7),
-    temperature=st.sampled_from([1.0, 0.3]),
+    gumbel_temperature=st.sampled_from([1.0, 0.3]),
     probe_size=st.sampled_from([1, 2]),
     posterior_decay=st.sampled_from([1.0, 0.9]),
     posterior_prior=st.sampled_from([1.0, 0.5]),
@@ -199,7 +199,7 @@ def test_every_sampler_agrees_on_a_larger_run(sampler, redis_url, namespace):
             retest_interval=2,
             seed=7,
             params=rules.PriorityParams(decay=0.9, prior_alpha=0.5, prior_beta=0.5),
-            temperature=0.5,
+            gumbel_temperature=0.5,
             posterior_decay=0.9,
         )
         mem = MemoryStore(config, None, clock=lambda: now[0])

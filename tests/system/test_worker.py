@@ -169,7 +169,7 @@ def test_an_empty_server_gives_no_lease_and_no_report(client, dirs):
 
 def test_an_expired_lease_is_reported_once_and_refused(client, dirs, parity_verifier, server):
     client.register(problem_to_proto(p) for p in PROBLEMS)
-    w = make_worker(client, dirs[0], lease_timeout_s=0.01)
+    w = make_worker(client, dirs[0], requested_lease_s=0.01)
     res = w.run_once()
     assert res.reported and res.accepted is False and res.reason in ("expired", "unknown lease")
     stats = client.stats()

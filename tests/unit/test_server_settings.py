@@ -62,7 +62,7 @@ def test_no_shared_setting_is_declared_twice_in_the_source():
 
 
 def test_server_config_builds_the_store_config_from_its_own_values():
-    cfg = ServerConfig(sampler="gumbel", temperature=0.3, seed=5, lease_timeout_s=30, decay=0.9, prior_alpha=1.0)
+    cfg = ServerConfig(sampler="gumbel", gumbel_temperature=0.3, seed=5, lease_timeout_s=30, decay=0.9, prior_alpha=1.0)
     store = cfg.to_store_config()
     assert all(getattr(store, n) == getattr(cfg, n) for n in StoreSettings.model_fields)
     assert store.params == PriorityParams(decay=0.9, prior_alpha=1.0, prior_beta=0.0)

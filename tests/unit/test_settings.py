@@ -25,18 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: Declarations that still disagree, each being removed by other work now in progress. The merger
 #: deletes an entry once that work has landed; the test then holds the rest to one definition.
-KNOWN: dict[tuple[str, str], str] = {
-    # StoreConfig (a dataclass, no field bounds) repeats ServerConfig's sampler, statistics and lease
-    # settings; the priority server's shared field set for both replaces it.
-    ("StoreConfig", "*"): "one field set for ServerConfig and StoreConfig (services/priority_server)",
-    # The gumbel sampler's T (le=100) under the name of the workers' sampling temperature (le=10);
-    # the store's field keeps its name (the differential tests construct StoreConfig(temperature=...)).
-    ("StoreSettings", "temperature"): "a name of its own (gumbel_temperature) for the flag and the store field",
-    # Two settings under one name: how long the server drains RPCs vs how long a worker's batch may run.
-    ("WorkerConfig", "grace_s"): "one bound, or two names, for the server's and the worker's grace",
-    # The server's default lease (> 0) vs the lease a worker asks for (0: the server's default).
-    ("WorkerConfig", "lease_timeout_s"): "the worker's own name (or bounds) for the lease it asks for",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 #: Defaults that are a role's own by design, in models whose own_defaults this test cannot add.
 ROLE_OWN_DEFAULTS: dict[tuple[str, str], str] = {
@@ -330,3 +319,54 @@ def test_a_none_default_that_the_help_explains_is_not_shown_again(capsys):
     assert "(default runs/<sampler>-<date>)" in text
     assert "(default runs/<sampler>-<date>) (default: None)" not in text
     assert "(default: None)" in text  # a None default the help does not explain is still shown
+
+
+# -- renamed settings: the old flag, variable and key still work, with a warning -----------------
+@pytest.mark.parametrize(
+    "command, old, new, field",
+    [
+        ("server", "--temperature", "--gumbel-temperature", "gumbel_temperature"),
+        ("worker", "--grace-s", "--batch-grace-s", "batch_grace_s"),
+        ("worker", "--lease-timeout-s", "--requested-lease-s", "requested_lease_s"),
+    ],
+)
+def test_a_renamed_flag_still_sets_the_setting_and_warns_naming_the_new_flag(command, old, new, field, monkeypatch):
+    from prioreplay import config
+    from prioreplay.apps.cli import parse
+
+    monkeypatch.setattr(config, "_WARNED", set())
+    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated: use {new}"):
+        assert getattr(parse(command, [old, "0.5"]), field) == 0.5
+    assert getattr(parse(command, [f"{old}=0.25", new, "0.75"]), field) == 0.75  # the new flag, given last, wins
+    assert getattr(parse(command, [new, "0.5"]), field) == 0.5
+
+
+def test_a_renamed_setting_is_read_from_its_old_variable_and_config_key_below_the_new(monkeypatch, tmp_path):
+    from prioreplay import config
+    from prioreplay.apps.cli import parse
+
+    monkeypatch.setattr(config, "_WARNED", set())
+    monkeypatch.setenv("PRIOREPLAY_GRACE_S", "3")
+    with pytest.warns(DeprecationWarning, match="--grace-s is deprecated: use --batch-grace-s"):
+        assert parse("worker", []).batch_grace_s == 3.0
+    monkeypatch.setenv("PRIOREPLAY_BATCH_GRACE_S", "4")
+    assert parse("worker", []).batch_grace_s == 4.0
+    monkeypatch.delenv("PRIOREPLAY_GRACE_S")
+    monkeypatch.delenv("PRIOREPLAY_BATCH_GRACE_S")
+    (tmp_path / "c.yaml").write_text("server:\n  temperature: 0.5\n", encoding="utf-8")
+    with pytest.warns(DeprecationWarning, match="use --gumbel-temperature"):
+        assert parse("server", ["--config", str(tmp_path / "c.yaml")]).gumbel_temperature == 0.5
+
+
+def test_a_renamed_setting_warns_once_per_process(monkeypatch):
+    import warnings
+
+    from prioreplay import config
+    from prioreplay.apps.cli import parse
+
+    monkeypatch.setattr(config, "_WARNED", set())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        parse("server", ["--temperature", "0.5"])
+        parse("server", ["--temperature", "0.5"])
+    assert len([w for w in seen if issubclass(w.category, DeprecationWarning)]) == 1

@@ -31,7 +31,7 @@
 -- ARGV[10] seed32       samplers.step_seed(seed, expected_step + 1)
 -- ARGV[11] expire_limit leases expired at most (64)
 -- ARGV[12] tomb_ttl     seconds tombstones are kept
--- ARGV[13] temperature  T of the gumbel sampler
+-- ARGV[13] gumbel_temperature  T of the gumbel sampler
 -- ARGV[14] posterior_decay  per-step evidence decay of the posterior retests
 -- ARGV[15] posterior_prior  alpha0 = beta0 of the posterior retests
 -- ARGV[16] probe_size   completions of a screening probe

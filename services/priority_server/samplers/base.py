@@ -96,6 +96,17 @@ class SampleRequest:
     retest_interval: int
     rng: XorShift32 | None
 
+    @property
+    def seeded_rng(self) -> XorShift32:
+        """:attr:`rng`, for a sampler with ``uses_rng=True`` (the store seeds it for each step).
+
+        Raises:
+            RuntimeError: no RNG was given (a sampler that draws must set ``uses_rng``).
+        """
+        if self.rng is None:
+            raise RuntimeError("this sampler draws random numbers: register it with uses_rng=True")
+        return self.rng
+
 
 class SamplerView(Protocol):
     """The problems not leased, as one ``sample`` call sees them (the memory store's view)."""

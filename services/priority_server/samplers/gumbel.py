@@ -13,16 +13,16 @@ class GumbelHeap(RetestThenHeap):
     problem at rank i gets key_i = log(max(priority_i, 1e-12)) / T − log(−log(u_i)) with
     u_i = max(rng.random(), 2⁻³²) drawn in rank order; the ``count`` largest keys are taken, in key
     order (ties: rank). This samples without replacement ∝ priority^(1/T) within the window, so a
-    mixed problem of lower priority is still served; T = ``config.temperature``."""
+    mixed problem of lower priority is still served; T = ``config.gumbel_temperature``."""
 
     def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
         size = min(4 * count, view.heap_size())
         if size <= 0 or count <= 0:
             return []
-        t = self.config.temperature
+        t, rng = self.config.gumbel_temperature, request.seeded_rng
         keys = []
         for rank in range(size):
-            u = max(request.rng.random(), 2.0**-32)  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
+            u = max(rng.random(), 2.0**-32)
             prio = view.heap_entry(rank)[0]
             keys.append((math.log(max(prio, 1e-12)) / t - math.log(-math.log(u)), rank))
         keys.sort(key=lambda k: (-k[0], k[1]))

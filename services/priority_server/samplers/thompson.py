@@ -20,7 +20,7 @@ class ThompsonSampler(RetestThenHeap):
     def retests(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
         if request.quota <= 0:
             return []
-        draw = random.Random(request.rng.next_u32())  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
+        draw = random.Random(request.seeded_rng.next_u32())
         c = self.config
 
         def score(entry: WindowEntry) -> float:

@@ -20,7 +20,7 @@ class UniformSampler(MemorySampler):
             n = nh + ns + view.pool_size(Pool.UNSOLVED)
             if n == 0:
                 break
-            idx = min(math.floor(request.rng.random() * n), n - 1)  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
+            idx = min(math.floor(request.seeded_rng.random() * n), n - 1)
             if idx < nh:
                 picks.append(view.take_heap(idx))
             elif idx < nh + ns:

@@ -17,7 +17,7 @@ class WeightedSampler(RetestThenHeap):
     ∝ priority^alpha by rejection). Two draws per try: u1 for the rank, u2 for the acceptance."""
 
     def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
-        rng, alpha = request.rng, self.config.alpha
+        rng, alpha = request.seeded_rng, self.config.alpha
         picks: list[Pick] = []
         for _ in range(count):
             size = view.heap_size()
@@ -25,8 +25,8 @@ class WeightedSampler(RetestThenHeap):
                 break
             chosen = 0  # the top, when every try is rejected
             for _try in range(MAX_TRIES):
-                rank = min(math.floor(rng.random() * size), size - 1)  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
-                if rng.random() < (view.heap_entry(rank)[0] / MAX_PRIORITY) ** alpha:  # type: ignore[union-attr]  # the sampler's rng is seeded before any sample
+                rank = min(math.floor(rng.random() * size), size - 1)
+                if rng.random() < (view.heap_entry(rank)[0] / MAX_PRIORITY) ** alpha:
                     chosen = rank
                     break
             picks.append(view.take_heap(chosen))

@@ -26,7 +26,7 @@ async def test_gumbel_serves_lower_priority_problems_and_a_cold_temperature_is_t
 
     best, heap = await top("heap", 6)
     assert all(set(h) == best for h in heap)
-    best, cold = await top("gumbel", 6, temperature=1e-3)
+    best, cold = await top("gumbel", 6, gumbel_temperature=1e-3)
     assert all(set(c) == best for c in cold)
-    best, warm = await top("gumbel", 6, temperature=1.0)
+    best, warm = await top("gumbel", 6, gumbel_temperature=1.0)
     assert any(set(w) != best for w in warm)

@@ -179,7 +179,13 @@ def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
 # -- the samplers' parameters ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "field, value",
-    [("temperature", 0.0), ("probe_size", 0), ("posterior_decay", 0.0), ("posterior_decay", 1.5), ("posterior_prior", 0.0)],
+    [
+        ("gumbel_temperature", 0.0),
+        ("probe_size", 0),
+        ("posterior_decay", 0.0),
+        ("posterior_decay", 1.5),
+        ("posterior_prior", 0.0),
+    ],
 )
 def test_new_sampler_parameters_are_validated(field, value):
     with pytest.raises(InvalidArgument, match=field):
