@@ -1,4 +1,4 @@
-"""Part 1e: latency from a report to the learner receiving its group, polled vs woken, side by side.
+"""Part 1f: latency from a report to the learner receiving its group, polled vs woken, side by side.
 
 A learner waits in ``PullTrajectories(wait_s)`` while a worker leases one problem at a time and
 reports it with a mixed group (so it is queued), after a random pause (seeded, uniform in

@@ -93,8 +93,9 @@ class MemoryStore(Store):
         self._sampler = SAMPLERS[config.sampler]
         self._sample_impl = self._sampler.memory(config)
         self._bands = config.bands
-        #: Set (and replaced) by every queued or released group: wakes the waiting pulls.
+        #: Set (and replaced) by a queued or released group while pulls wait on it (:attr:`_waiting`).
         self._queued = asyncio.Event()
+        self._waiting = 0
         state = MemoryState()
         if self.snapshot_path is not None and self.snapshot_path.exists():
             state = snapshot.read(self.snapshot_path, lambda pid: tie_member(pid, config.seed))
@@ -369,9 +370,11 @@ class MemoryStore(Store):
         self._wake()
 
     def _wake(self) -> None:
-        """Wake every pull waiting on the current event; later waits take a fresh one."""
-        self._queued.set()
-        self._queued = asyncio.Event()
+        """Wake every pull waiting on the current event; later waits take a fresh one (nothing to do,
+        and no new event made per queued group, while no pull waits)."""
+        if self._waiting:
+            self._queued.set()
+            self._queued = asyncio.Event()
 
     def _deliver(self, g: QueuedGroup, consumer: str, now: float) -> Delivery:
         if g.consumer != consumer:
@@ -416,10 +419,13 @@ class MemoryStore(Store):
         return out, QueueWatch(mark, idle_in)
 
     async def _wait_queued(self, watch: QueueWatch, timeout_s: float) -> None:
+        self._waiting += 1  # no await since the mark was taken (Store.pull): no group queued in between unseen
         try:
             await asyncio.wait_for(watch.mark.wait(), timeout_s)
         except TimeoutError:
             pass
+        finally:
+            self._waiting -= 1
 
     async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
         idle_since = self.clock() - self.config.redelivery_timeout_s
