@@ -56,3 +56,12 @@ async def test_wait_s_zero_pulls_once(store_factory):
     calls = await _counting_pulls(store)
     assert await store.pull("learner", 4) == [] and await store.pull("learner", 4, wait_s=0.0) == []
     assert calls[0] == 0  # the plain pull, no watch
+
+
+async def test_a_pending_group_that_turns_idle_ends_the_wait(store_factory):
+    store = store_factory(StoreConfig(seed=3, redelivery_timeout_s=0.5))
+    await store.register([ProblemRecord(id="p0", prompt="q", answer="1")])
+    await _lease_and_report(store, "p0")
+    assert [d.delivery_count for d in await store.pull("crashed", 4)] == [1]  # pending, never acknowledged
+    got = await asyncio.wait_for(store.pull("other", 4, wait_s=60.0), 30.0)  # no report comes: the idle time wakes it
+    assert [d.delivery_count for d in got] == [2]
