@@ -7,6 +7,7 @@ Parts (docs/BENCHMARKS.md explains each figure):
   openloop  1b. open-loop latency at fixed offered loads (not in the default parts)
   reportpath 1c. ReportOutcomes handling, per-field vs lean path (not in the default parts)
   replicaacks 1d. the report path's cost of --min-replica-acks 1 (Redis WAIT; not in the default parts)
+  pulllatency 1f. report-to-learner latency of a waiting pull, polled vs woken (not in the default parts)
   simulate  2. learning efficiency of the samplers in a simulated GRPO learner (many seeds)
   samplers  2b. the samplers beyond the paper in four populations, paired seeds
   overhead  4. priority-RPC share of the worker's and learner's step time, from a demo run dir
@@ -87,6 +88,18 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
         params = replace(params, big_register=0)
     procs = tuple(int(x) for x in args.processes.split(","))
     out = asyncio.run(service.run_throughput(params, args.redis_url, progress=_log, processes=procs))
+    _service_figures(res, params, out)
+    if "redis" in params.stores and params.big_register:
+        out["redis_memory"] = _redis_memory_figures(
+            res, asyncio.run(service.run_redis_memory(params, args.redis_url, progress=_log))
+        )
+    if args.plot_dir:
+        service.plot_service(out, str(Path(args.plot_dir) / "bench_service.png"))
+    return out
+
+
+def _service_figures(res: Results, params: Any, out: dict[str, Any]) -> None:
+    """Part 1's figures: registration time, rates and latencies per row, ratios, processes scaling."""
     for kind, secs in out["register_s"].items():
         res.add(f"service.{kind}.register_{params.problems}_s", secs, "s", problems=params.problems)
     for row in out["rows"]:
@@ -103,59 +116,78 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
         x = f".x{r['processes']}" if r["processes"] > 1 else ""
         res.add(f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_sampled", r["sampled_ratio"], "ratio")
         res.add(f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_reported", r["reported_ratio"], "ratio")
-    for kind in params.stores:
-        for c in params.concurrency:
-            one = next(
-                (
-                    x
-                    for x in out["rows"]
-                    if x["store"] == kind and x["path"] == "grpc" and x["processes"] == 1 and x["clients"] == c
-                ),
-                None,
+    grpc_rows = [x for x in out["rows"] if x["path"] == "grpc"]
+    for row in grpc_rows:
+        one = next(
+            (x for x in grpc_rows if x["store"] == row["store"] and x["processes"] == 1 and x["clients"] == row["clients"]),
+            None,
+        )
+        if one and row["processes"] > 1:
+            res.add(
+                f"service.{row['store']}.x{row['processes']}_over_x1.c{row['clients']}.sampled",
+                row["sampled_per_s"] / one["sampled_per_s"],
+                "ratio",
             )
-            for row in out["rows"]:
-                if one and row["store"] == kind and row["path"] == "grpc" and row["processes"] > 1 and row["clients"] == c:
-                    res.add(
-                        f"service.{kind}.x{row['processes']}_over_x1.c{c}.sampled",
-                        row["sampled_per_s"] / one["sampled_per_s"],
-                        "ratio",
-                    )
-    if "redis" in params.stores and params.big_register:
-        mem = asyncio.run(service.run_redis_memory(params, args.redis_url, progress=_log))
-        n = mem["problems"]
-        res.add(f"redis.register_{n}_s", mem["register_s"], "s", problems=n)
-        res.add(
-            f"redis.state_bytes_per_problem_{n}",
-            mem["state_bytes_per_problem"],
-            "bytes",
-            keys=mem["key_bytes"],
-            how="MEMORY USAGE SAMPLES 0 of the run's keys except 'problems'",
-        )
-        res.add(
-            f"redis.prompt_bytes_per_problem_{n}",
-            mem["prompt_bytes_per_problem"],
-            "bytes",
-            how="MEMORY USAGE SAMPLES 0 of the 'problems' hash",
-        )
-        res.add(
-            f"redis.info_bytes_per_problem_{n}",
-            mem["info_bytes_per_problem"],
-            "bytes",
-            how="INFO memory used_memory after - before registration, all keys",
-        )
-        res.add(
-            f"redis.info_state_bytes_per_problem_{n}",
-            mem["info_state_bytes_per_problem"],
-            "bytes",
-            how="INFO delta minus the 'problems' hash",
-        )
-        out["redis_memory"] = mem
-    if args.plot_dir:
-        service.plot_service(out, str(Path(args.plot_dir) / "bench_service.png"))
-    return out
+
+
+def _redis_memory_figures(res: Results, mem: dict[str, Any]) -> dict[str, Any]:
+    """Part 1's Redis memory per problem and registration time of 10^6 problems; returns ``mem``."""
+    n = mem["problems"]
+    res.add(f"redis.register_{n}_s", mem["register_s"], "s", problems=n)
+    how = "MEMORY USAGE SAMPLES 0 of the run's keys except 'problems'"
+    res.add(f"redis.state_bytes_per_problem_{n}", mem["state_bytes_per_problem"], "bytes", keys=mem["key_bytes"], how=how)
+    how = "MEMORY USAGE SAMPLES 0 of the 'problems' hash"
+    res.add(f"redis.prompt_bytes_per_problem_{n}", mem["prompt_bytes_per_problem"], "bytes", how=how)
+    how = "INFO memory used_memory after - before registration, all keys"
+    res.add(f"redis.info_bytes_per_problem_{n}", mem["info_bytes_per_problem"], "bytes", how=how)
+    how = "INFO delta minus the 'problems' hash"
+    res.add(f"redis.info_state_bytes_per_problem_{n}", mem["info_state_bytes_per_problem"], "bytes", how=how)
+    return mem
 
 
 # -- part 2b: the samplers beyond the paper across populations-------------------------------
+#: (key, unit) of the per-method figures of part 2b, in the order written.
+SAMPLER_FIGURES = (
+    ("rollouts_to_target", "rollouts"),
+    ("effective_group_fraction", "fraction"),
+    ("useful_rollout_fraction", "fraction"),
+    ("final_success", "pass@1"),
+    ("probes", "groups"),
+    ("rollouts_ratio_vs_uniform", "ratio"),
+    ("rollouts_ratio_vs_heap", "ratio"),
+    ("efg_ratio_vs_uniform", "ratio"),
+)
+#: (key, unit) of the per-method figures of part 2.
+SIM_FIGURES = (
+    ("rollouts_to_target", "rollouts"),
+    ("effective_group_fraction", "fraction"),
+    ("final_success", "pass@1"),
+    ("forgetting_events", "events"),
+    ("breakthroughs", "events"),
+    ("forgotten_at_end", "problems"),
+    ("rollouts_ratio_vs_uniform", "ratio"),
+    ("efg_ratio_vs_uniform", "ratio"),
+)
+
+
+def add_method_figures(res: Results, prefix: str, r: dict[str, Any], figures: tuple[tuple[str, str], ...]) -> None:
+    """``<prefix>.<method>.<key>`` for each method of a simulation result ``r`` and each of
+    ``figures`` it has: the mean, with its 95% interval, n, seeds and whether it reached the target."""
+    for name, m in r["methods"].items():
+        for key, unit in figures:
+            if key in m:
+                s = m[key]
+                res.add(
+                    f"{prefix}.{name}.{key}",
+                    s["mean"],
+                    unit,
+                    ci95=[s["lo"], s["hi"]],
+                    n=s["n"],
+                    seeds=len(r["seeds"]),
+                    reached=m["reached"],
+                )
+
+
 def part_samplers(args: argparse.Namespace, res: Results) -> dict[str, Any]:  # type: ignore[return]  # every branch returns or raises
     """Every candidate sampler against ``heap`` and ``uniform`` in each population of
     ``simulate.POPULATIONS``, paired seeds; figures ``samplers.<population>.<method>.<metric>``."""
@@ -174,28 +206,7 @@ def part_samplers(args: argparse.Namespace, res: Results) -> dict[str, Any]:  # 
         seeds = range(args.seeds if args.seeds else (2 if args.quick else 10))
         r = simulate.run_simulation(params, seeds, methods=methods, progress=_log)
         out[v] = r
-        for name, m in r["methods"].items():
-            for key, unit in (
-                ("rollouts_to_target", "rollouts"),
-                ("effective_group_fraction", "fraction"),
-                ("useful_rollout_fraction", "fraction"),
-                ("final_success", "pass@1"),
-                ("probes", "groups"),
-                ("rollouts_ratio_vs_uniform", "ratio"),
-                ("rollouts_ratio_vs_heap", "ratio"),
-                ("efg_ratio_vs_uniform", "ratio"),
-            ):
-                if key in m:
-                    s = m[key]
-                    res.add(
-                        f"samplers.{v}.{name}.{key}",
-                        s["mean"],
-                        unit,
-                        ci95=[s["lo"], s["hi"]],
-                        n=s["n"],
-                        seeds=len(r["seeds"]),
-                        reached=m["reached"],
-                    )
+        add_method_figures(res, f"samplers.{v}", r, SAMPLER_FIGURES)
         res.add(f"samplers.{v}.wall_s", r["wall_s"], "s", params=r["params"])
 
 
@@ -272,6 +283,25 @@ def part_reportpath(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     return out
 
 
+def part_pulllatency(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    """Part 1f: report-to-learner latency of a waiting PullTrajectories, polled (before) vs woken, per store.
+
+    ``service.pull_latency_p50_ms`` / ``_p99_ms`` are the woken figures of the slower store.
+    """
+    from benchmarks import pull_latency
+
+    p = pull_latency.QUICK if args.quick else pull_latency.PullLatencyParams()
+    p = replace(p, stores=tuple(args.stores.split(",")))
+    out = asyncio.run(pull_latency.run_pull_latency(p, args.redis_url))
+    for r in out["rows"]:
+        for k in ("p50_ms", "p99_ms", "report_rtt_p50_ms"):
+            res.add(f"service.pull_latency.{r['store']}.{r['mode']}.{k}", r[k], "ms", reports=r["reports"])
+    woken = max((r for r in out["rows"] if r["mode"] == "woken"), key=lambda r: r["p50_ms"])
+    for k in ("p50_ms", "p99_ms"):
+        res.add(f"service.pull_latency_{k}", woken[k], "ms", store=woken["store"], how="accepted report to learner receipt")
+    return out
+
+
 def part_replicaacks(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     """Part 1d: the store's report call without and with ``min_replica_acks`` 1 (a local replica)."""
     from benchmarks import replica_acks
@@ -310,28 +340,7 @@ def part_simulate(args: argparse.Namespace, res: Results) -> dict[str, Any]:
         r = simulate.run_simulation(params, seeds, plot_path=plot, progress=_log)
         out[v] = r
         pre = "sim" if v == "default" else f"sim_{v}"
-        for name, m in r["methods"].items():
-            for key, unit in (
-                ("rollouts_to_target", "rollouts"),
-                ("effective_group_fraction", "fraction"),
-                ("final_success", "pass@1"),
-                ("forgetting_events", "events"),
-                ("breakthroughs", "events"),
-                ("forgotten_at_end", "problems"),
-                ("rollouts_ratio_vs_uniform", "ratio"),
-                ("efg_ratio_vs_uniform", "ratio"),
-            ):
-                if key in m:
-                    s = m[key]
-                    res.add(
-                        f"{pre}.{name}.{key}",
-                        s["mean"],
-                        unit,
-                        ci95=[s["lo"], s["hi"]],
-                        n=s["n"],
-                        seeds=len(r["seeds"]),
-                        reached=m["reached"],
-                    )
+        add_method_figures(res, pre, r, SIM_FIGURES)
         res.add(f"{pre}.wall_s", r["wall_s"], "s", params=r["params"])
     return out
 
@@ -479,6 +488,8 @@ def run_parts(args: argparse.Namespace, res: Results) -> dict[str, Any]:
         summary["replicaacks"] = part_replicaacks(args, res)
     if "openloop" in parts:
         summary["openloop"] = part_openloop(args, res)
+    if "pulllatency" in parts:
+        summary["pulllatency"] = part_pulllatency(args, res)
     if "overhead" in parts:
         summary["overhead"] = part_overhead(args, res)
     if "integration" in parts:
@@ -501,7 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--parts",
         default="service,simulate,overhead,integration",
-        help="comma-separated: service, simulate, samplers, overhead, integration, openloop, reportpath",
+        help="comma-separated: service, simulate, samplers, overhead, integration, openloop, reportpath, replicaacks, "
+        "pulllatency",
     )
     ap.add_argument("--real", action="store_true", help="also part 3: two `prioreplay demo` runs (long)")
     ap.add_argument("--real-args", default="", help="extra `prioreplay demo` flags for --real, one string")

@@ -392,51 +392,14 @@ async def serve(
         return
     import tempfile
 
-    import grpc
-
     port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "prioreplay.apps.cli",
-        "server",
-        "--store",
-        store_spec(kind, redis_url),
-        "--namespace",
-        namespace,
-        "--port",
-        str(port),
-        "--metrics-port",
-        "0",
-        "--log-level",
-        "WARNING",
-        "--max-message-mb",
-        str(MAX_MESSAGE_BYTES // (1024 * 1024)),
-        "--processes",
-        str(processes),
-        "--max-queue-depth",
-        "0",
-    ]
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(server_args(kind, redis_url, namespace, port, processes), stdout=subprocess.DEVNULL, stderr=err)
         if pids is not None:
             pids.append(proc.pid)
         try:
             address = f"127.0.0.1:{port}"
-            deadline = time.monotonic() + 60.0
-            while True:  # wait until it answers, or report why it died
-                if proc.poll() is not None:
-                    err.seek(0)
-                    raise RuntimeError(f"prioreplay server exited with {proc.returncode}: {err.read().decode()[-2000:]}")
-                try:
-                    for _ in range(processes * 4):  # each connection may land on another process
-                        ch = await channel(address, timeout_s=1.0)
-                        await pb_grpc.PriorityServiceStub(ch).GetStats(pb.GetStatsRequest(), timeout=1.0)
-                        await ch.close()
-                    break
-                except (TimeoutError, grpc.aio.AioRpcError):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"prioreplay server on {address} did not answer within 60 s") from None
+            await wait_answering(proc, err, address, processes)
             yield address
         finally:
             proc.terminate()
@@ -445,6 +408,40 @@ async def serve(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def server_args(kind: str, redis_url: str, namespace: str, port: int, processes: int) -> list[str]:
+    """The ``prioreplay server`` command line of :func:`serve` (backpressure off, quiet logs)."""
+    store = store_spec(kind, redis_url)
+    return [
+        *(sys.executable, "-m", "prioreplay.apps.cli", "server", "--store", store, "--namespace", namespace),
+        *("--port", str(port), "--metrics-port", "0", "--log-level", "WARNING"),
+        *("--max-message-mb", str(MAX_MESSAGE_BYTES // (1024 * 1024)), "--processes", str(processes), "--max-queue-depth", "0"),
+    ]
+
+
+async def wait_answering(proc: subprocess.Popen, err: Any, address: str, processes: int, timeout_s: float = 60.0) -> None:
+    """Return when every process of the server at ``address`` answers GetStats.
+
+    Raises:
+        RuntimeError: the server exited (with its stderr's tail) or did not answer within ``timeout_s``.
+    """
+    import grpc
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            err.seek(0)
+            raise RuntimeError(f"prioreplay server exited with {proc.returncode}: {err.read().decode()[-2000:]}")
+        try:
+            for _ in range(processes * 4):  # each connection may land on another process
+                ch = await channel(address, timeout_s=1.0)
+                await pb_grpc.PriorityServiceStub(ch).GetStats(pb.GetStatsRequest(), timeout=1.0)
+                await ch.close()
+            return
+        except (TimeoutError, grpc.aio.AioRpcError):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"prioreplay server on {address} did not answer within {timeout_s:g} s") from None
 
 
 async def channel(address: str, timeout_s: float = 60.0):
@@ -753,52 +750,78 @@ async def run_open_loop(
             if n_proc > 1 and kind != "redis":
                 continue
             ns = f"bench-{uuid.uuid4().hex[:12]}"
-            pids: list[int] = []
-            best = 0.0
             try:
-                async with serve(
-                    kind, replace(params, server="subprocess"), redis_url, ns, processes=n_proc, pids=pids
-                ) as address:
-                    chans = await connections(address, 16)
-                    try:
-                        resp, _ = await register_grpc(pb_grpc.PriorityServiceStub(chans[0]), params.problems)
-                        assert resp.total == params.problems, resp
-                        for load_x in loads:
-                            w = int(round(workers * load_x))
-                            fns = [grpc_fns(ch, params, seed=i) for i, ch in enumerate(chans)]
-                            with CpuMeter(pids) as cpu:
-                                r = await open_loop(fns, w, period_s, params.duration_s, params.warmup_s, seed=w)
-                            offered = w * params.batch_size / period_s
-                            row = {
-                                "store": kind,
-                                "processes": n_proc,
-                                "load": load_x,
-                                "workers": w,
-                                "offered_problems_per_s": offered,
-                                **r,
-                                "client_cores": cpu.client_cores,
-                                "server_cores": cpu.server_cores,
-                            }
-                            out["rows"].append(row)
-                            say(f"service open loop: {kind} x{n_proc} load {load_x}: {row}")
-                            ok = (
-                                r["sample_p99_ms"] <= p99_limit_ms
-                                and r["report_p99_ms"] <= p99_limit_ms
-                                and r["sampled_per_s"] >= 0.95 * offered
-                                and not r["unfinished"]
-                            )
-                            if ok:
-                                best = max(best, offered)
-                            if not (r["sample_p99_ms"] <= 20 * p99_limit_ms):
-                                break
-                    finally:
-                        for ch in chans:
-                            await ch.close()
+                sweep = _OpenLoopSweep(kind, n_proc, workers, period_s, p99_limit_ms)
+                best = await sweep.run(params, redis_url, ns, loads, out["rows"], say)
             finally:
                 if kind == "redis":
                     await delete_namespace(redis_url, ns)
             out["sustained"].append({"store": kind, "processes": n_proc, "max_offered_problems_per_s": best})
     return out
+
+
+@dataclass
+class _OpenLoopSweep:
+    """One store and process count of :func:`run_open_loop`: the loads in turn on one server."""
+
+    kind: str
+    n_proc: int
+    workers: int
+    period_s: float
+    p99_limit_ms: float
+
+    async def run(
+        self, params: ServiceParams, redis_url: str, ns: str, loads: tuple[float, ...], rows: list, say: Callable[[str], None]
+    ) -> float:
+        """Append a row per load to ``rows``; return the highest sustained offered load (problems/s)."""
+        pids: list[int] = []
+        best = 0.0
+        async with serve(
+            self.kind, replace(params, server="subprocess"), redis_url, ns, processes=self.n_proc, pids=pids
+        ) as address:
+            chans = await connections(address, 16)
+            try:
+                resp, _ = await register_grpc(pb_grpc.PriorityServiceStub(chans[0]), params.problems)
+                assert resp.total == params.problems, resp
+                for load_x in loads:
+                    row = await self.one_load(params, chans, pids, load_x)
+                    rows.append(row)
+                    say(f"service open loop: {self.kind} x{self.n_proc} load {load_x}: {row}")
+                    if self.sustained(row):
+                        best = max(best, row["offered_problems_per_s"])
+                    if not (row["sample_p99_ms"] <= 20 * self.p99_limit_ms):
+                        break  # saturated: higher loads only queue more
+            finally:
+                for ch in chans:
+                    await ch.close()
+        return best
+
+    async def one_load(self, params: ServiceParams, chans: list[Any], pids: list[int], load_x: float) -> dict[str, Any]:
+        """One load: ``workers`` × ``load_x`` simulated workers; the row of :func:`run_open_loop`."""
+        w = int(round(self.workers * load_x))
+        fns = [grpc_fns(ch, params, seed=i) for i, ch in enumerate(chans)]
+        with CpuMeter(pids) as cpu:
+            r = await open_loop(fns, w, self.period_s, params.duration_s, params.warmup_s, seed=w)
+        return {
+            "store": self.kind,
+            "processes": self.n_proc,
+            "load": load_x,
+            "workers": w,
+            "offered_problems_per_s": w * params.batch_size / self.period_s,
+            **r,
+            "client_cores": cpu.client_cores,
+            "server_cores": cpu.server_cores,
+        }
+
+    def sustained(self, row: dict[str, Any]) -> bool:
+        """Both p99 within the limit, >= 95% of the offered rate achieved, nothing left unfinished."""
+        lim = self.p99_limit_ms
+        return (
+            row["sample_p99_ms"] <= lim
+            and row["report_p99_ms"] <= lim
+            and row["sampled_per_s"] >= 0.95 * row["offered_problems_per_s"]
+            and not row["unfinished"]
+        )
 
 
 async def run_redis_memory(

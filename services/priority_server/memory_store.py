@@ -54,6 +54,7 @@ from prioreplay.priority_server.snapshot import COUNTER_NAMES, Entry, LeaseRecor
 from prioreplay.priority_server.store import (
     EXPIRE_LIMIT,
     TOMBSTONE_TTL_S,
+    QueueWatch,
     Store,
     StoreConfig,
     conflict_error,
@@ -93,6 +94,9 @@ class MemoryStore(Store):
         self._sampler = SAMPLERS[config.sampler]
         self._sample_impl = self._sampler.memory(config)
         self._bands = config.bands
+        #: Set (and replaced) by a queued or released group while pulls wait on it (:attr:`_waiting`).
+        self._queued = asyncio.Event()
+        self._waiting = 0
         state = MemoryState()
         if self.snapshot_path is not None and self.snapshot_path.exists():
             state = snapshot.read(self.snapshot_path, lambda pid: tie_member(pid, config.seed))
@@ -367,6 +371,14 @@ class MemoryStore(Store):
         key = (ms, 0) if ms > last_ms else (last_ms, last_seq + 1)
         self._s.last_key = key
         self._s.new[key] = QueuedGroup(key=key, payload=bytes(payload))
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake every pull waiting on the current event; later waits take a fresh one (nothing to do,
+        and no new event made per queued group, while no pull waits)."""
+        if self._waiting:
+            self._queued.set()
+            self._queued = asyncio.Event()
 
     def _deliver(self, g: QueuedGroup, consumer: str, now: float) -> Delivery:
         if g.consumer != consumer:
@@ -401,6 +413,24 @@ class MemoryStore(Store):
             out.append(self._deliver(g, consumer, now))
         return out
 
+    async def _pull_watched(self, consumer: str, max_groups: int, include_own_pending: bool) -> tuple[list[Delivery], QueueWatch]:
+        mark = self._queued  # taken before the pull (no await in between): a group queued after it sets it
+        out = await self._pull(consumer, max_groups, include_own_pending)
+        idle_in = math.inf
+        if not out and self._s.pending:
+            first = min(g.delivered_at for g in self._s.pending.values())
+            idle_in = max(0.001, first + self.config.redelivery_timeout_s - self.clock())
+        return out, QueueWatch(mark, idle_in)
+
+    async def _wait_queued(self, watch: QueueWatch, timeout_s: float) -> None:
+        self._waiting += 1  # no await since the mark was taken (Store.pull): no group queued in between unseen
+        try:
+            await asyncio.wait_for(watch.mark.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiting -= 1
+
     async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
         idle_since = self.clock() - self.config.redelivery_timeout_s
         released = 0
@@ -412,6 +442,8 @@ class MemoryStore(Store):
             g.delivery_count = max(0, d.delivery_count - 1)
             g.delivered_at = idle_since  # idle at once: the next pull takes it before new groups
             released += 1
+        if released:
+            self._wake()
         return released
 
     async def _ack(self, group_ids: list[str]) -> int:

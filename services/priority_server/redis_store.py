@@ -51,8 +51,10 @@ between, the script changes nothing and returns the current step, and the call i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import re
 import secrets
 import time
@@ -81,6 +83,7 @@ from prioreplay.priority_server.snapshot import COUNTER_NAMES
 from prioreplay.priority_server.store import (
     EXPIRE_LIMIT,
     TOMBSTONE_TTL_S,
+    QueueWatch,
     Store,
     StoreConfig,
     conflict_error,
@@ -97,6 +100,9 @@ from prioreplay.rules import Pool
 REGISTER_CHUNK = 2000
 #: Consumer group of the trajectory stream.
 CONSUMER_GROUP = "learners"
+#: Waiting pulls that may hold a pooled connection in ``XREAD BLOCK`` at once, per store (process);
+#: more wait for a free one (each pull still ends by its ``wait_s``).
+MAX_BLOCKED_PULLS = 32
 #: Attempts of a weighted/uniform sample when other servers keep moving the step.
 STEP_RETRIES = 32
 
@@ -279,6 +285,7 @@ class RedisStore(Store):
             _f(self._bands.unsolved_at),
         ]
         self._initial_priority = rules.priority(rules.Stats(), p)
+        self._blocked_pulls = asyncio.Semaphore(MAX_BLOCKED_PULLS)
 
     def key(self, name: str) -> str:
         """The Redis key of ``name`` in this run: ``prioreplay:{<namespace>}:<name>``."""
@@ -567,14 +574,51 @@ class RedisStore(Store):
 
     # -- trajectory queue -----------------------------------------------------------------
     async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]:
+        return (await self._pull_script(consumer, max_groups, include_own_pending, watch=False))[0]
+
+    async def _pull_watched(self, consumer: str, max_groups: int, include_own_pending: bool) -> tuple[list[Delivery], QueueWatch]:
+        out, watch = await self._pull_script(consumer, max_groups, include_own_pending, watch=True)
+        assert watch is not None  # asked for
+        return out, watch
+
+    async def _pull_script(
+        self, consumer: str, max_groups: int, include_own_pending: bool, watch: bool
+    ) -> tuple[list[Delivery], QueueWatch | None]:
+        """pull.lua; with ``watch``, also the stream id and idle time a waiting pull blocks on."""
         min_idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000)))
-        res = await self._run(
-            "pull", [self._keys["stream"]], [CONSUMER_GROUP, consumer, max_groups, int(include_own_pending), min_idle_ms]
-        )
-        return [
+        args = [CONSUMER_GROUP, consumer, max_groups, int(include_own_pending), min_idle_ms, int(watch)]
+        res = await self._run("pull", [self._keys["stream"]], args)
+        w = None
+        if watch:
+            idle_ms = int(res[-1])
+            w = QueueWatch(_s(res[-2]), idle_ms / 1000.0 if idle_ms >= 0 else math.inf)
+            res = res[:-2]
+        out = [
             Delivery(group_id=_s(res[i]), payload=bytes(res[i + 1]), delivery_count=int(res[i + 2]))
             for i in range(0, len(res), 3)
         ]
+        return out, w
+
+    async def _wait_queued(self, watch: QueueWatch, timeout_s: float) -> None:
+        """``XREAD BLOCK`` from the consumer group's last-delivered id: Redis answers at the next
+        ``XADD`` of a report (any process, any replica's clients) or after ``timeout_s``. At most
+        :data:`MAX_BLOCKED_PULLS` pulls hold a pooled connection blocked at once.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached (as every call, :meth:`_error`).
+        """
+        deadline = time.monotonic() + timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._blocked_pulls.acquire()
+        except TimeoutError:
+            return
+        try:
+            block_ms = int((deadline - time.monotonic()) * 1000)
+            if block_ms >= 1:  # BLOCK 0 would block for ever
+                await self._do(self._r.xread({self._keys["stream"]: watch.mark}, count=1, block=block_ms))
+        finally:
+            self._blocked_pulls.release()
 
     async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
         idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000))) + 1

@@ -127,13 +127,21 @@ async def check_run_settings(store: Store, config: ServerConfig, servicer: Prior
 
 #: Methods registered without a request deserializer: the servicer gets the received bytes.
 RAW_REQUEST_METHODS = frozenset({"ReportOutcomes"})
+#: Methods whose servicer answers the serialized response (or a message): sent as it is.
+RAW_RESPONSE_METHODS = frozenset({"PullTrajectories"})
+
+
+def _serialized(response) -> bytes:
+    """A response as bytes: already serialized (:data:`RAW_RESPONSE_METHODS`) or a message."""
+    return response if isinstance(response, bytes) else response.SerializeToString()
 
 
 def method_handlers(servicer: PriorityServicer) -> dict[str, grpc.RpcMethodHandler]:
     """The handlers of every ``PriorityService`` method, as the generated
     ``add_PriorityServiceServicer_to_server`` makes them, except that the methods in
     :data:`RAW_REQUEST_METHODS` get the request bytes undecoded (the servicer decodes them and
-    also reads the packed fields straight from the bytes, see :func:`.wire.lean_report`)."""
+    also reads the packed fields straight from the bytes, see :func:`.wire.lean_report`) and the
+    methods in :data:`RAW_RESPONSE_METHODS` may answer bytes already serialized (:func:`.wire.pull_response`)."""
     from prioreplay.v1 import priority_service_pb2 as pb
 
     handlers = {}
@@ -149,7 +157,7 @@ def method_handlers(servicer: PriorityServicer) -> dict[str, grpc.RpcMethodHandl
         handlers[m.name] = make(
             getattr(servicer, m.name),
             request_deserializer=None if m.name in RAW_REQUEST_METHODS else req.FromString,  # type: ignore[attr-defined]  # a generated message class, passed as type
-            response_serializer=resp.SerializeToString,  # type: ignore[attr-defined]  # a generated message class, passed as type
+            response_serializer=_serialized if m.name in RAW_RESPONSE_METHODS else resp.SerializeToString,  # type: ignore[attr-defined]  # a generated message class, passed as type
         )
     return handlers
 

@@ -9,11 +9,9 @@ validated once, by the store, identically for both stores.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -24,10 +22,10 @@ from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
 from prioreplay.convert import lease_to_proto, outcome_to_group, problem_from_proto, stats_to_proto
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
 from prioreplay.priority_server.client_traffic import ClientTally
-from prioreplay.priority_server.records import GroupOutcome
+from prioreplay.priority_server.records import Delivery, GroupOutcome
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
-from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, lean_report, logprobs_all_valid
+from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, lean_report, logprobs_all_valid, pull_response, pulled_group
 from prioreplay.problems import check_name, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -46,8 +44,6 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PriorityService"].full_name
 MAX_WAIT_S = 60.0
 #: Longest weights URI, bytes.
 MAX_URI_BYTES = 4096
-#: Poll backoff of a waiting PullTrajectories: first and longest sleep, seconds.
-PULL_BACKOFF_S = (0.005, 0.1)
 #: Histogram buckets GetStats uses when the request leaves ``histogram_buckets`` at 0.
 DEFAULT_BUCKETS = 10
 #: Bytes of a PullTrajectories answer kept free of groups (queue_depth, framing), bytes.
@@ -291,10 +287,14 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         )
 
     @rpc
-    async def PullTrajectories(self, request: pb.PullTrajectoriesRequest, context) -> pb.PullTrajectoriesResponse:
-        """Deliver up to ``max_groups`` groups, polling the store for up to ``wait_s`` seconds.
+    async def PullTrajectories(self, request: pb.PullTrajectoriesRequest, context) -> bytes:
+        """Deliver up to ``max_groups`` groups, waiting up to ``wait_s`` seconds for the first one
+        (woken by the report that queues it, :meth:`Store.pull`; never polled).
 
-        The answer holds as many of the delivered groups as fit under the smaller of the server's
+        Answers the serialized ``PullTrajectoriesResponse`` (the server registers this method with
+        a pass-through serializer, :func:`.server.method_handlers`): each group goes out as the
+        bytes it was queued as plus its delivery fields (:func:`.wire.pulled_group`). The answer
+        holds as many of the delivered groups as fit under the smaller of the server's
         ``--max-message-mb`` and the request's ``max_response_bytes``; the rest are handed back to
         the store (:meth:`Store.release`), so the next pull delivers them first. A first group
         that alone does not fit is handed back too and the call ends with RESOURCE_EXHAUSTED
@@ -303,40 +303,19 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         wait_s = request.wait_s
         if not (math.isfinite(wait_s) and 0.0 <= wait_s <= MAX_WAIT_S):
             raise InvalidArgument(f"wait_s ({wait_s}) must be a number of seconds in [0, {MAX_WAIT_S:g}]")
-        deadline = time.monotonic() + wait_s
-        sleep_s = PULL_BACKOFF_S[0]
-        own = request.include_own_pending
-        while True:
-            deliveries = await self.store.pull(request.consumer, request.max_groups, own)
-            own = False  # own pending groups were handed back by the first poll
-            left = deadline - time.monotonic()
-            if deliveries or left <= 0:
-                break
-            await asyncio.sleep(min(sleep_s, left))
-            sleep_s = min(sleep_s * 2, PULL_BACKOFF_S[1])
+        deliveries = await self.store.pull(request.consumer, request.max_groups, request.include_own_pending, wait_s=wait_s)
         server_limit = self.max_message_mb * 1024 * 1024
         limit = min(server_limit, request.max_response_bytes or server_limit)
         budget = limit - RESPONSE_MARGIN_BYTES
-        groups, used = [], 0  # type: ignore[var-annotated]  # element type follows from the first append
+        groups: list[bytes] = []
+        used = 0
         for i, d in enumerate(deliveries):
-            g = pb.TrajectoryGroup.FromString(d.payload)
-            g.group_id = d.group_id
-            g.delivery_count = d.delivery_count
-            n = g.ByteSize()
-            cost = n + 11  # field tag and length prefix in the answer
+            g = pulled_group(d.payload, d.group_id, d.delivery_count)
+            cost = len(g) + 11  # field tag and length prefix in the answer
             if used + cost > budget:
                 await self.store.release(request.consumer, deliveries[i:])
                 if not groups:
-                    which = (
-                        "this server's --max-message-mb"
-                        if limit == server_limit
-                        else "the learner's --max-message-mb (max_response_bytes)"
-                    )
-                    raise ResourceExhausted(
-                        f"trajectory group {d.group_id} (problem {g.problem_id!r}) is {n / 2**20:.2f} MiB, over the "
-                        f"{limit / 2**20:.2f} MiB an answer may hold ({which}); raise --max-message-mb on both the "
-                        "server and the learner above it. The group stays queued"
-                    )
+                    raise self._too_big(d, len(g), limit, server_limit)
                 log.info(
                     "PullTrajectories: %d of %d groups fit under %.2f MiB; the rest are delivered next",
                     len(groups),
@@ -346,7 +325,20 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
                 break
             groups.append(g)
             used += cost
-        return pb.PullTrajectoriesResponse(groups=groups, queue_depth=await self.store.queue_depth())
+        return pull_response(groups, await self.store.queue_depth())
+
+    @staticmethod
+    def _too_big(d: Delivery, n: int, limit: int, server_limit: int) -> ResourceExhausted:
+        """The error of a first group of ``n`` bytes that alone does not fit under ``limit``."""
+        which = "this server's --max-message-mb"
+        if limit != server_limit:
+            which = "the learner's --max-message-mb (max_response_bytes)"
+        problem_id = pb.TrajectoryGroup.FromString(d.payload).problem_id
+        return ResourceExhausted(
+            f"trajectory group {d.group_id} (problem {problem_id!r}) is {n / 2**20:.2f} MiB, over the "
+            f"{limit / 2**20:.2f} MiB an answer may hold ({which}); raise --max-message-mb on both the "
+            "server and the learner above it. The group stays queued"
+        )
 
     @rpc
     async def AckTrajectories(self, request: pb.AckTrajectoriesRequest, context) -> pb.AckTrajectoriesResponse:

@@ -88,6 +88,9 @@ Trajectory queue (Redis stream + consumer group semantics)
     pull(consumer, max_groups, include_own_pending): first (if asked) this consumer's own pending
     deliveries, then deliveries idle >= redelivery_timeout_s (reclaimed by this consumer), then
     new groups in report order. Each delivery increments the group's delivery_count.
+    With ``wait_s`` > 0 and nothing to deliver, the pull waits up to ``wait_s`` seconds and
+    delivers as soon as a report queues a group or a pending delivery turns idle: woken (memory:
+    an asyncio.Event the queueing sets; Redis: ``XREAD BLOCK`` on the stream), never polled.
     ack(ids): acknowledged groups are deleted and never delivered again.
     release(consumer, deliveries): deliveries this consumer got but could not be sent (an answer
     over the message limit) are handed back: delivery_count as before that delivery, idle at once,
@@ -150,6 +153,8 @@ import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument
@@ -261,6 +266,22 @@ def conflict_error(ids: Sequence[str]) -> InvalidArgument:
 def histogram_edges(buckets: int) -> list[float]:
     """``buckets + 1`` equal-width edges over [0, 0.25] (the last bucket includes 0.25)."""
     return [rules.MAX_PRIORITY * i / buckets for i in range(buckets + 1)]
+
+
+@dataclass(frozen=True)
+class QueueWatch:
+    """What a waiting pull waits on after a pull that delivered nothing (:meth:`Store.pull`).
+
+    Attributes:
+        mark: the store's token, taken atomically with the pull: memory, the ``asyncio.Event`` the
+            next queued group sets; Redis, the consumer group's last-delivered stream id (a later
+            ``XADD`` has a greater id, which ends ``XREAD BLOCK`` from it).
+        idle_in_s: seconds until the first pending delivery turns idle (then redelivered to the
+            waiting pull); ``inf`` when nothing is pending.
+    """
+
+    mark: Any
+    idle_in_s: float = math.inf
 
 
 class Store(abc.ABC):
@@ -394,8 +415,12 @@ class Store(abc.ABC):
         return await self._expire_leases(limit)
 
     # -- trajectory queue -----------------------------------------------------------------
-    async def pull(self, consumer: str, max_groups: int, include_own_pending: bool = False) -> list[Delivery]:
-        """Deliver up to ``max_groups`` groups to ``consumer`` (non-blocking).
+    async def pull(
+        self, consumer: str, max_groups: int, include_own_pending: bool = False, wait_s: float = 0.0
+    ) -> list[Delivery]:
+        """Deliver up to ``max_groups`` groups to ``consumer``; with nothing to deliver, wait up to
+        ``wait_s`` seconds (wall clock) for a group, woken by the report that queues it (see the
+        module docstring, "Trajectory queue").
 
         Raises:
             InvalidArgument: max_groups outside [1, max_batch_size] or consumer over MAX_NAME_BYTES (128) bytes.
@@ -407,7 +432,16 @@ class Store(abc.ABC):
             )
         consumer = consumer or "learner"
         check_name(consumer, "consumer name")
-        return await self._pull(consumer, max_groups, include_own_pending)
+        if wait_s <= 0:
+            return await self._pull(consumer, max_groups, include_own_pending)
+        deadline = time.monotonic() + wait_s
+        while True:
+            out, watch = await self._pull_watched(consumer, max_groups, include_own_pending)
+            left = deadline - time.monotonic()
+            if out or left <= 0:
+                return out
+            include_own_pending = False  # handed back by the first pull
+            await self._wait_queued(watch, min(left, watch.idle_in_s))
 
     async def release(self, consumer: str, deliveries: Sequence[Delivery]) -> int:
         """Hand back deliveries that were never sent (see the module docstring). Returns how many."""
@@ -477,6 +511,15 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]: ...
+
+    @abc.abstractmethod
+    async def _pull_watched(self, consumer: str, max_groups: int, include_own_pending: bool) -> tuple[list[Delivery], QueueWatch]:
+        """:meth:`_pull`, and what :meth:`_wait_queued` waits on after it when it delivered nothing."""
+
+    @abc.abstractmethod
+    async def _wait_queued(self, watch: QueueWatch, timeout_s: float) -> None:
+        """Return when a group was queued after ``watch`` was taken, or after ``timeout_s`` seconds
+        (a spurious early return is harmless: the caller pulls again)."""
 
     @abc.abstractmethod
     async def _ack(self, group_ids: list[str]) -> int: ...

@@ -209,3 +209,60 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
 
 
 _INF = float("inf")
+
+
+# -- the lean PullTrajectories path -------------------------------------------------------------
+# A queued payload is a serialized TrajectoryGroup without group_id (field 1) and delivery_count
+# (field 6). Protobuf parsers take the last occurrence of a singular field, so appending the two
+# fields to the payload gives the group a learner would get by decoding the payload, setting the
+# two fields and encoding it again, without the decode and the encode.
+_GROUP_ID_TAG = bytes([pb.TrajectoryGroup.DESCRIPTOR.fields_by_name["group_id"].number << 3 | 2])
+_DELIVERY_COUNT_TAG = bytes([pb.TrajectoryGroup.DESCRIPTOR.fields_by_name["delivery_count"].number << 3 | 0])
+_GROUPS_TAG = bytes([pb.PullTrajectoriesResponse.DESCRIPTOR.fields_by_name["groups"].number << 3 | 2])
+_QUEUE_DEPTH_TAG = bytes([pb.PullTrajectoriesResponse.DESCRIPTOR.fields_by_name["queue_depth"].number << 3 | 0])
+
+
+def encode_varint(n: int) -> bytes:
+    """The protobuf base-128 varint of ``n`` >= 0."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def pulled_group(payload: bytes, group_id: str, delivery_count: int) -> bytes:
+    """The serialized ``TrajectoryGroup`` a learner receives for a queued ``payload``: the payload
+    as queued with ``group_id`` and ``delivery_count`` appended; it decodes to the message of
+    :func:`per_field_group`.
+
+    Raises:
+        google.protobuf.message.DecodeError: ``payload`` is not a valid ``TrajectoryGroup`` (it is
+            parsed once, as the per-field path does, and not encoded again).
+    """
+    pb.TrajectoryGroup.FromString(payload)
+    gid = group_id.encode("utf-8")
+    return b"".join((payload, _GROUP_ID_TAG, encode_varint(len(gid)), gid, _DELIVERY_COUNT_TAG, encode_varint(delivery_count)))
+
+
+def per_field_group(payload: bytes, group_id: str, delivery_count: int) -> pb.TrajectoryGroup:
+    """The per-field path :func:`pulled_group` must agree with: decode, set the two fields.
+
+    Raises:
+        google.protobuf.message.DecodeError: ``payload`` is not a valid ``TrajectoryGroup``.
+    """
+    g = pb.TrajectoryGroup.FromString(payload)
+    g.group_id = group_id
+    g.delivery_count = delivery_count
+    return g
+
+
+def pull_response(groups: Iterable[bytes], queue_depth: int) -> bytes:
+    """A serialized ``PullTrajectoriesResponse`` of serialized groups (:func:`pulled_group`)."""
+    parts: list[bytes] = []
+    for g in groups:
+        parts += (_GROUPS_TAG, encode_varint(len(g)), g)
+    if queue_depth:
+        parts += (_QUEUE_DEPTH_TAG, encode_varint(queue_depth))
+    return b"".join(parts)
