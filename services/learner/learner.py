@@ -125,7 +125,7 @@ class Learner:
         self.model.train()
         if dist is not None:
             dist.start(self.device)
-        self.train_model = dist.wrap(self.model, self.device) if dist else self.model  # what runs forward/backward
+        self.train_model = dist.wrap(self.model, self.device, config.parallelism) if dist else self.model  # what trains
         self.optimizer, self.scheduler = policy.optimizer_and_schedule(
             self.model, config.lr, config.weight_decay, config.warmup_steps
         )

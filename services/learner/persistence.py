@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prioreplay.learner import checkpoint as ckpt
-from prioreplay.learner import policy
+from prioreplay.learner import distributed, policy
 from prioreplay.weights_transport import published_uri
 
 if TYPE_CHECKING:
@@ -32,11 +32,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def trainer_state(learner: Learner, version: int) -> dict[str, Any]:
-    """Optimizer, scheduler, step, ``version``, RNG states and the ids of the groups trained
-    since the previous checkpoint, acknowledged after this one (weights_only-loadable)."""
+def trainer_state(learner: Learner, version: int, optimizer: dict[str, Any]) -> dict[str, Any]:
+    """Optimizer (``optimizer``: its one-process state dict), scheduler, step, ``version``, RNG
+    states and the ids of the groups trained since the previous checkpoint, acknowledged after
+    this one (weights_only-loadable)."""
     return {
-        "optimizer": learner.optimizer.state_dict(),
+        "optimizer": optimizer,
         "scheduler": learner.scheduler.state_dict(),
         "step": learner.step_count,
         "policy_version": version,
@@ -83,11 +84,17 @@ def load_checkpoint(learner: Learner, path: str | Path) -> None:
         CheckpointError: the checkpoint is partial or altered (nothing is changed).
         InvalidArgument: its weights do not fit the model.
     """
+    from safetensors.torch import load_file
+
     from prioreplay import models
 
     state = ckpt.load_trainer_state(path)  # verifies every file first
     if learner.config.lora:  # the merged weights were loaded before wrapping (see Learner.__init__)
         log.warning("LoRA: %s holds merged weights; adapters and optimizer state restart from zero", path)
+    elif _sharded(learner):  # rank 0 reads the whole state, every rank keeps its shard
+        main = learner.feed is not None
+        weights = load_file(str(Path(path) / models.WEIGHTS_FILE)) if main else {}
+        distributed.load_full_state(learner.model, learner.optimizer, weights, state["optimizer"] if main else {})
     else:
         models.load_weights(learner.model, path)
         learner.optimizer.load_state_dict(state["optimizer"])
@@ -112,6 +119,7 @@ def publish(learner: Learner) -> Path | None:
     Publishing writes no optimizer state and acknowledges nothing (see :func:`checkpoint`).
     """
     cfg = learner.config
+    weights = _whole_weights(learner)  # every rank of an FSDP job gathers
     if learner.feed is None:
         learner.last_publish_step = learner.step_count
         return None
@@ -120,7 +128,7 @@ def publish(learner: Learner) -> Path | None:
         learner.publish_dir,
         version,
         learner.step_count,
-        policy.mergeable(learner.model, cfg.lora),
+        weights,
         learner.tokenizer,
         dtype=learner._publish_dtype,
         keep=cfg.keep_published,
@@ -140,17 +148,18 @@ def checkpoint(learner: Learner) -> Path | None:
     previous checkpoint: from now on a crash cannot lose their update. Returns the directory
     (None on ranks > 0 of a distributed job: rank 0 checkpoints and acknowledges).
     """
+    t0 = time.perf_counter()
+    weights, optimizer = _whole_weights(learner), _whole_optimizer(learner)  # every rank of an FSDP job gathers
     if learner.feed is None:
         learner.last_checkpoint_step = learner.step_count
         return None
-    t0 = time.perf_counter()
     cfg = learner.config
     path = ckpt.save_checkpoint(
         cfg.checkpoint_dir,
         learner.step_count,
-        policy.mergeable(learner.model, cfg.lora),
+        weights,
         learner.tokenizer,
-        trainer_state(learner, learner.version),
+        trainer_state(learner, learner.version, optimizer),
         config=cfg.model_dump(mode="json", exclude={"auth_token"}),
         keep=cfg.keep_checkpoints,
     )
@@ -160,3 +169,42 @@ def checkpoint(learner: Learner) -> Path | None:
         "step %d: checkpoint %s in %.2f s; acknowledged %d groups", learner.step_count, path, time.perf_counter() - t0, acked
     )
     return path
+
+
+# -- whole weights and optimizer state, gathered under FSDP ----------------------------------------
+def _sharded(learner: Learner) -> bool:
+    return learner.dist is not None and learner.dist.sharded
+
+
+def _whole_weights(learner: Learner) -> Any:
+    """What :func:`prioreplay.models.save_weights` writes: the model (LoRA: merged), or under FSDP
+    its weights gathered onto rank 0 (:class:`GatheredWeights`; a collective, every rank calls it).
+    None on ranks > 0, which write nothing."""
+    if _sharded(learner):
+        state = distributed.full_model_state(learner.model)
+        return GatheredWeights(learner.model, state) if learner.feed is not None else None
+    return policy.mergeable(learner.model, learner.config.lora) if learner.feed is not None else None
+
+
+def _whole_optimizer(learner: Learner) -> dict[str, Any]:
+    """The optimizer's one-process state dict (under FSDP gathered onto rank 0; a collective)."""
+    if _sharded(learner):
+        return distributed.full_optimizer_state(learner.model, learner.optimizer)
+    return learner.optimizer.state_dict() if learner.feed is not None else {}
+
+
+class GatheredWeights:
+    """An FSDP-sharded model's whole weights where :func:`prioreplay.models.save_weights` wants a
+    model: the gathered ``state`` (CPU tensors, tied aliases left out), the model's config and
+    generation config, its architecture named by the class it was before sharding."""
+
+    def __init__(self, model, state: dict[str, Any]):
+        self._state = state
+        self.config = model.config
+        self.generation_config = getattr(model, "generation_config", None)
+        if not getattr(self.config, "architectures", None):  # fully_shard renamed the class FSDP<name>
+            self.config.architectures = [type(model).__name__.removeprefix("FSDP")]
+
+    def state_dict(self, keep_vars: bool = False) -> dict[str, Any]:
+        """The gathered weights (``keep_vars`` is accepted and ignored: they are plain tensors)."""
+        return self._state
