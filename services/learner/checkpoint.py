@@ -112,11 +112,7 @@ def save_checkpoint(
     try:
         _write_files(tmp, step, model, tokenizer, trainer_state, config)
         final = step_dir(root, step)
-        if final.exists():  # an earlier run's step-N (complete or not): replace it
-            trash = root / f"{_TMP_PREFIX}{step}-old-{uuid.uuid4().hex[:8]}"
-            os.rename(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.rename(tmp, final)
+        _rename_into_place(tmp, final, root / f"{_TMP_PREFIX}{step}-old-{uuid.uuid4().hex[:8]}")
         _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -190,36 +186,46 @@ def publish_weights(
     tmp.mkdir()
     try:
         save_weights(model, tokenizer, tmp, dtype=dtype)
-        from safetensors import safe_open
-
-        with safe_open(str(tmp / "model.safetensors"), framework="pt") as fh:
-            n_tensors = len(list(fh.keys()))
-        files = {
-            p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "crc32": crc32(p)}
-            for p in sorted(tmp.rglob("*"))
-            if p.is_file()
-        }
-        manifest = {
-            "format": WEIGHTS_FORMAT,
-            "version": int(version),
-            "step": int(step),
-            "tensors": n_tensors,
-            "created_unix_s": time.time(),
-            "files": files,
-        }
-        _write_manifest(tmp, manifest, sync=False)
+        _write_manifest(tmp, _weights_manifest(tmp, version, step), sync=False)
         final = version_dir(root, version)
-        if final.exists():  # an earlier, interrupted run's v-N: replace it
-            trash = root / f"{_TMP_VERSION_PREFIX}{version}-old-{uuid.uuid4().hex[:8]}"
-            os.rename(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.rename(tmp, final)
+        _rename_into_place(tmp, final, root / f"{_TMP_VERSION_PREFIX}{version}-old-{uuid.uuid4().hex[:8]}")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if keep is not None:
         prune_published(root, keep, grace_s)
     return final
+
+
+def _weights_manifest(directory: Path, version: int, step: int) -> dict[str, Any]:
+    """The manifest of a published version in ``directory``: version, step, the safetensors'
+    tensor count, every file's size and CRC-32."""
+    from safetensors import safe_open
+
+    with safe_open(str(directory / "model.safetensors"), framework="pt") as fh:
+        n_tensors = len(list(fh.keys()))
+    files = {
+        p.relative_to(directory).as_posix(): {"size": p.stat().st_size, "crc32": crc32(p)}
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+    return {
+        "format": WEIGHTS_FORMAT,
+        "version": int(version),
+        "step": int(step),
+        "tensors": n_tensors,
+        "created_unix_s": time.time(),
+        "files": files,
+    }
+
+
+def _rename_into_place(tmp: Path, final: Path, trash: Path) -> None:
+    """Rename the finished ``tmp`` to ``final``; an existing ``final`` (an earlier, interrupted
+    run's, complete or not) is first renamed to ``trash`` and deleted."""
+    if final.exists():
+        os.rename(final, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    os.rename(tmp, final)
 
 
 def prune_published(root: str | os.PathLike, keep: int, grace_s: float, now: float | None = None) -> list[Path]:

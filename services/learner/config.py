@@ -52,6 +52,12 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     # -- batch and optimizer -----------------------------------------------------------------
     batch_groups: int = Field(8, ge=1, le=4096, description="trajectory groups per learner step")
     micro_batch_size: int = Field(8, ge=1, le=4096, description="sequences per forward/backward pass (gradient accumulation)")
+    parallelism: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="under torchrun (K ranks): ddp keeps a whole copy of the model per rank and all-reduces "
+        "gradients; fsdp shards parameters, gradients and optimizer state over the ranks (FSDP2 fully_shard per "
+        "decoder layer, then the root), for a model that does not fit one device. Ignored in one process",
+    )
     lr: float = Field(1e-6, gt=0, le=1, description="peak learning rate of AdamW")
     warmup_steps: int = Field(0, ge=0, le=10_000_000, description="steps of linear learning-rate warm-up from 0 (then constant)")
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW decoupled weight decay")
@@ -194,6 +200,15 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         None, description="where --report-to writes: DIR/tensorboard and wandb's run folder (default CHECKPOINT_DIR/reports)"
     )
     log_level: LogLevel = "INFO"
+
+    @model_validator(mode="after")
+    def _fsdp_without_lora(self):
+        if self.parallelism == "fsdp" and self.lora:
+            raise ValueError(
+                "parallelism ('fsdp') with lora: the adapters are not sharded here; "
+                "train LoRA with --parallelism ddp (its weights fit one device), or all weights with fsdp (--no-lora)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -24,6 +24,16 @@ One step on K ranks:
    format, so a checkpoint is loadable by a job of any size) and acknowledges after the
    checkpoint; other ranks only load checkpoints.
 
+With ``parallelism fsdp`` (FSDP2, for a model whose full fine-tune does not fit one device), step 4
+runs on a model sharded in place by :func:`fully_shard_layers` (each decoder layer, then the root;
+the optimizer is built after, over the shards): parameters are all-gathered for each layer's
+forward and backward, gradients reduce-scattered (averaged, so the loss is scaled by K as under
+DDP), and ``set_requires_gradient_sync(False)`` stands in for ``no_sync()``. Step 5 gathers the
+whole weights and optimizer state onto rank 0's CPU (:func:`full_model_state`,
+:func:`full_optimizer_state`: collectives every rank joins), still in the one-process format;
+resuming, rank 0 reads the checkpoint and :func:`load_full_state` broadcasts it, each rank keeping
+its shard. The KL reference model (``kl_coef > 0``) is not sharded: a whole copy per rank.
+
 Rank 0 tells the other ranks when it stops (SIGTERM, ``max_steps`` is counted by all ranks alike)
 with a header whose stop flag is set; ranks > 0 never stop on their own.
 """
@@ -35,6 +45,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -58,6 +69,7 @@ class Distributed:
     world_size: int
     local_rank: int
     backend: str = ""
+    sharded: bool = False  # FSDP2 (``parallelism fsdp``), set by :meth:`wrap`
 
     @property
     def is_main(self) -> bool:
@@ -109,9 +121,16 @@ class Distributed:
             "rank %d of %d (local rank %d) on %s, backend %s", self.rank, self.world_size, self.local_rank, device, self.backend
         )
 
-    def wrap(self, model, device: torch.device):
-        """The model that trains: ``DistributedDataParallel(model)`` (its gradients all-reduced);
-        ``model`` itself keeps the weights (saved, loaded, used as the KL reference under LoRA)."""
+    def wrap(self, model, device: torch.device, parallelism: str = "ddp"):
+        """The model that trains. ``ddp``: ``DistributedDataParallel(model)`` (its gradients
+        all-reduced); ``model`` itself keeps the weights (saved, loaded, used as the KL reference
+        under LoRA). ``fsdp``: ``model`` itself, sharded in place by FSDP2 (:func:`fully_shard` on
+        each decoder layer, then the root): each rank holds 1/K of every parameter, gradient and
+        (once the optimizer is built over the sharded parameters) optimizer state; its weights are
+        read and written only whole (:meth:`full_model_state`, :meth:`load_full_state`)."""
+        self.sharded = parallelism == "fsdp"
+        if self.sharded:
+            return fully_shard_layers(model)
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -188,7 +207,23 @@ class Distributed:
             else:
                 mb = batch.slice(0, 1)
                 mb.completion_mask = torch.zeros_like(mb.completion_mask)
-            yield mb, (model.no_sync() if i < n_micro - 1 else contextlib.nullcontext())
+            yield mb, (self._no_sync(model) if i < n_micro - 1 else contextlib.nullcontext())
+
+    def _no_sync(self, model) -> contextlib.AbstractContextManager:
+        """A micro-batch whose gradients are not yet reduced across ranks: ``no_sync()`` under DDP,
+        ``set_requires_gradient_sync(False)`` under FSDP2 (unsharded gradients accumulate)."""
+        if not self.sharded:
+            return model.no_sync()
+
+        @contextlib.contextmanager
+        def unsynced():
+            model.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                model.set_requires_gradient_sync(True)
+
+        return unsynced()
 
     @property
     def loss_scale(self) -> float:
@@ -204,6 +239,89 @@ class Distributed:
         values = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=self._comm_device)  # (M,)
         dist.all_reduce(values)
         return dict(zip(keys, values.tolist(), strict=True))
+
+
+# -- FSDP2: sharding, and whole state dicts in the one-process format -------------------------------
+def fully_shard_layers(model):
+    """Shard ``model`` in place with FSDP2: :func:`torch.distributed.fsdp.fully_shard` on every
+    decoder layer (modules whose class name ends in ``DecoderLayer``, as in Hugging Face causal
+    LMs), then on the root (embeddings, final norm, head). Returns ``model``.
+
+    Raises:
+        InvalidArgument: the model has no decoder layers to shard one by one.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    if not layers:
+        raise InvalidArgument(
+            f"parallelism ('fsdp'): {type(model).__name__} has no *DecoderLayer modules to shard; use --parallelism ddp"
+        )
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def tied_aliases(model) -> dict[str, str]:
+    """{alias name: kept name} of parameters that appear under two names (tied embeddings), the
+    first name in module order kept, as :func:`prioreplay.models.save_weights` keeps it."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            aliases[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return aliases
+
+
+def full_model_state(model) -> dict[str, Any]:
+    """The whole weights of an FSDP2-sharded ``model``, gathered onto rank 0's CPU (every rank
+    must call it; ranks > 0 get ``{}``), tied aliases left out as one process saves them."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state: dict[str, Any] = dict(get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
+    for alias in tied_aliases(model):
+        state.pop(alias, None)
+    return state
+
+
+def full_optimizer_state(model, optimizer) -> dict:
+    """The whole optimizer state of an FSDP2 job on rank 0 (``{}`` on ranks > 0; every rank must
+    call it), in the one-process format ``optimizer.state_dict()`` has: parameters numbered
+    0, 1, … in the order of the optimizer's groups, so a job of any size loads it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    by_name: Any = get_optimizer_state_dict(model, optimizer, options=options)
+    if not by_name:
+        return {}
+    ids: dict[str, int] = {}
+    groups = [{**g, "params": [ids.setdefault(n, len(ids)) for n in g["params"]]} for g in by_name["param_groups"]]
+    return {"state": {ids[n]: v for n, v in by_name["state"].items()}, "param_groups": groups}
+
+
+def load_full_state(model, optimizer, weights: dict, optimizer_state: dict) -> None:
+    """Load whole weights and a one-process optimizer state (``optimizer.state_dict()``'s
+    format), read on rank 0, into an FSDP2-sharded ``model`` and its optimizer on every rank
+    (broadcast from rank 0, each rank keeping its shard). Ranks > 0 pass ``{}`` and ``{}``.
+    Every rank must call it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    for alias, kept in tied_aliases(model).items():
+        if kept in weights:
+            weights[alias] = weights[kept]
+    set_model_state_dict(model, weights, options=options)
+    by_name: dict = {}
+    if optimizer_state:
+        names = [n for n, p in model.named_parameters() if p.requires_grad]  # the optimizer's order (policy.py)
+        by_name = {
+            "state": {names[i]: v for i, v in optimizer_state["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in optimizer_state["param_groups"]],
+        }
+    set_optimizer_state_dict(model, optimizer, by_name, options=options)
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Distributed | None:

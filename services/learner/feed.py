@@ -21,6 +21,17 @@ keeps the bookkeeping that makes a crash lose no update:
   What it pulled is held and acknowledged like any other group, so a crash loses nothing (the
   groups are redelivered); a prefetched group is trained at most one step later than it would be.
 
+**Staleness.** Policy versions are learner steps: the weights after optimizer step N are version
+N. The staleness of a group is ``newest published version − its policy_version`` in steps
+(corrected for the versions a crash rolled back: :class:`Rollback`): it counts only versions the workers could
+have loaded. Measured from the learner's own unpublished steps instead, every group from the newest
+published version would turn stale ``max_staleness`` steps after it when ``publish_every`` is
+larger (``--publish-every 8 --max-staleness 4``: the groups of version 8 from step 14 on, before
+version 16 exists), and the step that would publish the next version could never fill its batch
+(NeMo-RL #3220). A group from the newest published version is never stale, so the learner always
+makes progress; within one publish interval the weights are up to ``publish_every − 1`` steps
+ahead of the freshest group, by the user's choice.
+
 Distributed training: one consumer identity owns one feed (rank 0 of a torchrun job); it pulls
 once per step, the step splits the groups across ranks, and rank 0 acknowledges after the
 checkpoint. Other ranks hold no feed.
@@ -273,3 +284,31 @@ class TrajectoryFeed:
             self._call("AckTrajectories", self.source.ack, ids)
             self._held.clear()
         return len(ids)
+
+
+def retry_outages(what: str, fn: Callable[[], Any], should_stop: Callable[[], bool], max_sleep_s: float, on_outage=None) -> Any:
+    """``fn()``; while the server answers UNAVAILABLE (store or network outage, after the client's
+    own retries) or INTERNAL, log it, call ``on_outage()`` and back off (0.5 s doubling up to
+    ``max_sleep_s`` seconds) instead of raising. Returns None when ``should_stop()`` turned true
+    while waiting.
+
+    A step that failed after its optimizer step (at the ack or the publish) leaves its groups
+    unacknowledged: they are delivered again (at least once), never lost.
+    """
+    from prioreplay.errors import Internal, StoreUnavailable
+
+    delay = 0.5
+    while True:
+        try:
+            return fn()
+        except (StoreUnavailable, Internal) as e:
+            level = logging.ERROR if isinstance(e, Internal) else logging.WARNING
+            log.log(level, "%s: %s; retrying in %.1f s", what, e, delay)
+            if on_outage is not None:
+                on_outage()
+            deadline = time.monotonic() + delay
+            while not should_stop() and time.monotonic() < deadline:
+                time.sleep(min(0.1, delay))
+            if should_stop():
+                return None
+            delay = min(delay * 2, max_sleep_s)

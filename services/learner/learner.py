@@ -27,16 +27,9 @@ checkpoint holds its update: a learner killed at any point resumes from its newe
 gets every group trained after it back (its own pending groups, ``include_own_pending``), so no
 update is lost; some are recomputed (at-least-once). That bookkeeping is the feed's (:mod:`~.feed`).
 
-Policy versions are learner steps: the weights after optimizer step N are version N. The staleness
-of a group is ``newest published version − its policy_version`` in steps (corrected for the
-versions a crash rolled back: :class:`~.feed.Rollback`): it counts only versions the workers could
-have loaded. Measured from the learner's own unpublished steps instead, every group from the newest
-published version would turn stale ``max_staleness`` steps after it when ``publish_every`` is
-larger (``--publish-every 8 --max-staleness 4``: the groups of version 8 from step 14 on, before
-version 16 exists), and the step that would publish the next version could never fill its batch
-(NeMo-RL #3220). A group from the newest published version is never stale, so the learner always
-makes progress; within one publish interval the weights are up to ``publish_every − 1`` steps
-ahead of the freshest group, by the user's choice.
+Policy versions are learner steps: the weights after optimizer step N are version N. A group's
+staleness counts the versions published since its own, which the workers could have loaded (why,
+and the correction after a crash: :mod:`~.feed`, "Staleness").
 
 New log-probs are computed by teacher forcing under the distribution each group was sampled from,
 read from the group itself (``sampling_temperature``, ``sampling_top_p``; 0 = not sent = 1):
@@ -60,17 +53,15 @@ import torch
 
 from prioreplay.channel import timed_call
 from prioreplay.checkpoint_reader import latest_complete
-from prioreplay.learner import checkpoint as ckpt
-from prioreplay.learner import policy
-from prioreplay.learner.batch import Batch, collate, token_logprobs
+from prioreplay.learner import persistence, policy
+from prioreplay.learner.batch import Batch, collate
 from prioreplay.learner.config import LearnerConfig
 from prioreplay.learner.distributed import Distributed
-from prioreplay.learner.feed import TrajectoryFeed
+from prioreplay.learner.feed import TrajectoryFeed, retry_outages
 from prioreplay.learner.filters import Sorted, sort_groups
 from prioreplay.learner.interfaces import LearnerClient
-from prioreplay.learner.loss import default_normalizer, group_advantages, grpo_loss
-from prioreplay.learner.metrics import LearnerMetrics, step_sizes
-from prioreplay.weights_transport import published_uri
+from prioreplay.learner.loss import default_normalizer, group_advantages, micro_batch_loss
+from prioreplay.learner.metrics import LearnerMetrics, step_sizes, step_summary
 
 log = logging.getLogger(__name__)
 
@@ -130,26 +121,11 @@ class Learner:
         self.client: LearnerClient = client  # type: ignore[assignment]
         self.device = dist.device(config.device) if dist else torch.device(policy.pick_device(config.device))
         self.model_dir = Path(model_dir) if model_dir else models.resolve_model(config.model, config.cache_dir)
-        torch.manual_seed(config.seed)
-        random.seed(config.seed)
-        self.tokenizer = models.load_tokenizer(self.model_dir)
-        self.model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=str(self.device))
-        self.ref_model = None
-        self._resume_path = latest_complete(config.checkpoint_dir)
-        if config.lora and self._resume_path is not None:  # merged weights go in before the adapters wrap the model
-            models.load_weights(self.model, self._resume_path)
-        if config.lora:
-            self.model = policy.wrap_lora(self.model, config.lora_rank)
-        # the KL reference is the initial policy (--model), never a checkpoint: a frozen copy, except
-        # for LoRA before any checkpoint, whose adapter-free base still is the initial model. A LoRA
-        # resume merged the checkpoint into the base, so the base would anchor KL to resumed weights.
-        if config.kl_coef > 0 and (not config.lora or self._resume_path is not None):
-            self.ref_model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=str(self.device))
-            self.ref_model.requires_grad_(False)
+        self._load_policy()  # tokenizer, model (LoRA-wrapped), KL reference; finds the checkpoint to resume
         self.model.train()
         if dist is not None:
             dist.start(self.device)
-        self.train_model = dist.wrap(self.model, self.device) if dist else self.model  # what runs forward/backward
+        self.train_model = dist.wrap(self.model, self.device, config.parallelism) if dist else self.model  # what trains
         self.optimizer, self.scheduler = policy.optimizer_and_schedule(
             self.model, config.lr, config.weight_decay, config.warmup_steps
         )
@@ -160,22 +136,48 @@ class Learner:
         self.last_publish_step = -1
         self.stop_requested = False
         self._pad_id = self.tokenizer.pad_token_id
-        if feed is OWN_FEED:
-            feed = TrajectoryFeed(
-                self.client,
-                config.consumer,
-                config.batch_groups,
-                config.pull_wait_s,
-                config.batch_timeout_s,
-                call=self._rpc,
-                prefetch_call=lambda method, fn, *args: timed_call(self._observe_prefetch, method, fn, *args),
-                should_stop=lambda: self.stop_requested,
-            )
-        self.feed: TrajectoryFeed = feed  # None on ranks > 0 (see self.client); checked where they get here
+        self.feed: TrajectoryFeed = self._own_feed() if feed is OWN_FEED else feed  # None on ranks > 0 (see self.client)
         self._trained_at_checkpoint: list[str] = []  # from the checkpoint resumed
         self._publish_dtype = policy.publish_dtype(config.publish_dtype, self.model_dir)
         self._rpc_s = 0.0  # seconds in RPCs during the current step, long-polling pulls excluded
         self._pull_s = 0.0  # seconds in PullTrajectories during the current step (mostly waiting for groups)
+
+    def _load_policy(self) -> None:
+        """Seed, then load the tokenizer, the model (LoRA-wrapped with ``lora``) and the frozen KL
+        reference; find the newest complete checkpoint (loaded by :meth:`resume`)."""
+        from prioreplay import models
+
+        cfg, device = self.config, str(self.device)
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        self.tokenizer = models.load_tokenizer(self.model_dir)
+        self.model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=device)
+        self.ref_model = None
+        self._resume_path = latest_complete(cfg.checkpoint_dir)
+        if cfg.lora and self._resume_path is not None:  # merged weights go in before the adapters wrap the model
+            models.load_weights(self.model, self._resume_path)
+        if cfg.lora:
+            self.model = policy.wrap_lora(self.model, cfg.lora_rank)
+        # the KL reference is the initial policy (--model), never a checkpoint: a frozen copy, except
+        # for LoRA before any checkpoint, whose adapter-free base still is the initial model. A LoRA
+        # resume merged the checkpoint into the base, so the base would anchor KL to resumed weights.
+        if cfg.kl_coef > 0 and (not cfg.lora or self._resume_path is not None):
+            self.ref_model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=device)
+            self.ref_model.requires_grad_(False)
+
+    def _own_feed(self) -> TrajectoryFeed:
+        """The :class:`TrajectoryFeed` over :attr:`client` (the ``OWN_FEED`` default)."""
+        cfg = self.config
+        return TrajectoryFeed(
+            self.client,
+            cfg.consumer,
+            cfg.batch_groups,
+            cfg.pull_wait_s,
+            cfg.batch_timeout_s,
+            call=self._rpc,
+            prefetch_call=lambda method, fn, *args: timed_call(self._observe_prefetch, method, fn, *args),
+            should_stop=lambda: self.stop_requested,
+        )
 
     # -- versions --------------------------------------------------------------------------
     @property
@@ -197,61 +199,27 @@ class Learner:
     def _observe_prefetch(self, method: str, seconds: float) -> None:
         self.metrics.rpc_seconds.labels(method).observe(seconds)  # overlaps the step: not its RPC time
 
-    # -- start-up ----------------------------------------------------------------------------
+    # -- start-up, publish, checkpoint (:mod:`~.persistence`) -------------------------------
     def resume(self) -> Path | None:
-        """Load the newest complete checkpoint of ``checkpoint_dir`` (if any), then make sure the
-        version never goes below the server's. Returns the checkpoint loaded, or None."""
-        path = self._resume_path  # found (and verified) at construction
-        if path is not None:
-            self.load_checkpoint(path)
-        if self.feed is None:  # a rank > 0 of a distributed job: rank 0 alone talks to the server
-            return path
-        if path is not None:
-            ack = self.feed.acknowledge_checkpointed(self._trained_at_checkpoint)  # killed before their ack
-            if ack is not None:
-                log.info("acknowledged %d groups trained into %s (%d already acknowledged)", ack.acked, path, ack.unknown)
-        server_stats = self._rpc("GetStats", self.client.stats)
-        server_version = server_stats.policy_version
-        # versions published after this checkpoint came from weights a crash rolled back; the steps
-        # that made them are recomputed on the same groups, so those groups keep their original age
-        self.feed.start(getattr(server_stats, "pending_groups", 0), server_version, self.current_version)
-        if server_version > self.current_version:
-            log.warning(
-                "the server's policy version (%d) is ahead of this learner's (%d, checkpoint %s): "
-                "numbering new versions after it",
-                server_version,
-                self.current_version,
-                path,
-            )
-            self.version = server_version
-        self.metrics.step.set(self.step_count)
-        self.metrics.policy_version.set(self.version)
-        return path
+        """Load the newest complete checkpoint, if any (:func:`~.persistence.resume`)."""
+        return persistence.resume(self)
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Restore weights, optimizer, scheduler, step, version and RNG states from ``path``.
+        """Restore the training state from ``path`` (:func:`~.persistence.load_checkpoint`)."""
+        persistence.load_checkpoint(self, path)
 
-        Raises:
-            CheckpointError: the checkpoint is partial or altered (nothing is changed).
-            InvalidArgument: its weights do not fit the model.
-        """
-        from prioreplay import models
+    def publish(self) -> Path | None:
+        """Publish the current weights as policy version N (:func:`~.persistence.publish`)."""
+        return persistence.publish(self)
 
-        state = ckpt.load_trainer_state(path)  # verifies every file first
-        if self.config.lora:  # the merged weights were loaded before wrapping (see __init__)
-            log.warning("LoRA: %s holds merged weights; adapters and optimizer state restart from zero", path)
-        else:
-            models.load_weights(self.model, path)
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step_count, self.version = int(state["step"]), int(state["policy_version"])
-        # groups whose update this checkpoint holds; a crash may have come before their ack
-        self._trained_at_checkpoint = [str(x) for x in state.get("trained_group_ids", [])]
-        self.last_checkpoint_step = self.step_count
-        if self.version >= self.step_count:  # these weights were published (as this version or before)
-            self.last_publish_step = self.step_count
-        ckpt.set_rng_state(state["rng"])
-        log.info("resumed from %s: step %d, policy version %d", path, self.step_count, self.version)
+    def checkpoint(self) -> Path | None:
+        """Write checkpoint ``step-N``, then acknowledge the held groups (:func:`~.persistence.checkpoint`)."""
+        return persistence.checkpoint(self)
+
+    @property
+    def publish_dir(self) -> Path:
+        """Where published versions ``v-N/`` go (``publish_dir``, default ``checkpoint_dir/published``)."""
+        return self.config.publish_root()
 
     # -- one step ----------------------------------------------------------------------------
     def step(self) -> StepResult:
@@ -280,12 +248,7 @@ class Learner:
             return StepResult(False, record)
 
         # --- 3. advantages per group --------------------------------------------------------------
-        advantages = [
-            group_advantages(
-                torch.tensor([[c.reward for c in g.completions]], dtype=torch.float32), cfg.advantage, cfg.advantage_eps
-            )[0]
-            for g in fates.used
-        ]  # (G,) each
+        advantages = self._advantages(fates.used)  # (G,) each
 
         # --- 4. collate; 5. forward/backward in micro-batches, optimizer step ---------------------
         batch = collate(fates.used, advantages, self._pad_id, mask_truncated=cfg.truncated == "mask")
@@ -308,19 +271,23 @@ class Learner:
             self.checkpoint()
         t["end"] = time.perf_counter()
 
-        record.update(
-            step=self.step_count,
-            policy_version=self.version,
-            published=published,
-            checkpointed=checkpointed,
-            groups_unacked=len(self.feed.held) if self.feed else 0,
-            **metrics,
-            rpc_s=self._rpc_s,
-            pull_s=self._pull_s,
-            **step_sizes(batch, fates.ages, t),
-        )
-        self.metrics.record(record)
+        record.update(published=published, checkpointed=checkpointed, **metrics, **step_sizes(batch, fates.ages, t))
+        self._record(record)
         return StepResult(True, record, [g.group_id for g in (*fates.used, *fates.dropped)])
+
+    def _advantages(self, groups: Sequence) -> list[torch.Tensor]:
+        """Each group's (G,) advantages from its rewards (:func:`~.loss.group_advantages`)."""
+        cfg = self.config
+        rewards = [torch.tensor([[c.reward for c in g.completions]], dtype=torch.float32) for g in groups]  # (1, G) each
+        return [group_advantages(r, cfg.advantage, cfg.advantage_eps)[0] for r in rewards]  # (G,) each
+
+    def _record(self, record: dict[str, Any]) -> None:
+        """Add the step, version, held groups and RPC seconds to a trained step's ``record``, then
+        count it and write its JSON line (:meth:`~.metrics.LearnerMetrics.record`)."""
+        held = len(self.feed.held) if self.feed else 0
+        record.update(step=self.step_count, policy_version=self.version, groups_unacked=held)
+        record.update(rpc_s=self._rpc_s, pull_s=self._pull_s)
+        self.metrics.record(record)
 
     def _share(self, fates: Sorted) -> None:
         """Distributed: replace ``fates.used`` by rank 0's used groups on every rank (other ranks
@@ -336,21 +303,7 @@ class Learner:
         dropped ones at once (no update to lose) and give the deferred ones back to the feed."""
         cfg = self.config
         out = sort_groups(groups, lambda v: self.feed.age(v, self.version), cfg.max_staleness, cfg.max_sequence_tokens)
-        if out.truncated:
-            self.metrics.truncated_completions.inc(out.truncated)
-        for g, why in out.invalid:
-            log.warning("dropping group %s of problem %r: %s", g.group_id, g.problem_id, why)
-        if out.deferred:
-            log.info(
-                "%d groups sampled at another temperature or top-p than %s: deferred to a later step",
-                len(out.deferred),
-                out.sampling,
-            )
-        for fate, n in out.counts.items():
-            if fate != "deferred" and n:
-                self.metrics.groups.labels(fate).inc(n)
-        for a in out.ages:
-            self.metrics.staleness.observe(max(0, a))
+        self.metrics.count_sorted(out)
         self.feed.drop([g.group_id for g in out.dropped])
         self.feed.put_back(out.deferred)
         return out
@@ -388,7 +341,7 @@ class Learner:
         totals: dict[str, float] = {}
         for mb, sync in self._micro_batches(batch):
             with sync:
-                loss, m = self._micro_batch_loss(mb, norm)
+                loss, m = micro_batch_loss(self.train_model, self._reference, mb, cfg, self.device, norm)
                 (loss * self.dist.loss_scale if self.dist else loss).backward()
             for k, v in {"loss": loss.detach(), **m}.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
@@ -413,134 +366,15 @@ class Learner:
             return self.dist.micro_batches(batch, size, self.train_model)
         return ((batch.slice(s, s + size), contextlib.nullcontext()) for s in range(0, len(batch), size))
 
-    def _micro_batch_loss(self, mb: Batch, normalizer: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The GRPO loss of one micro-batch, divided by the whole batch's ``normalizer``."""
-        cfg = self.config
-        dev = self.device
-        ids, attn = mb.input_ids.to(dev), mb.attention_mask.to(dev)  # (b, t)
-        with policy.autocast(self.device):
-            logprobs, entropy = token_logprobs(
-                self.train_model, ids, attn, mb.temperature, with_entropy=True, top_p=mb.top_p
-            )  # (b, t-1)
-            ref_logprobs = None
-            if cfg.kl_coef > 0:
-                with torch.no_grad(), policy.reference(self.model, self.ref_model) as ref:
-                    ref_logprobs, _ = token_logprobs(ref, ids, attn, mb.temperature, top_p=mb.top_p)  # (b, t-1)
-        return grpo_loss(
-            logprobs,
-            mb.behaviour_logprobs.to(dev),
-            mb.advantages.to(dev),
-            mb.completion_mask.to(dev),
-            cfg.eps_low,
-            cfg.eps_high,
-            cfg.aggregation,
-            ref_logprobs=ref_logprobs,
-            kl_coef=cfg.kl_coef,
-            entropies=entropy,
-            normalizer=normalizer,
-            dual_clip_c=cfg.dual_clip_c or None,
-        )
-
-    # -- checkpoint + publish --------------------------------------------------------------
-    def trainer_state(self, version: int) -> dict[str, Any]:
-        """Optimizer, scheduler, step, ``version``, RNG states and the ids of the groups trained
-        since the previous checkpoint, acknowledged after this one (weights_only-loadable)."""
-        return {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "step": self.step_count,
-            "policy_version": version,
-            "rng": ckpt.rng_state(),
-            "trained_group_ids": self.feed.held,
-        }
-
-    @property
-    def publish_dir(self) -> Path:
-        """Where published versions ``v-N/`` go (``publish_dir``, default ``checkpoint_dir/published``)."""
-        return self.config.publish_root()
-
-    def publish(self) -> Path | None:
-        """Publish the current weights as policy version N = the step (or the next one above the
-        server's, if it was ahead): ``PUBLISH_DIR/v-N/`` (weights only, in the publish dtype,
-        manifest last, renamed into place), then ``PublishPolicy``. Returns the version directory
-        (None on ranks > 0 of a distributed job: rank 0 publishes).
-
-        Publishing writes no optimizer state and acknowledges nothing (see :meth:`checkpoint`).
-        """
-        cfg = self.config
-        if self.feed is None:
-            self.last_publish_step = self.step_count
-            return None
-        version = self.step_count if self.step_count > self.version else self.version + 1
-        weights = policy.mergeable(self.model, cfg.lora)
-        path = ckpt.publish_weights(
-            self.publish_dir,
-            version,
-            self.step_count,
-            weights,
-            self.tokenizer,
-            dtype=self._publish_dtype,
-            keep=cfg.keep_published,
-            grace_s=cfg.publish_grace_s,
-        )
-        self._rpc("PublishPolicy", self.client.publish, version, published_uri(path, cfg.weights_base_url))
-        self.version = version
-        self.last_publish_step = self.step_count
-        self.metrics.policy_version.set(version)
-        log.info("step %d: published policy version %d (%s)", self.step_count, version, path)
-        return path
-
-    def checkpoint(self) -> Path | None:
-        """Write the full training checkpoint ``step-N`` (weights, optimizer, scheduler, step,
-        version, RNG; fsynced, renamed into place), then acknowledge every group trained since the
-        previous checkpoint: from now on a crash cannot lose their update. Returns the directory
-        (None on ranks > 0 of a distributed job: rank 0 checkpoints and acknowledges).
-        """
-        if self.feed is None:
-            self.last_checkpoint_step = self.step_count
-            return None
-        t0 = time.perf_counter()
-        cfg, state = self.config, self.trainer_state(self.version)
-        path = ckpt.save_checkpoint(
-            cfg.checkpoint_dir,
-            self.step_count,
-            policy.mergeable(self.model, cfg.lora),
-            self.tokenizer,
-            state,
-            config=cfg.model_dump(mode="json", exclude={"auth_token"}),
-            keep=cfg.keep_checkpoints,
-        )
-        self.last_checkpoint_step = self.step_count
-        acked = self.feed.acknowledge_held()
-        log.info(
-            "step %d: checkpoint %s in %.2f s; acknowledged %d groups", self.step_count, path, time.perf_counter() - t0, acked
-        )
-        return path
+    def _reference(self):
+        """The KL reference policy as a context (:func:`~.policy.reference`)."""
+        return policy.reference(self.model, self.ref_model)
 
     def _retrying(self, what: str, fn: Callable[[], Any]) -> Any:
-        """``fn()``; while the server answers UNAVAILABLE (store or network outage, after the client's
-        own retries) or INTERNAL, log it and back off (0.5 s doubling up to ``max_retry_sleep_s``)
-        instead of exiting. Returns None when a stop was requested while waiting.
-
-        A step that failed after its optimizer step (at the ack or the publish) leaves its groups
-        unacknowledged: they are delivered again (at least once), never lost.
-        """
-        from prioreplay.errors import Internal, StoreUnavailable
-
-        delay = 0.5
-        while True:
-            try:
-                return fn()
-            except (StoreUnavailable, Internal) as e:
-                level = logging.ERROR if isinstance(e, Internal) else logging.WARNING
-                log.log(level, "%s: %s; retrying in %.1f s", what, e, delay)
-                self.metrics.server_unavailable.inc()
-                deadline = time.monotonic() + delay
-                while not self.stop_requested and time.monotonic() < deadline:
-                    time.sleep(min(0.1, delay))
-                if self.stop_requested:
-                    return None
-                delay = min(delay * 2, self.config.max_retry_sleep_s)
+        """``fn()``, waiting out server outages (:func:`~.feed.retry_outages`); None after a stop."""
+        return retry_outages(
+            what, fn, lambda: self.stop_requested, self.config.max_retry_sleep_s, self.metrics.server_unavailable.inc
+        )
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> int:
@@ -553,17 +387,7 @@ class Learner:
             if result is None:
                 continue
             if result.trained and self.feed is not None:  # rank 0 logs for the job
-                r = result.record
-                log.info(
-                    "step %d: loss %.4f, groups %d (stale %d, zero-variance %d), %.1f tok/s, %.2fs",
-                    r["step"],
-                    r["loss"],
-                    r["groups_used"],
-                    r["groups_stale"],
-                    r["groups_zero_variance"],
-                    r["tokens_per_s"],
-                    r["wait_s"] + r["compute_s"] + r["publish_s"],
-                )
+                log.info("%s", step_summary(result.record))
         if self.dist is not None and self.dist.is_main and not (cfg.max_steps and self.step_count >= cfg.max_steps):
             self.dist.share_groups([], stop=True)  # the other ranks wait for the next step's groups: stop them
         if self.step_count > 0 and self.step_count > self.last_publish_step:

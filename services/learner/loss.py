@@ -15,6 +15,8 @@ from typing import Literal
 import torch
 
 from prioreplay.errors import InvalidArgument
+from prioreplay.learner import policy
+from prioreplay.learner.batch import Batch, token_logprobs
 
 AdvantageMode = Literal["grpo", "drgrpo"]
 Aggregation = Literal["token-mean", "seq-mean"]
@@ -227,3 +229,43 @@ def grpo_loss(
         if entropies is not None:
             metrics["entropy"] = _aggregate(entropies.detach().to(logprobs.dtype), mask, aggregation, norm)
     return loss, metrics
+
+
+def micro_batch_loss(model, reference, mb: Batch, cfg, device: torch.device, normalizer: float):
+    """The GRPO loss (:func:`grpo_loss`) of one micro-batch under ``model``, divided by the whole
+    batch's ``normalizer``: new log-probs and entropies by teacher forcing (:func:`~.batch.token_logprobs`,
+    under bf16 autocast on CUDA), and with ``cfg.kl_coef > 0`` the reference's log-probs, with no
+    gradient, from ``reference()`` (a context giving the KL reference model).
+
+    Args:
+        model: the policy that trains (wrapped for DDP or sharded for FSDP in a distributed job).
+        reference: a callable returning a context manager that yields the reference model.
+        mb: the micro-batch, b sequences of length t.
+        cfg: the :class:`~.config.LearnerConfig` (clipping, aggregation, KL coefficient).
+        device: where the tensors go.
+        normalizer: the whole batch's token or sequence count (:func:`default_normalizer`).
+
+    Returns:
+        (loss, figures) as :func:`grpo_loss` returns them.
+    """
+    ids, attn = mb.input_ids.to(device), mb.attention_mask.to(device)  # (b, t)
+    with policy.autocast(device):
+        logprobs, entropy = token_logprobs(model, ids, attn, mb.temperature, with_entropy=True, top_p=mb.top_p)  # (b, t-1)
+        ref_logprobs = None
+        if cfg.kl_coef > 0:
+            with torch.no_grad(), reference() as ref:
+                ref_logprobs, _ = token_logprobs(ref, ids, attn, mb.temperature, top_p=mb.top_p)  # (b, t-1)
+    return grpo_loss(
+        logprobs,
+        mb.behaviour_logprobs.to(device),
+        mb.advantages.to(device),
+        mb.completion_mask.to(device),
+        cfg.eps_low,
+        cfg.eps_high,
+        cfg.aggregation,
+        ref_logprobs=ref_logprobs,
+        kl_coef=cfg.kl_coef,
+        entropies=entropy,
+        normalizer=normalizer,
+        dual_clip_c=cfg.dual_clip_c or None,
+    )

@@ -37,7 +37,6 @@ def run(config: LearnerConfig) -> int:
         return _run_rank(config, dist)
     # Exactly learner_gpus, before torch touches CUDA; held until the process exits.
     claim_for_role(config, "learner", 0, config.device)
-    from prioreplay.errors import InvalidArgument
     from prioreplay.learner.learner import Learner
     from prioreplay.learner.metrics import LearnerMetrics
     from prioreplay.reporting import open_reporter
@@ -49,20 +48,12 @@ def run(config: LearnerConfig) -> int:
         config.model_dump(mode="json", exclude={"auth_token"}),
     )
     metrics = LearnerMetrics(config.log_file, reporter=report)
-    try:  # before the model loads: a taken port fails at once, and health checks and scrapes answer
-        server = metrics.serve(config.metrics_port)
-    except OSError as e:
-        raise InvalidArgument(
-            f"cannot serve /metrics on port {config.metrics_port} ({e.strerror}); choose another --metrics-port, or 0 to disable"
-        ) from None
+    server = _serve_metrics(metrics, config.metrics_port)  # before the model loads: health checks and scrapes answer
     weights_server, config = serve_weights(config)
     try:
         learner = Learner(config, metrics=metrics, dist=dist)
     except BaseException:
-        for s in (server, weights_server):
-            if s is not None:
-                s.shutdown()
-                s.server_close()
+        _shutdown(server, weights_server, close=True)
         raise
     log.info(
         "learner: model %s, %d groups per step, checkpoints in %s; waiting for trajectory groups from %s",
@@ -88,9 +79,33 @@ def run(config: LearnerConfig) -> int:
         learner.client.close()
         if dist is not None:
             dist.close(finished)
-        for s in (server, weights_server):
-            if s is not None:
-                s.shutdown()
+        _shutdown(server, weights_server)
+
+
+def _serve_metrics(metrics, port: int):
+    """Serve ``metrics`` on /metrics at ``port`` (0: not served, None returned); a taken port
+    fails at once.
+
+    Raises:
+        InvalidArgument: the port is taken.
+    """
+    from prioreplay.errors import InvalidArgument
+
+    try:
+        return metrics.serve(port)
+    except OSError as e:
+        raise InvalidArgument(
+            f"cannot serve /metrics on port {port} ({e.strerror}); choose another --metrics-port, or 0 to disable"
+        ) from None
+
+
+def _shutdown(*servers, close: bool = False) -> None:
+    """Stop each HTTP server that is not None (and, with ``close``, release its socket)."""
+    for s in servers:
+        if s is not None:
+            s.shutdown()
+            if close:
+                s.server_close()
 
 
 def serve_weights(config: LearnerConfig):

@@ -5,6 +5,7 @@ line per step in ``log_file``. Metric names are listed in docs/INTERFACES.md (``
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from prioreplay.learner.filters import FATES
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from prioreplay.reporting import Reporter
@@ -123,6 +126,23 @@ class LearnerMetrics:
             self.reporter.scalars("learner", rec, int(rec.get("step", 0)))
         self.write_line(rec)
 
+    def count_sorted(self, out) -> None:
+        """Count and log the fates of a step's pulled groups (a :class:`~.filters.Sorted`): groups by
+        fate (deferred ones are counted when used or dropped later), truncated completions, the
+        staleness of the used ones; a warning per malformed group."""
+        if out.truncated:
+            self.truncated_completions.inc(out.truncated)
+        for g, why in out.invalid:
+            log.warning("dropping group %s of problem %r: %s", g.group_id, g.problem_id, why)
+        if out.deferred:
+            n, sampling = len(out.deferred), out.sampling
+            log.info("%d groups sampled at another temperature or top-p than %s: deferred to a later step", n, sampling)
+        for fate, n in out.counts.items():
+            if fate != "deferred" and n:
+                self.groups.labels(fate).inc(n)
+        for a in out.ages:
+            self.staleness.observe(max(0, a))
+
     def write_line(self, rec: dict[str, Any]) -> None:
         """Append ``rec`` (with ``time_unix_s``; NaN/inf written as null) as one JSON line to the log file, if any."""
         if self.log_path is None:
@@ -159,4 +179,14 @@ def step_sizes(batch, ages: Sequence[int], t: dict[str, float]) -> dict[str, Any
         publish_s=t["checkpoint"] - t["publish"],
         checkpoint_s=t["end"] - t["checkpoint"],
         tokens_per_s=tokens / max(compute_s, 1e-9),
+    )
+
+
+def step_summary(record: dict[str, Any]) -> str:
+    """The log line of a trained step (rank 0 logs it for the job) from its JSON ``record``."""
+    r = record
+    seconds = r["wait_s"] + r["compute_s"] + r["publish_s"]
+    return (
+        f"step {r['step']}: loss {r['loss']:.4f}, groups {r['groups_used']} (stale {r['groups_stale']}, "
+        f"zero-variance {r['groups_zero_variance']}), {r['tokens_per_s']:.1f} tok/s, {seconds:.2f}s"
     )

@@ -115,7 +115,7 @@ def feed(
     """Register n problems, lease them, report one mixed group each, with behaviour log-probs at
     ``temperature`` (0: not sent, read as 1). Returns what was reported."""
     global _fed
-    from prioreplay.learner.learner import token_logprobs
+    from prioreplay.learner.batch import token_logprobs
     from prioreplay.models import apply_chat_template, load_causal_lm, load_tokenizer
 
     tok, model = load_tokenizer(tiny_dir), load_causal_lm(tiny_dir)
@@ -300,7 +300,8 @@ def test_the_kl_reference_is_the_initial_model_after_a_resume(server, client, ti
     """3 steps, stop, resume: with LoRA the checkpoint was merged into the base before wrapping, so
     disable_adapter() anchored the KL to the resumed weights, not the initial policy."""
     from prioreplay.learner import policy
-    from prioreplay.learner.learner import Learner, token_logprobs
+    from prioreplay.learner.batch import token_logprobs
+    from prioreplay.learner.learner import Learner
     from prioreplay.models import load_causal_lm
 
     cfg = make_config(server, tiny_dir, tmp_path, lora=lora, lora_rank=4, kl_coef=0.1, lr=5e-2)
@@ -561,7 +562,7 @@ def test_learner_logprobs_match_behaviour_logprobs_under_top_p(tiny_dir):
     """Workers at top-p 0.9 report log-probs renormalised over the nucleus; the learner's
     teacher-forced log-probs at the same top-p equal them (ratio 1 at step 0), while plain
     log_softmax(logits / T) does not (issue 13: mean |ratio − 1| was 0.098)."""
-    from prioreplay.learner.learner import collate, token_logprobs
+    from prioreplay.learner.batch import collate, token_logprobs
     from prioreplay.models import apply_chat_template
     from prioreplay.rollout_worker.backends.base import SamplingParams
     from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend

@@ -42,6 +42,7 @@ def _flags(cfg) -> list[str]:
         "checkpoint_dir",
         "batch_groups",
         "micro_batch_size",
+        "parallelism",
         "lr",
         "max_staleness",
         "publish_every",
@@ -118,10 +119,10 @@ def weights(path) -> dict[str, torch.Tensor]:
     return load_file(str(Path(path) / "model.safetensors"))
 
 
-def assert_same_weights(a: dict, b: dict) -> None:
+def assert_same_weights(a: dict, b: dict, atol: float = ATOL, rtol: float = RTOL) -> None:
     assert a.keys() == b.keys()
     for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=ATOL, rtol=RTOL, msg=name)
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=rtol, msg=name)
 
 
 @pytest.fixture
@@ -175,6 +176,45 @@ def test_two_ranks_train_as_one_and_checkpoints_move_between_job_sizes(servers, 
     assert_same_weights(weights(tmp_path / "a/ckpt/step-2"), weights(tmp_path / "b/ckpt/step-2"))
     for name, c in zip("ab", clients, strict=True):
         assert checkpoint_reader.latest_complete(tmp_path / name / "ckpt") == tmp_path / name / "ckpt/step-2"
+        assert c.stats().pending_groups == 0 and c.stats().policy_version == 2
+        c.close()
+
+
+#: FSDP2 on 2 ranks against one process: the gradient is reduce-scattered (summed in another order
+#: than one process's micro-batches) and the weights are all-gathered for each forward; float32.
+FSDP_ATOL, FSDP_RTOL = 1e-6, 1e-5
+
+
+def test_fsdp_on_two_ranks_trains_as_one_and_checkpoints_move_between_job_sizes(servers, tiny_dir, tmp_path):
+    """``--parallelism fsdp`` (FSDP2, gloo on the CPU): step 1 sharded over 2 ranks gives the
+    weights step 1 on 1 rank gives; the sharded job's checkpoint (gathered to the one-process
+    format) resumed on 1 rank, and a 1-rank checkpoint resumed sharded on 2 ranks, give the same
+    step 2 (weights and Adam state, which step 2's update depends on)."""
+    a, b = servers
+    clients = [_client(a), _client(b)]
+    for c in clients:
+        feed_same(c, tiny_dir, 4)  # 2 steps of 2 groups (16 sequences): shards of 4, micro-batches of 3 + 1
+    cfg_a = tl.make_config(a, tiny_dir, tmp_path / "a", lr=1e-3, parallelism="fsdp")
+    cfg_b = tl.make_config(b, tiny_dir, tmp_path / "b", lr=1e-3, parallelism="fsdp")
+
+    job = torchrun(cfg_a.model_copy(update={"max_steps": 1}))  # A: step 1 sharded on 2 ranks ...
+    _one_rank_steps(cfg_b, 1)  # B: step 1 on 1 rank (the setting is ignored in one process)
+    finish(job)
+    one_step = [weights(tmp_path / name / "ckpt/step-1") for name in "ab"]
+    assert_same_weights(*one_step, atol=FSDP_ATOL, rtol=FSDP_RTOL)
+    base = weights(tiny_dir)
+    assert any(not torch.equal(one_step[0][k], base[k]) for k in base)  # it trained
+    published = weights(tmp_path / "a/ckpt/published/v-1")
+    assert published.keys() == one_step[0].keys()  # the published version too: whole, tied aliases once
+    state = ckpt.load_trainer_state(tmp_path / "a/ckpt/step-1")
+    assert sorted(state["optimizer"]["state"]) == list(range(len(state["optimizer"]["state"])))  # one-process format
+    assert len(state["trained_group_ids"]) == 2 and clients[0].stats().pending_groups == 0
+
+    job = torchrun(cfg_b.model_copy(update={"max_steps": 2}))  # B: step 2 sharded on 2 ranks from the 1-rank step-1
+    _one_rank_steps(cfg_a, 2)  # A: step 2 on 1 rank from the sharded step-1
+    finish(job)
+    assert_same_weights(weights(tmp_path / "a/ckpt/step-2"), weights(tmp_path / "b/ckpt/step-2"), atol=FSDP_ATOL, rtol=FSDP_RTOL)
+    for c in clients:
         assert c.stats().pending_groups == 0 and c.stats().policy_version == 2
         c.close()
 

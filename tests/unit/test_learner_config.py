@@ -20,3 +20,24 @@ def test_scoring_truncated_completions_zero_is_refused_and_points_to_the_workers
     with pytest.raises(ValidationError, match=r"truncated \('zero'\).*--truncated-reward zero on the workers"):
         LearnerConfig(server="127.0.0.1:1", truncated="zero")
     assert LearnerConfig(server="127.0.0.1:1", truncated="keep").truncated == "keep"
+
+
+def test_fsdp_is_opt_in_and_refuses_lora_naming_the_way_out():
+    """FSDP shards all weights; LoRA adapters are not sharded here, so the pair is refused at start."""
+    assert LearnerConfig(server="127.0.0.1:1").parallelism == "ddp"
+    with pytest.raises(ValidationError, match=r"parallelism \('fsdp'\) with lora.*--parallelism ddp"):
+        LearnerConfig(server="127.0.0.1:1", parallelism="fsdp", lora=True)
+    assert LearnerConfig(server="127.0.0.1:1", parallelism="fsdp").parallelism == "fsdp"
+
+
+def test_fsdp_refuses_a_model_without_decoder_layers_before_sharding_anything():
+    import torch
+
+    from prioreplay.errors import InvalidArgument
+    from prioreplay.learner.distributed import fully_shard_layers, tied_aliases
+
+    with pytest.raises(InvalidArgument, match=r"Linear has no \*DecoderLayer modules.*--parallelism ddp"):
+        fully_shard_layers(torch.nn.Linear(2, 2))
+    tied = torch.nn.Sequential(torch.nn.Embedding(3, 2), torch.nn.Linear(2, 3, bias=False))
+    tied[1].weight = tied[0].weight
+    assert tied_aliases(tied) == {"1.weight": "0.weight"}  # the first name kept, as save_weights keeps it

@@ -1,0 +1,210 @@
+"""A learner's state on disk and at the server: resume, publish the weights, checkpoint and acknowledge.
+
+The jobs of a :class:`~.learner.Learner` besides its step, as functions of the learner (its
+methods of the same names call them):
+
+- :func:`resume`: load the newest complete checkpoint (found at construction), acknowledge the
+  groups it already holds, and never number a version below the server's;
+- :func:`publish`: the weights only, as policy version N (``PUBLISH_DIR/v-N/``), then
+  ``PublishPolicy``;
+- :func:`checkpoint`: the full training state ``step-N``, then acknowledge every group trained
+  since the previous checkpoint.
+
+The file formats are :mod:`~.checkpoint` (writing) and :mod:`prioreplay.checkpoint_reader`
+(reading, checks). In a distributed job rank 0 alone writes, publishes and acknowledges; the
+other ranks only load checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prioreplay.learner import checkpoint as ckpt
+from prioreplay.learner import distributed, policy
+from prioreplay.weights_transport import published_uri
+
+if TYPE_CHECKING:
+    from prioreplay.learner.learner import Learner
+
+log = logging.getLogger(__name__)
+
+
+def trainer_state(learner: Learner, version: int, optimizer: dict[str, Any]) -> dict[str, Any]:
+    """Optimizer (``optimizer``: its one-process state dict), scheduler, step, ``version``, RNG
+    states and the ids of the groups trained since the previous checkpoint, acknowledged after
+    this one (weights_only-loadable)."""
+    return {
+        "optimizer": optimizer,
+        "scheduler": learner.scheduler.state_dict(),
+        "step": learner.step_count,
+        "policy_version": version,
+        "rng": ckpt.rng_state(),
+        "trained_group_ids": learner.feed.held,
+    }
+
+
+# -- start-up --------------------------------------------------------------------------------------
+def resume(learner: Learner) -> Path | None:
+    """Load the newest complete checkpoint of ``checkpoint_dir`` (if any), then make sure the
+    version never goes below the server's. Returns the checkpoint loaded, or None."""
+    path = learner._resume_path  # found (and verified) at construction
+    if path is not None:
+        load_checkpoint(learner, path)
+    if learner.feed is None:  # a rank > 0 of a distributed job: rank 0 alone talks to the server
+        return path
+    if path is not None:
+        ack = learner.feed.acknowledge_checkpointed(learner._trained_at_checkpoint)  # killed before their ack
+        if ack is not None:
+            log.info("acknowledged %d groups trained into %s (%d already acknowledged)", ack.acked, path, ack.unknown)
+    server_stats = learner._rpc("GetStats", learner.client.stats)
+    server_version = server_stats.policy_version
+    # versions published after this checkpoint came from weights a crash rolled back; the steps
+    # that made them are recomputed on the same groups, so those groups keep their original age
+    learner.feed.start(getattr(server_stats, "pending_groups", 0), server_version, learner.current_version)
+    if server_version > learner.current_version:
+        log.warning(
+            "the server's policy version (%d) is ahead of this learner's (%d, checkpoint %s): numbering new versions after it",
+            server_version,
+            learner.current_version,
+            path,
+        )
+        learner.version = server_version
+    learner.metrics.step.set(learner.step_count)
+    learner.metrics.policy_version.set(learner.version)
+    return path
+
+
+def load_checkpoint(learner: Learner, path: str | Path) -> None:
+    """Restore weights, optimizer, scheduler, step, version and RNG states from ``path``.
+
+    Raises:
+        CheckpointError: the checkpoint is partial or altered (nothing is changed).
+        InvalidArgument: its weights do not fit the model.
+    """
+    from safetensors.torch import load_file
+
+    from prioreplay import models
+
+    state = ckpt.load_trainer_state(path)  # verifies every file first
+    if learner.config.lora:  # the merged weights were loaded before wrapping (see Learner.__init__)
+        log.warning("LoRA: %s holds merged weights; adapters and optimizer state restart from zero", path)
+    elif _sharded(learner):  # rank 0 reads the whole state, every rank keeps its shard
+        main = learner.feed is not None
+        weights = load_file(str(Path(path) / models.WEIGHTS_FILE)) if main else {}
+        distributed.load_full_state(learner.model, learner.optimizer, weights, state["optimizer"] if main else {})
+    else:
+        models.load_weights(learner.model, path)
+        learner.optimizer.load_state_dict(state["optimizer"])
+    learner.scheduler.load_state_dict(state["scheduler"])
+    learner.step_count, learner.version = int(state["step"]), int(state["policy_version"])
+    # groups whose update this checkpoint holds; a crash may have come before their ack
+    learner._trained_at_checkpoint = [str(x) for x in state.get("trained_group_ids", [])]
+    learner.last_checkpoint_step = learner.step_count
+    if learner.version >= learner.step_count:  # these weights were published (as this version or before)
+        learner.last_publish_step = learner.step_count
+    ckpt.set_rng_state(state["rng"])
+    log.info("resumed from %s: step %d, policy version %d", path, learner.step_count, learner.version)
+
+
+# -- publish + checkpoint --------------------------------------------------------------------------
+def publish(learner: Learner) -> Path | None:
+    """Publish the current weights as policy version N = the step (or the next one above the
+    server's, if it was ahead): ``PUBLISH_DIR/v-N/`` (weights only, in the publish dtype,
+    manifest last, renamed into place), then ``PublishPolicy``. Returns the version directory
+    (None on ranks > 0 of a distributed job: rank 0 publishes).
+
+    Publishing writes no optimizer state and acknowledges nothing (see :func:`checkpoint`).
+    """
+    cfg = learner.config
+    weights = _whole_weights(learner)  # every rank of an FSDP job gathers
+    if learner.feed is None:
+        learner.last_publish_step = learner.step_count
+        return None
+    version = learner.step_count if learner.step_count > learner.version else learner.version + 1
+    path = ckpt.publish_weights(
+        learner.publish_dir,
+        version,
+        learner.step_count,
+        weights,
+        learner.tokenizer,
+        dtype=learner._publish_dtype,
+        keep=cfg.keep_published,
+        grace_s=cfg.publish_grace_s,
+    )
+    learner._rpc("PublishPolicy", learner.client.publish, version, published_uri(path, cfg.weights_base_url))
+    learner.version = version
+    learner.last_publish_step = learner.step_count
+    learner.metrics.policy_version.set(version)
+    log.info("step %d: published policy version %d (%s)", learner.step_count, version, path)
+    return path
+
+
+def checkpoint(learner: Learner) -> Path | None:
+    """Write the full training checkpoint ``step-N`` (weights, optimizer, scheduler, step,
+    version, RNG; fsynced, renamed into place), then acknowledge every group trained since the
+    previous checkpoint: from now on a crash cannot lose their update. Returns the directory
+    (None on ranks > 0 of a distributed job: rank 0 checkpoints and acknowledges).
+    """
+    t0 = time.perf_counter()
+    weights, optimizer = _whole_weights(learner), _whole_optimizer(learner)  # every rank of an FSDP job gathers
+    if learner.feed is None:
+        learner.last_checkpoint_step = learner.step_count
+        return None
+    cfg = learner.config
+    path = ckpt.save_checkpoint(
+        cfg.checkpoint_dir,
+        learner.step_count,
+        weights,
+        learner.tokenizer,
+        trainer_state(learner, learner.version, optimizer),
+        config=cfg.model_dump(mode="json", exclude={"auth_token"}),
+        keep=cfg.keep_checkpoints,
+    )
+    learner.last_checkpoint_step = learner.step_count
+    acked = learner.feed.acknowledge_held()
+    log.info(
+        "step %d: checkpoint %s in %.2f s; acknowledged %d groups", learner.step_count, path, time.perf_counter() - t0, acked
+    )
+    return path
+
+
+# -- whole weights and optimizer state, gathered under FSDP ----------------------------------------
+def _sharded(learner: Learner) -> bool:
+    return learner.dist is not None and learner.dist.sharded
+
+
+def _whole_weights(learner: Learner) -> Any:
+    """What :func:`prioreplay.models.save_weights` writes: the model (LoRA: merged), or under FSDP
+    its weights gathered onto rank 0 (:class:`GatheredWeights`; a collective, every rank calls it).
+    None on ranks > 0, which write nothing."""
+    if _sharded(learner):
+        state = distributed.full_model_state(learner.model)
+        return GatheredWeights(learner.model, state) if learner.feed is not None else None
+    return policy.mergeable(learner.model, learner.config.lora) if learner.feed is not None else None
+
+
+def _whole_optimizer(learner: Learner) -> dict[str, Any]:
+    """The optimizer's one-process state dict (under FSDP gathered onto rank 0; a collective)."""
+    if _sharded(learner):
+        return distributed.full_optimizer_state(learner.model, learner.optimizer)
+    return learner.optimizer.state_dict() if learner.feed is not None else {}
+
+
+class GatheredWeights:
+    """An FSDP-sharded model's whole weights where :func:`prioreplay.models.save_weights` wants a
+    model: the gathered ``state`` (CPU tensors, tied aliases left out), the model's config and
+    generation config, its architecture named by the class it was before sharding."""
+
+    def __init__(self, model, state: dict[str, Any]):
+        self._state = state
+        self.config = model.config
+        self.generation_config = getattr(model, "generation_config", None)
+        if not getattr(self.config, "architectures", None):  # fully_shard renamed the class FSDP<name>
+            self.config.architectures = [type(model).__name__.removeprefix("FSDP")]
+
+    def state_dict(self, keep_vars: bool = False) -> dict[str, Any]:
+        """The gathered weights (``keep_vars`` is accepted and ignored: they are plain tensors)."""
+        return self._state
