@@ -74,7 +74,7 @@ from prioreplay.priority_server.records import (
     StoreStats,
 )
 from prioreplay.priority_server.redis_connection import RedisConnection
-from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
+from prioreplay.priority_server.samplers import SAMPLERS, step_seed
 from prioreplay.priority_server.store import (
     EXPIRE_LIMIT,
     TOMBSTONE_TTL_S,
@@ -426,7 +426,7 @@ class RedisStore(Store):
         now = float(self.clock())
         deadline = now + lease_timeout_s
         lease_id = secrets.token_hex(16)
-        quota = retest_quota(batch_size, cfg.retest_fraction) if self._sampler.retests else 0
+        rate = batch_size * cfg.retest_fraction if self._sampler.retests else 0.0  # samplers.retest_quota, in Lua
         keys = self._state_keys + [
             self._keys["problems"],
             self._keys["policy"],
@@ -449,7 +449,7 @@ class RedisStore(Store):
                     _f(deadline),
                     lease_id,
                     self._sampler.lua_branch,
-                    quota,
+                    _f(rate),
                     cfg.retest_interval,
                     _f(cfg.alpha),
                     expected,
