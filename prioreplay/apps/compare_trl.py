@@ -255,9 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         for arm in ("trl", "prioreplay"):
             log.info("seed %d, arm %s: %d steps of B=%d × G=%d", seed, arm, args.steps, args.batch, args.group_size)
             results.append(run_arm(args, arm, seed, model_dir, before))
-    summary = {"settings": {k: str(v) for k, v in vars(args).items()}, "runs": results, "arms": summarize(results)}
+    arms = summarize(results)
+    summary = {"settings": {k: str(v) for k, v in vars(args).items()}, "runs": results, "arms": arms}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    for arm, figures in summary["arms"].items():
+    for arm, figures in arms.items():
         line = ", ".join(f"{k} {v['mean']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}]" for k, v in figures.items())
         print(f"{arm:<10} {line}")
     return 0
