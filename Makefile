@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint demo compare test test-fast bench proto clean compose-smoke gpu-check k8s-tools
+.PHONY: install lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>. The strict editable install
 # links each source file into build/__editable__.*/ (a tree that mypy and editors follow), so the
@@ -42,6 +42,11 @@ demo: install
 # samplers side by side (default: the registry's default, heap, uniform; 3 seeds; one rollout budget)
 compare: install
 	$(BIN)/prioreplay compare $(ARGS)
+
+# TRL's own sampling vs PriorityGRPOTrainer, same model/data/seed/budget (prioreplay/apps/compare_trl.py);
+# e.g. make compare-trl ARGS="--seeds 1 --steps 20". Runs and summary.json under runs/compare-trl.
+compare-trl: install
+	$(BIN)/python -m prioreplay.apps.compare_trl $(ARGS)
 
 # k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py (installed once if missing)
 test: install lint k8s-tools

@@ -19,43 +19,10 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 from pathlib import Path
 
-import numpy as np
-
-
-def run_metrics(run_dir: Path) -> dict[str, float]:
-    """The three figures of one run (NaN when the run logged none).
-
-    Raises:
-        FileNotFoundError: the directory has no trainer_state.json.
-    """
-    path = run_dir / "trainer_state.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: call trainer.save_state() after trainer.train()")
-    history = json.loads(path.read_text())["log_history"]
-    steps = [h for h in history if "frac_reward_zero_std" in h]
-    rewards = [h["reward"] for h in steps if "reward" in h]
-    tail = rewards[-max(1, len(rewards) // 5) :] if rewards else []
-    evals = [h["eval_reward"] for h in history if "eval_reward" in h]
-    return {
-        "effective_group_fraction": float(np.mean([1 - h["frac_reward_zero_std"] for h in steps])) if steps else math.nan,
-        "final_reward": float(np.mean(tail)) if tail else math.nan,
-        "eval_reward": float(evals[-1]) if evals else math.nan,
-    }
-
-
-def interval(values: list[float], seed: int = 0, resamples: int = 10_000) -> tuple[float, float, float, int]:
-    """(mean, lo, hi, n): the mean and its 95% percentile-bootstrap interval, NaNs dropped."""
-    x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    if x.size == 0:
-        return math.nan, math.nan, math.nan, 0
-    means = x[np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(x.mean()), float(lo), float(hi), int(x.size)
+from prioreplay.apps.compare_trl import interval, run_metrics
 
 
 def main(argv: list[str] | None = None) -> int:

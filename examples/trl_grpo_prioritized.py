@@ -4,7 +4,7 @@
 problems from a prioreplay server (``PRIOREPLAY_SERVER``, default 127.0.0.1:50051): three lines
 differ (docs/INTEGRATIONS.md). Usage:
 
-    python examples/trl_grpo.py [MODEL] [OUTPUT_DIR] [MAX_STEPS] [SEED]
+    python examples/trl_grpo_prioritized.py [MODEL] [OUTPUT_DIR] [MAX_STEPS] [SEED]
 """
 
 import re
@@ -41,7 +41,7 @@ config = GRPOConfig(
     max_completion_length=16,
     learning_rate=1e-5,
     logging_steps=10,
-    save_steps=50,
+    save_strategy="no",  # no checkpoints: each holds the whole model and optimizer state
     report_to="none",
     seed=seed,
     use_cpu=not torch.cuda.is_available(),

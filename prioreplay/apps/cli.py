@@ -63,6 +63,12 @@ COMMANDS: dict[str, Command] = {
         "the whole system on one machine: server, workers, learner, report",
         extra="demo",
     ),
+    "model": Command(
+        "prioreplay.apps.model_config:ModelConfig",
+        "prioreplay.apps.model_config:run",
+        "prepare a model folder (convert an alias such as smollm2-135m once) and print its path",
+        extra="worker",
+    ),
     "compare": Command(
         "prioreplay.apps.compare_config:CompareConfig",
         "prioreplay.apps.compare:run",

@@ -25,13 +25,16 @@ return unchanged.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import math
 import os
+import signal
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -41,7 +44,7 @@ from torch.utils.data import Sampler
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.convert import outcome_to_proto, problem_to_proto
-from prioreplay.errors import InvalidArgument
+from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb
 
@@ -193,9 +196,14 @@ class _Lease:
     policy_version: int = 0
     rewards: dict[str, list[float]] = field(default_factory=dict)  # finite rewards, in arrival order
     slots: dict[str, int] = field(default_factory=dict)  # completions seen (None rewards included)
+    sizes: dict[str, int] = field(default_factory=dict)  # LeasedProblem.group_size where the server set it
+
+    def size(self, pid: str, group_size: int) -> int:
+        """Completions that complete ``pid``'s group: the server's per-problem size, else ``group_size``."""
+        return self.sizes.get(pid, group_size)
 
     def complete(self, group_size: int) -> bool:
-        return all(self.slots.get(p, 0) >= group_size for p in self.problem_ids)
+        return all(self.slots.get(p, 0) >= self.size(p, group_size) for p in self.problem_ids)
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -204,6 +212,7 @@ class _Lease:
             "policy_version": self.policy_version,
             "rewards": {k: list(v) for k, v in self.rewards.items()},
             "slots": dict(self.slots),
+            "sizes": dict(self.sizes),
         }
 
     @classmethod
@@ -214,6 +223,7 @@ class _Lease:
             policy_version=int(d.get("policy_version", 0)),
             rewards={str(k): [float(x) for x in v] for k, v in d.get("rewards", {}).items()},
             slots={str(k): int(v) for k, v in d.get("slots", {}).items()},
+            sizes={str(k): int(v) for k, v in d.get("sizes", {}).items()},
         )
 
 
@@ -253,12 +263,26 @@ class PrioritySampler(Sampler[int]):
             (as :meth:`flush`) and starts with new leases.
         lease_timeout_s: lease length asked for (0: the server's default, 600 s).
         wait_timeout_s: how long to wait for free problems when every other one is leased by
-            other clients before raising.
+            other clients before raising (the message says who holds them).
         source: ``"torch"``, ``"trl"`` or ``"verl"``: the server's metrics label for this client.
+        worker_id: the lease holder's name on the server (default ``<source>-<host>-<pid>``).
+        temperature, top_p: the sampling parameters the completions are drawn at, sent with every
+            group (``ProblemOutcome.sampling_temperature`` / ``sampling_top_p``; 0: not sent).
+        accepts_group_size: this loop generates :meth:`group_size_of` completions per problem, so
+            samplers with screening probes (``screened``, ...) may lease to it. False (TRL, verl:
+            one G for all): such a server refuses with FailedPrecondition naming the sampler and
+            the alternative.
 
     Raises:
-        InvalidArgument: bad sizes (the message names the value and the fix) or a bad dataset.
+        InvalidArgument: bad sizes or sampling parameters (the message names the value and the
+            fix) or a bad dataset.
+        FailedPrecondition: the server holds problems of other datasets (give the run its own
+            server or namespace).
         StoreUnavailable: the server cannot be reached (registration).
+
+    Leases are returned (groups reported as :meth:`flush` does) by :meth:`close`, the ``with``
+    block, at interpreter exit and on SIGTERM / SIGHUP; a killed process's leases expire after
+    ``lease_timeout_s``.
 
     Not thread-safe across iterators: one active ``__iter__`` at a time (``report`` may be called
     from any thread).
@@ -284,8 +308,42 @@ class PrioritySampler(Sampler[int]):
         wait_timeout_s: float = 60.0,
         source: str = "torch",
         worker_id: str | None = None,
+        temperature: float = 0.0,
+        top_p: float = 0.0,
+        accepts_group_size: bool = True,
     ):
         n = len(dataset)
+        self._check_args(n, batch_size, group_size, repeat_each, repeat_batch, num_batches, partial_groups, on_resume, source)
+        self._check_sampling(temperature, top_p)
+        self.table = ProblemTable.from_dataset(dataset, ids, prompt_column, answer_column)
+        self.index_of = {pid: i for i, pid in enumerate(self.table.ids)}
+        self.batch_size, self.group_size = batch_size, group_size
+        self.repeat_each, self.repeat_batch = repeat_each, repeat_batch
+        self.num_batches = num_batches or n // batch_size
+        self.partial_groups, self.on_resume = partial_groups, on_resume
+        self.lease_timeout_s, self.wait_timeout_s = lease_timeout_s, wait_timeout_s
+        self.source, self.accepts_group_size = source, accepts_group_size
+        self.temperature, self.top_p = float(temperature), float(top_p)
+        self.worker_id = worker_id or f"{source}-{socket.gethostname()}-{os.getpid()}"[:128]
+        self.client, self._owns_client = _client(server)
+        self._lock = threading.RLock()
+        self._leases: dict[str, _Lease] = {}  # outstanding, in lease order
+        self._lease_of: dict[str, str] = {}  # problem id -> lease id
+        self._block: list[int] = []  # dataset indices of the current batch (B of them)
+        self._pos = 0  # yields done from the current batch's layout
+        self._batches_done = 0  # batches started in the current epoch
+        #: Counters: leases taken, reports accepted/refused, groups and completions sent; seconds spent
+        #: leasing a batch (``lease_s``), in :meth:`report` (``report_s``) and in RPCs of either (``rpc_s``).
+        self.counters: dict[str, float] = dict(
+            leases=0, reports_accepted=0, reports_refused=0, groups=0, completions=0, lease_s=0.0, report_s=0.0, rpc_s=0.0
+        )
+        self._pid = os.getpid()
+        self._register(register)
+        _release_on_exit(self)
+
+    @staticmethod
+    def _check_args(n, batch_size, group_size, repeat_each, repeat_batch, num_batches, partial_groups, on_resume, source):
+        """Raise InvalidArgument naming the first bad constructor argument and its fix."""
         for name, value, low in (
             ("batch_size", batch_size, 1),
             ("group_size", group_size, 1),
@@ -304,31 +362,48 @@ class PrioritySampler(Sampler[int]):
             raise InvalidArgument(f"on_resume ({on_resume!r}) must be 'continue' or 'return'")
         if source not in SOURCES:
             raise InvalidArgument(f"source ({source!r}) must be one of {', '.join(SOURCES)}")
-        self.table = ProblemTable.from_dataset(dataset, ids, prompt_column, answer_column)
-        self.index_of = {pid: i for i, pid in enumerate(self.table.ids)}
-        self.batch_size, self.group_size = batch_size, group_size
-        self.repeat_each, self.repeat_batch = repeat_each, repeat_batch
-        self.num_batches = num_batches or n // batch_size
-        self.partial_groups, self.on_resume = partial_groups, on_resume
-        self.lease_timeout_s, self.wait_timeout_s = lease_timeout_s, wait_timeout_s
-        self.source = source
-        self.worker_id = worker_id or f"{source}-{socket.gethostname()}-{os.getpid()}"[:128]
-        self.client, self._owns_client = _client(server)
-        self._lock = threading.RLock()
-        self._leases: dict[str, _Lease] = {}  # outstanding, in lease order
-        self._lease_of: dict[str, str] = {}  # problem id -> lease id
-        self._block: list[int] = []  # dataset indices of the current batch (B of them)
-        self._pos = 0  # yields done from the current batch's layout
-        self._batches_done = 0  # batches started in the current epoch
-        #: Counters: leases taken, reports accepted/refused, groups and completions sent; seconds spent
-        #: leasing a batch (``lease_s``), in :meth:`report` (``report_s``) and in RPCs of either (``rpc_s``).
-        self.counters: dict[str, float] = dict(
-            leases=0, reports_accepted=0, reports_refused=0, groups=0, completions=0, lease_s=0.0, report_s=0.0, rpc_s=0.0
-        )
+
+    @staticmethod
+    def _check_sampling(temperature: float, top_p: float) -> None:
+        """Raise InvalidArgument unless temperature ≥ 0 and top_p in [0, 1] (0: not sent, read as 1)."""
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+            raise InvalidArgument(f"temperature ({temperature!r}) must be a finite number >= 0 (0: not sent)")
+        if not (isinstance(top_p, (int, float)) and 0.0 <= top_p <= 1.0):
+            raise InvalidArgument(f"top_p ({top_p!r}) must be in [0, 1] (0: not sent)")
+
+    def _register(self, register: bool) -> None:
+        """Upsert the rows (``register``), then refuse a server that holds problems of other datasets.
+
+        Raises:
+            FailedPrecondition: the server has more problems than this dataset (e.g. a
+                ``prioreplay load`` of another dataset): it would lease problems this run cannot
+                train on. The message gives the fix (a server or namespace of its own).
+        """
+        n, server = len(self.table.ids), self.client.settings.server
+        t0 = time.perf_counter()
         if register:
-            t0 = time.perf_counter()
-            self.client.register(self.table.records(source))
-            log.info("registered %d problems (dataset %s) in %.2f s", n, self.table.fingerprint, time.perf_counter() - t0)
+            total = self.client.register(self.table.records(self.source)).total
+        else:
+            total = self.client.stats().problems
+        log.info(
+            "prioreplay: server %s (client %s, worker %s): dataset %s, %d problems%s in %.2f s; the server holds %d",
+            server,
+            self.source,
+            self.worker_id,
+            self.table.fingerprint,
+            n,
+            " registered" if register else "",
+            time.perf_counter() - t0,
+            total,
+        )
+        if total > n:
+            raise FailedPrecondition(
+                f"the priority server at {server} holds {total} problems and this dataset has {n}: it would lease "
+                f"problems of another dataset, which this run cannot train on. Give this run a server of its own "
+                f"(prioreplay server --store memory --port PORT --metrics-port 0) or a Redis namespace of its own "
+                f"(prioreplay server --store redis://HOST:6379/0 --namespace NAME), and point it there "
+                f"(PRIOREPLAY_SERVER=HOST:PORT)"
+            )
 
     # -- the Sampler protocol ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -372,21 +447,14 @@ class PrioritySampler(Sampler[int]):
             while len(got) < self.batch_size:
                 need = self.batch_size - len(got)
                 self._check_capacity(need)
-                t0 = time.perf_counter()
-                resp = self.client.sample(
-                    need, worker_id=self.worker_id, lease_timeout_s=self.lease_timeout_s, client_source=SOURCES[self.source]
-                )
-                self.counters["rpc_s"] += time.perf_counter() - t0
+                resp = self._sample(need)
                 if resp.problems:
                     lease = self._adopt(resp)
                     taken.append(lease)
                     got += [self.index_of[p] for p in lease.problem_ids]
                     continue
                 if time.monotonic() > deadline:
-                    raise InvalidArgument(
-                        f"the server had only {len(got)} of {self.batch_size} problems free for {self.wait_timeout_s:g} s: "
-                        "other clients hold the rest in leases; wait for them, lower batch_size, or raise wait_timeout_s"
-                    )
+                    raise InvalidArgument(self._wait_message(len(got)))
                 time.sleep(min(resp.retry_after_s or 0.05, max(0.0, deadline - time.monotonic()), 1.0))
         except BaseException:
             for lease in taken:  # give back what this batch took, so nothing waits for an expiry
@@ -396,6 +464,46 @@ class PrioritySampler(Sampler[int]):
                     log.warning("could not return lease %s (%s); it expires on the server", lease.lease_id, e)
             raise
         return got
+
+    def _sample(self, need: int) -> pb.SampleProblemsResponse:
+        """One ``SampleProblems`` call; a sampler with probes meets a fixed-G client with the fix."""
+        t0 = time.perf_counter()
+        try:
+            return self.client.sample(
+                need,
+                worker_id=self.worker_id,
+                lease_timeout_s=self.lease_timeout_s,
+                client_source=SOURCES[self.source],
+                accepts_group_size=self.accepts_group_size,
+            )
+        except FailedPrecondition as e:
+            if self.accepts_group_size:
+                raise
+            raise FailedPrecondition(
+                f"{e} [the {self.source} integration generates the same G={self.group_size} completions for every "
+                f"problem, so it cannot run screening probes: start the server with a sampler without probes "
+                f"(--sampler heap, posterior or gumbel), or use prioreplay.integrations.torch.PrioritySampler, "
+                f"whose loop generates group_size_of(problem) completions]"
+            ) from None
+        finally:
+            self.counters["rpc_s"] += time.perf_counter() - t0
+
+    def _wait_message(self, got: int) -> str:
+        """Why a batch could not fill: who holds the server's leased problems (this sampler or others)."""
+        mine, my_leases = len(self._lease_of), len(self._leases)
+        try:
+            st = self.client.stats()
+            held = (
+                f"the server has {st.leased} problems in {st.active_leases} leases: {mine} in {my_leases} held by this "
+                f"sampler ({self.worker_id}), {max(0, st.leased - mine)} in {max(0, st.active_leases - my_leases)} by "
+                "other clients"
+            )
+        except Exception as e:  # noqa: BLE001 - the message is the error; stats are a courtesy
+            held = f"this sampler ({self.worker_id}) holds {mine} in {my_leases} leases (server stats failed: {e})"
+        return (
+            f"the server had only {got} of {self.batch_size} problems free for {self.wait_timeout_s:g} s; {held}. "
+            "Wait for the other clients' leases to be reported or to expire, lower batch_size, or raise wait_timeout_s"
+        )
 
     def _check_capacity(self, need: int) -> None:
         held = len(self._lease_of)
@@ -410,7 +518,8 @@ class PrioritySampler(Sampler[int]):
 
     def _adopt(self, resp: pb.SampleProblemsResponse) -> _Lease:
         ids = [lp.problem.id for lp in resp.problems]
-        lease = _Lease(lease_id=resp.lease_id, problem_ids=ids, policy_version=resp.policy_version)
+        sizes = {lp.problem.id: int(lp.group_size) for lp in resp.problems if lp.group_size}
+        lease = _Lease(lease_id=resp.lease_id, problem_ids=ids, policy_version=resp.policy_version, sizes=sizes)
         foreign = [p for p in ids if p not in self.index_of]
         if foreign:
             lease.problem_ids = []
@@ -423,7 +532,31 @@ class PrioritySampler(Sampler[int]):
         for p in ids:
             self._lease_of[p] = lease.lease_id
         self.counters["leases"] += 1
+        retests = sum(lp.source in (pb.POOL_SOLVED, pb.POOL_UNSOLVED) for lp in resp.problems)
+        log.info(
+            "prioreplay: lease %s from %s: %d problems (%d retests, %d probes), step %d, policy version %d",
+            lease.lease_id[:8],
+            self.client.settings.server,
+            len(ids),
+            retests,
+            len(sizes),
+            resp.step,
+            resp.policy_version,
+        )
         return lease
+
+    def group_size_of(self, problem: str | int) -> int:
+        """Completions to generate for a served problem (id or dataset index): the server's
+        per-problem ``group_size`` (a screening probe) where it set one, else ``group_size``.
+
+        Raises:
+            InvalidArgument: the problem is not in an outstanding lease of this sampler.
+        """
+        pid = self.table.ids[problem] if isinstance(problem, int) else str(problem)
+        with self._lock:
+            if pid not in self._lease_of:
+                raise InvalidArgument(f"problem {pid!r} is not in an outstanding lease of this sampler")
+            return self._leases[self._lease_of[pid]].size(pid, self.group_size)
 
     # -- reporting ------------------------------------------------------------------------------------
     def problem_id(self, index: int) -> str:
@@ -458,10 +591,10 @@ class PrioritySampler(Sampler[int]):
                 adds[pid] = adds.get(pid, 0) + 1
             for pid, k in adds.items():
                 lease = self._leases[self._lease_of[pid]]
-                if lease.slots.get(pid, 0) + k > self.group_size:
+                if lease.slots.get(pid, 0) + k > lease.size(pid, self.group_size):
                     raise InvalidArgument(
                         f"report: problem {pid!r} would get {lease.slots.get(pid, 0) + k} rewards in "
-                        f"one lease; its group has group_size={self.group_size}"
+                        f"one lease; its group has group_size={lease.size(pid, self.group_size)} (group_size_of)"
                     )
             touched: dict[str, _Lease] = {}
             for pid, r in zip(pids, values, strict=True):
@@ -507,9 +640,11 @@ class PrioritySampler(Sampler[int]):
         outcomes = []
         for pid in lease.problem_ids:
             rewards = lease.rewards.get(pid, [])
-            whole = lease.slots.get(pid, 0) >= self.group_size
+            whole = lease.slots.get(pid, 0) >= lease.size(pid, self.group_size)
             if rewards and (whole or (partial and self.partial_groups == "report")):
-                outcomes.append(outcome_to_proto(pid, lease.policy_version, rewards))
+                outcomes.append(
+                    outcome_to_proto(pid, lease.policy_version, rewards, temperature=self.temperature, top_p=self.top_p)
+                )
         t0 = time.perf_counter()
         resp = self.client.report_lease(
             lease.lease_id, outcomes, worker_id=self.worker_id, client_source=SOURCES[self.source], rewards_only=True
@@ -561,7 +696,16 @@ class PrioritySampler(Sampler[int]):
         return len(leases)
 
     def close(self) -> None:
-        """:meth:`flush`, then close the client if this sampler created it."""
+        """:meth:`flush`, then close the client if this sampler created it. Idempotent.
+
+        Also run for every live sampler at interpreter exit and on SIGTERM / SIGHUP (module
+        function ``_release_on_exit``), so a script that crashes or is stopped returns its leases
+        instead of locking its problems until the lease timeout.
+        """
+        if getattr(self, "_closed", False) or os.getpid() != self._pid:
+            return  # a forked copy (DataLoader worker) never reports its parent's leases
+        self._closed = True
+        _LIVE.discard(self)
         try:
             self.flush()
         finally:
@@ -639,6 +783,54 @@ class PrioritySampler(Sampler[int]):
                 self._block, self._pos = [int(i) for i in state.get("block", [])], int(state.get("pos", 0))
             else:
                 self.flush()
+
+
+# -- releasing leases when the process ends ---------------------------------------------------------
+_LIVE: weakref.WeakSet[PrioritySampler] = weakref.WeakSet()
+_PREVIOUS_HANDLERS: dict[int, Any] = {}
+_RELEASE_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def _release_all() -> None:
+    """Close every live sampler of this process (returns their leases); errors are logged."""
+    for sampler in list(_LIVE):
+        try:
+            sampler.close()
+        except Exception as e:  # noqa: BLE001 - at exit: the leases then expire on the server
+            log.warning("prioreplay: could not return the leases of %s (%s); they expire on the server", sampler.worker_id, e)
+
+
+def _on_signal(signum: int, frame) -> None:
+    """Return every live sampler's leases, then do what the signal did before (default: exit 128 + signum)."""
+    log.warning("prioreplay: signal %d: returning the leases of %d sampler(s)", signum, len(_LIVE))
+    _release_all()
+    previous = _PREVIOUS_HANDLERS.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    raise SystemExit(128 + signum)
+
+
+atexit.register(_release_all)
+
+
+def _release_on_exit(sampler: PrioritySampler) -> None:
+    """Track ``sampler``; the first time, hook interpreter exit and (from the main thread) SIGTERM/SIGHUP.
+
+    A signal left ignored (``SIG_IGN``) stays ignored. SIGINT needs no handler: Python raises
+    KeyboardInterrupt, and the ``with`` block, TRL's ``train`` or the exit hook returns the leases.
+    """
+    _LIVE.add(sampler)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in _RELEASE_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is None or sig in _PREVIOUS_HANDLERS:
+            continue
+        previous = signal.getsignal(sig)
+        _PREVIOUS_HANDLERS[sig] = previous
+        if previous is not signal.SIG_IGN:
+            signal.signal(sig, _on_signal)
 
 
 __all__ = ["PrioritySampler", "ProblemTable", "prompt_text", "SOURCES"]

@@ -105,6 +105,9 @@ class PriorityReplay:
             on_resume="return",
             lease_timeout_s=lease_timeout_s,
             source="trl",
+            temperature=float(args.temperature or 0.0),
+            top_p=float(args.top_p or 0.0),
+            accepts_group_size=False,  # TRL generates num_generations for every prompt: probes are refused
         )
         if id_column is None:
             trainer.train_dataset = dataset.add_column(ID_COLUMN, list(self.sampler.table.ids))

@@ -63,7 +63,8 @@ def make_train_sampler(
 
     Args:
         config: verl's full trainer config (``data.train_batch_size`` / ``data.gen_batch_size``,
-            ``actor_rollout_ref.rollout.n``, ``data.dataloader_num_workers`` are read).
+            ``actor_rollout_ref.rollout.n`` / ``.temperature`` / ``.top_p`` (sent with every
+            group), ``data.dataloader_num_workers`` are read).
         dataset: the train ``RLHFDataset`` (rows are read from its ``dataframe``, after verl's
             filtering, so sampler indices are the dataset's).
         server: ``HOST:PORT``, ``ClientSettings`` or a client; default: the ``PRIOREPLAY_*``
@@ -74,10 +75,17 @@ def make_train_sampler(
     Raises:
         InvalidArgument: two rows share a problem id (give each row a unique ``extra_info.index``
             or pass ``problem_key``), or a bad size.
+        FailedPrecondition: the server holds problems of other datasets (at construction), or its
+            sampler asks for screening probes (first batch: verl generates ``rollout.n`` for
+            every prompt; the message names the sampler and the alternative).
     """
     data = config.data
     batch_size = int(data.get("gen_batch_size") or data.train_batch_size)
-    group_size = int(config.actor_rollout_ref.rollout.n)
+    rollout = config.actor_rollout_ref.rollout
+    group_size = int(rollout.n)
+    options.setdefault("temperature", float(rollout.get("temperature", 1.0) or 0.0))
+    options.setdefault("top_p", float(rollout.get("top_p", 1.0) or 0.0))
+    options.setdefault("accepts_group_size", False)  # verl generates rollout.n for every prompt: probes refused
     if int(data.get("dataloader_num_workers", 0) or 0) > 0:
         log.warning(
             "data.dataloader_num_workers=%s: every batch the workers prefetch is a lease taken before the "

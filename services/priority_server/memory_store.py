@@ -240,7 +240,7 @@ class MemoryStore(Store):
             batch_size=batch_size,
             step=step1,
             retest_interval=cfg.retest_interval,
-            quota=retest_quota(batch_size, cfg.retest_fraction) if self._sampler.retests else 0,
+            quota=retest_quota(batch_size, cfg.retest_fraction, step1) if self._sampler.retests else 0,
             rng=XorShift32(step_seed(cfg.seed, step1)) if self._sampler.uses_rng else None,
         )
         batch = [self._lease_pick(pick) for pick in self._sample_impl.sample(self._view, request)]

@@ -78,7 +78,7 @@ from prioreplay.priority_server.records import (
     StoreStats,
 )
 from prioreplay.priority_server.redis_connection import RedisConnection
-from prioreplay.priority_server.samplers import SAMPLERS, retest_quota, step_seed
+from prioreplay.priority_server.samplers import SAMPLERS, step_seed
 from prioreplay.priority_server.snapshot import COUNTER_NAMES
 from prioreplay.priority_server.store import (
     EXPIRE_LIMIT,
@@ -427,7 +427,7 @@ class RedisStore(Store):
         now = float(self.clock())
         deadline = now + lease_timeout_s
         lease_id = secrets.token_hex(16)
-        quota = retest_quota(batch_size, cfg.retest_fraction) if self._sampler.retests else 0
+        rate = batch_size * cfg.retest_fraction if self._sampler.retests else 0.0  # samplers.retest_quota, in Lua
         keys = self._state_keys + [
             self._keys["problems"],
             self._keys["policy"],
@@ -451,7 +451,7 @@ class RedisStore(Store):
                     _f(deadline),
                     lease_id,
                     self._sampler.lua_branch,
-                    quota,
+                    _f(rate),
                     cfg.retest_interval,
                     _f(cfg.alpha),
                     expected,

@@ -24,7 +24,8 @@ register(problems, replace)
 
 sample(batch_size, lease_timeout_s)
     1. Expire due leases (deadline <= now), at most 64, oldest deadline first (as expire_leases).
-    2. step' = step + 1; quota = samplers.retest_quota(B, retest_fraction) (0 in ``uniform``).
+    2. step' = step + 1; quota = samplers.retest_quota(B, retest_fraction, step') (0 in ``uniform``):
+       f·B per batch with the remainder carried, ⌊f·B·step'⌋ − ⌊f·B·(step' − 1)⌋.
        rng = samplers.XorShift32(samplers.step_seed(seed, step')).
     3. ``heap``/``weighted``: R = up to ``quota`` pool problems whose score (last tested step)
        <= step' − retest_interval, least recently tested first: candidates are merged from both

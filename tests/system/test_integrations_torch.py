@@ -207,9 +207,9 @@ def test_return_on_resume_sends_the_buffered_groups_and_frees_the_rest(server, c
     assert len(rest) == 4 and list(s2.outstanding) != [lease["lease_id"] for lease in state["leases"]]
 
 
-def test_a_state_from_other_data_or_geometry_is_refused(server):
+def test_a_state_from_other_data_or_geometry_is_refused(server, memory_server):
     state = _sampler(server).state_dict()
-    other = PrioritySampler(ROWS[:5], server=server.address, batch_size=4, group_size=2)
+    other = PrioritySampler(ROWS[:5], server=memory_server().address, batch_size=4, group_size=2)
     with pytest.raises(InvalidArgument, match="is for dataset"):
         other.load_state_dict(state)
     with pytest.raises(InvalidArgument, match="group_size=2, this sampler 3"):

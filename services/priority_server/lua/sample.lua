@@ -24,7 +24,7 @@
 -- ARGV[5]  sampler      the sampler's branch (samplers.SAMPLERS[name].lua_branch): heap | weighted | uniform |
 --                       gumbel | posterior | screened | screened-pools | screened-posterior |
 --                       cost-aware | knapsack
--- ARGV[6]  quota        samplers.retest_quota(B, f) (0 for a sampler without retests)
+-- ARGV[6]  retest_rate  f*B as a %.17g string (0 for a sampler without retests); quota as samplers.retest_quota
 -- ARGV[7]  interval     retest_interval, batches
 -- ARGV[8]  alpha        exponent of the weighted sampler
 -- ARGV[9]  expected_step  the step the caller computed ARGV[10] for; -1: no RNG needed
@@ -55,7 +55,7 @@ local sets = { k.heap, k.solved, k.unsolved }
 local now_s = ARGV[1]
 local now = tonumber(now_s)
 local B = tonumber(ARGV[2])
-local quota = tonumber(ARGV[6])
+local retest_rate = tonumber(ARGV[6])
 local interval = tonumber(ARGV[7])
 local alpha = tonumber(ARGV[8])
 local expected = tonumber(ARGV[9])
@@ -107,6 +107,7 @@ refuse_when_out_of_memory(k.counters)
 
 -- step' and the RNG
 local step2 = step + 1
+local quota = math.floor(retest_rate * step2) - math.floor(retest_rate * (step2 - 1))  -- samplers.retest_quota
 local rng = xs_new(tonumber(ARGV[10]))
 local taken = {}  -- {member, source, score}
 

@@ -17,7 +17,7 @@ What a sampler gets
       (:class:`prioreplay.rules.Stats`: decayed n, Σr, Σr²), and ``take_*`` methods that lease a
       problem and remove it from the view at once (later draws of the same call see the rest);
     * a :class:`SampleRequest`: the batch size B, the batch's step (the global step the pools'
-      scores are measured in), the retest quota (``retest_quota(B, f)``, 0 for samplers with
+      scores are measured in), the retest quota (``retest_quota(B, f, step)``, 0 for samplers with
       ``retests=False``), the retest interval, and the seeded RNG of this step (a
       :class:`XorShift32` seeded with ``step_seed(seed, step)``, None for samplers with
       ``uses_rng=False``: derived from the step, so a restarted server draws the same);

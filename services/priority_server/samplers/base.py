@@ -52,14 +52,19 @@ class XorShift32:
         return self.next_u32() / 4294967296.0
 
 
-def retest_quota(batch_size: int, retest_fraction: float) -> int:
-    """Problems of a batch reserved for pool retests: ⌊f·B⌋, but at least 1 when f > 0.
+def retest_quota(batch_size: int, retest_fraction: float, step: int) -> int:
+    """Problems of batch ``step`` (1, 2, ...) reserved for pool retests: ⌊x·s⌋ − ⌊x·(s − 1)⌋, x = f·B.
 
-    The floor of one keeps retests alive for small batches, so no pooled problem starves.
+    The fraction carries its remainder from batch to batch instead of rounding each batch: over
+    S batches of B the quotas sum to ⌊f·B·S⌋, so f = 0.1 at B = 2 retests one problem every fifth
+    batch (10% of the problems), not one per batch (50%); for f·B ≥ 1 a batch gets ⌊f·B⌋ or
+    ⌈f·B⌉. A function of the step alone, so both stores (``lua/sample.lua`` computes it from
+    ``retest_rate`` = f·B with the same double arithmetic) and a restarted server agree.
     """
     if retest_fraction <= 0.0:
         return 0
-    return max(1, int(math.floor(batch_size * retest_fraction)))
+    rate = batch_size * retest_fraction
+    return int(math.floor(rate * step) - math.floor(rate * (step - 1)))
 
 
 # -- what a sampler sees and returns ----------------------------------------------------------

@@ -116,11 +116,26 @@ def test_tie_order_does_not_follow_dataset_order_and_depends_on_the_seed():
 
 # -- batch arithmetic ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "batch, fraction, quota",
-    [(10, 0.0, 0), (10, 0.1, 1), (5, 0.1, 1), (256, 0.1, 25), (4, 1.0, 4), (100, 0.25, 25), (7, 0.5, 3)],
+    "batch, fraction, first_quotas",
+    [
+        (10, 0.0, [0, 0, 0]),
+        (10, 0.1, [1, 1, 1]),
+        (256, 0.1, [25, 26, 25, 26, 26]),  # 25.6 a batch: the remainder carried
+        (4, 1.0, [4, 4, 4]),
+        (100, 0.25, [25, 25, 25]),
+        (7, 0.5, [3, 4, 3, 4]),
+        (2, 0.1, [0, 0, 0, 0, 1, 0, 0, 0, 0, 1]),  # one retest in five batches of 2, not one in every batch
+    ],
 )
-def test_retest_quota_is_floor_but_at_least_one(batch, fraction, quota):
-    assert retest_quota(batch, fraction) == quota
+def test_retest_quota_is_the_fraction_over_time_with_the_remainder_carried(batch, fraction, first_quotas):
+    assert [retest_quota(batch, fraction, s) for s in range(1, len(first_quotas) + 1)] == first_quotas
+
+
+@pytest.mark.parametrize("batch, fraction", [(2, 0.1), (3, 0.25), (5, 0.3), (16, 0.1), (1, 0.05)])
+def test_retest_quotas_sum_to_the_fraction_of_all_batches(batch, fraction):
+    steps = 1000
+    total = sum(retest_quota(batch, fraction, s) for s in range(1, steps + 1))
+    assert abs(total - fraction * batch * steps) < 1.0
 
 
 def test_histogram_edges_are_equal_buckets_over_zero_to_quarter():
