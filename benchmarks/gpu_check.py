@@ -238,9 +238,12 @@ def _tokens_per_s(worker) -> float:
     return tokens / seconds if seconds else 0.0
 
 
-def run(args) -> int:
-    """Run the check; returns 0 (passed), 1 (a check failed) or 2 (no GPU)."""
+def _source_or_refusal(args) -> Path | None:
+    """The model directory whose config and tokenizer the check builds from, or None after printing
+    why the check cannot run (no CUDA GPU for ``--device cuda``; no config.json)."""
     import torch
+
+    from prioreplay.models import default_cache_dir
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print(
@@ -248,19 +251,7 @@ def run(args) -> int:
             "or pass --device cpu for the plumbing dry-run",
             file=sys.stderr,
         )
-        return 2
-    from prioreplay.client import PriorityClient
-    from prioreplay.config import ClientSettings
-    from prioreplay.convert import problem_to_proto
-    from prioreplay.learner.config import LearnerConfig
-    from prioreplay.learner.learner import Learner
-    from prioreplay.models import default_cache_dir
-    from prioreplay.priority_server.background_server import BackgroundServer
-    from prioreplay.priority_server.open_store import create_store
-    from prioreplay.priority_server.store import StoreConfig
-    from prioreplay.problems import ProblemRecord
-
-    t0 = time.perf_counter()
+        return None
     source = Path(args.model_dir) if args.model_dir else default_cache_dir() / "smollm2-135m"
     if not (source / "config.json").is_file():
         print(
@@ -268,6 +259,57 @@ def run(args) -> int:
             "tokenizer files (weights are not read)",
             file=sys.stderr,
         )
+        return None
+    return source
+
+
+def _learner_config(args, address: str, model_dir: Path, run_dir: Path, device: str):
+    """The check's learner: ``--steps`` steps, publishing every step, one checkpoint at the end."""
+    from prioreplay.learner.config import LearnerConfig
+
+    return LearnerConfig(
+        server=address,
+        model=str(model_dir),
+        device=device,
+        batch_groups=args.batch_groups,
+        micro_batch_size=args.micro_batch_size,
+        lr=1e-5,
+        max_steps=args.steps,
+        publish_every=1,
+        checkpoint_every=args.steps,
+        checkpoint_dir=run_dir / "checkpoints",
+        metrics_port=0,
+        log_file=run_dir / "learner.jsonl",
+        max_staleness=args.steps,
+        pull_wait_s=1.0,
+    )
+
+
+def _stop_workers(args, learner, workers, loaded: dict[str, list[int]]) -> None:
+    """Give the workers until ``--gate-timeout-s`` to load the last version, then stop them."""
+    deadline = time.monotonic() + args.gate_timeout_s  # the last version: workers load it on their next lease
+    while not all(learner.version in vs for vs in loaded.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for _, worker, _ in workers:
+        worker.stop_event.set()
+    for _, _, thread in workers:
+        thread.join(args.gate_timeout_s)
+
+
+def run(args) -> int:
+    """Run the check; returns 0 (passed), 1 (a check failed) or 2 (no GPU)."""
+    from prioreplay.client import PriorityClient
+    from prioreplay.config import ClientSettings
+    from prioreplay.convert import problem_to_proto
+    from prioreplay.learner.learner import Learner
+    from prioreplay.priority_server.background_server import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.store import StoreConfig
+    from prioreplay.problems import ProblemRecord
+
+    t0 = time.perf_counter()
+    source = _source_or_refusal(args)
+    if source is None:
         return 2
     run_dir = Path(tempfile.mkdtemp(prefix="prioreplay-gpu-check-"))
     tiny = args.device == "cpu"
@@ -280,22 +322,7 @@ def run(args) -> int:
         client.register(
             problem_to_proto(ProblemRecord(f"gpu-check-{i}", "Say 0 or 1.", "1", "gsm8k")) for i in range(args.problems)
         )
-        lcfg = LearnerConfig(
-            server=srv.address,
-            model=str(model_dir),
-            device=learner_device,
-            batch_groups=args.batch_groups,
-            micro_batch_size=args.micro_batch_size,
-            lr=1e-5,
-            max_steps=args.steps,
-            publish_every=1,
-            checkpoint_every=args.steps,
-            checkpoint_dir=run_dir / "checkpoints",
-            metrics_port=0,
-            log_file=run_dir / "learner.jsonl",
-            max_staleness=args.steps,
-            pull_wait_s=1.0,
-        )
+        lcfg = _learner_config(args, srv.address, model_dir, run_dir, learner_device)
         gated = GatedClient(PriorityClient(lcfg), loaded, args.gate_timeout_s)
         learner = Learner(lcfg, client=gated, model_dir=model_dir)
         gated.learner = learner
@@ -303,13 +330,7 @@ def run(args) -> int:
         t_steps = time.perf_counter()
         learner.run()
         steps_s = time.perf_counter() - t_steps
-        deadline = time.monotonic() + args.gate_timeout_s  # the last version: workers load it on their next lease
-        while not all(learner.version in vs for vs in loaded.values()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for _, worker, _ in workers:
-            worker.stop_event.set()
-        for _, _, thread in workers:
-            thread.join(args.gate_timeout_s)
+        _stop_workers(args, learner, workers, loaded)
         client.close()
         learner.client.close()
     return report(args, learner, gated, workers, loaded, run_dir, steps_s, time.perf_counter() - t0)

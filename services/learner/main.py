@@ -38,16 +38,8 @@ def run(config: LearnerConfig) -> int:
     # Exactly learner_gpus, before torch touches CUDA; held until the process exits.
     claim_for_role(config, "learner", 0, config.device)
     from prioreplay.learner.learner import Learner
-    from prioreplay.learner.metrics import LearnerMetrics
-    from prioreplay.reporting import open_reporter
 
-    report = open_reporter(
-        config.report_to,
-        config.report_dir or config.checkpoint_dir / "reports",
-        "learner",
-        config.model_dump(mode="json", exclude={"auth_token"}),
-    )
-    metrics = LearnerMetrics(config.log_file, reporter=report)
+    metrics = _metrics(config)
     server = _serve_metrics(metrics, config.metrics_port)  # before the model loads: health checks and scrapes answer
     weights_server, config = serve_weights(config)
     try:
@@ -80,6 +72,21 @@ def run(config: LearnerConfig) -> int:
         if dist is not None:
             dist.close(finished)
         _shutdown(server, weights_server)
+
+
+def _metrics(config: LearnerConfig):
+    """The learner's metrics: Prometheus, the JSON lines of ``--log-file`` and the ``--report-to``
+    targets (TensorBoard, wandb) under ``--report-dir`` (default CHECKPOINT_DIR/reports)."""
+    from prioreplay.learner.metrics import LearnerMetrics
+    from prioreplay.reporting import open_reporter
+
+    report = open_reporter(
+        config.report_to,
+        config.report_dir or config.checkpoint_dir / "reports",
+        "learner",
+        config.model_dump(mode="json", exclude={"auth_token"}),
+    )
+    return LearnerMetrics(config.log_file, reporter=report)
 
 
 def _serve_metrics(metrics, port: int):
