@@ -26,6 +26,7 @@ from prioreplay.config import ClientSettings
 from prioreplay.errors import FailedPrecondition
 from prioreplay.integrations.torch import PrioritySampler
 from prioreplay.priority_server.samplers import SAMPLERS
+from prioreplay.priority_server.samplers.knapsack import MIN_GROUP_SIZE
 from prioreplay.tiny_model import make_tiny_model
 from prioreplay.v1 import priority_service_pb2 as pb
 
@@ -86,7 +87,9 @@ def test_a_torch_loop_runs_every_sampler_with_each_problems_group_size(memory_se
     st = _stats(server)
     assert (st.completions_reported, _groups(st), st.active_leases) == (sum(sizes), len(sizes), 0)
     assert {(o.sampling_temperature, o.sampling_top_p) for o in sent} == {(0.7, 0.9)}
-    if name in PROBING:  # every problem is new: the first batches are probes of probe_size (2) < G
+    if name == "knapsack":  # a group size per problem from the token budget (mean 8, within [2, 32])
+        assert all(MIN_GROUP_SIZE <= g <= 32 for g in sizes)
+    elif name in PROBING:  # every problem is new: the first batches are probes of probe_size (2) < G
         assert sizes[:B] == [2] * B and G in sizes
     else:
         assert set(sizes) == {G}
