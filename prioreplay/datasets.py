@@ -6,7 +6,7 @@ One entry point, :func:`iter_problems`, reads
   array of objects),
 * Parquet files (``*.parquet``, read in record batches with pyarrow),
 * ``arithmetic:N[:seed[:level[:style]]]``: N generated arithmetic problems (no file needed;
-  level ``mixed`` or ``easy``, prompt style ``plain``, ``line`` or ``short``),
+  level ``mixed``, ``easy``, ``trivial``, ``hard`` or ``tiers``, prompt style ``plain``, ``line`` or ``short``),
 * a local dataset directory (saved with ``Dataset.save_to_disk``, or a folder of data files),
   or a Hugging Face ``datasets`` name ``name`` / ``name:config`` (loaded with
   ``datasets.load_dataset``; names already in the local cache work offline).
@@ -381,7 +381,10 @@ def _operand(rng: random.Random, digits: int) -> int:
 
 
 #: Difficulty levels of ``arithmetic:N:seed:LEVEL``.
-ARITH_LEVELS = ("mixed", "easy")
+ARITH_LEVELS = ("mixed", "easy", "trivial", "hard", "tiers")
+#: The tiers of ``tiers``, drawn with equal chance per problem: aimed at all-right, mixed and
+#: all-wrong first-visit groups of the base model (docs/BENCHMARKS.md, "A realistic difficulty mix").
+TIER_LEVELS = ("trivial", "easy", "hard")
 #: Prompt styles of ``arithmetic:N:seed:LEVEL:STYLE`` (``{expr}`` is the expression).
 ARITH_STYLES = {
     "plain": "Compute {expr}. Give only the final number.",
@@ -397,11 +400,21 @@ def _easy_operands(rng: random.Random) -> tuple[list[str], list[int]]:
     return [op], digits
 
 
+def _tier_operands(rng: random.Random, level: str) -> tuple[list[str], list[int]]:
+    """``trivial``: a sum of two 1-digit operands; ``hard``: a 3-digit by 2-digit product."""
+    return (["+"], [1, 1]) if level == "trivial" else (["*"], [3, 2])
+
+
 def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed", style: str = "plain") -> ProblemRecord:
     """One problem. ``mixed``: a single +, −, × on 1–4 digit operands, or (1 in 5) two
-    operations; ``easy``: see :func:`_easy_operands`. ``style`` picks the prompt's wording."""
-    if level == "easy":
+    operations; ``easy``: see :func:`_easy_operands`; ``trivial`` / ``hard``:
+    :func:`_tier_operands`; ``tiers``: one of :data:`TIER_LEVELS` drawn per problem (its
+    ``tier`` metadata). ``style`` picks the prompt's wording."""
+    tier = rng.choice(TIER_LEVELS) if level == "tiers" else level
+    if tier == "easy":
         ops, digits = _easy_operands(rng)
+    elif tier in ("trivial", "hard"):
+        ops, digits = _tier_operands(rng, tier)
     elif rng.random() < 0.2:
         ops = [rng.choice(_OPS), rng.choice(("+", "-"))]
         digits = [rng.choices((1, 2), weights=(0.6, 0.4))[0] for _ in range(3)]
@@ -431,6 +444,8 @@ def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed
         "max_digits": str(max(digits)),
         "level": level,
     }
+    if level == "tiers":
+        metadata["tier"] = tier
     return ProblemRecord(
         id=problem_id, prompt=ARITH_STYLES[style].format(expr=expr), answer=str(answer), verifier="gsm8k", metadata=metadata
     )
@@ -451,7 +466,10 @@ def arithmetic_problems(
 
     ``level="easy"`` draws one +, − (1–2 digit operands) or × (1-digit operands): the level
     at which a 135M-parameter model is right about half of the time (docs/BENCHMARKS.md, pass
-    rates), so that many GRPO groups are mixed. ``style`` words the prompt (``ARITH_STYLES``):
+    rates), so that many GRPO groups are mixed. ``level="tiers"`` is the realistic mix: each
+    problem is ``trivial`` (a 1-digit sum), ``easy`` or ``hard`` (3-digit × 2-digit) with equal
+    chance, so the base model's first-visit groups have both tails (all right, all wrong) beside
+    the mixed ones; ``metadata["tier"]`` names the tier. ``style`` words the prompt (``ARITH_STYLES``):
     ``line`` asks for one ``Answer: <number>`` line, which pairs with stop string ``\n``.
 
     Raises:

@@ -67,6 +67,8 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
     """The figures of one demo run that a comparison puts side by side."""
     final, cfg = report["final"], report["config"]
     completions = final["completions_reported"]
+    tokens = report.get("tokens") or {}
+    audit = report.get("pool_audit") or {}
     reward_sum = final.get("reward_sum", report["steps"][-1]["reward_sum"] if report.get("steps") else 0.0)
     curve = [
         {
@@ -75,6 +77,8 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
             "useful_rollouts": s["groups_mixed"] * cfg["group_size"],
             "mean_reward_window": s.get("mean_reward_window"),
             "unseen": s.get("unseen"),
+            "completion_tokens": s.get("completion_tokens"),
+            "useful_tokens": s.get("useful_tokens"),
         }
         for s in report.get("steps", [])
     ]
@@ -86,6 +90,8 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
                 "useful_rollouts": final["groups_mixed"] * cfg["group_size"],
                 "mean_reward_window": None,
                 "unseen": final.get("unseen"),
+                "completion_tokens": tokens.get("completion_tokens"),
+                "useful_tokens": tokens.get("useful_tokens"),
             }
         )
     return {
@@ -108,7 +114,24 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
         "breakthroughs": report.get("breakthroughs", 0),
         "served_priority": report.get("served_priority"),
         "duration_s": report.get("duration_s"),
+        "wall_clock_s": report.get("duration_s"),
+        **_token_metrics(tokens),
+        "pool_misfiled_share": audit.get("misfiled_share"),
+        "pool_audit": audit or None,
+        "accuracy_after_each": report.get("eval_correct_after"),
         "curve": curve,
+    }
+
+
+def _token_metrics(tokens: dict[str, int]) -> dict[str, Any]:
+    """Completion, prompt and useful tokens of a run, and the useful share of its completion tokens
+    (None for a run made before the workers counted tokens)."""
+    done = tokens.get("completion_tokens") or 0
+    return {
+        "completion_tokens": done or None,
+        "prompt_tokens": tokens.get("prompt_tokens") if done else None,
+        "useful_tokens": tokens.get("useful_tokens") if done else None,
+        "useful_token_fraction": tokens.get("useful_tokens", 0) / done if done else None,
     }
 
 
@@ -122,6 +145,13 @@ _SUMMED = (
     "breakthroughs",
     "rollouts",
     "unseen_at_end",
+    "completion_tokens",
+    "prompt_tokens",
+    "useful_tokens",
+    "useful_token_fraction",
+    "wall_clock_s",
+    "pool_misfiled_share",
+    "accuracy_after",
 )
 
 
@@ -156,7 +186,52 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]
             "ci95": [lo, hi] if len(common) > 1 else None,
             "above_1": lo > 1.0 if len(common) > 1 else None,
         }  # one seed: no spread, no interval
-    return {"arms": arms, "baseline": baseline, "paired_seeds": common, "effective_group_fraction_ratio": ratios}
+    return {
+        "arms": arms,
+        "baseline": baseline,
+        "paired_seeds": common,
+        "effective_group_fraction_ratio": ratios,
+        "vs_baseline": {s: against_baseline(by_arm[s], by_arm[baseline], common) for s in samplers if s != baseline},
+    }
+
+
+def against_baseline(arm: dict[int, dict], base: dict[int, dict], seeds: list[int]) -> dict[str, Any]:
+    """One arm against the baseline on the seeds both finished (docs/BENCHMARKS.md, section 8's rule).
+
+    * ``useful_tokens_ratio``: useful tokens per completion token, arm over baseline (the ratio of
+      useful tokens at equal completion tokens), paired bootstrap across seeds.
+    * ``heldout_change``: held-out accuracy after training, arm minus baseline, per seed on the same
+      held-out problems; mean with its 95% t-interval across seeds, and Newcombe's paired interval
+      over every (seed, problem) pair (``pooled_ci95``: narrower, blind to seed-to-seed spread).
+    * ``pool_misfiled_share_change``: the audit's misfiled share, arm minus baseline, t-interval.
+
+    A figure is None where a run lacks it; an interval is None with one seed.
+    """
+    from prioreplay.intervals import bootstrap_ratio, mean_interval, paired_difference
+
+    def paired(key: str) -> list[tuple[float, float]]:
+        return [(arm[k][key], base[k][key]) for k in seeds if arm[k].get(key) is not None and base[k].get(key) is not None]
+
+    out: dict[str, Any] = dict(seeds=seeds, useful_tokens_ratio=None, heldout_change=None, pool_misfiled_share_change=None)
+    fr = paired("useful_token_fraction")
+    if fr and all(b > 0 for _, b in fr):
+        r, lo, hi = bootstrap_ratio([a for a, _ in fr], [b for _, b in fr], paired=True)
+        out["useful_tokens_ratio"] = {"ratio": r, "ci95": [lo, hi] if len(fr) > 1 else None, "per_seed": [a / b for a, b in fr]}
+    for key, name in (("accuracy_after", "heldout_change"), ("pool_misfiled_share", "pool_misfiled_share_change")):
+        pairs = paired(key)
+        if pairs:
+            m, lo, hi = mean_interval([a - b for a, b in pairs])
+            out[name] = {"mean": m, "ci95": [lo, hi] if len(pairs) > 1 else None, "per_seed": [a - b for a, b in pairs]}
+    each = [(base[k]["accuracy_after_each"], arm[k]["accuracy_after_each"]) for k in seeds if _same_length(arm[k], base[k])]
+    if each and out["heldout_change"] is not None:
+        _, lo, hi = paired_difference([x for b, _ in each for x in b], [x for _, a in each for x in a])
+        out["heldout_change"]["pooled_ci95"] = [lo, hi]
+    return out
+
+
+def _same_length(a: dict, b: dict) -> bool:
+    x, y = a.get("accuracy_after_each") or [], b.get("accuracy_after_each") or []
+    return bool(x) and len(x) == len(y)
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -171,10 +246,18 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             f"[{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}], mixed groups per 1,000 rollouts "
             f"{arm['mixed_groups_per_1000_rollouts']['mean']:.1f}, mean reward {arm['mean_reward']['mean']:.3f}"
         )
+        if "completion_tokens" in arm:
+            line += (
+                f", completion tokens {arm['completion_tokens']['mean']:,.0f} (useful "
+                f"{arm['useful_token_fraction']['mean']:.0%}), wall-clock {arm['wall_clock_s']['mean']:.0f} s"
+            )
+        if "pool_misfiled_share" in arm:
+            line += f", pool misfiled {arm['pool_misfiled_share']['mean']:.0%}"
         if "accuracy_change" in arm:
             a = arm["accuracy_change"]
             line += f", held-out change {a['mean'] * 100:+.1f} pts [{a['ci95'][0] * 100:+.1f}, {a['ci95'][1] * 100:+.1f}]"
         lines.append(line)
+    lines += _baseline_lines(summary)
     for s, r in summary["effective_group_fraction_ratio"].items():
         if r["ci95"] is None:
             lines.append(
@@ -187,6 +270,29 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             f"{s} / {r['vs']} effective-group fraction: {r['ratio']:.2f}x, 95% CI [{r['ci95'][0]:.2f}, "
             f"{r['ci95'][1]:.2f}] over seeds {r['seeds']} (paired bootstrap); {verdict}"
         )
+    return lines
+
+
+def _ci(ci: list[float] | None, scale: float = 1.0, fmt: str = "+.1f") -> str:
+    return "no interval (one seed)" if ci is None else f"95% CI [{ci[0] * scale:{fmt}}, {ci[1] * scale:{fmt}}]"
+
+
+def _baseline_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per arm: useful-token ratio and held-out difference against the baseline."""
+    lines = []
+    for s, v in summary.get("vs_baseline", {}).items():
+        parts = []
+        if v["useful_tokens_ratio"]:
+            u = v["useful_tokens_ratio"]
+            parts.append(f"useful tokens per completion token {u['ratio']:.2f}x ({_ci(u['ci95'], 1.0, '.2f')}, paired bootstrap)")
+        if v["heldout_change"]:
+            h = v["heldout_change"]
+            parts.append(f"held-out accuracy {h['mean'] * 100:+.1f} pts ({_ci(h['ci95'], 100.0)} across seeds)")
+        if v["pool_misfiled_share_change"]:
+            m = v["pool_misfiled_share_change"]
+            parts.append(f"pool misfiled share {m['mean'] * 100:+.1f} pts ({_ci(m['ci95'], 100.0)})")
+        if parts:
+            lines.append(f"{s} vs {summary['baseline']} over seeds {v['seeds']}: " + "; ".join(parts))
     return lines
 
 
@@ -218,7 +324,9 @@ def _demo_args(arm) -> list[str]:
         flag = "--" + name.replace("_", "-")
         if value is None:
             continue
-        if name == "stop":
+        if isinstance(value, bool):  # an implicit flag: --name / --no-name
+            args.append(flag if value else "--no-" + flag[2:])
+        elif name == "stop":
             args += [a for v in value for a in (flag, escape_stop(v))]
         elif isinstance(value, list):
             args += [a for v in value for a in (flag, str(v))]

@@ -1,7 +1,8 @@
 """The comparison's picture (``compare.png``), drawn from the ``compare.json`` dictionary.
 
-Six panels: effective-group fraction over rollouts consumed; useful (mixed-group) rollouts over
-rollouts consumed; mean reward per step window; the distribution of served priorities per arm;
+Six panels: effective-group fraction over completion tokens generated (the cost a user pays; runs
+made before the workers counted tokens fall back to rollouts consumed); useful (mixed-group)
+completion tokens over completion tokens; mean reward per step window; the distribution of served priorities per arm;
 held-out accuracy change per run with its interval; effective-group fraction per arm with its
 interval across seeds and the ratio to the baseline.
 """
@@ -28,12 +29,17 @@ def render(data: dict[str, Any], path: Path) -> Path:
     fig, axes = plt.subplots(2, 3, figsize=(18, 9.5), constrained_layout=True)
     fig.suptitle(
         f"prioreplay compare: {', '.join(samplers)}; model={cfg.get('model')}, dataset={cfg.get('dataset')}, "
-        f"G={cfg.get('group_size')}, rollout budget {cfg.get('rollouts')} per run, seeds {data.get('paired_seeds')}",
+        f"G={cfg.get('group_size')}, budget per run: {cfg.get('rollouts')} rollouts / {cfg.get('completion_tokens') or '-'} "
+        f"completion tokens (first reached), seeds {data.get('paired_seeds')}",
         fontsize=12,
     )
-    _curves(axes[0, 0], data, color, "effective_group_fraction", "cumulative effective-group fraction")
-    _curves(axes[0, 1], data, color, "useful_rollouts", "cumulative rollouts in mixed groups (useful)")
-    _curves(axes[0, 2], data, color, "mean_reward_window", "mean reward per step window")
+    by_tokens = any(c.get("completion_tokens") for run in data["runs"] for c in run["curve"])
+    useful = ("useful_tokens", "cumulative completion tokens in mixed groups (useful)")
+    if not by_tokens:
+        useful = ("useful_rollouts", "cumulative rollouts in mixed groups (useful)")
+    _curves(axes[0, 0], data, color, "effective_group_fraction", "cumulative effective-group fraction", by_tokens)
+    _curves(axes[0, 1], data, color, *useful, by_tokens)
+    _curves(axes[0, 2], data, color, "mean_reward_window", "mean reward per step window", by_tokens)
     _served(axes[1, 0], data, color)
     _held_out(axes[1, 1], data, color)
     _eff_bars(axes[1, 2], data, color)
@@ -43,17 +49,18 @@ def render(data: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def _curves(ax, data, color, key: str, title: str) -> None:
+def _curves(ax, data, color, key: str, title: str, by_tokens: bool) -> None:
     labelled = set()
+    x = "completion_tokens" if by_tokens else "rollouts"
     for run in data["runs"]:
-        pts = [(c["rollouts"], c[key]) for c in run["curve"] if c.get(key) is not None]
+        pts = [(c[x], c[key]) for c in run["curve"] if c.get(key) is not None and c.get(x) is not None]
         if not pts:
             continue
         s = run["sampler"]
         ax.plot(*zip(*pts, strict=True), color=color[s], alpha=0.8, marker=".", label=None if s in labelled else s)
         labelled.add(s)
     ax.set_title(title)
-    ax.set_xlabel("rollouts consumed (completions reported)")
+    ax.set_xlabel("completion tokens generated" if by_tokens else "rollouts consumed (completions reported)")
     if labelled:
         ax.legend()
 
@@ -117,7 +124,9 @@ def _eff_bars(ax, data, color) -> None:
         ax.scatter([i] * len(e["values"]), e["values"], color="black", zorder=3, s=12)
         fe = data["arms"][s].get("forgetting_events", {}).get("mean", 0)
         bt = data["arms"][s].get("breakthroughs", {}).get("mean", 0)
-        ax.text(i, 0.02, f"forgetting {fe:.1f}\nbreakthroughs {bt:.1f}", ha="center", fontsize=8, color="white")
+        mis = data["arms"][s].get("pool_misfiled_share", {}).get("mean")
+        audit = "" if mis is None else f"\npools misfiled {mis:.0%}"
+        ax.text(i, 0.02, f"forgetting {fe:.1f}\nbreakthroughs {bt:.1f}{audit}", ha="center", fontsize=8, color="white")
     ax.set_xticks(range(len(arms)))
     ax.set_xticklabels(arms)
     ax.set_ylim(0, 1)

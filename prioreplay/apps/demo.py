@@ -31,6 +31,18 @@ from prioreplay.reporting import Reporter
 
 log = logging.getLogger("prioreplay.apps.demo")
 HIST_BUCKETS = 20
+#: The workers' token counters a run report sums (docs/BENCHMARKS.md, "What is counted").
+TOKEN_METRICS = {
+    "completion_tokens": "prioreplay_worker_tokens_generated_total",
+    "prompt_tokens": "prioreplay_worker_prompt_tokens_total",
+    "useful_tokens": "prioreplay_worker_useful_tokens_total",
+}
+
+
+def token_totals(worker_metrics: dict[str, dict[str, float]]) -> dict[str, int]:
+    """Completion, prompt and useful (mixed-group completion) tokens summed over the workers'
+    latest /metrics scrapes (``{worker name: {metric: value}}``)."""
+    return {key: int(sum(m.get(name, 0.0) for m in worker_metrics.values())) for key, name in TOKEN_METRICS.items()}
 
 
 class ChildFailed(PrioreplayError):
@@ -272,6 +284,7 @@ def _run(demo: Demo, name: str) -> int:
     final_ckpt = latest_complete(demo.run_dir / "checkpoints")
     log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
     right_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
+    pool_audit = _pool_audit(demo, model_dir, final_ckpt)
     report = _report(
         demo,
         name,
@@ -284,8 +297,32 @@ def _run(demo: Demo, name: str) -> int:
     )
     held = {k: report.get(k) for k in ("accuracy_before", "accuracy_after", "accuracy_change")}
     demo.reporter.scalars("eval", held, demo.steps[-1]["step"] if demo.steps else 0)
+    report["pool_audit"] = pool_audit
     _write_report(demo.run_dir, report, final)
     return 0
+
+
+def _pool_audit(demo: Demo, model_dir: Path, final_ckpt: Path | None) -> dict[str, Any]:
+    """Score the pooled problems with the final policy (:mod:`prioreplay.apps.pool_audit`); a run
+    on Redis or with ``--no-pool-audit`` gets ``{"skipped": reason}``."""
+    from prioreplay.apps.pool_audit import audit
+
+    cfg = demo.cfg
+    if not cfg.pool_audit:
+        return {"skipped": "--no-pool-audit"}
+    if cfg.redis_url:
+        return {"skipped": "the audit reads the memory store's snapshot; this run used Redis"}
+    log.info("pool audit: scoring the pooled problems with the final policy (G = %d)", cfg.group_size)
+    return audit(
+        model_dir,
+        final_ckpt,
+        demo.run_dir / "server-snapshot.json",
+        group_size=cfg.group_size,
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_new_tokens,
+        stop=cfg.stop,
+        seed=cfg.seed + 2,
+    )
 
 
 #: Seconds a superseded published version stays for a worker still loading it (the learner's
@@ -450,9 +487,12 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
     last_metrics: dict[str, dict[str, float]] = {}
     while True:
         demo.check_children()
+        for c in workers:  # before the steps: each step records the workers' token counts of now
+            last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
         lines = learner_log.read_text().splitlines() if learner_log.exists() else []
         for rec in _step_lines(lines[seen_lines:]):
             prev = _record_step(demo, int(rec["step"]), client.stats(histogram_buckets=HIST_BUCKETS), prev, rec)
+            prev.update(token_totals(last_metrics))
             demo.reporter.demo_step(prev)
             if not by_rollouts:
                 bar.update(max(0, prev["step"] - bar.n))
@@ -466,10 +506,11 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
             if done >= cfg.rollouts:
                 _end_at_budget(demo, client, learner, workers, last_metrics)
                 break
+        if cfg.completion_tokens and token_totals(last_metrics)["completion_tokens"] >= cfg.completion_tokens:
+            _end_at_budget(demo, client, learner, workers, last_metrics)
+            break
         if time.time() - demo.t0 > cfg.timeout_s:
             raise ChildFailed(f"the run passed its time limit ({cfg.timeout_s:.0f} s); learner log tail:\n{learner.tail()}")
-        for c in workers:
-            last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
         time.sleep(1.0)
     bar.close()
     if learner.proc.returncode != 0:
@@ -478,9 +519,13 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
 
 
 def _end_at_budget(demo: Demo, client, learner: Child, workers: list[Child], last_metrics: dict) -> None:
-    """The rollout budget is spent: stop the workers (no more reports), then the learner (it
-    finishes its step, checkpoints and exits 0); record the last server state as a step."""
-    log.info("rollout budget of %d completions reached: stopping workers and learner", demo.cfg.rollouts)
+    """The rollout or token budget is spent: stop the workers (no more reports), then the learner
+    (it finishes its step, checkpoints and exits 0); record the last server state as a step."""
+    log.info(
+        "budget reached (%d completions or %d completion tokens): stopping workers and learner",
+        demo.cfg.rollouts,
+        demo.cfg.completion_tokens,
+    )
     for c in workers:
         last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
         demo.stop(c)
@@ -543,6 +588,7 @@ def _report(
         "namespace": demo.namespace,
         "config": json.loads(demo.cfg.model_dump_json()),
         "duration_s": round(time.time() - demo.t0, 1),
+        "tokens": token_totals(worker_metrics),
         "steps": demo.steps,
         "final": {
             "problems": final.problems,
@@ -575,12 +621,15 @@ def _report(
 
 def _write_report(run_dir: Path, report: dict[str, Any], final) -> None:
     """Write report.json and report.png; print where they are and the headline figures."""
+    from prioreplay.apps.pool_audit import audit_line
     from prioreplay.apps.report_figure import render
 
     (run_dir / "report.json").write_text(json.dumps(report, indent=1))
     render(report, run_dir / "report.png")
     print(f"\nrun report: {run_dir / 'report.json'}\npicture:    {run_dir / 'report.png'}")
     print(held_out_line(report))
+    print(tokens_line(report))
+    print(audit_line(report.get("pool_audit")))
     print(
         f"effective-group fraction {final.effective_group_fraction:.2f} over {final.completions_reported} rollouts; "
         f"pools heap={final.heap_size} solved={final.solved} unsolved={final.unsolved}; still unseen "
@@ -600,6 +649,18 @@ def held_out_line(report: dict[str, Any]) -> str:
         f"held-out accuracy ({report['eval_size']} problems, greedy): {_pct(report['accuracy_before'])} -> "
         f"{_pct(report['accuracy_after'])}, change {report['accuracy_change'] * 100:+.1f} points, "
         f"95% CI [{lo * 100:+.1f}, {hi * 100:+.1f}] (Newcombe paired); {verdict}"
+    )
+
+
+def tokens_line(report: dict[str, Any]) -> str:
+    """What the run paid: completion, useful and prompt tokens and wall-clock seconds."""
+    t = report.get("tokens") or {}
+    if not t.get("completion_tokens"):
+        return f"tokens: not counted; wall-clock {report.get('duration_s', 0):.0f} s"
+    return (
+        f"tokens generated: {t['completion_tokens']:,} completion ({t['useful_tokens']:,} useful, in mixed groups: "
+        f"{t['useful_tokens'] / t['completion_tokens']:.0%}), {t['prompt_tokens']:,} prompt; "
+        f"wall-clock {report.get('duration_s', 0):.0f} s"
     )
 
 

@@ -56,6 +56,15 @@ class DemoRunSettings(PrioreplaySettings):
         le=10**12,
         description="end the run once this many completions were reported (the rollout budget; 0: learner steps only)",
     )
+    completion_tokens: int = Field(
+        0,
+        ge=0,
+        le=10**15,
+        description="end the run once the workers generated this many completion tokens (the token budget; 0: none)",
+    )
+    pool_audit: bool = Field(
+        True, description="at the end, score every pooled problem with the final policy (G samples) and report the misfiled share"
+    )
     workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
     # -- the server's settings -----------------------------------------------------------------
     retest_fraction: float = setting(ServerConfig, "retest_fraction")

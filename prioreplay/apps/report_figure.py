@@ -128,4 +128,10 @@ def _accuracy_panel(ax, report: dict[str, Any]) -> None:
         )
     ax.set_title(title)
     fe, bt = report.get("forgetting_events", 0), report.get("breakthroughs", 0)
-    ax.set_xlabel(f"forgetting events: {fe}   breakthroughs: {bt}")
+    label = f"forgetting events: {fe}   breakthroughs: {bt}"
+    tokens, audit = report.get("tokens") or {}, report.get("pool_audit") or {}
+    if tokens.get("completion_tokens"):
+        label += f"\ncompletion tokens {tokens['completion_tokens']:,} ({tokens['useful_tokens']:,} useful)"
+    if audit.get("misfiled_share") is not None:
+        label += f"\npools misfiled (final policy): {audit['misfiled']} of {audit['pooled']} ({audit['misfiled_share']:.0%})"
+    ax.set_xlabel(label)

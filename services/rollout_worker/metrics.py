@@ -20,6 +20,12 @@ class WorkerMetrics:
         p = "prioreplay_worker_"
         self.completions = Counter(p + "completions", "completions generated and reported", registry=r)
         self.tokens_generated = Counter(p + "tokens_generated", "completion tokens generated", registry=r)
+        self.prompt_tokens = Counter(
+            p + "prompt_tokens", "prompt tokens (after the chat template) of generated completions, once each", registry=r
+        )
+        self.useful_tokens = Counter(
+            p + "useful_tokens", "completion tokens in mixed groups (reward variance > 0: the ones with a gradient)", registry=r
+        )
         self.truncated_completions = Counter(
             p + "truncated_completions",
             "completions cut at max_new_tokens (reported "

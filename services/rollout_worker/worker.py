@@ -384,6 +384,7 @@ class RolloutWorker:
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
         self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
         self._observe(rewards, tokens, batch.generation_s, verification_s)
+        self._observe_tokens(batch.prompts, groups, rewards)
         return outcomes, dict(
             completions=len(flat),
             tokens=tokens,
@@ -492,6 +493,19 @@ class RolloutWorker:
         m.generation_seconds.observe(generation_s)
         m.verification_seconds.observe(verification_s)
         m.tokens_per_second.set(tokens / generation_s if generation_s > 0 else 0.0)
+
+    def _observe_tokens(self, prompts: list[list[int]], groups, rewards: list[list[float]]) -> None:
+        """Count prompt tokens (once per completion) and useful tokens (completions of mixed groups)."""
+        m = self.metrics
+        m.prompt_tokens.inc(sum(len(ids) * len(group) for ids, group in zip(prompts, groups, strict=True)))
+        m.useful_tokens.inc(
+            sum(
+                len(comp.token_ids)
+                for group, r in zip(groups, rewards, strict=True)
+                if rules.classify(r) is rules.GroupKind.MIXED
+                for comp in group
+            )
+        )
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> int:
