@@ -40,6 +40,17 @@ def _redis_answers(url: str) -> bool:
         return False
 
 
+def self_signed(workdir: Path, key: str, cert: str, subject: str, *extra: str) -> None:
+    """Write a self-signed EC P-256 certificate ``cert`` and its key ``key`` (valid 1 day) in
+    ``workdir`` with the ``openssl`` command line; ``extra``: more ``openssl req`` arguments
+    (e.g. ``-addext``). Fails the test, naming the package, when openssl is missing."""
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl command is needed to make test certificates (apt-get install openssl)")
+    args = ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"]
+    args += ["-keyout", key, "-out", cert, "-subj", subject, *extra]
+    subprocess.run(["openssl", *args], cwd=workdir, check=True, capture_output=True, timeout=60)
+
+
 def start_redis_server(port: int, workdir: str, appendonly: bool = False, *extra: str) -> subprocess.Popen:
     """Start a test-owned ``redis-server`` on ``port`` (``extra``: more flags, e.g. ``--replicaof``)
     and wait until it answers."""

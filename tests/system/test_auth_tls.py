@@ -24,6 +24,7 @@ from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.open_store import create_store
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
+from tests.conftest import self_signed
 
 TOKEN = "tok-5f3a9c1e-not-a-real-secret"
 
@@ -76,23 +77,15 @@ def certs(tmp_path_factory) -> dict[str, Path]:
         pytest.fail("the openssl command is needed to make test certificates (apt-get install openssl)")
     d = tmp_path_factory.mktemp("tls")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
+    self_signed(
+        d,
         "ca.key",
-        "-out",
         "ca.pem",
-        "-days",
-        "1",
-        "-subj",
         "/CN=prioreplay test CA",
         "-addext",
         "basicConstraints=critical,CA:TRUE",
         "-addext",
         "keyUsage=critical,keyCertSign,cRLSign",
-        cwd=d,
     )
     _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost", cwd=d)
     (d / "ext.cnf").write_text(
@@ -141,24 +134,7 @@ def test_tls_with_token_works_and_plaintext_is_refused(certs):
 
 def test_tls_client_must_trust_the_ca(certs, tmp_path):
     """A client trusting another CA refuses the server's certificate."""
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        "other.key",
-        "-out",
-        "other.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=another CA",
-        cwd=tmp_path,
-    )
+    self_signed(tmp_path, "other.key", "other.pem", "/CN=another CA")
     with _server(tls_cert_file=certs["cert"], tls_key_file=certs["key"]) as srv:
         with _client(srv.address, TOKEN, ca=tmp_path / "other.pem") as c, pytest.raises(StoreUnavailable):
             c.stats()

@@ -26,6 +26,7 @@ import sys
 import pytest
 import yaml
 
+from tests.conftest import self_signed
 from tests.system.test_auth_tls import _openssl
 from tests.system.test_deploy import (
     DASHBOARD_FILE,
@@ -392,7 +393,7 @@ def priority_server_certs(tmp_path_factory) -> dict[str, object]:
         pytest.fail("the openssl command is needed to make test certificates (apt-get install openssl)")
     d = tmp_path_factory.mktemp("k8s-tls")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1")
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=test CA", cwd=d)
+    self_signed(d, "ca.key", "ca.crt", "/CN=test CA")
     _openssl(
         "req",
         "-x509",
@@ -428,24 +429,7 @@ def test_tls_probe_passes_against_a_tls_server_and_fails_without_its_ca(priority
         tls_cert_file=priority_server_certs["cert"],
         tls_key_file=priority_server_certs["key"],
     )
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-days",
-        "1",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-subj",
-        "/CN=another CA",
-        cwd=tmp_path,
-    )
+    self_signed(tmp_path, "ca.key", "ca.crt", "/CN=another CA")
 
     def probe(ca_dir, port) -> int:
         local = code.replace(mount, f"{ca_dir}/").replace(f":{GRPC_PORT}'", f":{port}'")

@@ -3,44 +3,18 @@ bind, which read as a port problem). Certificates are made with the openssl comm
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.server import check_tls_pair
+from tests.conftest import self_signed
 
 
 @pytest.fixture(scope="module")
 def pems(tmp_path_factory):
-    if shutil.which("openssl") is None:
-        pytest.fail("the openssl command line is needed to make test certificates (apt-get install openssl)")
     d = tmp_path_factory.mktemp("pems")
     for name in ("a", "b"):
-        subprocess.run(
-            [
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                f"{name}.key",
-                "-out",
-                f"{name}.pem",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=x",
-            ],
-            cwd=d,
-            check=True,
-            capture_output=True,
-        )
+        self_signed(d, f"{name}.key", f"{name}.pem", "/CN=x")
     (d / "junk.pem").write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
     return d
 
