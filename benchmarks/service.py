@@ -37,6 +37,7 @@ from prioreplay.channel import free_port
 from prioreplay.convert import problem_to_proto
 from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import Store, StoreConfig
+from prioreplay.priority_server.wire import encode_varint
 from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -138,17 +139,8 @@ class Outcomes:
         return out
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _bytes_field(number: int, value: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
+    return encode_varint(number << 3 | 2) + encode_varint(len(value)) + value
 
 
 class RawReports(Outcomes):

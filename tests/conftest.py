@@ -11,6 +11,7 @@ is missing too, the run stops with instructions instead of skipping the Redis te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -186,6 +187,20 @@ def pytest_collection_modifyitems(config, items):
         parts = item.path.relative_to(REPO / "tests").parts
         if len(parts) > 1 and parts[0] in ("unit", "system"):  # tests/unit/samplers/... is unit too
             item.add_marker(parts[0])
+
+
+@contextlib.contextmanager
+def server_in_namespace(kind: str, redis_url: str, prefix: str, config=None):
+    """A background server (``kind``: memory or redis) in a fresh namespace ``<prefix>-<random>``;
+    on exit it stops, and a Redis namespace is dropped."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    s = start_background_server(kind, redis_url, ns, config)
+    try:
+        yield s
+    finally:
+        s.stop()
+        if kind == "redis":
+            drop_namespace(redis_url, ns)
 
 
 def start_background_server(kind: str, redis_url: str, namespace: str, config=None, store_config=None):

@@ -5,8 +5,6 @@ over gRPC on both stores, with the answer's size limits kept.
 
 from __future__ import annotations
 
-import uuid
-
 import grpc
 import pytest
 from google.protobuf.message import DecodeError
@@ -16,7 +14,7 @@ from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.wire import encode_varint, per_field_group, pull_response, pulled_group
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
-from tests.conftest import drop_namespace, start_background_server
+from tests.conftest import server_in_namespace
 
 
 def outcome(pid: str, tokens: int = 3, temperature: float = 0.7) -> pb.ProblemOutcome:
@@ -67,14 +65,8 @@ def test_the_answer_decodes_as_the_per_field_answer():
 @pytest.fixture(scope="module", params=["memory", "redis"])
 def srv(request, redis_url):
     cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, stats_interval_s=0.5, max_message_mb=1, redelivery_timeout_s=3600)
-    ns = f"leanpull-{uuid.uuid4().hex[:10]}"
-    s = start_background_server(request.param, redis_url, ns, cfg)
-    try:
+    with server_in_namespace(request.param, redis_url, "leanpull", cfg) as s:
         yield s
-    finally:
-        s.stop()
-        if request.param == "redis":
-            drop_namespace(redis_url, ns)
 
 
 def _report(stub, outcomes: list[pb.ProblemOutcome]) -> None:

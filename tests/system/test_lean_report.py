@@ -16,7 +16,7 @@ from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.wire import lean_report
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
-from tests.conftest import drop_namespace, start_background_server
+from tests.conftest import server_in_namespace
 from tests.wire_bytes import report_bytes, unpacked_completion
 
 NAN = math.nan
@@ -24,17 +24,9 @@ NAN = math.nan
 
 @pytest.fixture(scope="module", params=["memory", "redis"])
 def srv(request, redis_url):
-    import uuid
-
     cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, stats_interval_s=0.5)
-    ns = f"lean-{uuid.uuid4().hex[:10]}"
-    s = start_background_server(request.param, redis_url, ns, cfg)
-    try:
+    with server_in_namespace(request.param, redis_url, "lean", cfg) as s:
         yield s
-    finally:
-        s.stop()
-        if request.param == "redis":
-            drop_namespace(redis_url, ns)
 
 
 def test_bad_values_in_an_unpacked_report_are_refused_over_grpc(srv):
