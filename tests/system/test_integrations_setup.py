@@ -64,15 +64,21 @@ time.sleep(120)
 @pytest.mark.parametrize("how", ["SIGTERM", "exception"])
 def test_a_stopped_or_crashed_script_returns_its_leases(memory_server, tmp_path, how):
     server = memory_server()
-    script = SCRIPT if how == "SIGTERM" else SCRIPT.replace("time.sleep(120)", "raise RuntimeError('crash')")
+    # the crash waits for the test's word, so the lease is seen held before it is returned
+    crash = "sys.stdin.readline()\nraise RuntimeError('crash')"
+    script = SCRIPT if how == "SIGTERM" else SCRIPT.replace("time.sleep(120)", crash)
     (tmp_path / "loop.py").write_text(textwrap.dedent(script))
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "loop.py"), server.address], stdout=subprocess.PIPE, cwd=REPO)
+    cmd = [sys.executable, str(tmp_path / "loop.py"), server.address]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO)
     try:
         assert proc.stdout.readline().strip() == b"leased"
         with _client(server) as c:
             assert c.stats().active_leases == 1
             if how == "SIGTERM":
                 proc.send_signal(signal.SIGTERM)
+            else:
+                proc.stdin.write(b"crash now\n")
+                proc.stdin.flush()
             rc = proc.wait(timeout=60)
             assert rc == (128 + signal.SIGTERM if how == "SIGTERM" else 1)
             st = c.stats()
