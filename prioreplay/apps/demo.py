@@ -521,11 +521,9 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
 def _end_at_budget(demo: Demo, client, learner: Child, workers: list[Child], last_metrics: dict) -> None:
     """The rollout or token budget is spent: stop the workers (no more reports), then the learner
     (it finishes its step, checkpoints and exits 0); record the last server state as a step."""
-    log.info(
-        "budget reached (%d completions or %d completion tokens): stopping workers and learner",
-        demo.cfg.rollouts,
-        demo.cfg.completion_tokens,
-    )
+    budgets = [f"{demo.cfg.rollouts} completions"] if demo.cfg.rollouts else []
+    budgets += [f"{demo.cfg.completion_tokens} completion tokens"] if demo.cfg.completion_tokens else []
+    log.info("budget reached (%s): stopping workers and learner", " or ".join(budgets))
     for c in workers:
         last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
         demo.stop(c)
