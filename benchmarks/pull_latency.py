@@ -168,8 +168,35 @@ async def run_pull_latency(p: PullLatencyParams = PullLatencyParams(), redis_url
     return {"rows": rows, "params": {"reports": p.reports, "gap_s": list(p.gap_s), "tokens": p.tokens}}
 
 
-def main() -> None:
-    """``python -m benchmarks.pull_latency``: print the table (results.json: ``benchmarks.run --parts pulllatency``)."""
+async def run_seeds(seeds: int, p: PullLatencyParams = PullLatencyParams(), redis_url: str = DEFAULT_REDIS_URL) -> list[dict]:
+    """Both modes for each store, per seed ``0..seeds-1`` (the modes side by side within a seed);
+    per store and mode the mean over seeds of p50 and p99 with a 95% t-interval."""
+    from prioreplay.intervals import mean_interval
+
+    rows = [await measure(kind, mode, p, redis_url, seed) for seed in range(seeds) for kind in p.stores for mode in MODES]
+    out = []
+    for kind in p.stores:
+        for mode in MODES:
+            mine = [r for r in rows if r["store"] == kind and r["mode"] == mode]
+            figs = {k: mean_interval([r[k] for r in mine]) for k in ("p50_ms", "p99_ms")}
+            out.append({"store": kind, "mode": mode, "seeds": seeds, **figs})
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m benchmarks.pull_latency [--seeds N]``: print the table (one seed: as measured;
+    several: mean [95% interval] over seeds). results.json: ``benchmarks.run --parts pulllatency``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="report → learner latency, polled vs woken pulls, side by side")
+    ap.add_argument("--seeds", type=int, default=1, help="seeds of the report pauses (each runs every store and mode)")
+    a = ap.parse_args(argv)
+    if a.seeds > 1:
+        for r in asyncio.run(run_seeds(a.seeds)):
+            (m50, lo50, hi50), (m99, lo99, hi99) = r["p50_ms"], r["p99_ms"]
+            p50, p99 = f"{m50:6.2f} [{lo50:.2f}, {hi50:.2f}]", f"{m99:6.2f} [{lo99:.2f}, {hi99:.2f}]"
+            print(f"{r['store']:6} {r['mode']:6} p50 {p50} ms  p99 {p99} ms  ({r['seeds']} seeds)")
+        return
     for r in asyncio.run(run_pull_latency())["rows"]:
         print(
             f"{r['store']:6} {r['mode']:6} p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  "

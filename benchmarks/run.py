@@ -28,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -472,28 +473,27 @@ def collect_real(run_root: Path, samplers: tuple[str, ...] = ("heap", "uniform")
     return out
 
 
+#: The parts of ``--parts`` by name, in the order they run.
+PARTS: dict[str, Callable[[argparse.Namespace, Results], Any]] = {
+    "simulate": part_simulate,
+    "samplers": part_samplers,
+    "service": part_service,
+    "reportpath": part_reportpath,
+    "replicaacks": part_replicaacks,
+    "openloop": part_openloop,
+    "pulllatency": part_pulllatency,
+    "overhead": part_overhead,
+    "integration": part_integration,
+}
+
+
 def run_parts(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     """Run the parts named in ``--parts`` (in a fixed order), then part 3 if asked; returns each part's summary."""
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     summary: dict[str, Any] = {}
-    if "simulate" in parts:
-        summary["simulate"] = part_simulate(args, res)
-    if "samplers" in parts:
-        summary["samplers"] = part_samplers(args, res)
-    if "service" in parts:
-        summary["service"] = part_service(args, res)
-    if "reportpath" in parts:
-        summary["reportpath"] = part_reportpath(args, res)
-    if "replicaacks" in parts:
-        summary["replicaacks"] = part_replicaacks(args, res)
-    if "openloop" in parts:
-        summary["openloop"] = part_openloop(args, res)
-    if "pulllatency" in parts:
-        summary["pulllatency"] = part_pulllatency(args, res)
-    if "overhead" in parts:
-        summary["overhead"] = part_overhead(args, res)
-    if "integration" in parts:
-        summary["integration"] = part_integration(args, res)
+    for name, part in PARTS.items():  # a fixed order, whatever the order of --parts
+        if name in parts:
+            summary[name] = part(args, res)
     if args.real_from:
         summary["real"] = collect_real(Path(args.real_from), res=res)
     elif args.real:

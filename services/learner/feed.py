@@ -17,7 +17,7 @@ keeps the bookkeeping that makes a crash lose no update:
   checkpoint and ack) are acknowledged, never retrained.
 - **rollback**: the staleness of groups generated before a restart (:class:`Rollback`).
 - **prefetch**: while the step computes, one pull for the next batch runs on a background thread
-  (:meth:`TrajectoryFeed.prefetch`); the next :meth:`~TrajectoryFeed.pull` takes its groups first.
+  (:meth:`TrajectoryFeed.prefetch`); the next :meth:`~TrajectoryFeed.pull` takes its groups after the backlog.
   What it pulled is held and acknowledged like any other group, so a crash loses nothing (the
   groups are redelivered); a prefetched group is trained at most one step later than it would be.
 
@@ -166,11 +166,12 @@ class TrajectoryFeed:
         """
         deadline = self._clock() + self.batch_timeout_s
         groups: dict[str, Any] = {}
-        self._collect_prefetch()
+        prefetched = self._collect_prefetch()
         while self._backlog and len(groups) < self.batch_groups:
             g = self._backlog.pop(0)
             if g.group_id not in self._held:
                 groups.setdefault(g.group_id, g)
+        self._take(prefetched, groups)  # after the backlog: they were pulled after it
         while len(groups) < self.batch_groups and not self._should_stop():
             remaining = deadline - self._clock()
             wait = max(0.0, min(self.pull_wait_s, remaining))
@@ -199,7 +200,7 @@ class TrajectoryFeed:
         the queue is empty) then overlaps the step's compute, publish and checkpoint. It asks for
         what the backlog lacks of a batch; nothing starts before the first (recovery) pull, while
         one is in flight, when the backlog already fills a batch, or once stopping. The next
-        :meth:`pull` waits for it and takes its groups first; a failed prefetch is logged and the
+        :meth:`pull` waits for it and takes its groups after the backlog; a failed prefetch is logged and the
         next pull simply pulls (the groups stay pending at the server, nothing is lost).
         """
         want = self.batch_groups - len(self._backlog)
@@ -220,22 +221,17 @@ class TrajectoryFeed:
         self._prefetch = (thread, box)
         return True
 
-    def _collect_prefetch(self) -> None:
-        """Wait for the prefetching pull, if any, and put its groups in the backlog."""
+    def _collect_prefetch(self) -> Sequence:
+        """Wait for the prefetching pull, if any; the groups it pulled (none after a failure)."""
         if self._prefetch is None:
-            return
+            return []
         thread, box = self._prefetch
         thread.join()
         self._prefetch = None
         if "error" in box:
             log.warning("the prefetching pull failed (%s); pulling again", box["error"])
-            return
-        queued = {b.group_id for b in self._backlog}
-        for g in box["groups"]:
-            if g.group_id in self._held or g.group_id in queued:
-                continue  # delivered again while held (trained, awaiting the checkpoint) or queued
-            self._backlog.append(g)
-            queued.add(g.group_id)
+            return []
+        return box["groups"]
 
     def _take(self, pulled: Sequence, groups: dict[str, Any]) -> None:
         """Add pulled groups to the batch being filled, the rest to the backlog; skip groups

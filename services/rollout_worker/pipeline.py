@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from prioreplay.errors import InvalidArgument, PrioreplayError
+from prioreplay.errors import PrioreplayError
 
 if TYPE_CHECKING:  # pragma: no cover
     from prioreplay.rollout_worker.worker import BatchResult, GeneratedBatch, RolloutWorker
@@ -148,10 +148,7 @@ class PipelinedLoop:
                 if lease is None:
                     lease = self._lease()
             except PrioreplayError as e:
-                if isinstance(e, InvalidArgument):
-                    raise
-                log.warning("priority server: %s; retrying in %.1f s", e, c.max_retry_sleep_s)
-                w._sleep(c.max_retry_sleep_s)
+                w.wait_out(e)
                 continue
             if not lease.problems:
                 res = w.empty_result(lease)

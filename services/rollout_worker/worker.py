@@ -508,6 +508,15 @@ class RolloutWorker:
         )
 
     # -- the loop -------------------------------------------------------------------------------
+    def wait_out(self, e: PrioreplayError) -> None:
+        """A lease or report failed: INVALID_ARGUMENT (our request is wrong: retrying cannot help) is
+        raised again; anything else (an unreachable server after the client's retries) is logged
+        and waited out for ``max_retry_sleep_s`` seconds. Both loops (sequential, pipelined) use it."""
+        if isinstance(e, InvalidArgument):
+            raise e
+        log.warning("priority server: %s; retrying in %.1f s", e, self.config.max_retry_sleep_s)
+        self._sleep(self.config.max_retry_sleep_s)
+
     def run(self) -> int:
         """Lease and report until ``max_batches`` reports or :attr:`stop_event`; returns exit code 0.
 
@@ -526,10 +535,7 @@ class RolloutWorker:
             try:
                 res = self.run_once()
             except PrioreplayError as e:
-                if isinstance(e, InvalidArgument):
-                    raise
-                log.warning("priority server: %s; retrying in %.1f s", e, c.max_retry_sleep_s)
-                self._sleep(c.max_retry_sleep_s)
+                self.wait_out(e)
                 continue
             if not res.lease_id:
                 self._sleep(min(res.retry_after_s, c.max_retry_sleep_s))
