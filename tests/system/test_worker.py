@@ -90,14 +90,19 @@ def teacher_forced(model, prompt: list[int], completion: list[int]) -> torch.Ten
 def test_one_batch_is_leased_generated_verified_and_reported(client, dirs, parity_verifier):
     client.register(problem_to_proto(p) for p in PROBLEMS)
     w = make_worker(client, dirs[0])
-    res = w.run_once()
+    n = 0  # batches run: seeds differ per lease, so a batch may hold only zero-variance groups
+    while True:
+        n += 1
+        res = w.run_once()
+        if res.groups_queued or n == 20:
+            break
     assert res.reported and res.accepted, res
     assert res.problems == B and res.completions == B * G and res.policy_version == 0
-    assert len(parity_verifier) == B * G and set(parity_verifier) == {"gsm8k"}
+    assert len(parity_verifier) == n * B * G and set(parity_verifier) == {"gsm8k"}
 
     stats = client.stats()
-    assert stats.completions_reported == B * G and stats.leased == 0 and stats.active_leases == 0
-    assert stats.groups_mixed + stats.groups_all_correct + stats.groups_all_wrong == B
+    assert stats.completions_reported == n * B * G and stats.leased == 0 and stats.active_leases == 0
+    assert stats.groups_mixed + stats.groups_all_correct + stats.groups_all_wrong == n * B
     assert stats.groups_mixed == res.groups_queued >= 1
 
     pulled = client.pull(max_groups=10).groups
@@ -132,8 +137,13 @@ def test_a_newer_published_version_is_loaded_before_generating(client, dirs, par
     assert w.run_once().policy_version == 0
     client.pull(max_groups=10)  # drain version-0 groups
     client.publish(1, str(dirs[1]))
-    res = w.run_once()
-    assert res.accepted and res.policy_version == 1 and res.reload_s > 0
+    reload_s = 0.0  # the new version loads on the first attempt; a retry finds it loaded
+    for _attempt in range(20):  # seeds differ per lease: a batch may hold only zero-variance groups
+        res = w.run_once()
+        reload_s += res.reload_s
+        if res.groups_queued:
+            break
+    assert res.accepted and res.policy_version == 1 and reload_s > 0
     assert w.backend.policy_version == 1
     assert metric(w, "prioreplay_worker_weight_reload_seconds_count") == 1
     assert metric(w, "prioreplay_worker_policy_version") == 1
