@@ -215,21 +215,30 @@ async def load(clients: int, fns: list[tuple[SampleFn, ReportFn]], duration_s: f
 
     Loop ``i`` uses ``fns[i % len(fns)]`` (e.g. one pair per connection).
 
-    A call counts (rate and latency) when it started inside the window; the window ends at
-    ``warmup_s + duration_s`` and every loop finishes its current pair before stopping.
+    A call counts (rate and latency) when it started inside the window ``[warmup_s, warmup_s +
+    duration_s)``; every loop finishes its current pair before stopping. A loop that has counted
+    no sample by the window's end (a loaded machine whose first calls outlast a short window)
+    runs one more pair, counted, and the window stretches to that pair's end: a rate is never 0
+    for want of time, and every counted call lies inside its window.
     """
     res = LoadResult()
     t0 = time.perf_counter()
     start, stop = t0 + warmup_s, t0 + warmup_s + duration_s
+    end = stop
 
     async def one(sample: SampleFn, report: ReportFn) -> None:
+        nonlocal end
+        counted = False
         while True:
             a = time.perf_counter()
-            if a >= stop:
+            extra = a >= stop
+            if extra and counted:
                 return
             lease_id, ids = await sample()
             b = time.perf_counter()
             if not ids:
+                if extra:
+                    return  # nothing to lease after the window: a true 0, not a wait without end
                 await asyncio.sleep(0.01)
                 continue
             c = time.perf_counter()
@@ -238,12 +247,15 @@ async def load(clients: int, fns: list[tuple[SampleFn, ReportFn]], duration_s: f
             if a >= start:
                 res.sample_lat.append(b - a)
                 res.sampled += len(ids)
-            if c >= start:
+                counted = True
+            if c >= start and (c < stop or extra):
                 res.report_lat.append(d - c)
                 res.reported += len(ids)
+            if extra:
+                end = max(end, d)
 
     await asyncio.gather(*(one(*fns[i % len(fns)]) for i in range(clients)))
-    res.window_s = max(1e-9, min(time.perf_counter(), stop + 0.0) - start)
+    res.window_s = max(1e-9, end - start)
     return res
 
 

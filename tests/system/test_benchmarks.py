@@ -107,6 +107,24 @@ TINY_SERVICE = replace(
 )
 
 
+async def test_load_counts_a_pair_per_loop_even_when_calls_outlast_the_window():
+    """A loaded machine's first calls can outlast a short window; the rate is then over a
+    stretched window that holds every counted call, never 0 (a CI run measured 0.0 once)."""
+
+    async def sample():
+        await asyncio.sleep(0.05)
+        return "L", ["a", "b"]
+
+    async def report(lease_id, ids):
+        await asyncio.sleep(0.05)
+
+    res = await service.load(2, [(sample, report)], duration_s=0.01, warmup_s=0.01)
+    s = res.summary()
+    assert res.reported >= 4 and res.sampled >= 4  # each of the 2 loops counted a pair
+    assert res.window_s >= 0.1  # stretched to the end of the counted pairs (≥ 2 × 50 ms)
+    assert 0 < s["reported_per_s"] <= res.reported / 0.1
+
+
 @pytest.mark.redis
 async def test_service_loop_both_stores_and_ceiling(redis_url):
     out = await service.run_throughput(TINY_SERVICE, redis_url)
