@@ -82,6 +82,7 @@ class PosteriorSampler(RetestThenHeap):
         c = self.config
 
         def score(entry: WindowEntry) -> float:
-            return posterior_variance(view.problem_stats(entry[3]), request.step - entry[0], c.posterior_decay, c.posterior_prior)
+            age = request.pool_now - entry[0]  # steps, or versions with --retest-versions
+            return posterior_variance(view.problem_stats(entry[3]), age, c.posterior_decay, c.posterior_prior)
 
         return posterior_retests(view, request, score)
