@@ -11,11 +11,11 @@ name           type    content
 ============== ======= ========================================================================
 problems       hash    id → JSON ``[prompt, answer, verifier, metadata]``
 stats          hash    id → ``"n s1 s2 pool score"`` (floats as ``%.17g``: exact round trip;
-                       pool = rules.Pool value; score = heap priority, pool: last tested step,
-                       leased: the score it returns with)
+                       pool = rules.Pool value; score = heap priority, pool: last tested step (the
+                       policy version with retest_versions), leased: the score it returns with)
 heap           zset    score = priority, member = ``store.tie_member(id, seed)``
-solved         zset    score = last tested step, member as above
-unsolved       zset    score = last tested step, member as above
+solved         zset    score = last tested step (or policy version: rules.pool_score), member as above
+unsolved       zset    score = last tested step (or policy version: rules.pool_score), member as above
 leases         hash    lease id → ``"step\\tdeadline"`` + ``"\\tmember\\tsource\\tscore"`` per problem
 deadlines      zset    score = lease deadline (unix s), member = lease id
 tomb:reported  zset    lease id → time it was reported (kept ``TOMBSTONE_TTL_S``)

@@ -17,7 +17,7 @@ from prioreplay.priority_server.samplers.base import (
 )
 from prioreplay.rules import Pool, Stats
 
-#: A window entry: (last tested step, pool, index in its pool, member).
+#: A window entry: (last tested step or policy version, pool, index in its pool, member).
 WindowEntry = tuple[float, Pool, int, str]
 
 
@@ -34,7 +34,7 @@ def posterior_variance(stats: Stats, age: float, decay: float, prior: float) -> 
 
     Args:
         stats: the problem's (report-decayed) sums; s1 counts successes for binary rewards.
-        age: steps since it was last tested (>= 0).
+        age: steps since it was last tested (>= 0); policy versions with ``--retest-versions``.
         decay: per-step evidence decay in (0, 1] (1: no decay between tests).
         prior: α₀ = β₀ > 0, the symmetric Beta prior.
 
