@@ -157,6 +157,8 @@ SAMPLER_FIGURES = (
     ("rollouts_ratio_vs_uniform", "ratio"),
     ("rollouts_ratio_vs_heap", "ratio"),
     ("efg_ratio_vs_uniform", "ratio"),
+    ("pool_misfiled_share", "fraction"),
+    ("misfiled_change_vs_heap", "fraction"),
 )
 #: (key, unit) of the per-method figures of part 2.
 SIM_FIGURES = (

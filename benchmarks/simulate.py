@@ -44,7 +44,7 @@ import numpy as np
 from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.problems import ProblemRecord
-from prioreplay.rules import PriorityParams
+from prioreplay.rules import Pool, PriorityParams
 
 #: The clock the simulated store reads starts here (unix seconds) and moves 1 s per batch.
 SIM_EPOCH_S = 1_700_000_000.0
@@ -151,6 +151,20 @@ CANDIDATES: tuple[Method, ...] = (
     ),
     Method("predicted", "predicted: unseen problems ranked by kNN-predicted priority (DOTS)", "predicted", 0.1),
     Method(
+        "heap_versions_k1",
+        "heap + retest 0.1, due 1 policy version after the last test (--retest-versions 1)",
+        "heap",
+        0.1,
+        store=(("retest_versions", 1),),
+    ),
+    Method(
+        "heap_versions_k4",
+        "heap + retest 0.1, due 4 policy versions after the last test (--retest-versions 4)",
+        "heap",
+        0.1,
+        store=(("retest_versions", 4),),
+    ),
+    Method(
         "heap_decay08",
         "heap + retest, statistics decay λ=0.8 per report",
         "heap",
@@ -235,6 +249,7 @@ class RunResult:
     optimizer_steps: int
     useful_rollout_fraction: float = 0.0  # completions in groups the learner trained on / generated
     probes: int = 0  # probe groups generated (fewer than G completions)
+    pool_misfiled_share: float = math.nan  # audit at the end (pool_misfiled_share); NaN: empty pools
     curve_rollouts: list[int] = field(default_factory=list)
     curve_success: list[float] = field(default_factory=list)
 
@@ -351,7 +366,7 @@ async def run_one(
     store = await _open_store(pop, method, seed, store_factory, clock)
     B, G = params.batch_size, params.group_size
     learner = _Learner(pop, B, method.dynamic_sampling)
-    rollouts, reached, probes = 0, math.nan, 0
+    rollouts, reached, probes, version = 0, math.nan, 0, 0
     peak = pop.success()
     curve_r, curve_s = [0], [float(peak.mean())]
     while rollouts + B * G <= params.budget_rollouts:
@@ -363,6 +378,9 @@ async def run_one(
         mixed, update = _group_updates(groups, sizes, G, method.train_probes, params.dilute)
         # -- learn: one optimizer step per batch (dynamic sampling: per B mixed groups) -------
         learner.learn(idx, sizes, mixed, update)
+        if learner.steps > version:  # each optimizer step publishes a policy version (a sync learner)
+            version = learner.steps
+            await store.publish(version, f"sim/v{version}")
         success = pop.success()
         np.maximum(peak, success, out=peak)
         mean = float(success.mean())
@@ -372,8 +390,9 @@ async def run_one(
             reached = float(rollouts)
 
     st = await store.stats()
-    await store.close()
     final = pop.success()
+    misfiled = pool_misfiled_share(await store.dump(), final, G, np.random.default_rng([seed, 2]))
+    await store.close()
     return RunResult(
         method=method.name,
         seed=seed,
@@ -386,9 +405,26 @@ async def run_one(
         optimizer_steps=learner.steps,
         useful_rollout_fraction=learner.trained_rollouts / max(rollouts, 1),
         probes=probes,
+        pool_misfiled_share=misfiled,
         curve_rollouts=curve_r,
         curve_success=curve_s,
     )
+
+
+def pool_misfiled_share(dump: dict[str, Any], success: np.ndarray, G: int, rng: np.random.Generator) -> float:
+    """The pool audit of docs/BENCHMARKS.md section 8 on a simulated run's end state: every problem
+    in the solved or unsolved pool is scored with G fresh Bernoulli(p_j) draws of the final policy
+    (``success``, (N,)); misfiled: unsolved with p̂ >= 1/G, or solved with p̂ <= 1 − 1/G (the
+    problem would give a mixed group, or has been solved, if tested now). NaN when both pools
+    are empty. Ids are ``p<index>`` (:func:`problem_records`); ``rng`` is the audit's own."""
+    pooled = sorted((int(pid[1:]), pool) for pid, (pool, *_) in dump["problems"].items() if pool in (Pool.SOLVED, Pool.UNSOLVED))
+    if not pooled:
+        return math.nan
+    idx = np.array([j for j, _ in pooled])  # (P,)
+    unsolved = np.array([pool == Pool.UNSOLVED for _, pool in pooled])  # (P,)
+    phat = (rng.random((idx.size, G)) < success[idx][:, None]).mean(axis=1)  # (P,)
+    wrong = np.where(unsolved, phat >= 1.0 / G, phat <= 1.0 - 1.0 / G)
+    return float(wrong.mean())
 
 
 def summarize(values: Sequence[float], seed: int = 0, resamples: int = 10_000) -> dict[str, float]:
@@ -451,6 +487,7 @@ SUMMARIZED = (
     "optimizer_steps",
     "useful_rollout_fraction",
     "probes",
+    "pool_misfiled_share",
 )
 
 
@@ -467,6 +504,12 @@ def _paired_ratios(rs: Sequence[RunResult], ref: Sequence[RunResult], name: str)
     )
 
 
+def _paired_differences(rs: Sequence[RunResult], ref: Sequence[RunResult], name: str) -> dict[str, float]:
+    """The summarized per-seed difference ``r.name − ref.name`` over the seeds both have (NaNs left out)."""
+    by_seed = {r.seed: r for r in ref}
+    return summarize([getattr(r, name) - getattr(by_seed[r.seed], name) for r in rs if r.seed in by_seed])
+
+
 def _method_summary(m: Method, runs: dict[str, list[RunResult]]) -> dict[str, Any]:
     """One method's entry of :func:`run_simulation`: summaries, ratios paired per seed against
     ``heap`` and ``uniform`` (where those ran), and its runs without their curves."""
@@ -475,6 +518,7 @@ def _method_summary(m: Method, runs: dict[str, list[RunResult]]) -> dict[str, An
     entry |= {name: summarize([getattr(r, name) for r in rs]) for name in SUMMARIZED}
     if "heap" in runs and m.name != "heap":
         entry["rollouts_ratio_vs_heap"] = _paired_ratios(rs, runs["heap"], "rollouts_to_target")
+        entry["misfiled_change_vs_heap"] = _paired_differences(rs, runs["heap"], "pool_misfiled_share")
     if runs.get("uniform"):
         entry["rollouts_ratio_vs_uniform"] = _paired_ratios(rs, runs["uniform"], "rollouts_to_target")
         entry["efg_ratio_vs_uniform"] = _paired_ratios(rs, runs["uniform"], "effective_group_fraction")

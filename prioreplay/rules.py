@@ -24,6 +24,8 @@ Python                     Lua twin (``services/priority_server/lua/``)
 :func:`is_forgetting`,     ``report.lua``: ``if source == '2' and o[6] == '1'`` / ``source == '3'``
 :func:`is_breakthrough`    (the flags come from these functions, computed in Python with the bands)
 :class:`PoolBands`         ARGV ``solved_at`` / ``unsolved_at`` of ``report.lua``
+:func:`pool_score`         ``report.lua``: ``local pool_score = f[1]`` (the version with ARGV
+                           ``retest_versions``); ``sample.lua``: ``pool_now``
 :class:`Pool`              the numbers 1–4 in ``lib.lua`` and ``report.lua``
 =========================  =========================================================================
 
@@ -265,3 +267,45 @@ def is_breakthrough(source: Pool, rewards: Sequence[float], bands: PoolBands = P
     """A retest of an unsolved problem that does not stay unsolved (with the paper's bands: some
     completion succeeded, reward > 0)."""
     return source is Pool.UNSOLVED and _lands_in(rewards, bands) is not Pool.UNSOLVED
+
+
+def pool_score(lease_step: int, policy_version: int, retest_versions: int) -> float:
+    """The score a problem gets when a group sends it to the solved or unsolved pool: the clock its
+    retest waits on.
+
+    ``retest_versions`` 0 (the paper): the lease's step, so a pooled problem is due
+    ``retest_interval`` batches after its last test. ``retest_versions`` k >= 1: the policy version
+    current when the group is reported (the version the worker generated with, or at most the
+    versions published during its generation newer), so it is due once the published version V
+    satisfies V − score >= k, and the pools (ordered by score ascending) rank due problems by
+    versions elapsed since their last test, most first (the samplers' ``SampleRequest.pool_now``).
+
+    Why versions, not steps or GRESO's skip probability. The paper retests pooled problems so that
+    none starves and forgetting is noticed (Fatemi, arXiv 2601.02648, "retest pools": least
+    recently tested first). Both causes are changes of the *policy*: a group of G rewards under an
+    unchanged policy is a fresh draw of the same Bernoulli(p), so a retest before a new version
+    only re-samples noise, and a verdict grows stale with the optimizer updates since it was
+    made, not with the batches other workers leased meanwhile (many workers lease many batches
+    per version; a fast learner publishes several versions per batch). Counting versions spends
+    the retest quota on the problems the policy has moved furthest from since their verdict.
+    GRESO (Zheng et al., arXiv 2506.02177, Algorithm 1) instead skips a prompt whose last z
+    observations had zero variance with probability 1 − p_e^z, i.e. retests it with probability
+    p_e^z that *decays* with repeated zero-variance verdicts: it saves rollouts on prompts that stay
+    solved or unsolved, but it parks a prompt longer the more often it was confirmed, the
+    opposite of what a fast-improving policy needs (the pool audit's misfiled share, docs/
+    BENCHMARKS.md section 8), and its random skips give no bound on starvation. The version rule
+    keeps the paper's deterministic order (no random draw, so both stores agree without one): a
+    problem is never overtaken by one pooled under a later version, so a due problem waits only
+    for the due problems ahead of it. It changes when problems are due and in which order, not
+    how many are retested (``retest_fraction`` still sets the quota).
+
+    Args:
+        lease_step: the step of the lease the group was reported on (>= 1).
+        policy_version: the current policy version when the group is reported (0 before the
+            first publish).
+        retest_versions: the server's ``--retest-versions`` (0: the paper's step clock).
+
+    Returns:
+        The pool score (a float, as every sorted-set score).
+    """
+    return float(policy_version if retest_versions > 0 else lease_step)

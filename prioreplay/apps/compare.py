@@ -27,21 +27,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prioreplay.apps.compare_config import CompareConfig
+from prioreplay.apps.compare_config import CompareConfig, arm_name, arm_settings
 from prioreplay.errors import InvalidArgument
 
 log = logging.getLogger("prioreplay.apps.compare")
 
-#: Settings that may differ between the runs of one comparison (they do not change what is measured).
-ARM_KEYS = ("sampler", "seed", "run_dir", "timeout_s", "log_level", "threads", "report_to")
+#: Settings that may differ between the runs of one comparison (they do not change what is measured,
+#: or they are what an arm is: the sampler and the settings of ``compare_config.SETTING_ARMS``).
+ARM_KEYS = ("sampler", "retest_versions", "seed", "run_dir", "timeout_s", "log_level", "threads", "report_to")
 
 
 def check_arms(reports: list[dict[str, Any]]) -> None:
-    """Refuse runs that are not the same experiment but for the sampler (and the seed).
+    """Refuse runs that are not the same experiment but for the arm (``compare_config.arm_name``) and the seed.
 
     Raises:
         InvalidArgument: two runs differ in a setting outside :data:`ARM_KEYS` (the message names
-            the setting, both values and both runs), or a sampler's runs repeat a seed.
+            the setting, both values and both runs), or an arm's runs repeat a seed.
     """
     if not reports:
         raise InvalidArgument("compare needs at least one run")
@@ -57,7 +58,7 @@ def check_arms(reports: list[dict[str, Any]]) -> None:
                 )
     seen: set[tuple[str, int]] = set()
     for rep in reports:
-        arm = (rep["config"]["sampler"], rep["config"]["seed"])
+        arm = (arm_name(rep["config"]), rep["config"]["seed"])
         if arm in seen:
             raise InvalidArgument(f"two runs of sampler {arm[0]} with seed {arm[1]}; give each (sampler, seed) once")
         seen.add(arm)
@@ -96,7 +97,7 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
         )
     return {
         "name": report.get("name"),
-        "sampler": cfg["sampler"],
+        "sampler": arm_name(cfg),  # the arm: a sampler, or a row of compare_config.SETTING_ARMS
         "seed": cfg["seed"],
         "rollouts": completions,
         "effective_group_fraction": final["effective_group_fraction"],
@@ -307,11 +308,12 @@ def write(root: Path, cfg: dict[str, Any], samplers: list[str], reports: list[di
     return out
 
 
-def _arm_config(cfg: CompareConfig, sampler: str, seed: int, root: Path):
+def _arm_config(cfg: CompareConfig, arm: str, seed: int, root: Path):
     from prioreplay.apps.demo_config import DemoConfig
 
+    sampler, settings = arm_settings(arm)
     values = {k: getattr(cfg, k) for k in DemoConfig.model_fields if k != "sampler"}
-    values.update(sampler=sampler, seed=seed, run_dir=root / f"{sampler}-seed{seed}")
+    values.update(settings, sampler=sampler, seed=seed, run_dir=root / f"{arm}-seed{seed}")
     return DemoConfig(_cli_parse_args=[], **values)
 
 
@@ -383,7 +385,7 @@ def run(cfg: CompareConfig) -> int:
     if cfg.runs:
         reports = [_load_report(d) for d in cfg.runs]
         check_arms(reports)
-        samplers = list(dict.fromkeys(r["config"]["sampler"] for r in reports))
+        samplers = list(dict.fromkeys(arm_name(r["config"]) for r in reports))
         if len(samplers) < 2:
             raise InvalidArgument(f"the runs use one sampler only ({samplers[0]}); compare needs two or more")
     else:
@@ -392,12 +394,13 @@ def run(cfg: CompareConfig) -> int:
         for start in range(0, len(arms), cfg.parallel):
             batch = arms[start : start + cfg.parallel]
             for arm in batch:
-                print(f"\n== arm {arm.sampler}, seed {arm.seed} -> {arm.run_dir}", flush=True)
+                print(f"\n== arm {arm_name(arm.model_dump())}, seed {arm.seed} -> {arm.run_dir}", flush=True)
             codes = [demo.run(batch[0])] if len(batch) == 1 else _run_concurrently(batch)
             for arm, rc in zip(batch, codes, strict=True):
                 if rc != 0:
                     print(
-                        f"prioreplay compare: arm {arm.sampler} seed {arm.seed} failed (exit {rc}); see {arm.run_dir}/logs",
+                        f"prioreplay compare: arm {arm_name(arm.model_dump())} seed {arm.seed} failed (exit {rc}); "
+                        f"see {arm.run_dir}/logs",
                         file=sys.stderr,
                     )
                     return rc

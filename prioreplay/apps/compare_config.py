@@ -10,6 +10,31 @@ from prioreplay.apps.demo_config import DemoRunSettings, worker_seed
 from prioreplay.config import SEED_MAX
 from prioreplay.priority_server import samplers as _samplers
 
+#: Arms beyond the samplers: a sampler run with other server settings, by name. The rows are the
+#: retest settings docs/BENCHMARKS.md section 8's decision rule judges against the same sampler
+#: without them (``heap-version-retests``: the paper's heap with retests due one policy version
+#: after a problem's last test, ``--retest-versions 1``).
+SETTING_ARMS: dict[str, tuple[str, dict[str, int]]] = {
+    "heap-version-retests": ("heap", {"retest_versions": 1}),
+}
+
+
+def arm_settings(arm: str) -> tuple[str, dict[str, int]]:
+    """The sampler and the server settings of arm ``arm`` (a sampler name: that sampler, no more)."""
+    return SETTING_ARMS.get(arm, (arm, {}))
+
+
+def arm_name(config: dict) -> str:
+    """The arm a demo run's ``config`` belongs to: a :data:`SETTING_ARMS` row whose sampler and
+    settings it has, else its sampler (``<sampler>-retest-versions-<k>`` when it ran with retests by
+    policy version that no row names). Runs made before the setting existed lack it: the sampler."""
+    sampler = config["sampler"]
+    for name, (arm_sampler, settings) in SETTING_ARMS.items():
+        if sampler == arm_sampler and all(config.get(k) == v for k, v in settings.items()):
+            return name
+    k = config.get("retest_versions") or 0
+    return f"{sampler}-retest-versions-{k}" if k else sampler
+
 
 def default_samplers() -> list[str]:
     """The registry's default sampler, then ``heap`` and ``uniform`` (duplicates dropped), so a
@@ -31,7 +56,8 @@ class CompareConfig(DemoRunSettings):
 
     samplers: list[str] = Field(
         default_factory=default_samplers,
-        description="samplers to compare (comma list or repeated flag; default: the registry's default, heap and uniform)",
+        description="samplers to compare (comma list or repeated flag; default: the registry's default, heap and uniform); "
+        f"also the arms {', '.join(SETTING_ARMS)} (a sampler with other retest settings)",
     )
     seeds: int = Field(3, ge=1, le=100, description="runs per sampler, seeds seed .. seed+N-1 (intervals across seeds)")
     parallel: int = Field(
@@ -51,9 +77,11 @@ class CompareConfig(DemoRunSettings):
         from prioreplay.errors import InvalidArgument
 
         names = [s.strip() for item in self.samplers for s in item.split(",") if s.strip()]
-        unknown = [s for s in names if s not in _samplers.SAMPLERS]
+        unknown = [s for s in names if s not in _samplers.SAMPLERS and s not in SETTING_ARMS]
         if unknown:
-            raise InvalidArgument(f"unknown sampler(s) {', '.join(unknown)}; choose from {', '.join(_samplers.SAMPLERS)}")
+            raise InvalidArgument(
+                f"unknown sampler(s) {', '.join(unknown)}; choose from {', '.join([*_samplers.SAMPLERS, *SETTING_ARMS])}"
+            )
         if len(set(names)) < 2 and not self.runs:
             raise InvalidArgument(f"compare needs two or more different samplers (got {names})")
         self.samplers = list(dict.fromkeys(names))

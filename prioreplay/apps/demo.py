@@ -366,6 +366,8 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
         str(cfg.retest_fraction),
         "--retest-interval",
         str(cfg.retest_interval),
+        "--retest-versions",
+        str(cfg.retest_versions),
         "--seed",
         str(cfg.seed),
         "--namespace",

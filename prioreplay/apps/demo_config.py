@@ -69,6 +69,7 @@ class DemoRunSettings(PrioreplaySettings):
     # -- the server's settings -----------------------------------------------------------------
     retest_fraction: float = setting(ServerConfig, "retest_fraction")
     retest_interval: int = setting(ServerConfig, "retest_interval")
+    retest_versions: int = setting(ServerConfig, "retest_versions")
     # -- the workers' settings -----------------------------------------------------------------
     group_size: int = setting(WorkerConfig, "group_size", 4)
     batch_size: int = setting(WorkerConfig, "batch_size")

@@ -84,6 +84,15 @@ class StoreSettings(BaseModel):
     retest_interval: int = Field(
         4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
     )
+    retest_versions: int = Field(
+        0,
+        ge=0,
+        le=1_000_000_000,
+        description="0: pooled problems are due for a retest --retest-interval batches after their last test (the paper); "
+        "k >= 1: the pools keep the policy version of each problem's last test and a problem is due once the published "
+        "version is k or more past it, least recent version first (--retest-interval unused; off by default until "
+        "docs/BENCHMARKS.md section 8's rule says otherwise)",
+    )
     # -- pools ---------------------------------------------------------------------------
     solved_at: float = Field(
         1.0,

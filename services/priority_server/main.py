@@ -117,14 +117,15 @@ def _log_start(config: ServerConfig, port: int, label: str, *, metrics_on: bool)
     )
     _warn_about(config)
     log.info(
-        "store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d batches), "
+        "store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d %s), "
         "decay %g, prior (%g, %g), seed %d, lease %gs, max batch %d",
         redact_url(config.store),
         config.namespace,
         config.sampler,
         config.alpha,
         config.retest_fraction,
-        config.retest_interval,
+        config.retest_versions or config.retest_interval,
+        "policy versions" if config.retest_versions else "batches",
         config.decay,
         config.prior_alpha,
         config.prior_beta,

@@ -9,7 +9,9 @@ Data structures (N problems, B problems per batch):
 
 * heap: a ``SortedList`` of ``(priority, member)`` ascending; heap order (priority desc, member
   desc) is read from its end, so the top-k and the k-th in heap order cost O(log N).
-* solved / unsolved pools: ``SortedList`` of ``(last tested step, member)`` ascending (pool order).
+* solved / unsolved pools: ``SortedList`` of ``(last tested step, member)`` ascending (pool order);
+  with ``retest_versions`` the policy version of the last test instead of the step
+  (:func:`prioreplay.rules.pool_score`).
 * leases: a dict by lease id plus a ``SortedList`` of ``(deadline, lease id)``; ended leases leave a
   tombstone ("already reported" / "expired") for 24 h.
 * trajectory queue: Redis-stream semantics with one consumer group: groups never delivered in
@@ -239,9 +241,10 @@ class MemoryStore(Store):
         request = SampleRequest(
             batch_size=batch_size,
             step=step1,
-            retest_interval=cfg.retest_interval,
+            retest_interval=cfg.retest_versions or cfg.retest_interval,
             quota=retest_quota(batch_size, cfg.retest_fraction, step1) if self._sampler.retests else 0,
             rng=XorShift32(step_seed(cfg.seed, step1)) if self._sampler.uses_rng else None,
+            pool_clock=self._s.policy[0] if cfg.retest_versions else None,
         )
         batch = [self._lease_pick(pick) for pick in self._sample_impl.sample(self._view, request)]
         version, uri = self._s.policy
@@ -347,7 +350,8 @@ class MemoryStore(Store):
             tn, tt = self._s.tokens.get(o.problem_id, (0.0, 0.0))
             self._s.tokens[o.problem_id] = (params.decay * tn + len(o.rewards), params.decay * tt + o.completion_tokens)
         dest = rules.destination(kind, rules.pass_rate(o.rewards), bands)
-        self._place(e, dest, rules.priority(e.stats, params) if dest is Pool.HEAP else float(lease_step))
+        pooled = rules.pool_score(lease_step, self._s.policy[0], self.config.retest_versions)
+        self._place(e, dest, rules.priority(e.stats, params) if dest is Pool.HEAP else pooled)
         c[_KIND_COUNTER[kind]] += 1
         c["completions_reported"] += len(o.rewards)
         c["reward_sum"] = c["reward_sum"] + rules.reward_sums(o.rewards)[0]

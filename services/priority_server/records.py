@@ -86,7 +86,7 @@ class ProblemState:
     problem: ProblemRecord
     stats: Stats
     pool: Pool
-    score: float  # heap: priority; pools: last tested step; leased: the score it returns with
+    score: float  # heap: priority; pools: last tested step (policy version with retest_versions); leased: its return score
     priority: float
 
 

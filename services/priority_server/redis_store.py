@@ -11,11 +11,11 @@ name           type    content
 ============== ======= ========================================================================
 problems       hash    id → JSON ``[prompt, answer, verifier, metadata]``
 stats          hash    id → ``"n s1 s2 pool score"`` (floats as ``%.17g``: exact round trip;
-                       pool = rules.Pool value; score = heap priority, pool: last tested step,
-                       leased: the score it returns with)
+                       pool = rules.Pool value; score = heap priority, pool: last tested step (the
+                       policy version with retest_versions), leased: the score it returns with)
 heap           zset    score = priority, member = ``store.tie_member(id, seed)``
-solved         zset    score = last tested step, member as above
-unsolved       zset    score = last tested step, member as above
+solved         zset    score = last tested step (or policy version: rules.pool_score), member as above
+unsolved       zset    score = last tested step (or policy version: rules.pool_score), member as above
 leases         hash    lease id → ``"step\\tdeadline"`` + ``"\\tmember\\tsource\\tscore"`` per problem
 deadlines      zset    score = lease deadline (unix s), member = lease id
 tomb:reported  zset    lease id → time it was reported (kept ``TOMBSTONE_TTL_S``)
@@ -469,6 +469,7 @@ class RedisStore(Store):
                     cfg.max_group_size,
                     _f(cfg.params.prior_alpha),
                     _f(cfg.params.prior_beta),
+                    cfg.retest_versions,
                 ],
             )
             if res[0] == b"SAME":  # a retried request: its live lease again
@@ -528,7 +529,15 @@ class RedisStore(Store):
         self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (), more_parts: bool = False
     ) -> ReportResult:
         seed = self.config.seed
-        args: list[Any] = [_f(self.clock()), lease_id, int(more_parts), CONSUMER_GROUP, *self._params_args, len(outcomes)]
+        args: list[Any] = [
+            _f(self.clock()),
+            lease_id,
+            int(more_parts),
+            CONSUMER_GROUP,
+            *self._params_args,
+            self.config.retest_versions,
+            len(outcomes),
+        ]
         for o in outcomes:
             rewards = [float(r) for r in o.rewards]
             sr, sq = rules.reward_sums(rewards)
@@ -545,7 +554,13 @@ class RedisStore(Store):
         res = await self._run(
             "report",
             self._state_keys
-            + [self._keys["stream"], self.key(f"parts:{lease_id}"), self._keys["quarantine"], self._keys["tokens"]],
+            + [
+                self._keys["stream"],
+                self.key(f"parts:{lease_id}"),
+                self._keys["quarantine"],
+                self._keys["tokens"],
+                self._keys["policy"],
+            ],
             args,
         )
         status = int(res[0])

@@ -29,7 +29,9 @@ sample(batch_size, lease_timeout_s)
        rng = samplers.XorShift32(samplers.step_seed(seed, step')).
     3. ``heap``/``weighted``: R = up to ``quota`` pool problems whose score (last tested step)
        <= step' − retest_interval, least recently tested first: candidates are merged from both
-       pools by (score asc, solved before unsolved, member asc).
+       pools by (score asc, solved before unsolved, member asc). With ``retest_versions`` k >= 1
+       the scores are policy versions (see "report"): R takes those with score <= V − k, V the
+       current policy version (0 before the first publish), same order (``retest_interval`` unused).
        Then H = up to B − |R| from the heap:
          ``heap``: the top, in heap order.
          ``weighted``: for each slot, up to 8 tries: u1 = rng.random(), rank = floor(u1·|heap|)
@@ -50,7 +52,8 @@ report(lease_id, outcomes)
     Outcome for a problem not in the lease, or twice → InvalidArgument, nothing changes.
     Otherwise per outcome (in request order): kind = classify(rewards); stats = update_stats;
     priority recomputed; destination(kind, pass_rate(rewards), config.bands): heap with score =
-    priority, or the pool with score = the lease's step (the bands ``--solved-at`` /
+    priority, or the pool with score = ``rules.pool_score``: the lease's step, or with
+    ``retest_versions`` >= 1 the current policy version (the bands ``--solved-at`` /
     ``--unsolved-at`` also pool a group whose pass rate Σr/G is at or past them; at their
     defaults 1 and 0 only all-correct / all-wrong groups are pooled); counters: groups_<kind>,
     completions_reported += G, reward_sum += Σr, forgetting_events / breakthroughs per
@@ -210,6 +213,7 @@ RUN_SETTINGS = (
     "max_group_size",
     "retest_fraction",
     "retest_interval",
+    "retest_versions",
     "solved_at",
     "unsolved_at",
     "decay",

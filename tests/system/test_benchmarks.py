@@ -293,3 +293,18 @@ async def test_predicted_runs_in_the_simulator_on_prompts_that_name_their_skill(
     by = {m.name: m for m in simulate.CANDIDATES}
     run = await simulate.run_one(TINY_SIM, by["predicted"], seed=1)
     assert run.optimizer_steps > 0 and run.curve_success[-1] != run.curve_success[0]
+
+
+def test_the_simulated_pool_audit_counts_pooled_problems_a_test_now_would_place_elsewhere():
+    import numpy as np
+
+    from prioreplay.rules import Pool
+
+    # p0 unsolved but always right, p1 unsolved and always wrong, p2 solved and always right,
+    # p3 solved but always wrong, p4 in the heap (not audited)
+    pools = [Pool.UNSOLVED, Pool.UNSOLVED, Pool.SOLVED, Pool.SOLVED, Pool.HEAP]
+    dump = {"problems": {f"p{j:07d}": (int(pool), 4.0, 0.0, 0.0, 1.0) for j, pool in enumerate(pools)}}
+    success = np.array([1.0, 0.0, 1.0, 0.0, 0.5])
+    assert simulate.pool_misfiled_share(dump, success, 4, np.random.default_rng(0)) == 0.5
+    heap_only = {"problems": {"p0000000": (int(Pool.HEAP), 0.0, 0.0, 0.0, 0.25)}}
+    assert math.isnan(simulate.pool_misfiled_share(heap_only, success, 4, np.random.default_rng(0)))

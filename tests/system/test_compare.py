@@ -192,3 +192,23 @@ def test_a_concurrent_arm_gets_exactly_the_settings_of_its_sequential_twin(tmp_p
     arm = _arm_config(cfg, "uniform", 2, tmp_path)
     assert arm.stop == ["\n", "END"] and arm.run_dir == tmp_path / "uniform-seed2"
     assert parse("demo", _demo_args(arm)) == arm
+
+
+def test_the_version_retest_arm_runs_heap_with_retest_versions_and_is_named_by_its_settings(tmp_path):
+    from prioreplay.apps.compare import _arm_config, _demo_args
+
+    cfg = parse("compare", ["--samplers", "heap,heap-version-retests,uniform", "--rollouts", "96"])
+    assert cfg.samplers == ["heap", "heap-version-retests", "uniform"]
+    arm = _arm_config(cfg, "heap-version-retests", 1, tmp_path)
+    assert (arm.sampler, arm.retest_versions, arm.run_dir) == ("heap", 1, tmp_path / "heap-version-retests-seed1")
+    assert parse("demo", _demo_args(arm)) == arm
+    assert _arm_config(cfg, "heap", 1, tmp_path).retest_versions == 0
+    # the runs: the same experiment but for the arm, told apart by the setting
+    heap, versions = _report("heap", 0, 50, 100), _report("heap", 0, 55, 100, retest_versions=1)
+    check_arms([heap, versions, _report("uniform", 0, 30, 100)])
+    assert [run_metrics(r)["sampler"] for r in (heap, versions)] == ["heap", "heap-version-retests"]
+    assert run_metrics(_report("heap", 0, 50, 100, retest_versions=3))["sampler"] == "heap-retest-versions-3"
+    with pytest.raises(InvalidArgument, match="two runs of sampler heap-version-retests with seed 0"):
+        check_arms([versions, copy.deepcopy(versions)])
+    with pytest.raises(InvalidArgument, match="unknown sampler"):
+        parse("compare", ["--samplers", "heap,heap-versions"])

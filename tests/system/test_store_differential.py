@@ -39,6 +39,7 @@ configs = st.builds(
     alpha=st.sampled_from([0.5, 1.0, 2.0]),
     retest_fraction=st.sampled_from([0.0, 0.25, 0.5]),
     retest_interval=st.sampled_from([0, 1, 3]),
+    retest_versions=st.sampled_from([0, 0, 1, 2]),  # 0: the step clock; k: pools by policy version
     params=st.builds(
         rules.PriorityParams,
         decay=st.sampled_from([1.0, 0.8, 0.0]),

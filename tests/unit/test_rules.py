@@ -216,3 +216,11 @@ def test_bands_refuse_out_of_range_or_overlapping_values(kwargs, text):
     with pytest.raises(InvalidArgument) as err:
         rules.PoolBands(**kwargs)
     assert text in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "step, version, retest_versions, expected",
+    [(7, 3, 0, 7.0), (7, 3, 1, 3.0), (7, 3, 5, 3.0), (7, 0, 2, 0.0)],
+)
+def test_pool_score_is_the_step_or_with_retest_versions_the_policy_version(step, version, retest_versions, expected):
+    assert rules.pool_score(step, version, retest_versions) == expected

@@ -35,7 +35,7 @@ def _same_declaration(a, b) -> bool:
 def test_settings_shared_by_server_and_stores_are_one_declaration():
     shared = set(ServerConfig.model_fields) & set(StoreConfig.model_fields)
     assert shared == set(StoreSettings.model_fields)  # everything the server passes on to the store
-    assert len(shared) == 17
+    assert len(shared) == 18
     for name in shared:
         assert _same_declaration(ServerConfig.model_fields[name], StoreConfig.model_fields[name]), name
 
@@ -119,3 +119,11 @@ def test_backpressure_is_on_by_default_and_its_bound_fits_the_documented_arithme
     group_bytes = 8 * 512 * (4 + 4) + 8 * 1024  # G=8 x 512 tokens x (id + log-prob) + prompt and framing
     assert depth * group_bytes <= 64 * 2**20  # far below the compose Redis's 4 GiB maxmemory
     assert ServerConfig(max_queue_depth=0).max_queue_depth == 0  # still possible to turn off
+
+
+def test_retest_versions_is_off_by_default_reaches_the_store_and_refuses_negative_values():
+    assert ServerConfig(_cli_parse_args=[]).to_store_config().retest_versions == 0  # the paper's step clock
+    cfg = ServerConfig(_cli_parse_args=["--retest-versions", "2"])
+    assert cfg.to_store_config().retest_versions == 2
+    with pytest.raises(InvalidArgument, match="retest_versions"):
+        StoreConfig(retest_versions=-1)

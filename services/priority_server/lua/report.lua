@@ -1,8 +1,8 @@
 -- report.lua: apply a lease's outcomes (store.py docstring, "report").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member
--- KEYS[3]  solved       zset   score = last tested step
--- KEYS[4]  unsolved     zset   score = last tested step
+-- KEYS[3]  solved       zset   score = last tested step (policy version with ARGV[10] > 0)
+-- KEYS[4]  unsolved     zset   score = last tested step (policy version with ARGV[10] > 0)
 -- KEYS[5]  leases       hash   lease id -> lease record
 -- KEYS[6]  deadlines    zset   lease id by deadline
 -- KEYS[7]  counters     hash   StoreStats counters
@@ -13,6 +13,7 @@
 --                              after the lease's deadline)
 -- KEYS[12] quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
 -- KEYS[13] tokens       hash   id -> "completions tokens" (decayed sums of reports with token ids)
+-- KEYS[14] policy       hash   version, uri (the pools' clock with ARGV[10] > 0)
 -- ARGV[1]  now          unix seconds from the store's clock
 -- ARGV[2]  lease_id
 -- ARGV[3]  more_parts   '1': a part; the lease stays live for the problems not yet reported, each
@@ -23,15 +24,17 @@
 -- ARGV[7]  prior_beta
 -- ARGV[8]  solved_at    rules.PoolBands.solved_at (1: all-correct only)
 -- ARGV[9]  unsolved_at  rules.PoolBands.unsolved_at (0: all-wrong only)
--- ARGV[10] n_outcomes
+-- ARGV[10] retest_versions  0: a pooled problem's score is the lease's step; k >= 1: the current
+--                       policy version (rules.pool_score)
+-- ARGV[11] n_outcomes
 -- then 2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
---   ARGV[11 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough\ttokens" with kind one of
+--   ARGV[12 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough\ttokens" with kind one of
 --                  mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
 --                  repr strings), the two flags 0/1 (rules.is_forgetting / is_breakthrough from a pool, with the bands),
 --                  tokens = the group's completion tokens (0: none sent, the token sums stay)
---   ARGV[12 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
+--   ARGV[13 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
 -- Outcomes for members reported by an earlier part are skipped (counted in the reply).
--- then ARGV[11 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
+-- then ARGV[12 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
 --   (problems to quarantine: pool 5, score kept, their home pool in KEYS[12]).
 -- Returns {0, reason} when the lease is not live (late_reports += 1; a due lease is expired);
 -- {-1, index} when outcome #index (0-based) names a problem not in the lease (nothing changed);
@@ -39,7 +42,7 @@
 -- {1, queued, filtered, skipped, quarantined} when applied.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
-            stream = KEYS[10], parts = KEYS[11], quarantine = KEYS[12], tokens = KEYS[13] }
+            stream = KEYS[10], parts = KEYS[11], quarantine = KEYS[12], tokens = KEYS[13], policy = KEYS[14] }
 local more = ARGV[3] == '1'
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s, lease_id = ARGV[1], ARGV[2]
@@ -63,10 +66,10 @@ end
 -- membership: member -> {source, score}
 local leased = {}
 for i = 3, #f, 3 do leased[f[i]] = { f[i + 1], f[i + 2] } end
-local n_out = tonumber(ARGV[10])
+local n_out = tonumber(ARGV[11])
 local outs, skip, skipped = {}, {}, 0
 for j = 0, n_out - 1 do
-  local o = split_tabs(ARGV[11 + 2 * j])
+  local o = split_tabs(ARGV[12 + 2 * j])
   if not leased[o[1]] then
     if redis.call('SISMEMBER', k.parts, o[1]) == 0 then return { -1, j } end
     skip[j] = true  -- reported by an earlier part: applied once only
@@ -74,7 +77,7 @@ for j = 0, n_out - 1 do
   end
   outs[j] = o
 end
-local q_base = 11 + 2 * n_out
+local q_base = 12 + 2 * n_out
 local n_q = tonumber(ARGV[q_base] or '0')
 for j = 1, n_q do
   if not leased[ARGV[q_base + j]] then return { -2, j - 1 } end
@@ -82,7 +85,9 @@ end
 
 local lam, pa, pb = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local solved_at, unsolved_at = tonumber(ARGV[8]), tonumber(ARGV[9])
-local step_s = f[1]
+-- Python twin: rules.pool_score: the lease's step, or the current policy version
+local pool_score = f[1]
+if tonumber(ARGV[10]) > 0 then pool_score = redis.call('HGET', k.policy, 'version') or '0' end
 local queued, filtered = 0, 0
 local completions = 0
 local kinds = { mixed = 0, all_correct = 0, all_wrong = 0, constant = 0 }
@@ -110,8 +115,8 @@ for j = 0, n_out - 1 do
   -- Python twin: rules.destination: all-correct or p >= solved_at (< 1) -> solved, all-wrong or
   -- p <= unsolved_at (> 0) -> unsolved, else the heap
   local dest, score
-  if kind == 'all_correct' or (solved_at < 1 and rate >= solved_at) then dest, score = 2, step_s
-  elseif kind == 'all_wrong' or (unsolved_at > 0 and rate <= unsolved_at) then dest, score = 3, step_s
+  if kind == 'all_correct' or (solved_at < 1 and rate >= solved_at) then dest, score = 2, pool_score
+  elseif kind == 'all_wrong' or (unsolved_at > 0 and rate <= unsolved_at) then dest, score = 3, pool_score
   else dest, score = 1, fmt(prio) end
   redis.call('HSET', k.stats, id, fmt(n) .. ' ' .. fmt(s1) .. ' ' .. fmt(s2) .. ' ' .. dest .. ' ' .. score)
   -- Python twin: MemoryStore._apply_group: the token sums decay like the statistics
@@ -131,7 +136,7 @@ for j = 0, n_out - 1 do
   -- Python twins: rules.is_forgetting / rules.is_breakthrough (flags computed in Python)
   if source == '2' and o[6] == '1' then forgetting = forgetting + 1 end
   if source == '3' and o[7] == '1' then breakthroughs = breakthroughs + 1 end
-  if kind == 'mixed' and ARGV[12 + 2 * j] == '' then
+  if kind == 'mixed' and ARGV[13 + 2 * j] == '' then
     -- an empty payload: a rewards-only client, nothing to queue for the learner
   elseif kind == 'mixed' then
     if not stream_ready then
@@ -140,7 +145,7 @@ for j = 0, n_out - 1 do
       end
       stream_ready = true
     end
-    redis.call('XADD', k.stream, '*', 'p', ARGV[12 + 2 * j])
+    redis.call('XADD', k.stream, '*', 'p', ARGV[13 + 2 * j])
     queued = queued + 1
   else
     filtered = filtered + 1

@@ -3,8 +3,8 @@
 -- the lease.
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member
--- KEYS[3]  solved       zset   score = last tested step
--- KEYS[4]  unsolved     zset   score = last tested step
+-- KEYS[3]  solved       zset   score = last tested step (policy version with ARGV[24] > 0)
+-- KEYS[4]  unsolved     zset   score = last tested step (policy version with ARGV[24] > 0)
 -- KEYS[5]  leases       hash   lease id -> lease record
 -- KEYS[6]  deadlines    zset   score = lease deadline (unix s), member = lease id
 -- KEYS[7]  counters     hash   step and the StoreStats counters
@@ -42,6 +42,9 @@
 -- ARGV[21] max_group_size   largest group the knapsack sampler gives one problem
 -- ARGV[22] prior_alpha  alpha0 of the statistics (the knapsack sampler's pass-rate estimate)
 -- ARGV[23] prior_beta   beta0 of the statistics
+-- ARGV[24] retest_versions  0: the pools' scores are steps (the paper); k >= 1: they are policy
+--                       versions (rules.pool_score), the pools' clock is the current version and a
+--                       problem is due k versions after its last test (ARGV[7] unused)
 -- Returns {'SAME', lease step, version, uri, earliest deadline, n, then per problem: member, source,
 --  stats, problem JSON, group_size, then lease id, deadline} when request_id names a live lease (nothing
 -- changed); {'STEP', step} when expected_step is stale (nothing changed); otherwise
@@ -70,6 +73,7 @@ local n_retests = 0  -- the first n_retests of `taken` are the retests R
 local request_id = ARGV[19]
 local mean_g, max_g = tonumber(ARGV[20]), tonumber(ARGV[21])
 local pa, pb = tonumber(ARGV[22]), tonumber(ARGV[23])
+local retest_versions = tonumber(ARGV[24] or '0')
 
 -- 0. a retried request whose lease is live gets that lease again (read only)
 if request_id ~= '' then
@@ -107,6 +111,12 @@ refuse_when_out_of_memory(k.counters)
 
 -- step' and the RNG
 local step2 = step + 1
+-- the pools' clock (samplers.SampleRequest.pool_now): the step, or the policy version
+local pool_now = step2
+if retest_versions > 0 then
+  pool_now = tonumber(redis.call('HGET', k.policy, 'version') or '0')
+  interval = retest_versions
+end
 local quota = math.floor(retest_rate * step2) - math.floor(retest_rate * (step2 - 1))  -- samplers.retest_quota
 local rng = xs_new(tonumber(ARGV[10]))
 local taken = {}  -- {member, source, score}
@@ -129,10 +139,10 @@ local function take_merged(s, u, want)
   end
 end
 
--- R: up to `quota` retests whose last tested step <= step' - interval (samplers.RetestThenHeap.retests)
+-- R: up to `quota` retests whose score <= pool_now - interval (samplers.RetestThenHeap.retests)
 local function take_retests()
   if quota > 0 then
-    local thr = step2 - interval
+    local thr = pool_now - interval
     local s = redis.call('ZRANGEBYSCORE', k.solved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, quota)
     local u = redis.call('ZRANGEBYSCORE', k.unsolved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, quota)
     take_merged(s, u, quota)
@@ -154,7 +164,7 @@ end
 -- (samplers.PosteriorRetests.retests)
 local function take_retests_posterior()
   if quota <= 0 then return end
-  local thr = step2 - interval
+  local thr = pool_now - interval
   local W = 4 * quota
   local s = redis.call('ZRANGEBYSCORE', k.solved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, W)
   local u = redis.call('ZRANGEBYSCORE', k.unsolved, '-inf', thr, 'WITHSCORES', 'LIMIT', 0, W)
@@ -171,7 +181,7 @@ local function take_retests_posterior()
   local scored = {}
   for x = 2, #win do
     local n, s1 = split_stats(redis.call('HGET', k.stats, member_id(win[x][1])))
-    scored[#scored + 1] = { posterior_variance(tonumber(n), tonumber(s1), step2 - tonumber(win[x][3])), x }
+    scored[#scored + 1] = { posterior_variance(tonumber(n), tonumber(s1), pool_now - tonumber(win[x][3])), x }
   end
   table.sort(scored, function(a, b)
     if a[1] ~= b[1] then return a[1] > b[1] end

@@ -12,8 +12,9 @@ new name up from :data:`SAMPLERS`.
 
 What a sampler gets
     * a :class:`SamplerView` of the problems not leased: the heap in heap order (priority desc,
-      tie-break member desc; rank 0 is the top), each pool in pool order (last tested step asc,
-      member asc; index 0 is the least recently tested), each problem's statistics
+      tie-break member desc; rank 0 is the top), each pool in pool order (last tested step asc, or
+      policy version with ``retest_versions``; member asc; index 0 is the least recently tested),
+      each problem's statistics
       (:class:`prioreplay.rules.Stats`: decayed n, Σr, Σr²), and ``take_*`` methods that lease a
       problem and remove it from the view at once (later draws of the same call see the rest);
     * a :class:`SampleRequest`: the batch size B, the batch's step (the global step the pools'

@@ -89,10 +89,15 @@ class SampleRequest:
 
     Attributes:
         batch_size: B, problems wanted (>= 1); a sampler returns at most B picks.
-        step: the step of this batch (1 for the first); pooled problems' scores are steps too.
+        step: the step of this batch (1 for the first).
         quota: problems reserved for pool retests (0 when the sampler does not retest).
-        retest_interval: batches a pooled problem waits before it is due for a retest.
+        retest_interval: units of the pools' clock a pooled problem waits before it is due for a
+            retest (batches; policy versions with ``pool_clock``).
         rng: this step's seeded RNG, or None for a sampler with ``uses_rng=False``.
+        pool_clock: what the pooled problems' scores are measured in, now: None, the batch's step
+            (the paper); with ``--retest-versions`` k >= 1, the current policy version (each
+            pooled score is then the version of the problem's last test, and ``retest_interval``
+            is k). See :attr:`pool_now`.
     """
 
     batch_size: int
@@ -100,6 +105,13 @@ class SampleRequest:
     quota: int
     retest_interval: int
     rng: XorShift32 | None
+    pool_clock: int | None = None
+
+    @property
+    def pool_now(self) -> int:
+        """The pools' clock now: :attr:`pool_clock`, or :attr:`step` when it is None. A pooled
+        problem's age is ``pool_now − score``; it is due when the age is >= ``retest_interval``."""
+        return self.step if self.pool_clock is None else self.pool_clock
 
     @property
     def seeded_rng(self) -> XorShift32:
@@ -126,7 +138,8 @@ class SamplerView(Protocol):
         """Problems in the SOLVED or UNSOLVED pool."""
 
     def pool_entry(self, pool: Pool, index: int) -> tuple[float, str]:
-        """(last tested step, member) at ``index`` in pool order (0: least recently tested)."""
+        """(last tested step, or policy version with ``--retest-versions``; member) at ``index`` in
+        pool order (0: least recently tested)."""
 
     def problem_stats(self, member: str) -> Stats:
         """The problem's decayed reward sums."""
@@ -191,9 +204,9 @@ def take_from_pools(view: SamplerView, count: int, max_score: float | None) -> l
 
 
 def due_window(view: SamplerView, request: SampleRequest, size: int) -> list[tuple[float, Pool, int, str]]:
-    """The ``size`` least recently tested due pooled problems (score <= step − interval), in merged
-    pool order, as (score, pool, index in its pool, member); nothing is taken."""
-    thr = float(request.step - request.retest_interval)
+    """The ``size`` least recently tested due pooled problems (score <= pool_now − interval), in
+    merged pool order, as (score, pool, index in its pool, member); nothing is taken."""
+    thr = float(request.pool_now - request.retest_interval)
     out: list[tuple[float, Pool, int, str]] = []
     pos = {Pool.SOLVED: 0, Pool.UNSOLVED: 0}
     while len(out) < size:
@@ -239,8 +252,8 @@ class RetestThenHeap(MemorySampler):
         return picks
 
     def retests(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
-        """R: the due retests, least recently tested first."""
-        return take_from_pools(view, request.quota, float(request.step - request.retest_interval))
+        """R: the due retests (score <= pool_now − retest_interval), least recently tested first."""
+        return take_from_pools(view, request.quota, float(request.pool_now - request.retest_interval))
 
     def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
         """H: up to ``count`` heap problems (default: the top, in heap order)."""

@@ -17,7 +17,7 @@ from prioreplay.priority_server.samplers.base import (
 )
 from prioreplay.rules import Pool, Stats
 
-#: A window entry: (last tested step, pool, index in its pool, member).
+#: A window entry: (last tested step or policy version, pool, index in its pool, member).
 WindowEntry = tuple[float, Pool, int, str]
 
 
@@ -34,7 +34,7 @@ def posterior_variance(stats: Stats, age: float, decay: float, prior: float) -> 
 
     Args:
         stats: the problem's (report-decayed) sums; s1 counts successes for binary rewards.
-        age: steps since it was last tested (>= 0).
+        age: steps since it was last tested (>= 0); policy versions with ``--retest-versions``.
         decay: per-step evidence decay in (0, 1] (1: no decay between tests).
         prior: α₀ = β₀ > 0, the symmetric Beta prior.
 
@@ -82,6 +82,7 @@ class PosteriorSampler(RetestThenHeap):
         c = self.config
 
         def score(entry: WindowEntry) -> float:
-            return posterior_variance(view.problem_stats(entry[3]), request.step - entry[0], c.posterior_decay, c.posterior_prior)
+            age = request.pool_now - entry[0]  # steps, or versions with --retest-versions
+            return posterior_variance(view.problem_stats(entry[3]), age, c.posterior_decay, c.posterior_prior)
 
         return posterior_retests(view, request, score)

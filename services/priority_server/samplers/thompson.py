@@ -25,7 +25,7 @@ class ThompsonSampler(RetestThenHeap):
 
         def score(entry: WindowEntry) -> float:
             st = view.problem_stats(entry[3])
-            w = c.posterior_decay ** (request.step - entry[0])
+            w = c.posterior_decay ** (request.pool_now - entry[0])
             p = draw.betavariate(c.posterior_prior + w * st.s1, c.posterior_prior + w * (st.n - st.s1))
             return p * (1.0 - p)
 

@@ -30,3 +30,14 @@ async def test_heap_retests_due_pooled_problems_least_recently_tested_first(make
     assert sources == [Pool.SOLVED, Pool.HEAP, Pool.HEAP, Pool.HEAP]
     solved_order = sorted((sp.problem.id for sp in first.problems), key=lambda i: tie_member(i, store.config.seed))
     assert second.problems[0].problem.id == solved_order[0]
+
+
+async def test_with_retest_versions_heap_retests_wait_for_versions_and_rank_by_versions_elapsed(make_store):
+    store = await make_store("heap", n=8, retest_fraction=0.5, retest_versions=2)
+    await store.publish(1, "ckpt/v1")
+    first = await store.sample(2)  # quota 1, pools empty: both from the heap
+    await store.report(first.lease_id, [GroupOutcome(sp.problem.id, (0.0, 0.0)) for sp in first.problems])
+    assert {(await store.problem_state(sp.problem.id)).score for sp in first.problems} == {1.0}  # the version
+    assert [sp.source for sp in (await store.sample(2)).problems] == [Pool.HEAP, Pool.HEAP]  # 0 versions old
+    await store.publish(3, "ckpt/v3")
+    assert [sp.source for sp in (await store.sample(2)).problems] == [Pool.UNSOLVED, Pool.HEAP]  # 2 versions old
