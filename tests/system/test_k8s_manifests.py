@@ -5,9 +5,10 @@ object is validated against the API schemas of named Kubernetes versions with
 ``kubernetes-validate`` (strict: unknown fields fail), and every ``prioreplay`` container's
 arguments and environment are parsed by the real CLI (``parse_command`` of test_deploy.py, the
 check the compose file gets). Then the shape: headless Service for round_robin clients, native
-gRPC probes on the health service, the PodDisruptionBudget, one GPU per worker pod, the shared
-checkpoint claim, the token Secret, pod annotations and the ServiceMonitor that find every
-replica; and the dashboard's aggregation across server replicas.
+gRPC probes on the health service, the PodDisruptionBudget, one GPU per worker pod, weights over
+HTTP from the learner's Service into each worker's emptyDir (the checkpoint claim the learner's
+alone; shared read-only in overlays/shared-volume), Redis' maxmemory, the token Secret, pod
+annotations and the ServiceMonitor that find every replica; and the dashboard's aggregation across server replicas.
 
 kubectl must be on PATH (or named by ``PRIOREPLAY_KUBECTL``); without it these tests fail and say
 how to install it.
@@ -40,7 +41,9 @@ from tests.system.test_deploy import (
 )
 
 K8S = REPO / "deploy" / "k8s"
-OVERLAYS = ("cpu", "gpu", "tls")
+OVERLAYS = ("cpu", "gpu", "tls", "shared-volume")
+#: The overlays that move weights over HTTP (all but shared-volume).
+HTTP_OVERLAYS = ("cpu", "gpu", "tls")
 #: The oldest version the manifests need (native gRPC probes are GA in 1.27) and a recent one.
 KUBERNETES_VERSIONS = ("1.27.0", "1.33.0")
 #: Workload name -> kind, for each prioreplay role (names as in compose: PRIOREPLAY_SERVICES).
@@ -189,13 +192,36 @@ def test_disruption_budget_keeps_a_server_replica():
     assert pdb["spec"]["minAvailable"] < objs[("Deployment", "priority-server")]["spec"]["replicas"]
 
 
-def test_redis_is_persistent_and_the_server_uses_it(monkeypatch):
+def _redis_bytes(size: str) -> int:
+    """A Redis memory size (``4gb``, ``512mb``, ``100kb``, bytes): Redis' units are powers of 1024."""
+    m = re.fullmatch(r"(\d+)(gb|mb|kb|b)?", size.lower())
+    assert m, f"not a Redis memory size: {size!r}"
+    return int(m.group(1)) * {"gb": 1 << 30, "mb": 1 << 20, "kb": 1 << 10}.get(m.group(2) or "b", 1)
+
+
+def _k8s_bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity with a binary suffix (``6Gi``, ``512Mi``)."""
+    m = re.fullmatch(r"(\d+)(Gi|Mi|Ki)", quantity)
+    assert m, f"give memory limits in Gi/Mi/Ki, not {quantity!r}"
+    return int(m.group(1)) * {"Gi": 1 << 30, "Mi": 1 << 20, "Ki": 1 << 10}[m.group(2)]
+
+
+def test_redis_is_persistent_bounded_as_in_compose_and_the_server_uses_it(monkeypatch):
     objs = objects("overlays/gpu")
     redis = objs[("StatefulSet", "redis")]
     args = redis["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--appendonly") + 1] == "yes"
     assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
     claims = {t["metadata"]["name"] for t in redis["spec"]["volumeClaimTemplates"]}
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))["services"]["redis"]["command"]
+    compose_max = re.fullmatch(r"\$\{PRIOREPLAY_REDIS_MAXMEMORY:-(\w+)\}", compose[compose.index("--maxmemory") + 1])
+    assert compose_max, "compose's --maxmemory is no longer ${PRIOREPLAY_REDIS_MAXMEMORY:-SIZE}"
+    assert args[args.index("--maxmemory") + 1] == compose_max.group(1), "the same Redis bound as compose"
+    limit = _k8s_bytes(redis["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"])
+    assert limit >= 1.25 * _redis_bytes(args[args.index("--maxmemory") + 1]), (
+        "the memory limit must leave room above maxmemory (AOF rewrite, fragmentation), or the kernel "
+        "kills Redis before it refuses a write"
+    )
     data = [m for m in redis["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == "/data"]
     assert data and data[0]["name"] in claims, "Redis /data must be on a PersistentVolumeClaim"
     store = parse_command(as_service(container(objs, "priority-server")), monkeypatch).store
@@ -234,17 +260,78 @@ def test_images_match_the_roles(overlay):
         assert image == expected, f"{overlay}: {role} runs {image}, expected {expected}"
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_learner_and_workers_share_the_checkpoint_claim(overlay, monkeypatch):
+def _claim_mounts(objs: dict, claim: str) -> dict[str, list[dict]]:
+    """Workload name -> the volumeMounts (any container) of the PersistentVolumeClaim ``claim``."""
+    found: dict[str, list[dict]] = {}
+    for (kind, name), obj in objs.items():
+        if kind not in ("Deployment", "StatefulSet", "Job"):
+            continue
+        spec = pod_spec(obj)
+        vols = {v["name"] for v in spec.get("volumes", []) if v.get("persistentVolumeClaim", {}).get("claimName") == claim}
+        hits = [m for c in spec["containers"] for m in c.get("volumeMounts", []) if m["name"] in vols]
+        if hits:
+            found[name] = hits
+    return found
+
+
+@pytest.mark.parametrize("overlay", HTTP_OVERLAYS)
+def test_workers_fetch_weights_from_the_learners_service_into_an_empty_dir(overlay, monkeypatch):
+    from prioreplay.weights_transport import is_remote, published_uri
+
     objs = objects(f"overlays/{overlay}")
-    ckpt = str(parse_command(as_service(container(objs, "learner")), monkeypatch).checkpoint_dir)
+    learner = parse_command(as_service(container(objs, "learner")), monkeypatch)
+    assert learner.serve_weights_port > 0 and learner.serve_weights_host == "0.0.0.0", "serve weights to other nodes"
+    uri = published_uri(learner.publish_root() / "v-3", learner.weights_base_url)
+    assert is_remote(uri), f"the learner announces {uri!r}, a path workers cannot read without the claim"
+    url = re.fullmatch(r"http://([a-z0-9-]+):(\d+)/v-3/", uri)
+    assert url, f"{uri!r} is not http://SERVICE:PORT/v-N/"
+    svc = objs.get(("Service", url.group(1)))
+    assert svc, f"the weights URL names {url.group(1)!r}, which is no Service"
+    sts = objs[("StatefulSet", "learner")]
+    assert svc["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    (port,) = [p for p in svc["spec"]["ports"] if p["port"] == int(url.group(2))]
+    target = {p.get("name"): p["containerPort"] for p in container(objs, "learner")["ports"]}.get(port["targetPort"])
+    assert target == learner.serve_weights_port, f"Service port {port} does not reach --serve-weights-port"
+
+    worker = parse_command(as_service(container(objs, "rollout-worker")), monkeypatch)
+    cache = mounts(objs, "rollout-worker").get(str(worker.weights_cache_dir))
+    assert cache and "emptyDir" in cache[1], f"the weights cache {worker.weights_cache_dir} must be a per-pod emptyDir"
+    assert str(learner.checkpoint_dir) not in mounts(objs, "rollout-worker"), "workers must not mount the checkpoints"
+    assert set(_claim_mounts(objs, "checkpoints")) == {"learner"}, "the checkpoints claim is the learner's alone"
+    assert objs[("PersistentVolumeClaim", "checkpoints")]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert sts["spec"]["replicas"] == 1, "one learner (one consumer)"
+
+
+@pytest.mark.parametrize("overlay", HTTP_OVERLAYS)
+def test_only_workers_may_reach_the_unauthenticated_weights_port(overlay, monkeypatch):
+    objs = objects(f"overlays/{overlay}")
+    port = parse_command(as_service(container(objs, "learner")), monkeypatch).serve_weights_port
+    policy = objs[("NetworkPolicy", "learner-weights")]["spec"]
+    assert _selects(policy["podSelector"], objs[("StatefulSet", "learner")]["spec"]["template"]["metadata"]["labels"])
+    assert policy["policyTypes"] == ["Ingress"]
+    worker_labels = objs[("Deployment", "rollout-worker")]["spec"]["template"]["metadata"]["labels"]
+    open_to = [r for r in policy["ingress"] if port in {p["port"] for p in r.get("ports", [])}]
+    assert open_to and all(r.get("from") for r in open_to), f"port {port} must not be open to every pod"
+    for rule in open_to:
+        assert all("namespaceSelector" not in f and "ipBlock" not in f for f in rule["from"])
+        assert any(_selects(f["podSelector"], worker_labels) for f in rule["from"])
+        assert not any(_selects(f["podSelector"], {"app.kubernetes.io/name": "loader"}) for f in rule["from"])
+    metrics = METRICS_PORTS["learner"]
+    assert any(metrics in {p["port"] for p in r.get("ports", [])} and not r.get("from") for r in policy["ingress"])
+
+
+def test_shared_volume_overlay_mounts_the_checkpoints_read_only_in_every_worker(monkeypatch):
+    objs = objects("overlays/shared-volume")
+    learner_cfg = parse_command(as_service(container(objs, "learner")), monkeypatch)
+    assert learner_cfg.serve_weights_port == 0 and learner_cfg.weights_base_url is None, "announce local paths"
+    ckpt = str(learner_cfg.checkpoint_dir)
     learner, worker = mounts(objs, "learner").get(ckpt), mounts(objs, "rollout-worker").get(ckpt)
     assert learner and worker, f"learner and workers must both mount the checkpoints at {ckpt}"
-    claim = learner[1]["persistentVolumeClaim"]["claimName"]
-    assert worker[1]["persistentVolumeClaim"]["claimName"] == claim
+    assert worker[1]["persistentVolumeClaim"]["claimName"] == learner[1]["persistentVolumeClaim"]["claimName"]
     assert not learner[0].get("readOnly") and worker[0].get("readOnly"), "the learner writes, workers only read"
-    assert "ReadWriteMany" in objs[("PersistentVolumeClaim", claim)]["spec"]["accessModes"]
-    assert objs[("StatefulSet", "learner")]["spec"]["replicas"] == 1, "one learner (one consumer)"
+    assert "ReadWriteMany" in objs[("PersistentVolumeClaim", "checkpoints")]["spec"]["accessModes"]
+    assert 8000 not in {p["port"] for p in objs[("Service", "learner")]["spec"]["ports"]}
+    assert "/weights-cache" not in mounts(objs, "rollout-worker")
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
