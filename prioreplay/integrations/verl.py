@@ -1,4 +1,9 @@
-"""Prioritized problems for verl's ``RayPPOTrainer`` (verified against verl 0.9.1).
+"""Prioritized problems for verl's trainers (verified against verl 0.9.1 and TransferQueue 0.1.11).
+
+verl's current trainer, ``verl.trainer.ppo.v1.PPOTrainer`` (``main_ppo``'s default), is hooked by
+:class:`LeaseAndReport` (``priority_trainer_cls(mode)``: its train dataloader is rebuilt over
+:func:`make_train_sampler`, and the scored groups are reported at ``_compute_advantage``; entry point:
+``examples/verl_ppo_prioritized.py``). The rest of this docstring is the legacy ``RayPPOTrainer``.
 
 verl builds its train dataloader from a ``train_sampler`` argument (``RayPPOTrainer(...,
 train_sampler=...)``, a ``StatefulDataLoader`` whose state verl checkpoints as ``data.pt``), and

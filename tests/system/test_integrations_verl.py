@@ -383,3 +383,31 @@ def test_final_session_rows_keeps_the_last_output_of_each_session():
     assert final_session_rows(keys) == [1, 2, 3, 4]
     with pytest.raises(InvalidArgument, match="is not '\\{uid\\}_\\{session_id\\}_\\{index\\}'"):
         final_session_rows(["no-index"])
+
+
+def test_the_example_runner_makes_verls_task_runner_build_the_prioritized_trainer(monkeypatch):
+    """examples/verl_ppo_prioritized.py: its Ray actor class is verl's TaskRunnerV1 whose run() finds
+    the prioritized trainer where verl looks the trainer up (verl's run() itself needs Ray: stubbed)."""
+    import importlib.util
+    import inspect
+
+    from verl.trainer.main_ppo import TaskRunnerV1
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    from prioreplay.integrations.verl import priority_trainer_cls
+
+    path = Path(__file__).parents[2] / "examples" / "verl_ppo_prioritized.py"
+    spec = importlib.util.spec_from_file_location("verl_ppo_prioritized", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    verl_runner = TaskRunnerV1.__ray_actor_class__
+    assert issubclass(example.PriorityTaskRunner.__ray_actor_class__, verl_runner)
+    assert "get_trainer_cls(config.trainer.v1.trainer_mode)" in inspect.getsource(verl_runner.run)
+
+    built = []
+    monkeypatch.setitem(TRAINER_REGISTRY, "sync", TRAINER_REGISTRY["sync"])  # restored after the test
+    monkeypatch.setattr(verl_runner, "run", lambda self, config: built.append(get_trainer_cls(config.trainer.v1.trainer_mode)))
+    config = OmegaConf.create({"trainer": {"v1": {"trainer_mode": "sync"}}})
+    example.PriorityTaskRunner.__ray_actor_class__.run(object.__new__(example.PriorityTaskRunner.__ray_actor_class__), config)
+    assert built == [priority_trainer_cls("sync")]
