@@ -411,3 +411,27 @@ def test_the_example_runner_makes_verls_task_runner_build_the_prioritized_traine
     config = OmegaConf.create({"trainer": {"v1": {"trainer_mode": "sync"}}})
     example.PriorityTaskRunner.__ray_actor_class__.run(object.__new__(example.PriorityTaskRunner.__ray_actor_class__), config)
     assert built == [priority_trainer_cls("sync")]
+
+
+def test_the_server_override_composes_with_verls_config_and_passes_its_validation():
+    """``+prioreplay.server=HOST:PORT`` on verl's command line: composed by Hydra from verl's own config
+    folder, accepted by verl's validate_config (which main_ppo runs first), at the path LeaseAndReport reads."""
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    overrides = [  # the smallest settings verl's validation accepts (sizes it checks against each other)
+        "algorithm.adv_estimator=grpo",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+        "trainer.n_gpus_per_node=1",
+        "+prioreplay.server=10.0.0.5:50051",
+    ]
+    with initialize_config_dir(str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        config = compose("ppo_trainer", overrides=overrides)
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    assert OmegaConf.select(config, "prioreplay.server") == "10.0.0.5:50051"
