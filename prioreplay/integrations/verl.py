@@ -132,6 +132,7 @@ class RewardReporter:
         self.problem_key = problem_key
         self.to_success = to_success
         self._last_uids: frozenset = frozenset()
+        self._pending: set[str] = set()  # reported (whole_leases) in a lease not yet sent
 
     def report(self, batch) -> int:
         """Report the groups of ``batch`` (a ``DataProto`` after reward computation).
@@ -166,13 +167,19 @@ class RewardReporter:
         self._last_uids = frozenset(uids)
         return groups
 
-    def report_samples(self, uids: Sequence[str], samples: Sequence[Mapping], rewards: Sequence[float]) -> int:
+    def report_samples(
+        self, uids: Sequence[str], samples: Sequence[Mapping], rewards: Sequence[float], *, whole_leases: bool = False
+    ) -> int:
         """Report scored samples, one group per uid, and send every group short or not.
 
         Args:
             uids: per sample, its prompt's uid (samples of one prompt share it).
             samples: per sample, the columns ``problem_key`` reads (``data_source``, ``extra_info``).
             rewards: per sample, its sequence reward (mapped by ``to_success`` when given).
+            whole_leases: False: every lease holding one of these problems is sent now (its problems
+                not in this call return unchanged). True: a lease is sent once each of its problems
+                has been reported (over several calls: verl v1 splits a step's prompts over
+                ``parameter_sync_step`` updates); :meth:`flush_pending` sends the rest.
 
         Returns:
             The number of groups (uids) reported.
@@ -192,8 +199,27 @@ class RewardReporter:
             ids.append(pid)
             values.append(self.to_success(reward) if self.to_success is not None else reward)
         self.sampler.report(ids, values)
-        self.sampler.flush(problems=set(ids))  # verl never scores these prompts again: send what is short too
+        if not whole_leases:
+            self.sampler.flush(problems=set(ids))  # verl never scores these prompts again: send what is short too
+            return len(groups)
+        self._pending.update(ids)
+        leases = self.sampler.outstanding.values()
+        covered = {p for pids in leases if set(pids) <= self._pending for p in pids}
+        if covered:
+            self.sampler.flush(problems=covered)  # every problem of these leases is in: short groups too
+        self._pending &= {p for pids in self.sampler.outstanding.values() for p in pids}
         return len(groups)
+
+    def flush_pending(self) -> int:
+        """Send the leases that ``whole_leases`` reports left waiting for problems that never came (a
+        group verl dropped, or one without trajectories); those problems return unchanged.
+
+        Returns:
+            The number of leases sent.
+        """
+        sent = self.sampler.flush(problems=self._pending) if self._pending else 0
+        self._pending.clear()
+        return sent
 
 
 class ReportRewards:
@@ -252,7 +278,7 @@ class LeaseAndReport:
 
     verl's ``main_ppo`` runs this trainer by default (``trainer.use_v1=True``): rollouts and scores
     travel through TransferQueue as trajectories keyed ``{uid}_{session_id}_{index}``, and the
-    trainer steps on ``KVBatchMeta`` handles. Two of its methods are hooked (verl 0.9.1):
+    trainer steps on ``KVBatchMeta`` handles. Its methods are hooked (verl 0.9.1):
 
     * ``_init_dataloader``: verl builds its datasets and dataloader, then the train dataloader is
       built again, with the same arguments, over :func:`make_train_sampler` (one lease per
@@ -261,7 +287,9 @@ class LeaseAndReport:
       before verl's GRPO runs, one sequence reward per session (its last output,
       :func:`final_session_rows`) is read back from TransferQueue and each uid group is reported
       once (:meth:`RewardReporter.report_samples`). verl's padding rows (tag ``is_padding``) are
-      left out: they copy a real sample's columns but carry no outcome.
+      left out: they copy a real sample's columns but carry no outcome. A lease is sent when all
+      its problems are in (``trainer.v1.<mode>.parameter_sync_step`` > 1 splits a step's prompts
+      over several calls); ``step`` (a third hook) sends, after verl's step, what is still waiting.
 
     The server is ``prioreplay.server`` in verl's config (``+prioreplay.server=HOST:PORT`` on the
     command line), else the ``PRIOREPLAY_*`` environment. Groups that verl drops before the
@@ -302,6 +330,12 @@ class LeaseAndReport:
         self._prioreplay_report_v1(batch)
         return super()._compute_advantage(batch, metrics)  # type: ignore[misc]  # a mixin: verl's PPOTrainer has it
 
+    def step(self, metrics, timing_raw):
+        batch = super().step(metrics, timing_raw)  # type: ignore[misc]  # a mixin: verl's PPOTrainer has it
+        if self.prioreplay_reporter is not None:
+            self.prioreplay_reporter.flush_pending()  # the step consumed its prompts: what did not come never will
+        return batch
+
     def _prioreplay_report_v1(self, batch) -> int:
         """Report the groups of ``batch`` (a ``KVBatchMeta``); returns the number of uids reported."""
         import transfer_queue as tq
@@ -318,7 +352,8 @@ class LeaseAndReport:
         rewards = data.select("rm_scores").to_padded_tensor()["rm_scores"].sum(dim=-1).tolist()  # (N,) sequence rewards
         columns = {c: data.get(c).tolist() for c in self.prioreplay_columns}  # NonTensorStack -> list
         samples = [{c: v[i] for c, v in columns.items()} for i in range(len(keys))]
-        return self.prioreplay_reporter.report_samples([str(u) for u in data.get("uid").tolist()], samples, rewards)
+        uids = [str(u) for u in data.get("uid").tolist()]
+        return self.prioreplay_reporter.report_samples(uids, samples, rewards, whole_leases=True)
 
 
 def priority_trainer_cls(trainer_mode: str = "sync") -> type:

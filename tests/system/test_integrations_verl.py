@@ -351,6 +351,40 @@ def test_verl_v1_trainer_trains_from_leases_and_reports_each_uid_group_once(v1_t
     client.close()
 
 
+def test_verl_v1_sends_a_lease_split_over_updates_once_whole_and_the_rest_when_the_step_ends(v1_trainer, verl_setup, monkeypatch):
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    trainer = v1_trainer.trainer
+    client = PriorityClient(ClientSettings(server=verl_setup.server.address), max_retries=0)
+
+    def part(keys, uids, *prompts):
+        """The rows of these prompts: what verl's replay buffer gives one update of parameter_sync_step > 1."""
+        chosen = [k for k in keys if k.split("_")[0] in {uids[i] for i in prompts}]
+        return KVBatchMeta(partition_id="train", keys=chosen, tags=[{"status": "success", "seq_len": 4}] * len(chosen))
+
+    first = trainer._next_train_batch()  # lease 1: B = 3 problems
+    keys = _rollout_rows(v1_trainer, first)
+    trainer._compute_advantage(part(keys, first["uid"], 0), metrics={})
+    stats = client.stats()
+    assert (stats.completions_reported, stats.active_leases) == (0, 1)  # 2 of its 3 groups still to come
+    trainer._compute_advantage(part(keys, first["uid"], 1, 2), metrics={})
+    stats = client.stats()
+    assert (stats.completions_reported, stats.groups_mixed, stats.active_leases) == (B * N_ROLLOUT, B, 0)
+
+    second = trainer._next_train_batch()  # lease 2; prompt 2's group never comes (no trajectory reached verl)
+    keys = _rollout_rows(v1_trainer, second)
+    trainer._compute_advantage(part(keys, second["uid"], 0, 1), metrics={})
+    assert client.stats().active_leases == 1
+    monkeypatch.setattr(PPOTrainer, "step", lambda self, metrics, timing_raw: "verl's step")  # it needs Ray workers
+    assert trainer.step({}, {}) == "verl's step"  # the step ended: the lease is sent, prompt 2 returned unchanged
+    stats = client.stats()
+    assert (stats.completions_reported, stats.groups_mixed, stats.active_leases) == ((B + 2) * N_ROLLOUT, B + 2, 0)
+    verl_client = {c.source: c for c in stats.clients}[pb.CLIENT_SOURCE_VERL]
+    assert (verl_client.leases, verl_client.groups) == (2, B + 2)
+    client.close()
+
+
 def test_the_v1_trainer_class_hooks_verls_current_trainer():
     import inspect
 
@@ -360,16 +394,18 @@ def test_the_v1_trainer_class_hooks_verls_current_trainer():
     from prioreplay.integrations.verl import LeaseAndReport, PriorityPPOTrainerSync, priority_trainer_cls
 
     # the hooks exist under these names and signatures in this verl, and verl reads the loader it builds
-    assert {"_init_dataloader", "_compute_advantage", "_fetch_one_gen_batch"} <= set(vars(PPOTrainer))
+    assert {"_init_dataloader", "_compute_advantage", "step", "_fetch_one_gen_batch"} <= set(vars(PPOTrainer))
     assert list(inspect.signature(PPOTrainer._compute_advantage).parameters) == ["self", "batch", "metrics"]
+    assert list(inspect.signature(PPOTrainer.step).parameters) == ["self", "metrics", "timing_raw"]
     assert "self.train_dataloader" in inspect.getsource(PPOTrainer._fetch_one_gen_batch)
     assert {"sync", "colocate_async", "separate_async"} <= set(TRAINER_REGISTRY)
     for mode, base in TRAINER_REGISTRY.items():
         cls = priority_trainer_cls(mode)
         assert issubclass(cls, base) and cls is priority_trainer_cls(mode)
-        assert (cls._init_dataloader, cls._compute_advantage) == (
+        assert (cls._init_dataloader, cls._compute_advantage, cls.step) == (
             LeaseAndReport._init_dataloader,
             LeaseAndReport._compute_advantage,
+            LeaseAndReport.step,
         )
     assert PriorityPPOTrainerSync is priority_trainer_cls("sync")
     with pytest.raises(ValueError, match="Unknown trainer 'nope'"):
