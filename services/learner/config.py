@@ -132,6 +132,14 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         description="learner steps between published policy versions "
         "(the weights only, in --publish-dtype, to --publish-dir, then PublishPolicy)",
     )
+    background_publish: bool = Field(
+        False,
+        description="at a publish step copy the weights to CPU and write + announce them on a background "
+        "thread while the next step trains (one publish in flight; a failed one raises at the next step; a "
+        "checkpoint and the exit wait for it; a torchrun job stays synchronous). Off by default: with it a "
+        "version is announced up to a step later than the step that made it, so a worker leasing meanwhile "
+        "still gets the previous one, and a caller reading the server's version right after a step sees that",
+    )
     checkpoint_every: int = Field(
         10,
         ge=1,
