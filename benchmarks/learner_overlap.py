@@ -23,7 +23,7 @@ the ``on`` arm above) and ``bg`` (prefetch on, ``background_publish=True``: the 
 weights to CPU and the write + PublishPolicy run on a thread while the next step trains). Per
 block, publish stall share = Σ ``publish_s`` / Σ step time (``publish_s``: in ``bg`` the copy and
 any wait for the previous version's write; a checkpoint step also waits for its version inside
-``checkpoint_s``), reported as above, with the mean step time of each arm. ``--model`` trains
+``checkpoint_s``), reported as above, with the mean step time and the mean ``publish_s`` per step of each arm. ``--model`` trains
 another model (an alias such as ``smollm2-135m``, or a directory) instead of the tiny one; its
 figures are named with the alias appended.
 
@@ -141,6 +141,7 @@ def measure(steps: int, repeats: int, batch_groups: int, background: bool = Fals
     arms = ("sync", "bg") if background else ("off", "on")
     shares: dict[str, list[float]] = {arm: [] for arm in arms}
     step_s: dict[str, list[float]] = {arm: [] for arm in arms}
+    publish_s: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = make_tiny_model(work / "tiny", seed=1) if model_name == "tiny" else models.resolve_model(model_name)
@@ -156,6 +157,7 @@ def measure(steps: int, repeats: int, batch_groups: int, background: bool = Fals
                     b = _block(srv.address, model, work, f"{arm}-{rep}", arm != "off", steps, batch_groups, arm == "bg")
                     shares[arm].append(b[ARMS[arm][0]] / b["step_s"])
                     step_s[arm].append(b["step_s"] / steps)
+                    publish_s[arm].append(b["publish_s"] / steps)
         finally:
             client.close()
             srv.stop()
@@ -166,6 +168,8 @@ def measure(steps: int, repeats: int, batch_groups: int, background: bool = Fals
         mean, lo, hi = mean_interval(shares[arm])
         figs.update({key: mean, f"{key}_lo": lo, f"{key}_hi": hi})
         figs[f"{key}_step_s"] = statistics.fmean(step_s[arm])
+        if background:  # the stall itself, in seconds per step (its share moves with the compute's noise)
+            figs[f"{key}_publish_s"] = statistics.fmean(publish_s[arm])
     return figs
 
 
@@ -186,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     figs = measure(a.steps, a.repeats, a.batch_groups, a.background_publish, a.model)
     print(json.dumps(figs, indent=1))
     if a.out:
-        units = {k: ("s" if k.endswith("step_s") else "fraction") for k in figs}
+        units = {k: ("s" if k.endswith("_s") else "fraction") for k in figs}
         command = f"python -m benchmarks.learner_overlap --steps {a.steps} --repeats {a.repeats} --batch-groups {a.batch_groups}"
         command += " --background-publish" * a.background_publish + (f" --model {a.model}" if a.model != "tiny" else "")
         record(Path(a.out), "overhead", figs, units, command, a.note)
