@@ -1,4 +1,5 @@
-"""The learner's wait share with a full queue, its pull prefetch off and on, side by side.
+"""The learner's wait share with a full queue, its pull prefetch off and on (or its publish
+synchronous and in the background), side by side.
 
 Target (issue "No accelerator waits on the service", item 4): the share of a learner step spent
 waiting for groups <= 1% when the server's queue is full.
@@ -17,7 +18,17 @@ the blocks' shares per arm with a 95% t-interval over blocks, and the mean step 
 The tiny model's step takes milliseconds, so a pull's RPC is a visible share of it; with a real
 model the compute grows by orders of magnitude and the off arm's share shrinks with it.
 
-Usage: ``python -m benchmarks.learner_overlap [--steps 12] [--repeats 3] [--batch-groups 4] [--out FILE]``.
+With ``--background-publish`` the arms are ``sync`` (prefetch on, the publish on the step's path:
+the ``on`` arm above) and ``bg`` (prefetch on, ``background_publish=True``: the step copies the
+weights to CPU and the write + PublishPolicy run on a thread while the next step trains). Per
+block, publish stall share = Σ ``publish_s`` / Σ step time (``publish_s``: in ``bg`` the copy and
+any wait for the previous version's write; a checkpoint step also waits for its version inside
+``checkpoint_s``), reported as above, with the mean step time and the mean ``publish_s`` per step of each arm. ``--model`` trains
+another model (an alias such as ``smollm2-135m``, or a directory) instead of the tiny one; its
+figures are named with the alias appended.
+
+Usage: ``python -m benchmarks.learner_overlap [--steps 12] [--repeats 3] [--batch-groups 4]
+[--background-publish] [--model tiny] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -66,8 +77,10 @@ def _fill_queue(client: Any, n_groups: int, seed: int) -> None:
         left -= len(lease.problems)
 
 
-def _block(address: str, model: Path, work: Path, name: str, prefetch: bool, steps: int, batch_groups: int) -> dict:
-    """Run one learner for ``steps`` steps; its summed wait and step seconds."""
+def _block(
+    address: str, model: Path, work: Path, name: str, prefetch: bool, steps: int, batch_groups: int, background: bool = False
+) -> dict:
+    """Run one learner for ``steps`` steps; its summed wait, publish and step seconds."""
     from prioreplay.learner.config import LearnerConfig
     from prioreplay.learner.learner import Learner
 
@@ -85,26 +98,38 @@ def _block(address: str, model: Path, work: Path, name: str, prefetch: bool, ste
         consumer=name,
         device="cpu",
         prefetch=prefetch,
+        background_publish=background,
         max_staleness=1_000_000,
     )
     learner = Learner(cfg)
     try:
         learner.resume()
-        wait = total = 0.0
+        wait = publish = total = 0.0
         for _ in range(steps):
             res = learner.step()
             r = res.record
             if not res.trained:
                 raise RuntimeError(f"block {name}: a step trained nothing ({r}); the queue ran dry")
             phases = [float(r.get(k) or 0.0) for k in ("wait_s", "compute_s", "publish_s", "checkpoint_s")]
-            wait, total = wait + phases[0], total + sum(phases)
-        return {"wait_s": wait, "step_s": total}
+            wait, publish, total = wait + phases[0], publish + phases[2], total + sum(phases)
+        learner.wait_published()  # the last version out before the next block (not timed)
+        return {"wait_s": wait, "publish_s": publish, "step_s": total}
     finally:
         learner.client.close()
 
 
-def measure(steps: int, repeats: int, batch_groups: int) -> dict[str, float]:
-    """Both arms in alternating blocks (see the module docstring); the figures by name."""
+#: figure names per arm: (share, its key); ``off``/``on`` compare prefetch, ``sync``/``bg`` the publish
+ARMS = {
+    "off": ("wait_s", "learner_wait_share_no_prefetch"),
+    "on": ("wait_s", "learner_wait_share"),
+    "sync": ("publish_s", "learner_publish_stall_share_sync"),
+    "bg": ("publish_s", "learner_publish_stall_share"),
+}
+
+
+def measure(steps: int, repeats: int, batch_groups: int, background: bool = False, model_name: str = "tiny") -> dict[str, float]:
+    """Two arms in alternating blocks (see the module docstring); the figures by name."""
+    from prioreplay import models
     from prioreplay.client import PriorityClient
     from prioreplay.config import ClientSettings
     from prioreplay.priority_server.background_server import BackgroundServer
@@ -113,11 +138,13 @@ def measure(steps: int, repeats: int, batch_groups: int) -> dict[str, float]:
     from prioreplay.priority_server.store import StoreConfig
     from prioreplay.tiny_model import make_tiny_model
 
-    shares: dict[str, list[float]] = {"off": [], "on": []}
-    step_s: dict[str, list[float]] = {"off": [], "on": []}
+    arms = ("sync", "bg") if background else ("off", "on")
+    shares: dict[str, list[float]] = {arm: [] for arm in arms}
+    step_s: dict[str, list[float]] = {arm: [] for arm in arms}
+    publish_s: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        model = make_tiny_model(work / "tiny", seed=1)
+        model = make_tiny_model(work / "tiny", seed=1) if model_name == "tiny" else models.resolve_model(model_name)
         config = ServerConfig(metrics_port=0, snapshot_interval_s=0, max_queue_depth=0)
         srv = BackgroundServer(lambda: create_store("memory", StoreConfig(retest_fraction=0.0)), config).start()
         client = PriorityClient(ClientSettings(server=srv.address))
@@ -126,18 +153,23 @@ def measure(steps: int, repeats: int, batch_groups: int) -> dict[str, float]:
             # as the server holds pending for earlier blocks' consumers, and its backlog keeps the rest
             _fill_queue(client, 8 * repeats * (steps + 1) * batch_groups, seed=0)
             for rep in range(repeats):
-                for arm in ("off", "on"):
-                    b = _block(srv.address, model, work, f"{arm}-{rep}", arm == "on", steps, batch_groups)
-                    shares[arm].append(b["wait_s"] / b["step_s"])
+                for arm in arms:
+                    b = _block(srv.address, model, work, f"{arm}-{rep}", arm != "off", steps, batch_groups, arm == "bg")
+                    shares[arm].append(b[ARMS[arm][0]] / b["step_s"])
                     step_s[arm].append(b["step_s"] / steps)
+                    publish_s[arm].append(b["publish_s"] / steps)
         finally:
             client.close()
             srv.stop()
     figs: dict[str, float] = {}
-    for arm, key in (("on", "learner_wait_share"), ("off", "learner_wait_share_no_prefetch")):
+    suffix = "" if model_name == "tiny" else "_" + Path(model_name).name.replace("-", "_").replace(".", "_")
+    for arm in reversed(arms):
+        key = ARMS[arm][1] + suffix
         mean, lo, hi = mean_interval(shares[arm])
         figs.update({key: mean, f"{key}_lo": lo, f"{key}_hi": hi})
         figs[f"{key}_step_s"] = statistics.fmean(step_s[arm])
+        if background:  # the stall itself, in seconds per step (its share moves with the compute's noise)
+            figs[f"{key}_publish_s"] = statistics.fmean(publish_s[arm])
     return figs
 
 
@@ -146,14 +178,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=12, help="learner steps per block")
     ap.add_argument("--repeats", type=int, default=3, help="blocks per arm (alternating off, on)")
     ap.add_argument("--batch-groups", type=int, default=4, help="groups per learner step")
+    ap.add_argument(
+        "--background-publish",
+        action="store_true",
+        help="compare the publish on the step's path (sync) with background_publish (bg) instead of prefetch off/on",
+    )
+    ap.add_argument("--model", default="tiny", help="tiny (built here), or a model alias or directory (e.g. smollm2-135m)")
     ap.add_argument("--note", default="", help="measurement conditions, e.g. the load (recorded)")
     ap.add_argument("--out", default=None, help="merge the figures into this results.json (default: print only)")
     a = ap.parse_args(argv)
-    figs = measure(a.steps, a.repeats, a.batch_groups)
+    figs = measure(a.steps, a.repeats, a.batch_groups, a.background_publish, a.model)
     print(json.dumps(figs, indent=1))
     if a.out:
-        units = {k: ("s" if k.endswith("step_s") else "fraction") for k in figs}
+        units = {k: ("s" if k.endswith("_s") else "fraction") for k in figs}
         command = f"python -m benchmarks.learner_overlap --steps {a.steps} --repeats {a.repeats} --batch-groups {a.batch_groups}"
+        command += " --background-publish" * a.background_publish + (f" --model {a.model}" if a.model != "tiny" else "")
         record(Path(a.out), "overhead", figs, units, command, a.note)
     return 0
 

@@ -132,6 +132,15 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         description="learner steps between published policy versions "
         "(the weights only, in --publish-dtype, to --publish-dir, then PublishPolicy)",
     )
+    background_publish: bool = Field(
+        False,
+        description="at a publish step copy the weights to CPU and write + announce them on a background "
+        "thread while the next step trains (one publish in flight; a failed one raises at the next step; a "
+        "checkpoint and the exit wait for it; a torchrun job stays synchronous). Off by default: with it a "
+        "version is announced up to a step later than the step that made it, so a worker leasing meanwhile "
+        "still gets the previous one, and a caller reading the server's version right after a step sees that; and on a "
+        "CPU-only learner the write takes the step's own cores, so the step is no shorter (docs/BENCHMARKS.md, 4c)",
+    )
     checkpoint_every: int = Field(
         10,
         ge=1,

@@ -18,9 +18,12 @@ One :meth:`Learner.step` reads top to bottom:
    learning rate) skips the step (:meth:`Learner._skip`): no optimizer or scheduler step, the
    gradients zeroed, nothing published, counted in ``prioreplay_learner_skipped_steps_total``;
 6. every ``publish_every`` steps: **publish** the weights only (``PUBLISH_DIR/v-N/``, the model's
-   dtype) and ``PublishPolicy(version=N)``;
+   dtype) and ``PublishPolicy(version=N)``; with ``background_publish`` a CPU copy of the weights
+   is written and announced on a background thread while the next step trains (one in flight;
+   its failure raises at the next step, publish, checkpoint or exit: :mod:`~.publisher`);
 7. every ``checkpoint_every`` steps: a full **checkpoint** ``step-N`` (weights, optimizer,
-   scheduler, RNG, the held group ids), then **ack** every group held since the previous checkpoint.
+   scheduler, RNG, the held group ids), then **ack** every group held since the previous checkpoint
+   (after a background publish in flight is announced: the checkpoint records its version).
 
 Acknowledging deletes a group at the server, so a group is acknowledged only once a durable
 checkpoint holds its update: a learner killed at any point resumes from its newest checkpoint and
@@ -62,6 +65,7 @@ from prioreplay.learner.filters import Sorted, sort_groups
 from prioreplay.learner.interfaces import LearnerClient
 from prioreplay.learner.loss import default_normalizer, group_advantages, micro_batch_loss
 from prioreplay.learner.metrics import LearnerMetrics, step_sizes, step_summary
+from prioreplay.learner.publisher import BackgroundPublisher
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +143,7 @@ class Learner:
         self.feed: TrajectoryFeed = self._own_feed() if feed is OWN_FEED else feed  # None on ranks > 0 (see self.client)
         self._trained_at_checkpoint: list[str] = []  # from the checkpoint resumed
         self._publish_dtype = policy.publish_dtype(config.publish_dtype, self.model_dir)
+        self.publisher = self._background_publisher()  # None: publishing is synchronous
         self._rpc_s = 0.0  # seconds in RPCs during the current step, long-polling pulls excluded
         self._pull_s = 0.0  # seconds in PullTrajectories during the current step (mostly waiting for groups)
 
@@ -165,6 +170,18 @@ class Learner:
             self.ref_model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=device)
             self.ref_model.requires_grad_(False)
 
+    def _background_publisher(self) -> BackgroundPublisher | None:
+        """A :class:`~.publisher.BackgroundPublisher` with ``background_publish`` in one process;
+        None otherwise. A torchrun job publishes synchronously: a failure raised a step later on
+        rank 0 alone would leave it at another collective than the other ranks."""
+        if not self.config.background_publish:
+            return None
+        if self.dist is not None:
+            if self.dist.is_main:
+                log.info("--background-publish: publishing stays synchronous in a torchrun job (rank 0 publishes)")
+            return None
+        return BackgroundPublisher()
+
     def _own_feed(self) -> TrajectoryFeed:
         """The :class:`TrajectoryFeed` over :attr:`client` (the ``OWN_FEED`` default)."""
         cfg = self.config
@@ -175,7 +192,7 @@ class Learner:
             cfg.pull_wait_s,
             cfg.batch_timeout_s,
             call=self._rpc,
-            prefetch_call=lambda method, fn, *args: timed_call(self._observe_prefetch, method, fn, *args),
+            prefetch_call=lambda method, fn, *args: timed_call(self._observe_background, method, fn, *args),
             should_stop=lambda: self.stop_requested,
         )
 
@@ -196,8 +213,10 @@ class Learner:
         else:
             self._rpc_s += seconds
 
-    def _observe_prefetch(self, method: str, seconds: float) -> None:
-        self.metrics.rpc_seconds.labels(method).observe(seconds)  # overlaps the step: not its RPC time
+    def _observe_background(self, method: str, seconds: float) -> None:
+        """An RPC on a background thread (prefetching pull, background publish): it overlaps the
+        step, so it is counted in the histogram but not in the step's RPC seconds."""
+        self.metrics.rpc_seconds.labels(method).observe(seconds)
 
     # -- start-up, publish, checkpoint (:mod:`~.persistence`) -------------------------------
     def resume(self) -> Path | None:
@@ -209,8 +228,19 @@ class Learner:
         persistence.load_checkpoint(self, path)
 
     def publish(self) -> Path | None:
-        """Publish the current weights as policy version N (:func:`~.persistence.publish`)."""
+        """Publish the current weights as policy version N (:func:`~.persistence.publish`; with
+        ``background_publish`` it returns while the version is written and announced)."""
         return persistence.publish(self)
+
+    def wait_published(self) -> None:
+        """Block until a background publish in flight is written and announced (no-op without
+        ``background_publish``).
+
+        Raises:
+            OSError, StoreUnavailable, ...: that publish failed (its version is rolled back).
+        """
+        if self.publisher is not None:
+            self.publisher.wait()
 
     def checkpoint(self) -> Path | None:
         """Write checkpoint ``step-N``, then acknowledge the held groups (:func:`~.persistence.checkpoint`)."""
@@ -234,6 +264,8 @@ class Learner:
         t = {"wait": time.perf_counter()}
 
         # --- 1. pull (the feed's owner only: rank 0 of a distributed job) --------------------------
+        if self.publisher is not None:
+            self.publisher.check()  # a background publish that failed since the last step raises here
         groups = self.feed.pull() if self.feed is not None else []
         if groups and cfg.prefetch and not (cfg.max_steps and self.step_count + 1 >= cfg.max_steps):
             self.feed.prefetch()  # the next batch's pull overlaps this step (none after the last)
@@ -379,7 +411,15 @@ class Learner:
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> int:
         """Resume, then step until ``max_steps`` (total) or :attr:`stop_requested`; the last step
-        is published and checkpointed (its groups acknowledged) if it was not yet. Returns 0."""
+        is published and checkpointed (its groups acknowledged) if it was not yet, and a
+        background publish still in flight is waited for (its failure raised). Returns 0."""
+        try:
+            return self._run()
+        finally:
+            if self.publisher is not None:
+                self.publisher.close()  # on the way out with another error: wait, and log this one
+
+    def _run(self) -> int:
         self._retrying("resume", self.resume)
         cfg = self.config
         while not self.stop_requested and (cfg.max_steps == 0 or self.step_count < cfg.max_steps):
@@ -394,4 +434,5 @@ class Learner:
             self.publish()
         if self.step_count > 0 and self.step_count > self.last_checkpoint_step:
             self.checkpoint()
+        self.wait_published()
         return 0

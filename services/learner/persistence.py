@@ -6,7 +6,8 @@ methods of the same names call them):
 - :func:`resume`: load the newest complete checkpoint (found at construction), acknowledge the
   groups it already holds, and never number a version below the server's;
 - :func:`publish`: the weights only, as policy version N (``PUBLISH_DIR/v-N/``), then
-  ``PublishPolicy``;
+  ``PublishPolicy`` (with ``background_publish``: a CPU copy written and announced on a
+  background thread, :mod:`~.publisher`, which a checkpoint waits for);
 - :func:`checkpoint`: the full training state ``step-N``, then acknowledge every group trained
   since the previous checkpoint.
 
@@ -19,9 +20,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prioreplay.channel import timed_call
+from prioreplay.checkpoint_reader import version_dir
 from prioreplay.learner import checkpoint as ckpt
 from prioreplay.learner import distributed, policy
 from prioreplay.weights_transport import published_uri
@@ -116,30 +120,89 @@ def publish(learner: Learner) -> Path | None:
     manifest last, renamed into place), then ``PublishPolicy``. Returns the version directory
     (None on ranks > 0 of a distributed job: rank 0 publishes).
 
+    With ``background_publish`` (:attr:`Learner.publisher` set) the weights are copied to CPU
+    here (:func:`snapshot_weights`: the next optimizer step cannot change what is written) and
+    the write + ``PublishPolicy`` run on the publisher's thread; the directory returned is then
+    complete only once the version is announced. ``learner.version`` is N from now on, so the
+    next steps count staleness as if N were out (as the synchronous path does); a failed write or
+    announcement rolls it back when the error is raised (:mod:`~.publisher`). The previous
+    background publish is waited for first, so versions are announced in increasing order.
+
     Publishing writes no optimizer state and acknowledges nothing (see :func:`checkpoint`).
+
+    Raises:
+        OSError, StoreUnavailable, ...: the write or ``PublishPolicy`` failed (with
+            ``background_publish``: the previous version's, raised here or at the next step).
     """
-    cfg = learner.config
     weights = _whole_weights(learner)  # every rank of an FSDP job gathers
     if learner.feed is None:
         learner.last_publish_step = learner.step_count
         return None
+    publisher = learner.publisher
+    if publisher is not None:
+        publisher.wait()  # the previous version announced first (or its error raised)
     version = learner.step_count if learner.step_count > learner.version else learner.version + 1
+    if publisher is None:
+        path = _write_and_announce(learner, version, learner.step_count, weights, learner._rpc)
+        learner.version = version
+        learner.last_publish_step = learner.step_count
+        return path
+    snapshot = snapshot_weights(weights, learner._publish_dtype)  # (CPU copies) before the next step
+    previous, numbered = (learner.version, learner.last_publish_step), (version, learner.step_count)
+    learner.version, learner.last_publish_step = numbered
+
+    def rollback() -> None:  # on the learner's thread, when the error is raised
+        if (learner.version, learner.last_publish_step) == numbered:
+            learner.version, learner.last_publish_step = previous
+
+    def call(method, fn, *args):  # on the publisher's thread: not the step's RPC seconds
+        return timed_call(learner._observe_background, method, fn, *args)
+
+    publisher.submit(
+        f"policy version {version}",
+        lambda: _write_and_announce(learner, version, numbered[1], snapshot, call),
+        on_failure=rollback,
+    )
+    return version_dir(learner.publish_dir, version)
+
+
+def _write_and_announce(learner: Learner, version: int, step: int, weights: Any, call: Callable) -> Path:
+    """Write ``weights`` as ``PUBLISH_DIR/v-N/`` (:func:`~.checkpoint.publish_weights`), then
+    announce it with ``PublishPolicy`` through ``call(method, fn, *args)``; set the gauge."""
+    cfg = learner.config
     path = ckpt.publish_weights(
         learner.publish_dir,
         version,
-        learner.step_count,
+        step,
         weights,
         learner.tokenizer,
         dtype=learner._publish_dtype,
         keep=cfg.keep_published,
         grace_s=cfg.publish_grace_s,
     )
-    learner._rpc("PublishPolicy", learner.client.publish, version, published_uri(path, cfg.weights_base_url))
-    learner.version = version
-    learner.last_publish_step = learner.step_count
+    call("PublishPolicy", learner.client.publish, version, published_uri(path, cfg.weights_base_url))
     learner.metrics.policy_version.set(version)
-    log.info("step %d: published policy version %d (%s)", learner.step_count, version, path)
+    log.info("step %d: published policy version %d (%s)", step, version, path)
     return path
+
+
+def snapshot_weights(weights: Any, dtype: Any = None) -> GatheredWeights:
+    """A detached CPU copy of ``weights`` (a model, or :class:`GatheredWeights`) for
+    :func:`prioreplay.models.save_weights`: every tensor copied once in the publish ``dtype``
+    (floating tensors; None: as trained), tied aliases sharing one copy as they shared one
+    tensor (so the file stores them once, as the synchronous path does). Costs one copy of the
+    weights in host memory (SmolLM2-135M in bfloat16: about 270 MB) while it is written."""
+    import torch
+
+    copies: dict[tuple[int, int, tuple[int, ...], str], torch.Tensor] = {}
+    state = {}
+    for name, t in weights.state_dict().items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), str(t.device))
+        if key not in copies or t.numel() == 0:
+            to = dtype if dtype is not None and t.is_floating_point() else t.dtype
+            copies[key] = t.detach().to(device="cpu", dtype=to, copy=True)
+        state[name] = copies[key]
+    return GatheredWeights(weights, state)
 
 
 def checkpoint(learner: Learner) -> Path | None:
@@ -153,6 +216,8 @@ def checkpoint(learner: Learner) -> Path | None:
     if learner.feed is None:
         learner.last_checkpoint_step = learner.step_count
         return None
+    if learner.publisher is not None:  # the version it records (and resumes as published) is out first
+        learner.publisher.wait()
     cfg = learner.config
     path = ckpt.save_checkpoint(
         cfg.checkpoint_dir,
