@@ -19,7 +19,9 @@ Data structures (N problems, B problems per batch):
 ``sample`` and ``report`` therefore cost O(B log N). The store is used from one asyncio event
 loop; every method validates its whole input before the first mutation, so a method that raises
 leaves the state as it was. The records (problems, leases, tombstones, the queue, counters) are a
-:class:`~.snapshot.MemoryState`; the containers above are indexes derived from them.
+:class:`~.snapshot.MemoryState`; the containers above are indexes derived from them. Each
+record also keeps its serialized ``Problem`` (``Entry.wire``, built when registered or restored;
+about the record's size again), which SampleProblems copies into its answer.
 ``snapshot()`` writes the records with :mod:`.snapshot` (JSON, atomic replace); the constructor
 restores them and refuses a corrupt snapshot. Sampling runs the configured sampler of
 :mod:`.samplers` over a view of the heap and the pools.
