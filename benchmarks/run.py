@@ -117,6 +117,12 @@ def _service_figures(res: Results, params: Any, out: dict[str, Any]) -> None:
         x = f".x{r['processes']}" if r["processes"] > 1 else ""
         res.add(f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_sampled", r["sampled_ratio"], "ratio")
         res.add(f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_reported", r["reported_ratio"], "ratio")
+        res.add(
+            f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_cpu",
+            r["cpu_ratio"],
+            "ratio",
+            how="ceiling CPU s per problem / server process tree CPU s per problem",
+        )
     grpc_rows = [x for x in out["rows"] if x["path"] == "grpc"]
     for row in grpc_rows:
         one = next(

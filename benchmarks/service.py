@@ -588,6 +588,17 @@ async def _throughput_inprocess(
             await delete_namespace(redis_url, ns)
 
 
+def _cpu_ratio(e2e: dict[str, Any], ceil: dict[str, Any]) -> float:
+    """CPU seconds per problem of the ceiling loop over those of the server process tree (the
+    benchmark client's share left out: it is the lean client, a few % of a core): the ratio of
+    rates a machine with a core free for each process would show. Unlike the ratio of rates it
+    does not move with the CPU share a loaded machine happens to give each process. NaN when a
+    row has no CPU figure (an in-process server) or no rate."""
+    if not (e2e["server_cores"] and e2e["sampled_per_s"] and ceil["client_cores"] and ceil["sampled_per_s"]):
+        return float("nan")
+    return (ceil["client_cores"] / ceil["sampled_per_s"]) / (e2e["server_cores"] / e2e["sampled_per_s"])
+
+
 def _throughput_ratios(rows: list[dict[str, Any]], kind: str, concurrency: tuple[int, ...]) -> list[dict[str, Any]]:
     """End-to-end rate over the in-process ceiling, per (processes, C) of store ``kind``."""
     ratios = []
@@ -601,6 +612,7 @@ def _throughput_ratios(rows: list[dict[str, Any]], kind: str, concurrency: tuple
                     "clients": c,
                     "sampled_ratio": e2e["sampled_per_s"] / ceil["sampled_per_s"] if ceil["sampled_per_s"] else float("nan"),
                     "reported_ratio": e2e["reported_per_s"] / ceil["reported_per_s"] if ceil["reported_per_s"] else float("nan"),
+                    "cpu_ratio": _cpu_ratio(e2e, ceil),
                 }
             )
     return ratios
@@ -622,7 +634,7 @@ async def run_throughput(
     Returns:
         {"params", "register_s": {store: s}, "rows": [{store, path, processes, clients,
         sampled_per_s, ..., client_cores, server_cores}], "ratios": [{store, processes, clients,
-        sampled_ratio, reported_ratio}]}.
+        sampled_ratio, reported_ratio, cpu_ratio}]} (``cpu_ratio``: :func:`_cpu_ratio`).
     """
     out: dict[str, Any] = {"register_s": {}, "rows": [], "ratios": []}
     say = progress or (lambda s: None)

@@ -5,7 +5,8 @@ through these functions, so a field added to the proto is written down once:
 
 =====================================  ==============================================================
 :func:`problem_to_proto` / ``_from_``  ``ProblemRecord`` ⇄ ``Problem`` (loaders, the servicer, the worker)
-:func:`lease_to_proto`                 the store's lease → ``SampleProblemsResponse`` (the servicer)
+:func:`problem_bytes`                  ``ProblemRecord`` → serialized ``Problem`` (the memory store, once per record)
+:func:`lease_to_proto`                 the store's lease → ``SampleProblemsResponse`` (the lean path's reference)
 :func:`leased_problems`                ``SampleProblemsResponse`` → (problem, group size) (the worker)
 :func:`outcome_to_proto`               a scored group → ``ProblemOutcome`` (the worker, the integrations)
 :func:`outcome_to_group`               ``ProblemOutcome`` → (problem id, rewards, queued payload) (servicer)
@@ -15,7 +16,9 @@ through these functions, so a field added to the proto is written down once:
 
 The lean ``ReportOutcomes`` path (``prioreplay.priority_server.wire.lean_report``) reads the same
 fields from the received bytes for speed; ``tests/system/test_lean_report.py`` checks that it
-gives exactly what :func:`outcome_to_group` gives.
+gives exactly what :func:`outcome_to_group` gives. The servicer answers SampleProblems with
+``wire.lease_response``, which writes the bytes of :func:`lease_to_proto`'s message from the
+``Problem`` bytes of :func:`problem_bytes` (``tests/unit/test_lean_sample.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,17 @@ def problem_to_proto(problem: ProblemRecord) -> pb.Problem:
     return pb.Problem(
         id=problem.id, prompt=problem.prompt, answer=problem.answer, verifier=problem.verifier, metadata=dict(problem.metadata)
     )
+
+
+def problem_bytes(problem: ProblemRecord) -> bytes:
+    """The serialized ``Problem`` of a record: ``problem_to_proto(problem).SerializeToString()``.
+
+    The memory store keeps these bytes with each record (built when registered) and the lean
+    SampleProblems path (``prioreplay.priority_server.wire.lease_response``) copies them into the
+    answer instead of building a ``Problem`` message per leased problem. The ``metadata`` map is
+    written in the record's dict order, as :func:`problem_to_proto` writes it.
+    """
+    return problem_to_proto(problem).SerializeToString()
 
 
 def problem_from_proto(p: pb.Problem) -> ProblemRecord:
@@ -215,6 +229,7 @@ def stats_to_proto(stats: object, clients: Iterable[pb.ClientStats] = ()) -> pb.
 __all__ = [
     "DEFAULT_VERIFIER",
     "problem_to_proto",
+    "problem_bytes",
     "problem_from_proto",
     "lease_to_proto",
     "leased_problems",

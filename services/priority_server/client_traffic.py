@@ -64,17 +64,26 @@ class ClientTally:
         c.leases += 1
         c.problems_sampled += problems
 
-    def reported(self, source: int, accepted: bool, groups: Iterable[Sequence[float]]) -> None:
-        """Record a ReportOutcomes answer: the reward groups of an accepted report, or a refusal."""
+    def reported(
+        self, source: int, accepted: bool, groups: Iterable[Sequence[float]], kinds: Sequence[rules.GroupKind] = ()
+    ) -> None:
+        """Record a ReportOutcomes answer: the reward groups of an accepted report, or a refusal.
+
+        ``kinds``: each group's kind as the store classified it (``ReportResult.kinds``), in the
+        order of ``groups``; () (or another length): the groups are classified here.
+        """
         c = self._of(source)
         if not accepted:
             c.late_reports += 1
             return
-        for rewards in groups:
+        groups = list(groups)
+        known = len(kinds) == len(groups)
+        by_kind = c.groups_by_kind
+        for i, rewards in enumerate(groups):
             if not rewards:
                 continue
-            kind = rules.classify(rewards).value
-            c.groups_by_kind[kind] = c.groups_by_kind.get(kind, 0) + 1
+            kind = (kinds[i] if known else rules.classify(rewards)).value
+            by_kind[kind] = by_kind.get(kind, 0) + 1
             c.completions += len(rewards)
             c.reward_sum += float(sum(rewards))
 

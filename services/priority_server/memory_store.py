@@ -21,7 +21,9 @@ Data structures (N problems, B problems per batch):
 ``sample`` and ``report`` therefore cost O(B log N). The store is used from one asyncio event
 loop; every method validates its whole input before the first mutation, so a method that raises
 leaves the state as it was. The records (problems, leases, tombstones, the queue, counters) are a
-:class:`~.snapshot.MemoryState`; the containers above are indexes derived from them.
+:class:`~.snapshot.MemoryState`; the containers above are indexes derived from them. Each
+record also keeps its serialized ``Problem`` (``Entry.wire``, built when registered or restored;
+about the record's size again), which SampleProblems copies into its answer.
 ``snapshot()`` writes the records with :mod:`.snapshot` (JSON, atomic replace); the constructor
 restores them and refuses a corrupt snapshot. Sampling runs the configured sampler of
 :mod:`.samplers` over a view of the heap and the pools.
@@ -40,6 +42,7 @@ from pathlib import Path
 from sortedcontainers import SortedDict, SortedList
 
 from prioreplay import rules
+from prioreplay.convert import problem_bytes
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
 from prioreplay.priority_server import snapshot
 from prioreplay.priority_server.records import (
@@ -110,6 +113,7 @@ class MemoryStore(Store):
         self._heap: SortedList = SortedList()  # (priority, member)
         self._pools: dict[Pool, SortedList] = {Pool.SOLVED: SortedList(), Pool.UNSOLVED: SortedList()}
         for e in state.problems.values():
+            e.wire = problem_bytes(e.record)
             if e.pool not in (Pool.LEASED, Pool.QUARANTINED):
                 self._container(e.pool).add((e.score, e.member))
         self._quarantined = {pid for pid, e in state.problems.items() if e.pool is Pool.QUARANTINED}
@@ -143,7 +147,7 @@ class MemoryStore(Store):
         e.home = pick.source
         e.pool = Pool.LEASED
         prio = e.score if pick.source is Pool.HEAP else rules.priority(e.stats, self.config.params)
-        return SampledProblem(problem=e.record, priority=prio, source=pick.source, group_size=pick.group_size)
+        return SampledProblem(problem=e.record, priority=prio, source=pick.source, group_size=pick.group_size, wire=e.wire)
 
     def _entry(self, member: str) -> Entry:
         return self._s.problems[member_id(member)]
@@ -214,13 +218,20 @@ class MemoryStore(Store):
             e = known.get(p.id)
             if e is not None:
                 e.record = p
+                e.wire = problem_bytes(p)
                 updated += 1
                 if e.pool is Pool.QUARANTINED:  # registered again: back where it came from
                     self._quarantined.discard(p.id)
                     self._place(e, e.home, e.score)
                 continue
             e = Entry(
-                record=p, member=tie_member(p.id, self.config.seed), stats=Stats(), pool=Pool.HEAP, home=Pool.HEAP, score=initial
+                record=p,
+                member=tie_member(p.id, self.config.seed),
+                stats=Stats(),
+                pool=Pool.HEAP,
+                home=Pool.HEAP,
+                score=initial,
+                wire=problem_bytes(p),
             )
             known[p.id] = e
             added.append((initial, e.member))
@@ -270,7 +281,7 @@ class MemoryStore(Store):
         for pid in lease.problem_ids:
             e = self._s.problems[pid]
             prio = e.score if e.home is Pool.HEAP else rules.priority(e.stats, self.config.params)
-            batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home, group_size=seen[2].get(pid)))  # type: ignore[index]  # not None: the branch above returned
+            batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home, group_size=seen[2].get(pid), wire=e.wire))  # type: ignore[index]  # not None: the branch above returned
         version, uri = self._s.policy
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, lease.step)
@@ -315,6 +326,8 @@ class MemoryStore(Store):
                 )
         # Validated: from here on nothing raises.
         kinds = [self._apply_group(o, lease.step, now) for o in fresh]
+        applied = iter(kinds)  # every outcome's kind, in report order (outcomes of earlier parts: classified only)
+        all_kinds = tuple(next(applied) if o.problem_id in members else rules.classify(o.rewards) for o in outcomes)
         for pid in unservable:  # keeps (home, score) to return to when registered again
             self._s.problems[pid].pool = Pool.QUARANTINED
             self._quarantined.add(pid)
@@ -335,6 +348,7 @@ class MemoryStore(Store):
             sum(k is not GroupKind.MIXED for k in kinds),
             skipped=len(outcomes) - len(fresh),
             quarantined=len(unservable),
+            kinds=all_kinds,
         )
 
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:

@@ -21,12 +21,16 @@ prompt text, token, URL or worker id ever reaches ``/metrics``.
 from __future__ import annotations
 
 import logging
+import math
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from prioreplay.errors import STORE_ERROR_KINDS
 from prioreplay.priority_server.client_traffic import ClientTally, ClientTallyCollector
@@ -41,6 +45,46 @@ log = logging.getLogger(__name__)
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: Buckets of the sampled-priority histogram: tenths of the maximum priority 0.25.
 PRIORITY_BUCKETS = tuple(round(0.025 * i, 3) for i in range(1, 11))
+
+
+class BatchHistogram(Collector):
+    """A Prometheus histogram filled a batch of values at a time (one call per SampleProblems,
+    not one ``Histogram.observe`` per problem); exported as prometheus_client's ``Histogram``
+    exports it: cumulative ``<name>_bucket{le}`` (``le`` = each bound and ``+Inf``), ``_count``
+    and ``_sum``.
+
+    A value v counts in the first bucket whose bound b has v <= b (``Histogram.observe``'s rule).
+    ``observe`` runs on the event loop and ``collect`` in the metrics thread, so both hold a lock.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        self.name, self.documentation = name, documentation
+        self.bounds = np.asarray([*buckets, math.inf], dtype=np.float64)  # (K + 1,) ascending
+        self.counts = np.zeros(self.bounds.size, dtype=np.int64)  # (K + 1,) per bucket, not cumulative
+        self.sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, values: list[float]) -> None:
+        """Count ``values`` (any number, 0 included) into their buckets and add them to the sum."""
+        if not values:
+            return
+        a = np.asarray(values, dtype=np.float64)  # (n,)
+        per_bucket = np.bincount(np.searchsorted(self.bounds, a, side="left"), minlength=self.bounds.size)
+        with self._lock:
+            self.counts += per_bucket[: self.bounds.size]  # a NaN sorts past +Inf: counted in no bucket, as Histogram does
+            self.sum += float(a.sum())
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            cumulative = np.cumsum(self.counts).tolist()
+            total = self.sum
+        family = HistogramMetricFamily(
+            self.name,
+            self.documentation,
+            buckets=[(floatToGoString(b), n) for b, n in zip(self.bounds.tolist(), cumulative, strict=True)],
+            sum_value=total,
+        )
+        yield family
 
 
 class StoreStatsCollector(Collector):
@@ -175,9 +219,8 @@ class ServerMetrics:
             "and quarantined, since this server process started",
             registry=self.registry,
         )
-        self.sampled_priority = Histogram(
-            "prioreplay_sampled_priority", "priority of each problem served", buckets=PRIORITY_BUCKETS, registry=self.registry
-        )
+        self.sampled_priority = BatchHistogram("prioreplay_sampled_priority", "priority of each problem served", PRIORITY_BUCKETS)
+        self.registry.register(self.sampled_priority)
         self.probes = Counter(
             "prioreplay_probes",
             "problems served as screening probes (a group_size below the worker's G, set by the sampler)",
@@ -195,9 +238,9 @@ class ServerMetrics:
             self.rpc_errors.labels(method, code).inc()
 
     def observe_sampled(self, priorities: list[float], probes: int = 0) -> None:
-        """Record the priorities of the problems of one served batch and how many were probes."""
-        for p in priorities:
-            self.sampled_priority.observe(p)
+        """Record the priorities of the problems of one served batch (one histogram update for the
+        whole batch) and how many were probes."""
+        self.sampled_priority.observe(priorities)
         if probes:
             self.probes.inc(probes)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prioreplay.problems import ProblemRecord
-from prioreplay.rules import Pool, Stats
+from prioreplay.rules import GroupKind, Pool, Stats
 
 
 @dataclass(frozen=True)
@@ -18,12 +18,17 @@ class SampledProblem:
 
     ``group_size`` is the sampler's per-problem G (:class:`~prioreplay.priority_server.samplers.Pick`);
     None, the worker's own G, for every sampler so far (the response has no field for it yet).
+
+    ``wire`` is the problem's serialized ``Problem`` (:func:`prioreplay.convert.problem_bytes`)
+    where the store keeps it with the record (the memory store); b"": not kept, the servicer
+    serializes ``problem``. It is a cache of ``problem``, so it takes no part in comparisons.
     """
 
     problem: ProblemRecord
     priority: float
     source: Pool
     group_size: int | None = None
+    wire: bytes = field(default=b"", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,10 @@ class ReportResult:
     groups_filtered: int = 0
     skipped: int = 0  # outcomes of problems an earlier part of the report already applied
     quarantined: int = 0  # problems of the report's ``unservable`` list, now quarantined
+    #: The kind of each outcome passed to ``report``, in order, as the store classified it (also
+    #: the outcomes an earlier part already applied); () for a refused report. The servicer's
+    #: traffic tally counts these instead of classifying every group again.
+    kinds: tuple[GroupKind, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -538,15 +538,17 @@ class RedisStore(Store):
             self.config.retest_versions,
             len(outcomes),
         ]
+        kinds = []
         for o in outcomes:
             rewards = [float(r) for r in o.rewards]
+            kinds.append(rules.classify(rewards))
             sr, sq = rules.reward_sums(rewards)
             # the script counts a forgetting event / breakthrough when the problem came from the
             # solved / unsolved pool: send whether it would be one
             forgetting = rules.is_forgetting(Pool.SOLVED, rewards, self._bands)
             breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards, self._bands)
             args += [
-                f"{tie_member(o.problem_id, seed)}\t{rules.classify(rewards).value}\t{len(rewards)}\t"
+                f"{tie_member(o.problem_id, seed)}\t{kinds[-1].value}\t{len(rewards)}\t"
                 f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}\t{max(0, int(o.completion_tokens))}",
                 bytes(o.payload),
             ]
@@ -579,7 +581,12 @@ class RedisStore(Store):
                 "report only the problems that lease returned"
             )
         return ReportResult(
-            accepted=True, groups_queued=int(res[1]), groups_filtered=int(res[2]), skipped=int(res[3]), quarantined=int(res[4])
+            accepted=True,
+            groups_queued=int(res[1]),
+            groups_filtered=int(res[2]),
+            skipped=int(res[3]),
+            quarantined=int(res[4]),
+            kinds=tuple(kinds),
         )
 
     async def _expire_leases(self, limit: int) -> int:

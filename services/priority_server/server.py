@@ -128,7 +128,7 @@ async def check_run_settings(store: Store, config: ServerConfig, servicer: Prior
 #: Methods registered without a request deserializer: the servicer gets the received bytes.
 RAW_REQUEST_METHODS = frozenset({"ReportOutcomes"})
 #: Methods whose servicer answers the serialized response (or a message): sent as it is.
-RAW_RESPONSE_METHODS = frozenset({"PullTrajectories"})
+RAW_RESPONSE_METHODS = frozenset({"SampleProblems", "PullTrajectories"})
 
 
 def _serialized(response) -> bytes:
@@ -141,7 +141,8 @@ def method_handlers(servicer: PriorityServicer) -> dict[str, grpc.RpcMethodHandl
     ``add_PriorityServiceServicer_to_server`` makes them, except that the methods in
     :data:`RAW_REQUEST_METHODS` get the request bytes undecoded (the servicer decodes them and
     also reads the packed fields straight from the bytes, see :func:`.wire.lean_report`) and the
-    methods in :data:`RAW_RESPONSE_METHODS` may answer bytes already serialized (:func:`.wire.pull_response`)."""
+    methods in :data:`RAW_RESPONSE_METHODS` may answer bytes already serialized (:func:`.wire.lease_response`,
+    :func:`.wire.pull_response`)."""
     from prioreplay.v1 import priority_service_pb2 as pb
 
     handlers = {}

@@ -19,13 +19,20 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
-from prioreplay.convert import lease_to_proto, outcome_to_group, problem_from_proto, stats_to_proto
+from prioreplay.convert import outcome_to_group, problem_from_proto, stats_to_proto
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
 from prioreplay.priority_server.client_traffic import ClientTally
 from prioreplay.priority_server.records import Delivery, GroupOutcome
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
-from prioreplay.priority_server.wire import LOGPROB_TOLERANCE, lean_report, logprobs_all_valid, pull_response, pulled_group
+from prioreplay.priority_server.wire import (
+    LOGPROB_TOLERANCE,
+    lean_report,
+    lease_response,
+    logprobs_all_valid,
+    pull_response,
+    pulled_group,
+)
 from prioreplay.problems import check_name, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -215,8 +222,14 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         return pb.RegisterProblemsResponse(created=created, updated=updated, total=total)
 
     @rpc
-    async def SampleProblems(self, request: pb.SampleProblemsRequest, context) -> pb.SampleProblemsResponse:
-        """Lease up to ``batch_size`` problems (the store checks the size and the lease length)."""
+    async def SampleProblems(self, request: pb.SampleProblemsRequest, context) -> pb.SampleProblemsResponse | bytes:
+        """Lease up to ``batch_size`` problems (the store checks the size and the lease length).
+
+        A lease is answered as the serialized ``SampleProblemsResponse`` (the server registers
+        this method with a pass-through serializer, :func:`.server.method_handlers`), written from
+        each problem's ``Problem`` bytes (:func:`.wire.lease_response`, byte for byte the message
+        :func:`~prioreplay.convert.lease_to_proto` gives); a backpressure refusal as a message.
+        """
         check_name(request.worker_id, "worker_id")
         check_name(request.request_id, "request_id")
         sampler = self.store.config.sampler
@@ -236,7 +249,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             self.clients.sampled(request.client_source, len(lease.problems))
             if self.metrics is not None:
                 self.metrics.observe_sampled([s.priority for s in lease.problems], sum(1 for s in lease.problems if s.group_size))
-        return lease_to_proto(lease)  # type: ignore[arg-type]  # matches the protocol at run time; its field types are narrower than the record's
+        return lease_response(lease)
 
     @rpc
     async def ReportOutcomes(self, request: pb.ReportOutcomesRequest | bytes, context) -> pb.ReportOutcomesResponse:
@@ -275,7 +288,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             )
             if self.metrics is not None:
                 self.metrics.problems_quarantined.inc(result.quarantined)
-        self.clients.reported(request.client_source, result.accepted, (g.rewards for g in groups))
+        self.clients.reported(request.client_source, result.accepted, [g.rewards for g in groups], result.kinds)
         if not result.accepted:
             log.info("late report from worker %r: %s", request.worker_id, result.reason)
         return pb.ReportOutcomesResponse(

@@ -69,6 +69,9 @@ class Entry:
     pool: Pool
     home: Pool
     score: float
+    #: The record's serialized ``Problem`` (:func:`prioreplay.convert.problem_bytes`), set by the
+    #: memory store whenever ``record`` is (derived, not written to snapshots); b"": not built yet.
+    wire: bytes = b""
 
 
 @dataclass(slots=True)

@@ -6,17 +6,24 @@ which at 256 problems × G = 8 × 128 tokens is most of a report's handling time
 packed float32 bytes and checking them with numpy in one go is ~100 times cheaper.
 :func:`lean_report` does that for a whole report and also queues each mixed group from the bytes
 as received instead of rebuilding a ``TrajectoryGroup`` message from its fields.
+:func:`lease_response` writes a ``SampleProblemsResponse`` from the ``Problem`` bytes the memory
+store keeps with each record, instead of building a ``Problem`` message per leased problem.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from prioreplay import rules
-from prioreplay.convert import ReportedGroup, trajectory_fields
+from prioreplay.convert import ReportedGroup, problem_bytes, trajectory_fields
 from prioreplay.v1 import priority_service_pb2 as pb
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prioreplay.priority_server.records import Lease
 
 #: A behaviour log-probability may exceed 0 by this much (float32 rounding of log-softmax), nats.
 LOGPROB_TOLERANCE = 1e-3
@@ -97,17 +104,21 @@ def _views() -> dict[str, type]:
             if type_name:
                 f.type_name = f".prioreplay_wire_views.{type_name}"
 
-    # Completion as received: reward, and the packed token ids / float32 log-probs as bytes
+    # The completions of a whole report as columns. ``outcomes`` and ``completions`` are declared
+    # singular, so the parser merges all their occurrences into one message whose repeated fields
+    # concatenate, in report order: every written reward (proto3 leaves out a reward of +0.0) and
+    # every completion's packed token ids / float32 log-probs as bytes (left out when empty). One
+    # parse, no Python object per completion.
     message(
-        "CompletionView",
+        "CompletionColumns",
         [
-            ("reward", 1, F.TYPE_DOUBLE, False, ""),
-            ("token_ids", 2, F.TYPE_BYTES, False, ""),
-            ("logprobs", 3, F.TYPE_BYTES, False, ""),
+            ("reward", 1, F.TYPE_DOUBLE, True, ""),
+            ("token_ids", 2, F.TYPE_BYTES, True, ""),
+            ("logprobs", 3, F.TYPE_BYTES, True, ""),
         ],
     )
-    message("CheckOutcomeView", [("completions", 4, F.TYPE_MESSAGE, True, "CompletionView")])
-    message("CheckReportView", [("outcomes", 2, F.TYPE_MESSAGE, True, "CheckOutcomeView")])
+    message("OutcomeColumns", [("completions", 4, F.TYPE_MESSAGE, False, "CompletionColumns")])
+    message("ReportColumns", [("outcomes", 2, F.TYPE_MESSAGE, False, "OutcomeColumns")])
     # ProblemOutcome with its completions as serialized bytes
     message(
         "OutcomeView",
@@ -158,12 +169,76 @@ def _varint_counts(chunks: list[bytes]) -> np.ndarray:
     return cum[ends] - cum[ends - lens]
 
 
+def _tag_byte(message: type, field: str, wire_type: int) -> int:
+    return message.DESCRIPTOR.fields_by_name[field].number << 3 | wire_type  # type: ignore[attr-defined]  # a generated message class
+
+
+_REWARD_TAG = _tag_byte(pb.Completion, "reward", 1)  # a double
+_TOKEN_IDS_TAG = _tag_byte(pb.Completion, "token_ids", 2)  # packed
+_LOGPROBS_TAG = _tag_byte(pb.Completion, "logprobs", 2)  # packed
+
+
+def _varint_sizes(n: np.ndarray) -> np.ndarray:
+    """Bytes of the varint of each value of ``n`` (int64, 0 <= n < 2^35)."""
+    return 1 + (n >= 1 << 7) + (n >= 1 << 14) + (n >= 1 << 21) + (n >= 1 << 28)
+
+
+def _per_completion(
+    comps: list[bytes], rewards: list[float], tokens: list[bytes], logprobs: list[bytes]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Each completion's reward, token count and log-probability bytes, from the columns of a report.
+
+    ``comps`` are the canonical serialized Completions; ``rewards``, ``tokens`` (packed token ids)
+    and ``logprobs`` (packed float32) the values the columns view collected from them in order,
+    each only from the completions that wrote the field (proto3 leaves out +0.0 and empty fields).
+    In a canonical encoding the fields come in field-number order, so which completions wrote
+    which field follows from the tag byte where each field would start: vectorised over all
+    completions, no Python loop per completion.
+
+    Returns:
+        (rewards (C,) float64, token ids (C,) int64, log-probability bytes (C,) int64), or None
+        when the columns and the tags disagree (not a canonical encoding).
+    """
+    lens = np.fromiter(map(len, comps), np.int64, len(comps))  # (C,)
+    buf = np.frombuffer(b"".join(comps) + b"\0", np.uint8)  # one spare byte: a tag read at the very end
+    end = np.cumsum(lens)  # (C,)
+    pos = end - lens  # (C,) where the next field of each completion starts
+
+    def wrote(tag: int, count: int) -> np.ndarray | None:
+        has = (pos < end) & (buf[np.minimum(pos, buf.size - 1)] == tag)
+        return has if int(has.sum()) == count else None
+
+    has_reward = wrote(_REWARD_TAG, len(rewards))
+    if has_reward is None:
+        return None
+    out_rewards = np.zeros(len(comps), np.float64)
+    out_rewards[has_reward] = rewards
+    pos = pos + 9 * has_reward  # tag + 8 bytes
+    has_tokens = wrote(_TOKEN_IDS_TAG, len(tokens))
+    if has_tokens is None:
+        return None
+    token_bytes = np.zeros(len(comps), np.int64)
+    token_bytes[has_tokens] = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    pos = pos + has_tokens * (1 + _varint_sizes(token_bytes) + token_bytes)
+    has_lps = wrote(_LOGPROBS_TAG, len(logprobs))
+    if has_lps is None:
+        return None
+    n_tokens = np.zeros(len(comps), np.int64)
+    if tokens:
+        n_tokens[has_tokens] = _varint_counts(tokens)
+    lp_bytes = np.zeros(len(comps), np.int64)
+    lp_bytes[has_lps] = np.fromiter(map(len, logprobs), np.int64, len(logprobs))
+    return out_rewards, n_tokens, lp_bytes
+
+
 def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool) -> list[ReportedGroup] | None:
     """The groups of a valid report, read from its received bytes; None when the slow path must decide.
 
     ``request`` is ``raw`` decoded (the decode is what proves the bytes are valid protobuf). When
     ``request`` re-serializes to exactly ``raw`` (a canonical encoding: what every protobuf
-    library writes), the packed log-probabilities of all completions are checked in one numpy
+    library writes), the report is parsed twice with views (:func:`_views`): once with each
+    outcome's completions as bytes, once as columns of all rewards, packed token ids and packed
+    log-probabilities (no Python object per completion). The log-probabilities are checked in one numpy
     pass (finite, <= :data:`LOGPROB_TOLERANCE`), the number of log-probabilities of each
     completion is compared with its number of token ids from the packed varints, and each mixed
     group's payload is made from the received bytes of its prompt token ids and completions (a
@@ -177,34 +252,36 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
     """
     if len(raw) < LEAN_MIN_BYTES or not request.outcomes or request.SerializeToString() != raw:
         return None
-    check = _VIEWS["CheckReportView"].FromString(raw)  # type: ignore[attr-defined]  # a generated message class, passed as type
-    comps = [c for o in check.outcomes for c in o.completions]
-    n_tokens = np.zeros(0, np.int64)  # (completions,) token ids of each completion
-    if comps:
-        lps = [c.logprobs for c in comps]
-        n_lps = np.fromiter(map(len, lps), np.int64, len(lps))
-        n_tokens = _varint_counts([c.token_ids for c in comps])
-        if (n_lps % 4).any() or not (n_tokens * 4 == n_lps).all():
-            return None
-        a = np.frombuffer(b"".join(lps), dtype="<f4")
-        if a.size and not (np.isfinite(a).all() and a.max() <= LOGPROB_TOLERANCE):
-            return None
     view = _VIEWS["ReportView"].FromString(raw)  # type: ignore[attr-defined]  # a generated message class, passed as type
+    comps = [c for o in view.outcomes for c in o.completions]  # (completions,) serialized Completion
+    cols = _VIEWS["ReportColumns"].FromString(raw).outcomes.completions  # type: ignore[attr-defined]  # a generated message class
+    lps = list(cols.logprobs)
+    columns = _per_completion(comps, list(cols.reward), list(cols.token_ids), lps)
+    if columns is None:
+        return None
+    rewards, n_tokens, n_lps = columns  # (completions,) each
+    if (n_lps % 4).any() or not (n_tokens * 4 == n_lps).all():
+        return None
+    a = np.frombuffer(b"".join(lps), dtype="<f4")
+    if a.size and not (np.isfinite(a).all() and a.max() <= LOGPROB_TOLERANCE):
+        return None
     group = _VIEWS["GroupView"]
     out = []
-    ends = np.cumsum([len(c.completions) for c in check.outcomes], dtype=np.int64)  # (outcomes,)
+    ends = np.cumsum([len(o.completions) for o in view.outcomes], dtype=np.int64)  # (outcomes,)
+    starts = np.concatenate((np.zeros(1, np.int64), ends[:-1]))  # (outcomes,)
     prefix = np.concatenate((np.zeros(1, np.int64), np.cumsum(n_tokens)))  # (completions + 1,)
-    group_tokens = prefix[ends] - prefix[np.concatenate((np.zeros(1, np.int64), ends[:-1]))]  # (outcomes,)
-    for o, c, tokens in zip(view.outcomes, check.outcomes, group_tokens.tolist(), strict=True):
+    group_tokens = prefix[ends] - prefix[starts]  # (outcomes,)
+    all_rewards = rewards.tolist()
+    for o, a0, a1, n_group in zip(view.outcomes, starts.tolist(), ends.tolist(), group_tokens.tolist(), strict=True):
         if not o.problem_id or o.policy_version < 0 or not (o.sampling_temperature >= 0 and o.sampling_temperature != _INF):
             return None  # NaN fails >= 0
         if not 0.0 <= o.sampling_top_p <= 1.0:
             return None  # NaN fails too
-        rewards = tuple([x.reward for x in c.completions])
+        group_rewards = tuple(all_rewards[a0:a1])
         payload = b""
-        if queue and rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
+        if queue and group_rewards and rules.classify(group_rewards) is rules.GroupKind.MIXED:
             payload = group(**trajectory_fields(o, reported_unix_s)).SerializeToString()
-        out.append(ReportedGroup(o.problem_id, rewards, payload, int(tokens)))
+        out.append(ReportedGroup(o.problem_id, group_rewards, payload, int(n_group)))
     return out
 
 
@@ -265,4 +342,68 @@ def pull_response(groups: Iterable[bytes], queue_depth: int) -> bytes:
         parts += (_GROUPS_TAG, encode_varint(len(g)), g)
     if queue_depth:
         parts += (_QUEUE_DEPTH_TAG, encode_varint(queue_depth))
+    return b"".join(parts)
+
+
+# -- the lean SampleProblems path ---------------------------------------------------------------
+# A SampleProblemsResponse written field by field in field-number order, as protobuf's serializer
+# writes it: the scalar fields before and after ``problems`` come from two small messages, and each
+# LeasedProblem is its Problem's bytes (kept with the record, :func:`prioreplay.convert.problem_bytes`)
+# plus its three scalars, so no Problem message is built per leased problem.
+def _tag(message: type, field: str, wire_type: int) -> bytes:
+    return encode_varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | wire_type)  # type: ignore[attr-defined]  # a generated message class
+
+
+_LP_PROBLEM_TAG = _tag(pb.LeasedProblem, "problem", 2)
+_LP_PRIORITY_TAG = _tag(pb.LeasedProblem, "priority", 1)
+_LP_SOURCE_TAG = _tag(pb.LeasedProblem, "source", 0)
+_LP_GROUP_SIZE_TAG = _tag(pb.LeasedProblem, "group_size", 0)
+_PROBLEMS_TAG = _tag(pb.SampleProblemsResponse, "problems", 2)
+_ZERO_DOUBLE = bytes(8)
+_pack_double = struct.Struct("<d").pack
+#: Varints of 0 .. 2^14 - 1 (lengths of problems and leased problems), built once.
+_SMALL_VARINTS = [encode_varint(n) for n in range(1 << 14)]
+
+
+def _varint_of(n: int) -> bytes:
+    return _SMALL_VARINTS[n] if n < 16384 else encode_varint(n)
+
+
+def leased_problem(problem: bytes, priority: float, source: int, group_size: int) -> bytes:
+    """A serialized ``LeasedProblem`` of a serialized ``Problem``: byte for byte what
+    ``pb.LeasedProblem(problem=..., priority=..., source=..., group_size=...).SerializeToString()``
+    gives (proto3: a field at its default, 0 or +0.0, is not written; -0.0 is).
+
+    Raises:
+        ValueError: ``source`` or ``group_size`` is negative (never for a store's lease).
+    """
+    if source < 0 or group_size < 0:
+        raise ValueError(f"source ({source}) and group_size ({group_size}) must be >= 0")
+    parts = [_LP_PROBLEM_TAG, _varint_of(len(problem)), problem]
+    d = _pack_double(priority)
+    if d != _ZERO_DOUBLE:
+        parts += (_LP_PRIORITY_TAG, d)
+    if source:
+        parts += (_LP_SOURCE_TAG, _varint_of(source))
+    if group_size:
+        parts += (_LP_GROUP_SIZE_TAG, _varint_of(group_size))
+    return b"".join(parts)
+
+
+def lease_response(lease: Lease) -> bytes:
+    """The serialized ``SampleProblemsResponse`` of a store's lease: byte for byte
+    ``convert.lease_to_proto(lease).SerializeToString()`` (``tests/unit/test_lean_sample.py``).
+
+    Each problem's bytes are ``SampledProblem.wire`` (kept by the memory store) or, where a store
+    leaves it empty, :func:`prioreplay.convert.problem_bytes` of the record.
+    """
+    head = pb.SampleProblemsResponse(lease_id=lease.lease_id, lease_deadline_unix_s=lease.deadline if lease.problems else 0.0)
+    tail = pb.SampleProblemsResponse(
+        policy_version=lease.policy_version, weights_uri=lease.weights_uri, retry_after_s=lease.retry_after_s, step=lease.step
+    )
+    parts = [head.SerializeToString()]
+    for s in lease.problems:
+        lp = leased_problem(s.wire or problem_bytes(s.problem), s.priority, int(s.source), s.group_size or 0)
+        parts += (_PROBLEMS_TAG, _varint_of(len(lp)), lp)
+    parts.append(tail.SerializeToString())
     return b"".join(parts)

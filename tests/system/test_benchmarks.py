@@ -125,6 +125,14 @@ async def test_load_counts_a_pair_per_loop_even_when_calls_outlast_the_window():
     assert 0 < s["reported_per_s"] <= res.reported / 0.1
 
 
+def test_the_cpu_ratio_is_ceiling_cpu_per_problem_over_server_cpu_per_problem():
+    e2e = {"server_cores": 0.5, "sampled_per_s": 10_000.0}  # 50 µs of server CPU per problem
+    ceil = {"client_cores": 0.25, "sampled_per_s": 10_000.0}  # 25 µs per problem in-process
+    assert service._cpu_ratio(e2e, ceil) == pytest.approx(0.5)
+    assert service._cpu_ratio({**e2e, "sampled_per_s": 20_000.0}, ceil) == pytest.approx(1.0)  # same CPU, twice the rate
+    assert math.isnan(service._cpu_ratio({**e2e, "server_cores": None}, ceil))  # an in-process server: no figure
+
+
 @pytest.mark.redis
 async def test_service_loop_both_stores_and_ceiling(redis_url):
     out = await service.run_throughput(TINY_SERVICE, redis_url)

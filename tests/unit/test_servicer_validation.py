@@ -46,9 +46,14 @@ async def _stream(chunks):
 
 
 async def call(servicer: PriorityServicer, method: str, request):
-    """One RPC on the servicer, as the gRPC server would make it (a stream for RegisterProblems)."""
+    """One RPC on the servicer, as the gRPC server would make it (a stream for RegisterProblems);
+    an answer the servicer gives serialized is decoded, as the client would."""
     arg = _stream(request) if method == "RegisterProblems" else request
-    return await getattr(servicer, method)(arg, FakeContext())
+    answer = await getattr(servicer, method)(arg, FakeContext())
+    if isinstance(answer, bytes):
+        output = pb.DESCRIPTOR.services_by_name["PriorityService"].methods_by_name[method].output_type
+        return getattr(pb, output.name).FromString(answer)
+    return answer
 
 
 @pytest.fixture

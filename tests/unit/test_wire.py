@@ -110,3 +110,31 @@ def test_the_wire_views_carry_every_field_the_lean_path_copies(view, message):
     skip = {"group_id", "delivery_count"} if message is pb.TrajectoryGroup else set()
     want = {f.name: f.number for f in message.DESCRIPTOR.fields if f.name not in skip}
     assert fields == want
+
+
+def test_a_report_with_left_out_fields_takes_the_lean_path_and_agrees(monkeypatch):
+    """Zero rewards and empty token ids / log-probs are left out of the bytes (proto3), so the
+    columns view sees fewer values than completions; the lean path must still place every value on
+    its completion (not fall back to the per-field path) and agree with it, over many problems."""
+    rng = random.Random(7)
+    outcomes = []
+    for k in range(300):
+        comps = []
+        for _ in range(8):
+            n = rng.choice([0, 0, 3, 200])
+            comps.append(
+                pb.Completion(
+                    reward=rng.choice([0.0, -0.0, 1.0, 0.5]),
+                    token_ids=[rng.randrange(1 << 20) for _ in range(n)],
+                    logprobs=[-rng.random() for _ in range(n)],
+                    text=rng.choice(["", "\u00e9t\u00e9 \u4e2d"]),
+                    truncated=rng.random() < 0.3,
+                )
+            )
+        outcomes.append(pb.ProblemOutcome(problem_id=f"p{k}\u00df", policy_version=k % 3, completions=comps))
+    req = pb.ReportOutcomesRequest(lease_id="L", outcomes=outcomes)
+    raw = req.SerializeToString()
+    got = lean_report(raw, req, 99.5, True)
+    assert got is not None and len(raw) > wire.LEAN_MIN_BYTES
+    assert [tuple(g) for g in got] == _per_field(req, 99.5)
+    assert any(math.copysign(1.0, r) < 0 for g in got for r in g.rewards)  # -0.0 kept as sent
