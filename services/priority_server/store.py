@@ -81,7 +81,7 @@ Retried requests (``sample(..., request_id)``)
     sampled: a heap problem's score, a pool problem's ``rules.priority``), the current policy,
     retry_after_s as for a fresh batch of that length (0 when it has ``batch_size`` problems).
     Nothing changes (not even the expiry of due leases). Otherwise the sample runs as above and a
-    lease it makes is remembered under the id until its deadline (so memory is bounded by the
+    lease it makes is remembered under the id until its deadline, as ``renew`` moves it (so memory is bounded by the
     leases of the last ``max_lease_timeout_s``). The memory store does not keep these ids in its
     snapshot.
 Quarantine (``report(..., unservable)``)
