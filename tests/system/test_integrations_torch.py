@@ -226,6 +226,21 @@ def test_holding_every_problem_unreported_fails_at_once_with_the_fix(server):
         next(it)
 
 
+def test_the_wait_message_names_the_holders_and_blames_others_only_when_they_hold_some(server, client):
+    s = _sampler(server, batch_size=4, group_size=1)
+    it = iter(s)
+    for _ in range(4):
+        next(it)  # one batch held by this sampler, nobody else holds any
+    mine = s._wait_message(2)
+    assert "4 in 1 held by this sampler" in mine and "0 in 0 by other clients" in mine
+    assert "Report the rewards of the batches this sampler holds" in mine and "other clients' leases" not in mine
+    other = client.sample(3, worker_id="someone-else")
+    theirs = s._wait_message(2)
+    assert "3 in 1 by other clients" in theirs and "Wait for the other clients' leases" in theirs
+    client.report(other.lease_id, [])
+    s.close()
+
+
 def test_a_problem_from_another_dataset_is_refused_and_its_lease_returned(server, client):
     s = _sampler(server, batch_size=4)
     _seed_priorities(client, s.table.ids)  # every row below the 0.25 of a new problem
