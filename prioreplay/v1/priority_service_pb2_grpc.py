@@ -126,8 +126,9 @@ class PriorityServiceServicer:
         renews it while the batch is in use (the trainer integrations renew at a third of the timeout),
         so the problems of a client that crashed without reporting come back within one short timeout
         instead of the server's long default. Only the worker that sampled the lease may renew it.
-        Renewing changes nothing else (statistics, step, the lease id, the retried-request memory of
-        SampleProblems follows the new deadline); a repeated renew just sets the deadline again.
+        Renewing changes nothing else (statistics, step, lease id); a SampleProblems retry with the
+        request_id that made the lease still gets it until the new deadline. A repeated renew (a retry)
+        just sets the deadline again.
         Errors: NOT_FOUND when the lease is unknown, already reported or expired (a due lease not yet
         reaped is expired by this call, as by a late report): its problems may be leased again, so
         the client drops the batch's lease; FAILED_PRECONDITION when another worker_id holds it.
