@@ -32,8 +32,9 @@ if not record then
   if redis.call('ZSCORE', k.tomb_expired, lease_id) then return { 0, 'expired' } end
   return { 0, 'unknown lease' }
 end
-local f = split_tabs(record)
-if tonumber(f[2]) <= now then
+-- "step\tdeadline" then the problems: only the deadline is rewritten (no split of a large lease)
+local step, old_deadline, problems = string.match(record, '^([^\t]+)\t([^\t]+)(.*)$')
+if tonumber(old_deadline) <= now then
   expire_one(k, sets, lease_id, record, now_s)
   return { 0, 'expired' }
 end
@@ -46,8 +47,7 @@ end
 if holder ~= worker then return { -1, holder } end
 
 -- the new deadline: the record's second field, the deadline index, the request id's memory
-f[2] = deadline
-redis.call('HSET', k.leases, lease_id, table.concat(f, '\t'))
+redis.call('HSET', k.leases, lease_id, step .. '\t' .. deadline .. problems)
 redis.call('ZADD', k.deadlines, deadline, lease_id)
 if request_id ~= '' then
   local seen = redis.call('HGET', k.requests, request_id)
@@ -56,4 +56,5 @@ end
 if redis.call('EXISTS', k.parts) == 1 then  -- as report.lua: kept a day past the deadline
   redis.call('EXPIRE', k.parts, math.max(1, math.ceil(tonumber(deadline) - now)) + 86400)
 end
-return { 1, deadline, (#f - 2) / 3 }
+local _, tabs = string.gsub(problems, '\t', '')
+return { 1, deadline, tabs / 3 }  -- "\tmember\tsource\tscore" per problem
