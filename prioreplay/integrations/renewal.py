@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 
 from prioreplay.client import PriorityClient
-from prioreplay.errors import InvalidArgument, NotFound, PrioreplayError
+from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound, PrioreplayError
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,9 @@ class LeaseRenewer:
         held: returns the ids of the leases still held (called from the thread; must be thread-safe).
         client_source: a ``pb.ClientSource`` value, sent with every renewal.
 
-    A renewal the server refuses with NOT_FOUND (the lease expired or was reported meanwhile) is
-    logged once as lost when the lease is still held (its report will be refused too); other errors
+    A renewal the server refuses with NOT_FOUND (the lease expired or was reported meanwhile) or
+    FAILED_PRECONDITION (another worker_id sampled it: a lease restored from another process's
+    checkpoint) is logged once as lost when the lease is still held, and not asked again; other errors
     (the server unreachable once the client's retries are spent) are logged and retried at the next
     round. :meth:`stop` ends the thread; a forked child never runs its parent's thread.
     """
@@ -94,12 +95,14 @@ class LeaseRenewer:
         for lease_id in self.held():
             if self._stop.is_set():
                 break
+            if lease_id in self.lost:
+                continue
             try:
                 self.client.renew(
                     lease_id, worker_id=self.worker_id, lease_timeout_s=self.lease_timeout_s, client_source=self.client_source
                 )
                 n += 1
-            except NotFound as e:
+            except (NotFound, FailedPrecondition) as e:  # gone, or sampled by another worker_id
                 if lease_id in self.held() and lease_id not in self.lost:  # else: reported meanwhile
                     self.lost.add(lease_id)
                     log.warning("prioreplay: lease %s could not be renewed (%s); its report will be refused", lease_id, e)

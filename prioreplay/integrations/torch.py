@@ -806,6 +806,8 @@ class PrioritySampler(Sampler[int]):
                 self._leases[lease.lease_id] = lease
                 for p in lease.problem_ids:
                     self._lease_of[p] = lease.lease_id
+            if leases and self.renewer is not None and os.getpid() == self._pid:  # kept alive as new ones
+                self.renewer.start(granted_s=self.lease_timeout_s or 600.0)
             self._batches_done = int(state.get("batches_done", 0))
             if self.on_resume == "continue":
                 self._block, self._pos = [int(i) for i in state.get("block", [])], int(state.get("pos", 0))

@@ -35,7 +35,8 @@ def test_a_lost_lease_is_recorded_once_and_an_outage_is_retried_next_round():
     r = LeaseRenewer(client, "w", 6.0, lambda: list(held))  # type: ignore[arg-type]
     assert r.renew_now() == 1
     assert r.lost == {"gone"}
-    assert r.renew_now() == 1 and r.lost == {"gone"}  # asked again, recorded once
+    assert r.renew_now() == 1 and r.lost == {"gone"}  # not asked again
+    assert [c[0] for c in client.calls].count("gone") == 1
     held.remove("gone")
     client.answers["reported"] = NotFound("already reported")
     assert r.renew_now() == 1 and r.lost == {"gone"}  # a lease reported meanwhile is not lost
