@@ -296,6 +296,31 @@ class PriorityClient:
         )
         return self._call("ReportOutcomes", self.stub.ReportOutcomes, req)
 
+    def renew(
+        self,
+        lease_id: str,
+        worker_id: str = "",
+        lease_timeout_s: float = 0.0,
+        client_source: int = pb.CLIENT_SOURCE_UNSPECIFIED,
+    ) -> pb.RenewLeaseResponse:
+        """Extend a live lease to now + ``lease_timeout_s`` seconds (0: the server's default); see
+        ``RenewLease`` in the proto. Retrying is safe (a repeat sets the deadline again).
+
+        Raises:
+            InvalidArgument: empty lease id, or lease_timeout_s negative or over the server's
+                --max-lease-timeout-s.
+            NotFound: the lease is unknown, already reported or expired (its problems may be leased
+                again: drop the batch).
+            FailedPrecondition: the lease was sampled by another ``worker_id``.
+        """
+        req = pb.RenewLeaseRequest(
+            lease_id=lease_id,
+            worker_id=worker_id,
+            lease_timeout_s=lease_timeout_s,
+            client_source=client_source,  # type: ignore[arg-type]  # protobuf stubs type enum fields as the enum; the int value is valid
+        )
+        return self._call("RenewLease", self.stub.RenewLease, req)
+
     def report_lease(
         self,
         lease_id: str,

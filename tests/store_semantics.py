@@ -241,6 +241,100 @@ async def test_due_lease_is_expired_by_a_late_report_and_by_sampling(store_facto
     assert (await store.stats()).lease_expiries == 2
 
 
+# -- renewing a lease (RenewLease) --------------------------------------------------------------
+async def test_renew_moves_the_deadline_and_changes_nothing_else(store_factory):
+    clock = FakeClock()
+    store = await _store_with_history(store_factory, clock)
+    before = await store.dump()
+    lease = await store.sample(3, lease_timeout_s=10, worker_id="w1")
+    leased = await store.dump()
+    clock.advance(8)
+    renewed = await store.renew(lease.lease_id, "w1", 10)
+    assert (renewed.deadline, renewed.problems) == (clock.t + 10, 3)
+    assert await store.dump() == leased  # step, statistics, counters and the lease as they were
+    clock.advance(5)  # past the first deadline, before the new one
+    assert await store.expire_leases() == 0
+    assert (await store.dump())["leases"] == leased["leases"]
+    again = await store.renew(lease.lease_id, "w1", 0)  # 0: the server's lease_timeout_s
+    assert again.deadline == clock.t + store.config.lease_timeout_s
+    shorter = await store.renew(lease.lease_id, "w1", 1)  # a deadline may also move earlier
+    assert shorter.deadline == clock.t + 1
+    clock.advance(1)
+    assert await store.expire_leases() == 1
+    after = await store.dump()
+    assert after["problems"] == before["problems"] and after["leases"] == []
+    assert after["counters"] == bump(before, lease_expiries=1)["counters"]
+
+
+async def test_renew_of_an_unknown_reported_expired_or_other_workers_lease_is_refused(store_factory):
+    clock = FakeClock()
+    store = store_factory(StoreConfig(retest_fraction=0.0, max_lease_timeout_s=3600), clock)
+    await store.register(make_problems(8))
+    with pytest.raises(NotFound, match=r"lease 0{32} cannot be renewed: unknown lease"):
+        await store.renew("0" * 32, "w1", 10)
+    mine = await store.sample(2, lease_timeout_s=10, worker_id="w1")
+    state = await store.dump()
+    with pytest.raises(FailedPrecondition, match=rf"lease {mine.lease_id} was sampled by worker 'w1', not 'w2'"):
+        await store.renew(mine.lease_id, "w2", 10)
+    with pytest.raises(FailedPrecondition, match="not ''"):
+        await store.renew(mine.lease_id, "", 10)
+    with pytest.raises(InvalidArgument, match=r"--max-lease-timeout-s"):
+        await store.renew(mine.lease_id, "w1", 3601)
+    with pytest.raises(InvalidArgument, match="lease_id is empty"):
+        await store.renew("", "w1", 10)
+    assert await store.dump() == state  # nothing changed
+    anonymous = await store.sample(2, lease_timeout_s=10)  # sampled without a worker id: renewed without one
+    assert (await store.renew(anonymous.lease_id, "", 10)).problems == 2
+    assert (await store.report(mine.lease_id, [outcome(mine.problems[0].problem.id, [1, 0])])).accepted
+    with pytest.raises(NotFound, match="already reported"):
+        await store.renew(mine.lease_id, "w1", 10)
+    before = await store.dump()
+    clock.advance(10)  # due, not reaped: the renew expires it, as a late report does
+    with pytest.raises(NotFound, match="expired"):
+        await store.renew(anonymous.lease_id, "", 10)
+    after = await store.dump()
+    assert after["leases"] == [] and after["counters"] == bump(before, lease_expiries=1)["counters"]
+    with pytest.raises(NotFound, match="expired"):
+        await store.renew(anonymous.lease_id, "", 10)
+    assert await store.dump() == after
+
+
+async def test_renew_after_a_partial_report_extends_only_the_rest(store_factory):
+    clock = FakeClock()
+    store = store_factory(StoreConfig(retest_fraction=0.0), clock)
+    await store.register(make_problems(6))
+    lease = await store.sample(4, lease_timeout_s=10, worker_id="w1")
+    ids = [sp.problem.id for sp in lease.problems]
+    assert (await store.report(lease.lease_id, [outcome(p, [1, 0]) for p in ids[:2]], more_parts=True)).accepted
+    assert (await store.renew(lease.lease_id, "w1", 30)).problems == 2
+    clock.advance(20)  # past the first deadline
+    assert await store.expire_leases() == 0
+    d = await store.dump()
+    assert d["leases"] == [sorted(ids[2:])]
+    assert {d["problems"][p][0] for p in ids[:2]} == {Pool.HEAP} and {d["problems"][p][0] for p in ids[2:]} == {Pool.LEASED}
+    last = await store.report(lease.lease_id, [outcome(p, [0, 1]) for p in ids[2:]])
+    assert last.accepted and last.groups_queued == 2
+    assert (await store.stats()).groups_mixed == 4
+    await check_one_place(store, [p.id for p in make_problems(6)])
+
+
+async def test_a_retried_sample_gets_its_renewed_lease_until_the_new_deadline(store_factory):
+    clock = FakeClock()
+    store = store_factory(StoreConfig(retest_fraction=0.0), clock)
+    await store.register(make_problems(6))
+    first = await store.sample(2, lease_timeout_s=10, request_id="w1\tr1", worker_id="w1")
+    renewed = await store.renew(first.lease_id, "w1", 30)
+    clock.advance(15)  # past the first deadline: a sample with another id prunes the ids due by then
+    other = await store.sample(2, lease_timeout_s=10, request_id="w1\tr2", worker_id="w1")
+    retry = await store.sample(2, lease_timeout_s=10, request_id="w1\tr1", worker_id="w1")
+    assert (retry.lease_id, retry.deadline) == (first.lease_id, renewed.deadline)
+    assert [sp.problem.id for sp in retry.problems] == [sp.problem.id for sp in first.problems]
+    assert other.lease_id != first.lease_id
+    clock.advance(15)  # the renewed lease is due: the id samples anew
+    fresh = await store.sample(2, lease_timeout_s=10, request_id="w1\tr1", worker_id="w1")
+    assert fresh.lease_id not in (first.lease_id, other.lease_id)
+
+
 # -- the trajectory queue: at least once, never after ack ---------------------------------------
 async def test_every_group_is_delivered_and_an_acked_one_never_again(store_factory):
     clock = FakeClock()

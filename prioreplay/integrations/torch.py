@@ -45,6 +45,7 @@ from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.convert import outcome_to_proto, problem_to_proto
 from prioreplay.errors import FailedPrecondition, InvalidArgument
+from prioreplay.integrations.renewal import DEFAULT_LEASE_TIMEOUT_S, LeaseRenewer, check_lease_timeout
 from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb
 
@@ -261,7 +262,13 @@ class PrioritySampler(Sampler[int]):
         on_resume: ``"continue"``: :meth:`load_state_dict` keeps the saved leases and yields the
             rest of the saved batch first; ``"return"``: it reports what the saved leases buffered
             (as :meth:`flush`) and starts with new leases.
-        lease_timeout_s: lease length asked for (0: the server's default, 600 s).
+        lease_timeout_s: lease length asked for, seconds (default ``DEFAULT_LEASE_TIMEOUT_S``, 60;
+            0: the server's default, 600 s; at most the server's ``--max-lease-timeout-s``).
+        renew_leases: renew every held lease each third of ``lease_timeout_s`` from a background
+            thread (``RenewLease``; :class:`~prioreplay.integrations.renewal.LeaseRenewer`), so a
+            step slower than the lease keeps its problems and a process killed outright frees them
+            within one ``lease_timeout_s``. False: a lease lasts ``lease_timeout_s`` (ask for one
+            longer than the slowest step).
         wait_timeout_s: how long to wait for free problems when every other one is leased by
             other clients before raising (the message says who holds them).
         source: ``"torch"``, ``"trl"`` or ``"verl"``: the server's metrics label for this client.
@@ -281,8 +288,8 @@ class PrioritySampler(Sampler[int]):
         StoreUnavailable: the server cannot be reached (registration).
 
     Leases are returned (groups reported as :meth:`flush` does) by :meth:`close`, the ``with``
-    block, at interpreter exit and on SIGTERM / SIGHUP; a killed process's leases expire after
-    ``lease_timeout_s``.
+    block, at interpreter exit and on SIGTERM / SIGHUP; a killed process stops renewing, so its
+    leases expire within ``lease_timeout_s`` (60 s by default).
 
     Not thread-safe across iterators: one active ``__iter__`` at a time (``report`` may be called
     from any thread).
@@ -304,7 +311,8 @@ class PrioritySampler(Sampler[int]):
         register: bool = True,
         partial_groups: Literal["report", "drop"] = "report",
         on_resume: Literal["continue", "return"] = "continue",
-        lease_timeout_s: float = 0.0,
+        lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S,
+        renew_leases: bool = True,
         wait_timeout_s: float = 60.0,
         source: str = "torch",
         worker_id: str | None = None,
@@ -321,7 +329,7 @@ class PrioritySampler(Sampler[int]):
         self.repeat_each, self.repeat_batch = repeat_each, repeat_batch
         self.num_batches = num_batches or n // batch_size
         self.partial_groups, self.on_resume = partial_groups, on_resume
-        self.lease_timeout_s, self.wait_timeout_s = lease_timeout_s, wait_timeout_s
+        self.lease_timeout_s, self.wait_timeout_s = check_lease_timeout(lease_timeout_s), wait_timeout_s
         self.source, self.accepts_group_size = source, accepts_group_size
         self.temperature, self.top_p = float(temperature), float(top_p)
         self.worker_id = worker_id or f"{source}-{socket.gethostname()}-{os.getpid()}"[:128]
@@ -338,6 +346,12 @@ class PrioritySampler(Sampler[int]):
             leases=0, reports_accepted=0, reports_refused=0, groups=0, completions=0, lease_s=0.0, report_s=0.0, rpc_s=0.0
         )
         self._pid = os.getpid()
+        #: Renews the held leases (None with ``renew_leases=False``); started by the first lease.
+        self.renewer = (
+            LeaseRenewer(self.client, self.worker_id, self.lease_timeout_s, self._held_lease_ids, SOURCES[source])
+            if renew_leases
+            else None
+        )
         self._register(register)
         _release_on_exit(self)
 
@@ -491,19 +505,24 @@ class PrioritySampler(Sampler[int]):
     def _wait_message(self, got: int) -> str:
         """Why a batch could not fill: who holds the server's leased problems (this sampler or others)."""
         mine, my_leases = len(self._lease_of), len(self._leases)
+        others = None
         try:
             st = self.client.stats()
+            others = max(0, st.leased - mine)
             held = (
                 f"the server has {st.leased} problems in {st.active_leases} leases: {mine} in {my_leases} held by this "
-                f"sampler ({self.worker_id}), {max(0, st.leased - mine)} in {max(0, st.active_leases - my_leases)} by "
-                "other clients"
+                f"sampler ({self.worker_id}), {others} in {max(0, st.active_leases - my_leases)} by other clients"
             )
         except Exception as e:  # noqa: BLE001 - the message is the error; stats are a courtesy
             held = f"this sampler ({self.worker_id}) holds {mine} in {my_leases} leases (server stats failed: {e})"
-        return (
-            f"the server had only {got} of {self.batch_size} problems free for {self.wait_timeout_s:g} s; {held}. "
-            "Wait for the other clients' leases to be reported or to expire, lower batch_size, or raise wait_timeout_s"
-        )
+        if others == 0:  # nobody else holds any: waiting longer frees nothing
+            fix = "Report the rewards of the batches this sampler holds before asking for more, or lower batch_size"
+        else:
+            fix = (
+                "Wait for the other clients' leases to be reported or to expire (a crashed client's within its lease "
+                "timeout), lower batch_size, or raise wait_timeout_s"
+            )
+        return f"the server had only {got} of {self.batch_size} problems free for {self.wait_timeout_s:g} s; {held}. {fix}"
 
     def _check_capacity(self, need: int) -> None:
         held = len(self._lease_of)
@@ -532,6 +551,8 @@ class PrioritySampler(Sampler[int]):
         for p in ids:
             self._lease_of[p] = lease.lease_id
         self.counters["leases"] += 1
+        if self.renewer is not None and os.getpid() == self._pid:
+            self.renewer.start(granted_s=resp.lease_deadline_unix_s - time.time())
         retests = sum(lp.source in (pb.POOL_SOLVED, pb.POOL_UNSOLVED) for lp in resp.problems)
         log.info(
             "prioreplay: lease %s from %s: %d problems (%d retests, %d probes), step %d, policy version %d",
@@ -544,6 +565,11 @@ class PrioritySampler(Sampler[int]):
             resp.policy_version,
         )
         return lease
+
+    def _held_lease_ids(self) -> list[str]:
+        """Ids of the leases this sampler holds (the renewer's thread calls it)."""
+        with self._lock:
+            return list(self._leases)
 
     def group_size_of(self, problem: str | int) -> int:
         """Completions to generate for a served problem (id or dataset index): the server's
@@ -706,6 +732,8 @@ class PrioritySampler(Sampler[int]):
             return  # a forked copy (DataLoader worker) never reports its parent's leases
         self._closed = True
         _LIVE.discard(self)
+        if self.renewer is not None:
+            self.renewer.stop()
         try:
             self.flush()
         finally:
@@ -778,6 +806,8 @@ class PrioritySampler(Sampler[int]):
                 self._leases[lease.lease_id] = lease
                 for p in lease.problem_ids:
                     self._lease_of[p] = lease.lease_id
+            if leases and self.renewer is not None and os.getpid() == self._pid:  # kept alive as new ones
+                self.renewer.start(granted_s=self.lease_timeout_s or 600.0)
             self._batches_done = int(state.get("batches_done", 0))
             if self.on_resume == "continue":
                 self._block, self._pos = [int(i) for i in state.get("block", [])], int(state.get("pos", 0))

@@ -47,6 +47,7 @@ from trl import GRPOTrainer
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.errors import InvalidArgument
+from prioreplay.integrations.renewal import DEFAULT_LEASE_TIMEOUT_S
 from prioreplay.integrations.torch import PrioritySampler
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class PriorityReplay:
         to_success: Callable[[float], float] | None = None,
         id_column: str | None = None,
         register: bool = True,
-        lease_timeout_s: float = 0.0,
+        lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S,
     ):
         self.trainer = trainer
         self.to_success = to_success
@@ -276,7 +277,7 @@ def attach(trainer, server: str | ClientSettings | PriorityClient | None = None,
         **options: ``reward`` (index or name of the reported reward function, default 0),
             ``to_success`` (maps a reward to [0, 1]), ``id_column`` (a column of stable problem
             ids; default: row index + dataset fingerprint), ``register`` (default True),
-            ``lease_timeout_s``.
+            ``lease_timeout_s`` (default 60 s, renewed while held: ``PrioritySampler``).
 
     Returns:
         The :class:`PriorityReplay` (also ``trainer.priority``).

@@ -184,6 +184,26 @@ class ReportOutcomesResponse(_message.Message):
     problems_quarantined: int
     def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., groups_queued: _Optional[int] = ..., groups_filtered: _Optional[int] = ..., problems_quarantined: _Optional[int] = ...) -> None: ...
 
+class RenewLeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "worker_id", "lease_timeout_s", "client_source")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    worker_id: str
+    lease_timeout_s: float
+    client_source: ClientSource
+    def __init__(self, lease_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_timeout_s: _Optional[float] = ..., client_source: _Optional[_Union[ClientSource, str]] = ...) -> None: ...
+
+class RenewLeaseResponse(_message.Message):
+    __slots__ = ("lease_deadline_unix_s", "problems")
+    LEASE_DEADLINE_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    lease_deadline_unix_s: float
+    problems: int
+    def __init__(self, lease_deadline_unix_s: _Optional[float] = ..., problems: _Optional[int] = ...) -> None: ...
+
 class TrajectoryGroup(_message.Message):
     __slots__ = ("group_id", "problem_id", "policy_version", "prompt_token_ids", "completions", "delivery_count", "reported_unix_s", "sampling_temperature", "sampling_top_p")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]

@@ -51,6 +51,11 @@ class PriorityServiceStub:
                 request_serializer=prioreplay_dot_v1_dot_priority__service__pb2.ReportOutcomesRequest.SerializeToString,
                 response_deserializer=prioreplay_dot_v1_dot_priority__service__pb2.ReportOutcomesResponse.FromString,
                 _registered_method=True)
+        self.RenewLease = channel.unary_unary(
+                '/prioreplay.v1.PriorityService/RenewLease',
+                request_serializer=prioreplay_dot_v1_dot_priority__service__pb2.RenewLeaseRequest.SerializeToString,
+                response_deserializer=prioreplay_dot_v1_dot_priority__service__pb2.RenewLeaseResponse.FromString,
+                _registered_method=True)
         self.PullTrajectories = channel.unary_unary(
                 '/prioreplay.v1.PriorityService/PullTrajectories',
                 request_serializer=prioreplay_dot_v1_dot_priority__service__pb2.PullTrajectoriesRequest.SerializeToString,
@@ -115,6 +120,23 @@ class PriorityServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenewLease(self, request, context):
+        """Extends a live lease: its deadline becomes now + `lease_timeout_s` for the problems it still
+        holds (those an earlier part of a report applied are gone). A client takes a short lease and
+        renews it while the batch is in use (the trainer integrations renew at a third of the timeout),
+        so the problems of a client that crashed without reporting come back within one short timeout
+        instead of the server's long default. Only the worker that sampled the lease may renew it.
+        Renewing changes nothing else (statistics, step, lease id); a SampleProblems retry with the
+        request_id that made the lease still gets it until the new deadline. A repeated renew (a retry)
+        just sets the deadline again.
+        Errors: NOT_FOUND when the lease is unknown, already reported or expired (a due lease not yet
+        reaped is expired by this call, as by a late report): its problems may be leased again, so
+        the client drops the batch's lease; FAILED_PRECONDITION when another worker_id holds it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PullTrajectories(self, request, context):
         """The learner's at-least-once queue: returns up to `max_groups` groups, first those whose
         delivery was never acknowledged within the server's redelivery timeout (or, with
@@ -163,6 +185,11 @@ def add_PriorityServiceServicer_to_server(servicer, server):
                     servicer.ReportOutcomes,
                     request_deserializer=prioreplay_dot_v1_dot_priority__service__pb2.ReportOutcomesRequest.FromString,
                     response_serializer=prioreplay_dot_v1_dot_priority__service__pb2.ReportOutcomesResponse.SerializeToString,
+            ),
+            'RenewLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewLease,
+                    request_deserializer=prioreplay_dot_v1_dot_priority__service__pb2.RenewLeaseRequest.FromString,
+                    response_serializer=prioreplay_dot_v1_dot_priority__service__pb2.RenewLeaseResponse.SerializeToString,
             ),
             'PullTrajectories': grpc.unary_unary_rpc_method_handler(
                     servicer.PullTrajectories,
@@ -268,6 +295,33 @@ class PriorityService:
             '/prioreplay.v1.PriorityService/ReportOutcomes',
             prioreplay_dot_v1_dot_priority__service__pb2.ReportOutcomesRequest.SerializeToString,
             prioreplay_dot_v1_dot_priority__service__pb2.ReportOutcomesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/prioreplay.v1.PriorityService/RenewLease',
+            prioreplay_dot_v1_dot_priority__service__pb2.RenewLeaseRequest.SerializeToString,
+            prioreplay_dot_v1_dot_priority__service__pb2.RenewLeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

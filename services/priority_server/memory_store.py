@@ -50,6 +50,7 @@ from prioreplay.priority_server.records import (
     GroupOutcome,
     Lease,
     ProblemState,
+    Renewal,
     ReportResult,
     SampledProblem,
     StoreStats,
@@ -65,6 +66,7 @@ from prioreplay.priority_server.store import (
     conflict_error,
     histogram_edges,
     member_id,
+    renew_refusal,
     same_text,
     tie_member,
 )
@@ -127,6 +129,7 @@ class MemoryStore(Store):
         # request id -> (lease id, its deadline, problem id -> group_size as sampled)
         self._requests: dict[str, tuple[str, float, dict[str, int | None]]] = {}
         self._request_deadlines: SortedList = SortedList()  # (deadline, request id)
+        self._request_of: dict[str, str] = {}  # lease id -> the request id that made it (while remembered)
         # problems some accepted report has covered (derived, not snapshotted: n > 0 from then on)
         self._seen = sum(1 for e in state.problems.values() if e.stats.n > 0)
 
@@ -156,6 +159,7 @@ class MemoryStore(Store):
     def _end_lease(self, lease: LeaseRecord, reason: str, now: float) -> None:
         del self._s.leases[lease.lease_id]
         self._parts.pop(lease.lease_id, None)
+        self._request_of.pop(lease.lease_id, None)
         self._deadlines.remove((lease.deadline, lease.lease_id))
         self._s.tombstones[lease.lease_id] = (reason, now)
 
@@ -238,7 +242,7 @@ class MemoryStore(Store):
         self._heap.update(added)  # one sort + merge: O(k log k + N) for k new problems
         return len(added), updated, len(known)
 
-    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease:
+    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "", worker_id: str = "") -> Lease:
         now = self.clock()
         cfg = self.config
         if request_id:
@@ -262,13 +266,14 @@ class MemoryStore(Store):
         if not batch:
             return Lease("", 0.0, [], version, uri, self._retry_after(now), self._s.step)
         self._s.step = step1
-        lease = LeaseRecord(secrets.token_hex(16), now + lease_timeout_s, step1, [sp.problem.id for sp in batch])
+        lease = LeaseRecord(secrets.token_hex(16), now + lease_timeout_s, step1, [sp.problem.id for sp in batch], worker_id)
         self._s.leases[lease.lease_id] = lease
         self._deadlines.add((lease.deadline, lease.lease_id))
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
         if request_id:
             self._requests[request_id] = (lease.lease_id, lease.deadline, {sp.problem.id: sp.group_size for sp in batch})
             self._request_deadlines.add((lease.deadline, request_id))
+            self._request_of[lease.lease_id] = request_id
         return Lease(lease.lease_id, lease.deadline, batch, version, uri, retry, step1)
 
     def _replay(self, request_id: str, batch_size: int, now: float) -> Lease | None:
@@ -291,8 +296,31 @@ class MemoryStore(Store):
         due = self._request_deadlines
         while due and due[0][0] <= now:
             deadline, rid = due.pop(0)
-            if self._requests.get(rid, ("", None, None))[1] == deadline:
-                del self._requests[rid]
+            if self._requests.get(rid, ("", None, None))[1] == deadline:  # else: renewed, due later
+                lease_id = self._requests.pop(rid)[0]
+                self._request_of.pop(lease_id, None)
+
+    async def _renew(self, lease_id: str, worker_id: str, lease_timeout_s: float) -> Renewal:
+        now = self.clock()
+        lease = self._s.leases.get(lease_id)
+        if lease is None:
+            tomb = self._s.tombstones.get(lease_id)
+            raise renew_refusal(lease_id, tomb[0] if tomb else "unknown lease")
+        if lease.deadline <= now:
+            self._expire_one(lease, now)
+            raise renew_refusal(lease_id, "expired")
+        if lease.worker_id != worker_id:
+            raise renew_refusal(lease_id, "another worker", worker_id, lease.worker_id)
+        self._deadlines.remove((lease.deadline, lease_id))
+        lease.deadline = now + lease_timeout_s
+        self._deadlines.add((lease.deadline, lease_id))
+        rid = self._request_of.get(lease_id)
+        seen = self._requests.get(rid) if rid is not None else None
+        if rid is not None and seen is not None and seen[0] == lease_id:
+            # a retry of the sample that made it still gets it until the new deadline
+            self._requests[rid] = (lease_id, lease.deadline, seen[2])
+            self._request_deadlines.add((lease.deadline, rid))
+        return Renewal(lease.deadline, len(lease.problem_ids))
 
     async def _report(
         self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (), more_parts: bool = False

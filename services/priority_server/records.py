@@ -45,6 +45,14 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Renewal:
+    """The answer to ``renew``: the lease's new deadline (unix seconds) and the problems it still holds."""
+
+    deadline: float
+    problems: int
+
+
+@dataclass(frozen=True)
 class GroupOutcome:
     """One reported group: rewards for the statistics, an opaque payload for the learner.
 

@@ -26,6 +26,9 @@ health         string  the health probe's last write (expires after 60 s)
 quarantine     hash    id → the pool (1..3) a quarantined problem returns to (stats pool = 5)
 requests       hash    request id → the lease a sample with that id made (retried requests)
 requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)
+owners         hash    lease id → JSON ``[worker id, request id]`` of a live lease sampled with either
+                       (``renew`` checks the holder and moves the request id's deadline); dropped
+                       when the lease ends
 settings       string  JSON of the run settings the namespace was made with (``store.run_settings``)
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
 tokens         hash    id → ``"completions tokens"``: decayed sums of the reports that carried token
@@ -73,6 +76,7 @@ from prioreplay.priority_server.records import (
     GroupOutcome,
     Lease,
     ProblemState,
+    Renewal,
     ReportResult,
     SampledProblem,
     StoreStats,
@@ -89,6 +93,7 @@ from prioreplay.priority_server.store import (
     conflict_error,
     histogram_edges,
     member_id,
+    renew_refusal,
     same_text,
     tie_member,
 )
@@ -125,6 +130,7 @@ KEY_NAMES = (
     "quarantine",
     "settings",
     "tokens",
+    "owners",
 )
 _STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters", "tomb:reported", "tomb:expired")
 #: The store's counters kept as integers (every one of the memory store's but the reward sum).
@@ -177,10 +183,11 @@ def error_kind(e: BaseException) -> str:
 
 
 _LUA_DIR = Path(__file__).with_name("lua")
-SCRIPT_NAMES = ("register", "sample", "report", "expire", "publish", "pull", "ack", "seen")
+SCRIPT_NAMES = ("register", "sample", "report", "renew", "expire", "publish", "pull", "ack", "seen")
 #: Scripts whose change a client is told is done: with ``min_replica_acks`` each is followed by WAIT.
 #: (A lost lease of ``sample`` or a lost expiry changes nothing a client was promised: a report of
-#: that lease is answered ``unknown lease``, the problems are leased again.)
+#: that lease is answered ``unknown lease``, the problems are leased again. A lost renewal leaves the
+#: earlier deadline: the next renewal moves it again, or the lease expires as if its holder had died.)
 WAITED_SCRIPTS = frozenset({"register", "report", "publish", "ack"})
 
 
@@ -422,7 +429,7 @@ class RedisStore(Store):
             raise conflict_error(clashes)
 
     # -- leases ---------------------------------------------------------------------------
-    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease:
+    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "", worker_id: str = "") -> Lease:
         cfg = self.config
         now = float(self.clock())
         deadline = now + lease_timeout_s
@@ -434,6 +441,7 @@ class RedisStore(Store):
             self._keys["requests"],
             self._keys["requests:due"],
             self._keys["tokens"],
+            self._keys["owners"],
         ]
         for _ in range(STEP_RETRIES):
             expected, seed32 = -1, 1
@@ -470,6 +478,7 @@ class RedisStore(Store):
                     _f(cfg.params.prior_alpha),
                     _f(cfg.params.prior_beta),
                     cfg.retest_versions,
+                    worker_id,
                 ],
             )
             if res[0] == b"SAME":  # a retried request: its live lease again
@@ -562,6 +571,7 @@ class RedisStore(Store):
                 self._keys["quarantine"],
                 self._keys["tokens"],
                 self._keys["policy"],
+                self._keys["owners"],
             ],
             args,
         )
@@ -589,10 +599,27 @@ class RedisStore(Store):
             kinds=tuple(kinds),
         )
 
+    async def _renew(self, lease_id: str, worker_id: str, lease_timeout_s: float) -> Renewal:
+        now = float(self.clock())
+        keys = self._state_keys + [
+            self._keys["owners"],
+            self._keys["requests"],
+            self._keys["requests:due"],
+            self.key(f"parts:{lease_id}"),
+        ]
+        res = await self._run("renew", keys, [_f(now), lease_id, worker_id, _f(now + lease_timeout_s)])
+        status = int(res[0])
+        if status == 0:
+            raise renew_refusal(lease_id, _s(res[1]))
+        if status == -1:
+            raise renew_refusal(lease_id, "another worker", worker_id, _s(res[1]))
+        return Renewal(float(res[1]), int(res[2]))
+
     async def _expire_leases(self, limit: int) -> int:
         if limit < 1:
             return 0
-        return int(await self._run("expire", self._state_keys, [_f(self.clock()), limit, _f(TOMBSTONE_TTL_S)]))
+        keys = self._state_keys + [self._keys["owners"]]
+        return int(await self._run("expire", keys, [_f(self.clock()), limit, _f(TOMBSTONE_TTL_S)]))
 
     # -- trajectory queue -----------------------------------------------------------------
     async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]:

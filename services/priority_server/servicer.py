@@ -244,7 +244,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             if self.metrics is not None:
                 self.metrics.backpressure_refusals.inc()
             return pb.SampleProblemsResponse(retry_after_s=self.backpressure.retry_s, backpressure=True)
-        lease = await self.store.sample(request.batch_size, request.lease_timeout_s, request_id=key)
+        lease = await self.store.sample(request.batch_size, request.lease_timeout_s, request_id=key, worker_id=request.worker_id)
         if lease.problems:
             self.clients.sampled(request.client_source, len(lease.problems))
             if self.metrics is not None:
@@ -298,6 +298,13 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             groups_filtered=result.groups_filtered,
             problems_quarantined=result.quarantined,
         )
+
+    @rpc
+    async def RenewLease(self, request: pb.RenewLeaseRequest, context) -> pb.RenewLeaseResponse:
+        """Extend a live lease of the request's worker (NOT_FOUND: not live; FAILED_PRECONDITION: another worker's)."""
+        check_name(request.worker_id, "worker_id")
+        renewal = await self.store.renew(request.lease_id, request.worker_id, request.lease_timeout_s)
+        return pb.RenewLeaseResponse(lease_deadline_unix_s=renewal.deadline, problems=renewal.problems)
 
     @rpc
     async def PullTrajectories(self, request: pb.PullTrajectoriesRequest, context) -> bytes:

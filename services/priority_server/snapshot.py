@@ -6,7 +6,8 @@ these records as one JSON document (payloads base64):
 
 ``{"format": "prioreplay-memory-store", "version": 1, "step", "policy": [version, uri],
 "counters": {...}, "problems": [[id, prompt, answer, verifier, metadata, n, s1, s2, pool, home,
-score], ...], "leases": [[lease id, deadline, step, [problem ids]], ...], "tombstones": [[lease
+score], ...], "leases": [[lease id, deadline, step, [problem ids], worker id], ...] (files written
+before RenewLease lack the worker id: ""), "tombstones": [[lease
 id, reason, ended], ...], "queue": {"last_id": [ms, seq], "new": [[group id, payload], ...],
 "pending": [[group id, payload, delivery count, consumer, delivered at], ...]}, "settings": {name:
 value} or null}`` (``settings``: the run settings, ``store.run_settings``; older files lack it)
@@ -80,6 +81,7 @@ class LeaseRecord:
     deadline: float  # unix seconds
     step: int  # the step' of the sample that created it
     problem_ids: list[str]  # batch order
+    worker_id: str = ""  # the worker_id it was sampled with: the one that may renew it
 
 
 @dataclass(slots=True)
@@ -159,7 +161,7 @@ def encode(state: MemoryState) -> dict[str, Any]:
             ]
             for e in state.problems.values()
         ],
-        "leases": [[lz.lease_id, lz.deadline, lz.step, list(lz.problem_ids)] for lz in state.leases.values()],
+        "leases": [[lz.lease_id, lz.deadline, lz.step, list(lz.problem_ids), lz.worker_id] for lz in state.leases.values()],
         "tombstones": [[lid, reason, ended] for lid, (reason, ended) in state.tombstones.items()],
         "settings": dict(state.settings) if state.settings is not None else None,
         "tokens": [[pid, n, t] for pid, (n, t) in state.tokens.items()],
@@ -288,14 +290,17 @@ def _decode_problems(rows: list, member_of, state: MemoryState) -> None:
 
 def _decode_leases(rows: list, state: MemoryState) -> None:
     leased_seen: set[str] = set()
-    for lease_id, deadline, lstep, ids in rows:
-        if not (isinstance(lease_id, str) and isinstance(lstep, int) and isinstance(ids, list)):
+    for row in rows:
+        if not (isinstance(row, list) and len(row) in (4, 5)):
+            raise InvalidArgument(f"lease row {row!r} is not [lease id, deadline, step, [problem ids], worker id]")
+        lease_id, deadline, lstep, ids, worker = (*row, "") if len(row) == 4 else row
+        if not (isinstance(lease_id, str) and isinstance(lstep, int) and isinstance(ids, list) and isinstance(worker, str)):
             raise InvalidArgument(f"lease {lease_id!r} has a wrong type")
         for pid in ids:
             if state.problems[pid].pool is not Pool.LEASED or pid in leased_seen:
                 raise InvalidArgument(f"problem {pid!r} of lease {lease_id!r} is not leased, or leased twice")
             leased_seen.add(pid)
-        state.leases[lease_id] = LeaseRecord(lease_id, _number(deadline, "deadline"), lstep, [str(p) for p in ids])
+        state.leases[lease_id] = LeaseRecord(lease_id, _number(deadline, "deadline"), lstep, [str(p) for p in ids], worker)
     if leased_seen != {pid for pid, e in state.problems.items() if e.pool is Pool.LEASED}:
         raise InvalidArgument("a leased problem belongs to no lease")
 

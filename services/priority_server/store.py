@@ -46,6 +46,14 @@ sample(batch_size, lease_timeout_s)
        is moved to LEASED, remembering (source pool, score) to return it unchanged; the lease
        (random 128-bit hex id) gets deadline now + timeout. Batch order: R, H, F.
        retry_after_s > 0 also when the batch is short (< B), else 0.
+renew(lease_id, worker_id, lease_timeout_s)
+    Lease unknown, "already reported" or "expired" (a due but unreaped lease is expired first, as by
+    a late report: problems returned, ``lease_expiries`` += 1) → NotFound naming the lease and why.
+    Sampled with another ``worker_id`` (``sample(..., worker_id)``; "" for none) → FailedPrecondition
+    naming both, nothing changes. Otherwise the deadline becomes now + lease_timeout_s (earlier or
+    later than before) for the problems the lease still holds (those an earlier part of a report
+    applied are gone); a request id that made the lease is remembered until the new deadline. Step,
+    statistics, counters and the lease id are unchanged. Returns the deadline and the problems held.
 report(lease_id, outcomes)
     Lease not live → accepted=False, reason "unknown lease" / "already reported" / "expired"
     (a due but unreaped lease is expired first), ``late_reports`` += 1, nothing else changes.
@@ -76,7 +84,7 @@ Retried requests (``sample(..., request_id)``)
     sampled: a heap problem's score, a pool problem's ``rules.priority``), the current policy,
     retry_after_s as for a fresh batch of that length (0 when it has ``batch_size`` problems).
     Nothing changes (not even the expiry of due leases). Otherwise the sample runs as above and a
-    lease it makes is remembered under the id until its deadline (so memory is bounded by the
+    lease it makes is remembered under the id until its deadline, as ``renew`` moves it (so memory is bounded by the
     leases of the last ``max_lease_timeout_s``). The memory store does not keep these ids in its
     snapshot.
 Quarantine (``report(..., unservable)``)
@@ -161,13 +169,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from prioreplay import rules
-from prioreplay.errors import FailedPrecondition, InvalidArgument
+from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
 from prioreplay.priority_server.config import StoreConfig  # noqa: F401  (re-exported: the stores take it from here)
 from prioreplay.priority_server.records import (
     Delivery,
     GroupOutcome,
     Lease,
     ProblemState,
+    Renewal,
     ReportResult,
     StoreStats,
 )
@@ -268,6 +277,20 @@ def conflict_error(ids: Sequence[str]) -> InvalidArgument:
     )
 
 
+def renew_refusal(lease_id: str, reason: str, worker_id: str = "", holder: str = "") -> NotFound | FailedPrecondition:
+    """The error of a renew both stores refuse (see "renew"): ``reason`` "unknown lease", "already
+    reported" or "expired" gives NotFound; "another worker" gives FailedPrecondition naming ``holder``."""
+    if reason == "another worker":
+        return FailedPrecondition(
+            f"lease {lease_id} was sampled by worker {holder!r}, not {worker_id!r}; only the worker that holds a "
+            "lease renews it (send the worker_id it was sampled with)"
+        )
+    return NotFound(
+        f"lease {lease_id} cannot be renewed: {reason}; its problems may be leased again, so drop the batch "
+        "(a report of it is refused too) and sample a new one"
+    )
+
+
 def histogram_edges(buckets: int) -> list[float]:
     """``buckets + 1`` equal-width edges over [0, 0.25] (the last bucket includes 0.25)."""
     return [rules.MAX_PRIORITY * i / buckets for i in range(buckets + 1)]
@@ -326,29 +349,29 @@ class Store(abc.ABC):
             return 0, 0, await self._count_problems()
         return await self._register(list(dedup.values()), replace)
 
-    async def sample(self, batch_size: int, lease_timeout_s: float | None = None, request_id: str = "") -> Lease:
+    async def sample(
+        self, batch_size: int, lease_timeout_s: float | None = None, request_id: str = "", worker_id: str = ""
+    ) -> Lease:
         """Lease up to ``batch_size`` problems (see the module docstring for the exact rule).
 
         ``request_id`` (optional, at most 256 bytes) makes a retry safe: while
         the lease a request with this id created is live, the same id gets that lease again
         (same id, problems, deadline and step; nothing changes). See "Retried requests" above.
+        ``worker_id`` (optional, at most 128 bytes): the lease's holder, the only one :meth:`renew`
+        accepts.
 
         Raises:
             InvalidArgument: batch_size outside [1, max_batch_size]; lease_timeout_s not a
-                finite number in (0, max_lease_timeout_s]; request_id over 256 bytes.
+                finite number in (0, max_lease_timeout_s]; request_id over 256 bytes; worker_id
+                over 128 bytes.
         """
         if not (isinstance(batch_size, int) and 1 <= batch_size <= self.config.max_batch_size):
             raise InvalidArgument(
                 f"batch_size ({batch_size}) must be in [1, {self.config.max_batch_size}] "
                 "(the server's --max-batch-size sets the upper bound)"
             )
-        timeout = self.config.lease_timeout_s if lease_timeout_s in (None, 0, 0.0) else lease_timeout_s
-        if not (math.isfinite(timeout) and 0 < timeout <= self.config.max_lease_timeout_s):
-            raise InvalidArgument(
-                f"lease_timeout_s ({lease_timeout_s}) must be in (0, {self.config.max_lease_timeout_s}] seconds; "
-                "0 uses the server default "
-                "(the server's --max-lease-timeout-s sets the upper bound)"
-            )
+        timeout = self._lease_timeout(lease_timeout_s)
+        check_name(worker_id, "worker_id")
         if request_id:
             n = len(request_id.encode("utf-8"))
             if n > MAX_REQUEST_KEY_BYTES:
@@ -356,8 +379,37 @@ class Store(abc.ABC):
                     f"request_id is {n} bytes; the limit is {MAX_REQUEST_KEY_BYTES}; "
                     "send a short unique id (e.g. 32 hex characters)"
                 )
-            return await self._sample(batch_size, float(timeout), request_id=request_id)
-        return await self._sample(batch_size, float(timeout))
+        return await self._sample(batch_size, timeout, request_id=request_id, worker_id=worker_id)
+
+    def _lease_timeout(self, lease_timeout_s: float | None) -> float:
+        """The lease length asked for, in seconds (None or 0: the server's ``lease_timeout_s``).
+
+        Raises:
+            InvalidArgument: not a finite number in (0, max_lease_timeout_s] (names --max-lease-timeout-s).
+        """
+        timeout = self.config.lease_timeout_s if lease_timeout_s in (None, 0, 0.0) else lease_timeout_s
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and 0 < timeout <= self.config.max_lease_timeout_s):
+            raise InvalidArgument(
+                f"lease_timeout_s ({lease_timeout_s}) must be in (0, {self.config.max_lease_timeout_s}] seconds; "
+                "0 uses the server default "
+                "(the server's --max-lease-timeout-s sets the upper bound)"
+            )
+        return float(timeout)
+
+    async def renew(self, lease_id: str, worker_id: str = "", lease_timeout_s: float | None = None) -> Renewal:
+        """Extend a live lease to now + ``lease_timeout_s`` (see "renew" in the module docstring).
+
+        Raises:
+            InvalidArgument: empty lease id; lease_timeout_s not a finite number in
+                (0, max_lease_timeout_s] (0 or None: the server default); worker_id over 128 bytes.
+            NotFound: the lease is unknown, already reported or expired (named, with the reason).
+            FailedPrecondition: the lease was sampled by another worker_id (both named); nothing changes.
+        """
+        if not lease_id:
+            raise InvalidArgument("lease_id is empty; quote the lease_id returned by SampleProblems")
+        timeout = self._lease_timeout(lease_timeout_s)
+        check_name(worker_id, "worker_id")
+        return await self._renew(lease_id, worker_id, timeout)
 
     async def report(
         self, lease_id: str, outcomes: Sequence[GroupOutcome], more_parts: bool = False, unservable: Sequence[str] = ()
@@ -504,7 +556,11 @@ class Store(abc.ABC):
         (changing nothing) when an id holds another prompt or answer."""
 
     @abc.abstractmethod
-    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "") -> Lease: ...
+    async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "", worker_id: str = "") -> Lease: ...
+
+    @abc.abstractmethod
+    async def _renew(self, lease_id: str, worker_id: str, lease_timeout_s: float) -> Renewal:
+        """Extend a live lease of ``worker_id`` (raises :func:`renew_refusal`'s errors otherwise)."""
 
     @abc.abstractmethod
     async def _report(

@@ -226,6 +226,21 @@ def test_holding_every_problem_unreported_fails_at_once_with_the_fix(server):
         next(it)
 
 
+def test_the_wait_message_names_the_holders_and_blames_others_only_when_they_hold_some(server, client):
+    s = _sampler(server, batch_size=4, group_size=1)
+    it = iter(s)
+    for _ in range(4):
+        next(it)  # one batch held by this sampler, nobody else holds any
+    mine = s._wait_message(2)
+    assert "4 in 1 held by this sampler" in mine and "0 in 0 by other clients" in mine
+    assert "Report the rewards of the batches this sampler holds" in mine and "other clients' leases" not in mine
+    other = client.sample(3, worker_id="someone-else")
+    theirs = s._wait_message(2)
+    assert "3 in 1 by other clients" in theirs and "Wait for the other clients' leases" in theirs
+    client.report(other.lease_id, [])
+    s.close()
+
+
 def test_a_problem_from_another_dataset_is_refused_and_its_lease_returned(server, client):
     s = _sampler(server, batch_size=4)
     _seed_priorities(client, s.table.ids)  # every row below the 0.25 of a new problem
@@ -233,3 +248,50 @@ def test_a_problem_from_another_dataset_is_refused_and_its_lease_returned(server
     with pytest.raises(InvalidArgument, match="'stranger', which is not a row of this dataset"):
         next(iter(s))
     assert client.stats().active_leases == 0
+
+
+# -- a crashed process: short leases, renewed while held ------------------------------------------
+HOLDER = r"""
+import sys, time
+from prioreplay.integrations.torch import PrioritySampler
+rows = [{"prompt": f"{i} + {i} =", "answer": str(2 * i)} for i in range(11)]
+sampler = PrioritySampler(rows, server=sys.argv[1], batch_size=4, group_size=2, lease_timeout_s=float(sys.argv[2]))
+it = iter(sampler)
+[next(it) for _ in range(4)]  # one batch leased, its rewards never reported
+print("leased", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_sigkilled_sampler_frees_its_problems_within_its_short_lease(memory_server):
+    """The sampler renews its 2 s lease while it holds the batch (past its first deadline); SIGKILLed,
+    it stops renewing and the reaper returns the problems unchanged long before the server's 600 s."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    lease_s = 2.0
+    srv = memory_server(retest_fraction=0.0, reaper_interval_s=0.1)
+    client = PriorityClient(ClientSettings(server=srv.address), max_retries=0)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, srv.address, str(lease_s)], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "leased\n", f"the holder exited ({proc.wait(60)})"
+        time.sleep(1.5 * lease_s)  # past the first deadline: still held, renewed
+        st = client.stats()
+        assert (st.leased, st.active_leases, st.lease_expiries) == (4, 1, 0)
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 5 * lease_s  # a bound far below the server's default lease (600 s)
+        while client.stats().leased and time.monotonic() < deadline:
+            time.sleep(0.05)
+        st = client.stats()
+        assert (st.leased, st.lease_expiries, st.completions_reported) == (0, 1, 0)
+        assert all(v[1] == 0 for v in _dump(srv).values())  # returned with statistics unchanged (n = 0)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        client.close()

@@ -154,7 +154,7 @@ class _FaultyStore(MemoryStore):
 
     error: Exception = NotFound("problem 'x' vanished")
 
-    async def _sample(self, batch_size, lease_timeout_s, request_id=""):
+    async def _sample(self, batch_size, lease_timeout_s, request_id="", worker_id=""):
         raise self.error
 
 

@@ -157,3 +157,25 @@ async def test_a_snapshot_from_before_stored_settings_loads_and_takes_the_curren
     await old.close()
     with pytest.raises(FailedPrecondition, match="retest_interval 2 -> 4"):
         await MemoryStore(StoreConfig(seed=3), path).claim_settings()
+
+
+async def test_a_leases_holder_survives_a_memory_snapshot_and_old_rows_load_without_one(tmp_path):
+    import json
+
+    from prioreplay.errors import FailedPrecondition
+
+    clock = FakeClock()
+    path = tmp_path / "state.json"
+    store = MemoryStore(StoreConfig(retest_fraction=0.0), path, clock)
+    await store.register(make_problems(4))
+    held = await store.sample(2, lease_timeout_s=100, worker_id="w1")
+    await store.close()
+    again = MemoryStore(StoreConfig(retest_fraction=0.0), path, clock)
+    with pytest.raises(FailedPrecondition, match="sampled by worker 'w1'"):
+        await again.renew(held.lease_id, "w2", 10)
+    assert (await again.renew(held.lease_id, "w1", 10)).deadline == clock.t + 10
+    doc = json.loads(path.read_text())
+    doc["leases"] = [row[:4] for row in doc["leases"]]  # a file written before leases kept their holder
+    path.write_text(json.dumps(doc))
+    old = MemoryStore(StoreConfig(retest_fraction=0.0), path, clock)
+    assert (await old.renew(held.lease_id, "", 10)).problems == 2

@@ -84,13 +84,15 @@ local function place(stats_key, sets, member, pool, score)
   redis.call('ZADD', sets[tonumber(pool)], score, member)
 end
 
--- Expire one lease: its problems return to (source, score), lease_expiries += 1, tombstone.
+-- Expire one lease: its problems return to (source, score), lease_expiries += 1, tombstone; its
+-- holder is forgotten (k.owners: hash `owners`, lease id -> JSON [worker id, request id]).
 local function expire_one(k, sets, lease_id, record, now_s)
   local f = split_tabs(record)
   for i = 3, #f, 3 do
     place(k.stats, sets, f[i], f[i + 1], f[i + 2])
   end
   redis.call('HDEL', k.leases, lease_id)
+  redis.call('HDEL', k.owners, lease_id)
   redis.call('ZREM', k.deadlines, lease_id)
   redis.call('ZADD', k.tomb_expired, now_s, lease_id)
   redis.call('HINCRBY', k.counters, 'lease_expiries', 1)

@@ -14,6 +14,7 @@
 -- KEYS[12] quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
 -- KEYS[13] tokens       hash   id -> "completions tokens" (decayed sums of reports with token ids)
 -- KEYS[14] policy       hash   version, uri (the pools' clock with ARGV[10] > 0)
+-- KEYS[15] owners       hash   lease id -> JSON [worker id, request id] (dropped when the lease ends)
 -- ARGV[1]  now          unix seconds from the store's clock
 -- ARGV[2]  lease_id
 -- ARGV[3]  more_parts   '1': a part; the lease stays live for the problems not yet reported, each
@@ -42,7 +43,8 @@
 -- {1, queued, filtered, skipped, quarantined} when applied.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
-            stream = KEYS[10], parts = KEYS[11], quarantine = KEYS[12], tokens = KEYS[13], policy = KEYS[14] }
+            stream = KEYS[10], parts = KEYS[11], quarantine = KEYS[12], tokens = KEYS[13], policy = KEYS[14],
+            owners = KEYS[15] }
 local more = ARGV[3] == '1'
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s, lease_id = ARGV[1], ARGV[2]
@@ -196,6 +198,7 @@ if #rest > 0 then  -- a part: the lease stays live for the rest
   return { 1, queued, filtered, skipped, n_q }
 end
 redis.call('HDEL', k.leases, lease_id)
+redis.call('HDEL', k.owners, lease_id)
 redis.call('ZREM', k.deadlines, lease_id)
 redis.call('ZADD', k.tomb_reported, now_s, lease_id)
 redis.call('DEL', k.parts)

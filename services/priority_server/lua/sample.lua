@@ -17,6 +17,8 @@
 -- KEYS[13] requests:due zset   score = that lease's deadline, member = request id
 -- KEYS[14] tokens       hash   id -> "completions tokens" (decayed sums: the running mean of
 --                              completion tokens, written by report.lua)
+-- KEYS[15] owners       hash   lease id -> JSON [worker id, request id] (renew.lua checks the holder;
+--                              written only when either is set)
 -- ARGV[1]  now          unix seconds from the store's clock (a %.17g / repr string)
 -- ARGV[2]  batch_size   B >= 1
 -- ARGV[3]  deadline     now + lease timeout, unix seconds
@@ -45,6 +47,7 @@
 -- ARGV[24] retest_versions  0: the pools' scores are steps (the paper); k >= 1: they are policy
 --                       versions (rules.pool_score), the pools' clock is the current version and a
 --                       problem is due k versions after its last test (ARGV[7] unused)
+-- ARGV[25] worker_id    "" or the lease's holder, the one worker renew.lua accepts
 -- Returns {'SAME', lease step, version, uri, earliest deadline, n, then per problem: member, source,
 --  stats, problem JSON, group_size, then lease id, deadline} when request_id names a live lease (nothing
 -- changed); {'STEP', step} when expected_step is stale (nothing changed); otherwise
@@ -53,7 +56,7 @@
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
             problems = KEYS[10], policy = KEYS[11], requests = KEYS[12], requests_due = KEYS[13],
-            tokens = KEYS[14] }
+            tokens = KEYS[14], owners = KEYS[15] }
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s = ARGV[1]
 local now = tonumber(now_s)
@@ -462,5 +465,8 @@ redis.call('ZADD', k.deadlines, ARGV[3], ARGV[4])
 if request_id ~= '' then
   redis.call('HSET', k.requests, request_id, ARGV[4] .. '\t' .. table.concat(sizes, '\t'))
   redis.call('ZADD', k.requests_due, ARGV[3], request_id)
+end
+if ARGV[25] ~= '' or request_id ~= '' then
+  redis.call('HSET', k.owners, ARGV[4], cjson.encode({ ARGV[25], request_id }))
 end
 return out

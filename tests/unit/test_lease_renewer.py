@@ -1,0 +1,60 @@
+"""LeaseRenewer without a server: what one renewal round sends, and what it does with refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from prioreplay.errors import InvalidArgument, NotFound, StoreUnavailable
+from prioreplay.integrations.renewal import LeaseRenewer, check_lease_timeout
+
+
+class _Client:
+    """Records renewals; answers each lease id with what ``answers`` says (default: renewed)."""
+
+    def __init__(self, answers: dict[str, Exception] | None = None):
+        self.calls: list[tuple[str, str, float, int]] = []
+        self.answers = answers or {}
+
+    def renew(self, lease_id, worker_id="", lease_timeout_s=0.0, client_source=0):
+        self.calls.append((lease_id, worker_id, lease_timeout_s, client_source))
+        if lease_id in self.answers:
+            raise self.answers[lease_id]
+
+
+def test_a_round_renews_every_held_lease_as_its_holder():
+    client = _Client()
+    r = LeaseRenewer(client, "trl-host-1", 6.0, lambda: ["a", "b"], client_source=2)  # type: ignore[arg-type]
+    assert r.renew_now() == 2
+    assert client.calls == [("a", "trl-host-1", 6.0, 2), ("b", "trl-host-1", 6.0, 2)]
+    assert r.renewed == 2 and r.lost == set()
+
+
+def test_a_lost_lease_is_recorded_once_and_an_outage_is_retried_next_round():
+    held = ["gone", "down", "fine"]
+    client = _Client({"gone": NotFound("lease gone cannot be renewed: expired"), "down": StoreUnavailable("unreachable")})
+    r = LeaseRenewer(client, "w", 6.0, lambda: list(held))  # type: ignore[arg-type]
+    assert r.renew_now() == 1
+    assert r.lost == {"gone"}
+    assert r.renew_now() == 1 and r.lost == {"gone"}  # not asked again
+    assert [c[0] for c in client.calls].count("gone") == 1
+    held.remove("gone")
+    client.answers["reported"] = NotFound("already reported")
+    assert r.renew_now() == 1 and r.lost == {"gone"}  # a lease reported meanwhile is not lost
+
+
+def test_the_period_is_a_third_of_the_timeout_and_the_thread_stops():
+    r = LeaseRenewer(_Client(), "w", 3.0, lambda: [])  # type: ignore[arg-type]
+    r.start(granted_s=600.0)
+    assert r.period_s == pytest.approx(1.0)
+    r.stop(wait_s=5.0)
+    assert r._thread is not None and not r._thread.is_alive()
+    server_default = LeaseRenewer(_Client(), "w", 0.0, lambda: [])  # type: ignore[arg-type]
+    server_default.start(granted_s=600.0)  # 0: the server's default, as granted
+    assert server_default.period_s == pytest.approx(200.0)
+    server_default.stop()
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "60"])
+def test_a_bad_lease_timeout_is_refused_with_the_default(bad):
+    with pytest.raises(InvalidArgument, match=r"lease_timeout_s .* must be a finite number of seconds >= 0 .*default is 60"):
+        check_lease_timeout(bad)
