@@ -819,11 +819,20 @@ class PrioritySampler(Sampler[int]):
 _LIVE: weakref.WeakSet[PrioritySampler] = weakref.WeakSet()
 _PREVIOUS_HANDLERS: dict[int, Any] = {}
 _RELEASE_SIGNALS = ("SIGTERM", "SIGHUP")
+EXIT_RETRIES = 1  # attempts after the first when returning leases at exit or on a signal
 
 
 def _release_all() -> None:
-    """Close every live sampler of this process (returns their leases); errors are logged."""
+    """Close every live sampler of this process (returns their leases); errors are logged.
+
+    The process is ending, so each return gets one retry, not the client's whole back-off: against
+    a server that is already gone, eight retries cost about a minute per sampler at exit (the
+    lease then expires on the server within its short, renewed timeout anyway).
+    """
     for sampler in list(_LIVE):
+        client = getattr(sampler, "client", None)
+        if getattr(client, "max_retries", 0) > EXIT_RETRIES:
+            client.max_retries = EXIT_RETRIES
         try:
             sampler.close()
         except Exception as e:  # noqa: BLE001 - at exit: the leases then expire on the server

@@ -58,3 +58,32 @@ def test_the_period_is_a_third_of_the_timeout_and_the_thread_stops():
 def test_a_bad_lease_timeout_is_refused_with_the_default(bad):
     with pytest.raises(InvalidArgument, match=r"lease_timeout_s .* must be a finite number of seconds >= 0 .*default is 60"):
         check_lease_timeout(bad)
+
+
+def test_leases_returned_at_exit_get_one_retry_not_the_clients_whole_back_off(caplog):
+    """At exit the server may be gone already: eight retries with back-off cost about a minute a
+    sampler (a test run spent minutes so after its last test). The exit path retries once, and a
+    failure is logged, not raised."""
+    from types import SimpleNamespace
+
+    from prioreplay.integrations import torch as integration
+
+    class Sampler:
+        worker_id = "w-exit"
+
+        def __init__(self) -> None:
+            self.client = SimpleNamespace(max_retries=8)
+            self.retries_seen: int | None = None
+
+        def close(self) -> None:
+            self.retries_seen = self.client.max_retries
+            raise StoreUnavailable("ReportOutcomes: connection refused")
+
+    sampler = Sampler()
+    integration._LIVE.add(sampler)  # type: ignore[arg-type]
+    try:
+        integration._release_all()
+    finally:
+        integration._LIVE.discard(sampler)  # type: ignore[arg-type]
+    assert sampler.retries_seen == integration.EXIT_RETRIES == 1
+    assert "could not return the leases of w-exit" in caplog.text
