@@ -385,14 +385,15 @@ def calibrated_params(
     skill_size: int = 64,
     batch_size: int = 64,
     group_size: int = 4,
-    groups_per_step: int = 4,
+    forget_scale: float = 1.0,
     **extra: Any,
 ) -> simulate.SimParams:
     """SimParams from a fit: skills of about ``skill_size`` problems (a real run's dataset is one
-    skill; the divisor of ``n_problems`` nearest to it),
-    all of the fitted logit spread in b_j (``skill_sd`` 0: the spread between skills is not
-    identified by one dataset), and the forgetting per step scaled from the runs'
-    ``groups_per_step`` to ``batch_size`` groups a step."""
+    skill; the divisor of ``n_problems`` nearest to it), all of the fitted logit spread in b_j
+    (``skill_sd`` 0: the spread between skills is not identified by one dataset), and the
+    forgetting per simulated step = the fitted one per step of the runs × ``forget_scale`` (1: a
+    simulated step is one of the runs' steps; ``batch_size / groups per real step``: forgetting
+    is interference per trained group)."""
     divisors = [k for k in range(1, n_problems + 1) if n_problems % k == 0]
     return simulate.SimParams(
         n_problems=n_problems,
@@ -404,7 +405,7 @@ def calibrated_params(
         batch_size=batch_size,
         lr_problem=theta["lr_problem"],
         lr_skill=theta["lr_skill"],
-        forget_drift=theta["forget_drift"] * batch_size / groups_per_step,
+        forget_drift=theta["forget_drift"] * forget_scale,
         **extra,
     )
 
@@ -416,14 +417,30 @@ def synthetic_rows(params: simulate.SimParams, method: simulate.Method, seed: in
     return rows
 
 
+def initial_success(theta: dict[str, float], nodes: int = QUADRATURE_NODES) -> float:
+    """E[σ(b)] for b ~ N(logit_mean, logit_sd²): the population's mean pass@1 before training."""
+    x, w = np.polynomial.hermite.hermgauss(nodes)
+    b = theta["logit_mean"] + abs(theta["logit_sd"]) * math.sqrt(2.0) * x
+    return float((w / math.sqrt(math.pi)) @ (1.0 / (1.0 + np.exp(-b))))
+
+
+def projection_target(theta: dict[str, float]) -> float:
+    """The projection's target mean pass@1, fixed before any projection ran: halfway from the
+    fitted initial mean pass@1 p0 to 1, p0 + (1 − p0)/2."""
+    p0 = initial_success(theta)
+    return p0 + 0.5 * (1.0 - p0)
+
+
 def project(
-    theta: dict[str, float], n_problems: int, epochs: float, target_success: float, seeds: Sequence[int], **kw: Any
+    theta: dict[str, float], n_problems: int, epochs: float, seeds: Sequence[int], target_success: float | None = None, **kw: Any
 ) -> dict[str, Any]:
     """The calibrated simulator, uniform vs heap + retest, at ``n_problems`` for ``epochs`` passes
-    of G completions per problem: :func:`benchmarks.simulate.run_simulation`'s summary."""
+    of G completions per problem: :func:`benchmarks.simulate.run_simulation`'s summary.
+    ``target_success`` None: :func:`projection_target`; ``kw``: :func:`calibrated_params`'s."""
     base = calibrated_params(theta, n_problems, **kw)
     budget = int(epochs * n_problems * base.group_size)
-    params = replace(base, budget_rollouts=budget, target_success=target_success)
+    target = projection_target(theta) if target_success is None else target_success
+    params = replace(base, budget_rollouts=budget, target_success=target)
     methods = [m for m in simulate.METHODS if m.name in ("uniform", "heap")]
     return simulate.run_simulation(params, seeds, methods=methods)
 

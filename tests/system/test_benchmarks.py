@@ -293,3 +293,15 @@ async def test_predicted_runs_in_the_simulator_on_prompts_that_name_their_skill(
     by = {m.name: m for m in simulate.CANDIDATES}
     run = await simulate.run_one(TINY_SIM, by["predicted"], seed=1)
     assert run.optimizer_steps > 0 and run.curve_success[-1] != run.curve_success[0]
+
+
+def test_calibrate_part_fits_a_simulated_run_and_projects_both_samplers(tmp_path):
+    out = tmp_path / "r.json"
+    assert run.main(["--quick", "--parts", "calibrate", "--out", str(out)]) == 0
+    items = {i["name"]: i for i in json.loads(out.read_text())}
+    for name in ("logit_mean", "logit_sd", "lr_problem", "lr_skill", "forget_drift"):
+        fig = items[f"calib.fit.{name}"]
+        assert fig["ci95"][0] <= fig["ci95"][1] and fig["resamples"] == 3
+    assert [c["visit"] for c in items["calib.fit.check"]["by_visit"]][0] == "1"
+    for variant in ("fitted", "problem_only"):
+        assert f"calib.project.{variant}.n400.heap.rollouts_ratio_vs_uniform" in items

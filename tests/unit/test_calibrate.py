@@ -96,7 +96,7 @@ def test_predictive_check_tracks_the_rise_by_visit():
 
 def test_calibrated_params_scale_forgetting_and_make_skills_of_the_runs_size():
     theta = {"logit_mean": -1.0, "logit_sd": 2.0, "lr_problem": 0.8, "lr_skill": 0.01, "forget_drift": 0.001}
-    p = calibrate.calibrated_params(theta, 10_000, skill_size=64, batch_size=64, groups_per_step=4)  # 200 skills of 50
+    p = calibrate.calibrated_params(theta, 10_000, skill_size=64, batch_size=64, forget_scale=16)  # 200 skills of 50
     assert p.n_skills == 200 and p.skill_sd == 0.0 and p.problem_sd == 2.0 and p.group_size == 4
     assert p.forget_drift == pytest.approx(0.016) and p.lr_skill == 0.01
     assert np.allclose(calibrate.default_theta(simulate.SimParams(), 4)[[1, 4]], [np.hypot(2.0, 1.0), 0.002 / 16])
