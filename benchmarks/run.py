@@ -391,7 +391,8 @@ def part_calibrate(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     )
     res.add("calib.fit.check", None, "", by_visit=fit["check"], by_visit_default=fit["check_default"])
     projections: dict[str, Any] = {}
-    for variant, (kept, batch, scale, epochs) in PROJECTIONS.items():
+    chosen = args.projections.split(",") if args.projections else list(PROJECTIONS)
+    for variant, (kept, batch, scale, epochs) in ((v, PROJECTIONS[v]) for v in chosen):
         theta = dict(fit["theta"])
         theta.update({k: 0.0 for k in ("lr_skill", "forget_drift") if k not in kept})
         for n in sizes:
@@ -597,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--calib-runs", default=None, help="part calibrate: run directories with outcomes.jsonl, comma-separated")
     ap.add_argument("--resamples", type=int, default=200, help="part calibrate: bootstrap resamples over problems")
     ap.add_argument("--project-problems", default="10000", help="part calibrate: population sizes of the projection")
+    ap.add_argument("--projections", default=None, help="part calibrate: names of run.PROJECTIONS (default all)")
     ap.add_argument("--run-dir", default=None, help="demo run directory for part 4 (default: newest runs/*)")
     ap.add_argument("--out", default=None, help="results file (default benchmarks/results.json; quick: none)")
     ap.add_argument("--plot-dir", default=None, help="where PNGs go (default docs/; quick: none)")
