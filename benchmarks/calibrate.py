@@ -20,10 +20,11 @@ has one b_j across them. The parameters θ = (μ, σ, η_b, η_z, δ) are the si
 ``logit_mean``, ``problem_sd`` (with ``skill_sd`` folded in), ``lr_problem``, ``lr_skill`` and
 ``forget_drift`` (per optimizer step of the runs' learner).
 
-Which groups were trained, and when, is not in the outcome history; the fit assumes every mixed
-group generated at version v was trained in step v + 1 (the simulator does exactly this; the
-demo's learner trains the oldest queued mixed groups, ``batch_groups`` per step, and drops
-groups staler than ``max_staleness``, so for a real run this is an approximation).
+Which groups were trained, and in which step, comes from the run's ``learner.jsonl``
+(``trained_groups`` of each step). Without it (older runs, the simulator) every mixed group
+generated at version v is taken as trained in step v + 1: exact in the simulator, but a real
+learner trains ``batch_groups`` groups a step, some steps after they were generated, and drops
+groups staler than ``max_staleness``.
 
 Maximisation is by Nelder-Mead in numpy (scipy is not a dependency); intervals are percentile
 bootstraps over problems (a resampled problem keeps its whole history; the run-wide S(v) stays
@@ -78,6 +79,15 @@ class Histories:
         return len(self.problem_ids)
 
 
+#: A training event: (problem id, ω̂ of the trained group, policy version that first includes it).
+Event = tuple[str, float, int]
+
+
+def run_name(row: dict[str, Any]) -> str:
+    """The run an outcome row belongs to: ``<sampler>-seed<k>``."""
+    return f"{row['sampler']}-seed{row['seed']}"
+
+
 def read_outcomes(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
     """The ``outcomes.jsonl`` rows of run directories, in file order.
 
@@ -93,9 +103,34 @@ def read_outcomes(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
     return rows
 
 
-def build_histories(rows: Sequence[dict[str, Any]]) -> Histories:
+def read_trained(run_dirs: Iterable[Path]) -> dict[str, list[Event]]:
+    """The groups each run's learner trained, from ``learner.jsonl`` lines with ``trained_groups``
+    (learners from before that field give none): {run name: [(problem id, ω̂, version after the step)]}.
+    A run without such lines is left out (its training is then inferred, :func:`build_histories`)."""
+    out: dict[str, list[Event]] = {}
+    for d in run_dirs:
+        log, outcomes = Path(d) / "learner.jsonl", Path(d) / "outcomes.jsonl"
+        if not (log.is_file() and outcomes.is_file()):
+            continue
+        first = outcomes.read_text().split("\n", 1)[0]
+        lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+        events = [
+            (pid, p * (1.0 - p), int(line["policy_version"]))
+            for line in lines
+            for pid, _version, p in line.get("trained_groups") or ()
+        ]
+        if events and first:
+            out[run_name(json.loads(first))] = events
+    return out
+
+
+def build_histories(rows: Sequence[dict[str, Any]], trained: dict[str, list[Event]] | None = None) -> Histories:
     """The model's covariates from outcome rows (``problem_id``, ``policy_version``, ``rewards``,
     ``sampler``, ``seed``) of any number of runs; a run is one (sampler, seed).
+
+    Args:
+        trained: per run, the groups its learner trained (:func:`read_trained`); a run not in it
+            is taken to have trained every mixed group generated at version v in step v + 1.
 
     Raises:
         ValueError: no rows, or a reward other than 0 or 1 (the model is binomial).
@@ -104,14 +139,21 @@ def build_histories(rows: Sequence[dict[str, Any]]) -> Histories:
         raise ValueError("no outcome rows to fit; give run directories whose outcomes.jsonl is not empty")
     by_run: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
     for i, r in enumerate(rows):
-        by_run[f"{r['sampler']}-seed{r['seed']}"].append((i, r))
+        rewards = [float(x) for x in r["rewards"]]
+        if any(x not in (0.0, 1.0) for x in rewards):
+            raise ValueError(f"{r['problem_id']}: rewards {rewards} are not all 0 or 1; the fit is for binary rewards")
+        by_run[run_name(r)].append((i, r))
     pids = sorted({r["problem_id"] for r in rows})
     pindex = {p: j for j, p in enumerate(pids)}
     runs = sorted(by_run)
     cols: dict[str, list[float]] = defaultdict(list)
     for ri, name in enumerate(runs):
-        ordered = sorted(by_run[name], key=lambda t: (t[1]["policy_version"], t[0]))
-        _run_covariates(ri, [r for _, r in ordered], pindex, cols)
+        ordered = [r for _, r in sorted(by_run[name], key=lambda t: (t[1]["policy_version"], t[0]))]
+        events = (trained or {}).get(name)
+        if events is None:
+            events = [(r["problem_id"], _omega(r["rewards"]), int(r["policy_version"]) + 1) for r in ordered]
+            events = [e for e in events if e[1] > 0]
+        _run_covariates(ri, ordered, sorted(events, key=lambda e: e[2]), pindex, cols)
     keys = [np.asarray(cols[k]) for k in ("version", "run", "problem")]
     order = np.lexsort([np.arange(len(cols["problem"])), *keys])
     arr = {k: np.asarray(v)[order] for k, v in cols.items()}
@@ -130,26 +172,30 @@ def build_histories(rows: Sequence[dict[str, Any]]) -> Histories:
     )
 
 
-def _run_covariates(ri: int, rows: list[dict[str, Any]], pindex: dict[str, int], cols: dict[str, list[float]]) -> None:
-    """Append one run's rows (sorted by version) with S_j(v), n_j(v), S(v) to ``cols``: groups of
-    version < v count as trained before v (mixed groups only)."""
+def _omega(rewards: Sequence[float]) -> float:
+    """ω̂ = p̂(1 − p̂) of a group's rewards."""
+    p = sum(rewards) / len(rewards)
+    return p * (1.0 - p)
+
+
+def _run_covariates(
+    ri: int, rows: list[dict[str, Any]], events: list[Event], pindex: dict[str, int], cols: dict[str, list[float]]
+) -> None:
+    """Append one run's rows (sorted by version) with S_j(v), n_j(v), S(v) to ``cols``: the
+    training ``events`` (sorted by version) of version <= v count before a row of version v."""
     own_omega: dict[str, float] = defaultdict(float)
     own_n: dict[str, int] = defaultdict(int)
     visits: dict[str, int] = defaultdict(int)
-    pending: list[tuple[str, float]] = []  # mixed groups of the current version, trained after it
-    total, current = 0.0, None
+    total, e = 0.0, 0
     for r in rows:
         v = int(r["policy_version"])
-        if v != current:  # every earlier version's mixed groups are trained now
-            for pid, w in pending:
-                own_omega[pid] += w
-                own_n[pid] += 1
-                total += w
-            pending, current = [], v
-        rewards = [float(x) for x in r["rewards"]]
-        if any(x not in (0.0, 1.0) for x in rewards):
-            raise ValueError(f"{r['problem_id']}: rewards {rewards} are not all 0 or 1; the fit is for binary rewards")
-        g, k = len(rewards), sum(rewards)
+        while e < len(events) and events[e][2] <= v:
+            pid, w, _ = events[e]
+            own_omega[pid] += w
+            own_n[pid] += 1
+            total += w
+            e += 1
+        g, k = len(r["rewards"]), float(sum(r["rewards"]))
         pid = r["problem_id"]
         visits[pid] += 1
         for key, val in (
@@ -164,8 +210,6 @@ def _run_covariates(ri: int, rows: list[dict[str, Any]], pindex: dict[str, int],
             ("visit", visits[pid]),
         ):
             cols[key].append(val)
-        if 0 < k < g:
-            pending.append((pid, (k / g) * (1 - k / g)))
 
 
 class Likelihood:
@@ -451,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resamples", type=int, default=200, help="bootstrap resamples over problems")
     ap.add_argument("--out", type=Path, default=None, help="write the fit as JSON here")
     args = ap.parse_args(argv)
-    out = calibrate(build_histories(read_outcomes(args.runs)), args.resamples)
+    out = calibrate(build_histories(read_outcomes(args.runs), read_trained(args.runs)), args.resamples)
     text = json.dumps(out, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

@@ -365,16 +365,23 @@ def part_calibrate(args: argparse.Namespace, res: Results) -> dict[str, Any]:
 
     if args.quick:
         truth = replace(simulate.quick_params(), n_skills=1, skill_sd=0.0, group_size=4)
-        rows = calibrate.synthetic_rows(truth, simulate.METHODS[0], 0)
+        rows, trained = calibrate.synthetic_rows(truth, simulate.METHODS[0], 0), {}
         resamples, sizes, seeds = 3, [400], range(1)
     else:
         if not args.calib_runs:
             raise SystemExit("calibrate: give --calib-runs DIR,DIR (run directories with outcomes.jsonl)")
-        rows = calibrate.read_outcomes(Path(d) for d in args.calib_runs.split(","))
+        dirs = [Path(d) for d in args.calib_runs.split(",")]
+        rows, trained = calibrate.read_outcomes(dirs), calibrate.read_trained(dirs)
         resamples, sizes = args.resamples, [int(n) for n in args.project_problems.split(",")]
         seeds = range(args.seeds if args.seeds else 5)
-    fit = calibrate.calibrate(calibrate.build_histories(rows), resamples)
-    extra = {"runs": fit["runs"], "groups": fit["groups"], "problems": fit["problems"], "resamples": resamples}
+    fit = calibrate.calibrate(calibrate.build_histories(rows, trained), resamples)
+    extra = {
+        "runs": fit["runs"],
+        "trained_from_learner_log": sorted(trained),
+        "groups": fit["groups"],
+        "problems": fit["problems"],
+        "resamples": resamples,
+    }
     for name, value in fit["theta"].items():
         res.add(f"calib.fit.{name}", value, "logits" if "logit" in name else "logits per unit", ci95=fit["ci95"][name], **extra)
     res.add("calib.fit.corr_lr_skill_forget", fit["corr_lr_skill_forget"], "correlation", how="over bootstrap fits", **extra)

@@ -4,6 +4,8 @@ histories the simulator generated with known ones."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -100,3 +102,17 @@ def test_calibrated_params_scale_forgetting_and_make_skills_of_the_runs_size():
     assert p.n_skills == 200 and p.skill_sd == 0.0 and p.problem_sd == 2.0 and p.group_size == 4
     assert p.forget_drift == pytest.approx(0.016) and p.lr_skill == 0.01
     assert np.allclose(calibrate.default_theta(simulate.SimParams(), 4)[[1, 4]], [np.hypot(2.0, 1.0), 0.002 / 16])
+
+
+def test_the_learners_trained_groups_replace_the_next_step_rule(tmp_path):
+    """With learner.jsonl's trained_groups, a group counts from the version its step published."""
+    rows = [_row("a", 0, [1, 0, 0, 0]), _row("b", 0, [1, 1, 0, 0]), _row("a", 1, [1, 1, 0, 0]), _row("a", 3, [0, 0, 0, 0])]
+    (tmp_path / "outcomes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    steps = [{"policy_version": 1, "trained_groups": []}, {"policy_version": 2, "trained_groups": [["a", 0, 0.25]]}]
+    (tmp_path / "learner.jsonl").write_text("".join(json.dumps(x) + "\n" for x in steps))
+    trained = calibrate.read_trained([tmp_path])
+    assert trained == {"heap-seed0": [("a", 3 / 16, 2)]}  # b's mixed group was never trained
+    h = calibrate.build_histories(calibrate.read_outcomes([tmp_path]), trained)
+    a = h.problem == 0
+    assert h.own_trained[a].tolist() == [0, 0, 1] and h.all_omega[a].tolist() == [0.0, 0.0, 3 / 16]
+    assert h.all_omega[h.problem == 1].tolist() == [0.0]
