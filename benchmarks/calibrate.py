@@ -303,24 +303,43 @@ START = np.array([-0.5, 1.5, 0.5, 0.05, 0.0])
 STEP = np.array([0.5, 0.5, 0.5, 0.05, 0.01])
 
 
-def fit(lik: Likelihood, weights: np.ndarray | None = None, start: np.ndarray | None = None, restarts: int = 2) -> np.ndarray:
+def fit(
+    lik: Likelihood,
+    weights: np.ndarray | None = None,
+    start: np.ndarray | None = None,
+    restarts: int = 2,
+    fixed: dict[str, float] | None = None,
+) -> np.ndarray:
     """The maximum-likelihood θ (``NAMES`` order): Nelder-Mead from ``start``, restarted from its
-    own result ``restarts`` times (a restart escapes a collapsed simplex)."""
-    x = START.copy() if start is None else np.asarray(start, dtype=float)
+    own result ``restarts`` times (a restart escapes a collapsed simplex); parameters named in
+    ``fixed`` are held at their values."""
+    x = START.copy() if start is None else np.asarray(start, dtype=float).copy()
+    for name, value in (fixed or {}).items():
+        x[NAMES.index(name)] = value
+    free = np.array([n not in (fixed or {}) for n in NAMES])
+
+    def full(t: np.ndarray) -> np.ndarray:
+        y = x.copy()
+        y[free] = t
+        return y
+
+    t = x[free]
     for _ in range(restarts + 1):
-        x, _ = nelder_mead(lambda t: -lik.loglik(t, weights), x, STEP)
+        t, _ = nelder_mead(lambda u: -lik.loglik(full(u), weights), t, STEP[free])
+    x = full(t)
     x[1] = abs(x[1])
     return x
 
 
-def bootstrap(lik: Likelihood, theta: np.ndarray, resamples: int, seed: int = 0) -> np.ndarray:
+def bootstrap(
+    lik: Likelihood, theta: np.ndarray, resamples: int, seed: int = 0, fixed: dict[str, float] | None = None
+) -> np.ndarray:
     """θ refitted on ``resamples`` resamples of the problems (with replacement, multinomial
     weights), each search from ``theta``: (resamples, 5)."""
     rng = np.random.default_rng(seed)
     P = lik.h.n_problems
-    return np.array(
-        [fit(lik, rng.multinomial(P, np.full(P, 1.0 / P)).astype(float), theta, restarts=1) for _ in range(resamples)]
-    )
+    weights = [rng.multinomial(P, np.full(P, 1.0 / P)).astype(float) for _ in range(resamples)]
+    return np.array([fit(lik, w, theta, restarts=1, fixed=fixed) for w in weights])
 
 
 def default_theta(params: simulate.SimParams | None = None, groups_per_step: int = 4) -> np.ndarray:
@@ -378,22 +397,32 @@ def predictive_check(lik: Likelihood, theta: np.ndarray, max_visit: int = 5) -> 
     return out
 
 
-def held_out(h: Histories, theta_default: np.ndarray, seed: int = 0) -> dict[str, float]:
+def held_out(h: Histories, theta_default: np.ndarray, seed: int = 0, fixed: dict[str, float] | None = None) -> dict[str, float]:
     """Fit on a random half of the problems, score the other half: log-likelihood per group of
     the fitted θ against ``theta_default`` (higher is better)."""
     rng = np.random.default_rng([seed, 7])
     lik = Likelihood(h)
     test = np.zeros(h.n_problems, dtype=bool)
     test[rng.permutation(h.n_problems)[: h.n_problems // 2]] = True
-    theta = fit(lik, (~test).astype(float))
+    theta = fit(lik, (~test).astype(float), fixed=fixed)
     groups = float(np.bincount(h.problem, minlength=h.n_problems)[test].sum())
     fitted = lik.loglik(theta, test.astype(float)) / groups
     default = lik.loglik(theta_default, test.astype(float)) / groups
     return {"groups": groups, "fitted_nats_per_group": fitted, "default_nats_per_group": default, "gain": fitted - default}
 
 
-def calibrate(h: Histories, resamples: int = 200, seed: int = 0, groups_per_step: int = 4) -> dict[str, Any]:
-    """The fit, its bootstrap intervals, the predictive check and the held-out comparison.
+#: Held fixed by default: the transfer η_z is not identified apart from the drift δ when every
+#: learner step trains the same number of groups (S(v) then grows linearly in v; the two runs of
+#: docs/BENCHMARKS.md 8 gave a bootstrap correlation of 0.98 and η_b < 0 along that ridge). With
+#: η_z = 0, −δ is the drift of every problem a step does not train, of either sign.
+FIXED: dict[str, float] = {"lr_skill": 0.0}
+
+
+def calibrate(
+    h: Histories, resamples: int = 200, seed: int = 0, groups_per_step: int = 4, fixed: dict[str, float] | None = FIXED
+) -> dict[str, Any]:
+    """The fit (``fixed`` parameters held), its bootstrap intervals, the predictive check and the
+    held-out comparison.
 
     Returns:
         {"theta": {name: value}, "ci95": {name: [lo, hi]}, "corr_lr_skill_forget", "loglik",
@@ -401,11 +430,11 @@ def calibrate(h: Histories, resamples: int = 200, seed: int = 0, groups_per_step
         "problems", "runs"}.
     """
     lik = Likelihood(h)
-    theta = fit(lik)
-    boots = bootstrap(lik, theta, resamples, seed) if resamples else np.full((1, len(NAMES)), np.nan)
+    theta = fit(lik, fixed=fixed)
+    boots = bootstrap(lik, theta, resamples, seed, fixed) if resamples else np.full((1, len(NAMES)), np.nan)
     lo, hi = np.percentile(boots, [2.5, 97.5], axis=0)
     dflt = default_theta(groups_per_step=groups_per_step)
-    corr = float(np.corrcoef(boots[:, 3], boots[:, 4])[0, 1]) if resamples > 2 else math.nan
+    corr = float(np.corrcoef(boots[:, 3], boots[:, 4])[0, 1]) if resamples > 2 and not (fixed or {}) else math.nan
     return {
         "theta": dict(zip(NAMES, map(float, theta), strict=True)),
         "ci95": {n: [float(a), float(b)] for n, a, b in zip(NAMES, lo, hi, strict=True)},
@@ -415,7 +444,8 @@ def calibrate(h: Histories, resamples: int = 200, seed: int = 0, groups_per_step
         "default_loglik": lik.loglik(dflt),
         "check": predictive_check(lik, theta),
         "check_default": predictive_check(lik, dflt),
-        "held_out": held_out(h, dflt, seed),
+        "held_out": held_out(h, dflt, seed, fixed),
+        "fixed": dict(fixed or {}),
         "groups": int(h.passes.size),
         "problems": h.n_problems,
         "runs": list(h.runs),
