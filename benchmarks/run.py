@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import math
 import os
 import subprocess
 import sys
@@ -384,7 +385,9 @@ def part_calibrate(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     }
     for name, value in fit["theta"].items():
         res.add(f"calib.fit.{name}", value, "logits" if "logit" in name else "logits per unit", ci95=fit["ci95"][name], **extra)
-    res.add("calib.fit.corr_lr_skill_forget", fit["corr_lr_skill_forget"], "correlation", how="over bootstrap fits", **extra)
+    if math.isfinite(fit["corr_lr_skill_forget"]):  # NaN when η_z is held fixed
+        corr = fit["corr_lr_skill_forget"]
+        res.add("calib.fit.corr_lr_skill_forget", corr, "correlation", how="over bootstrap fits", **extra)
     ho = fit["held_out"]
     how = "fit on a random half of the problems, log-likelihood per group of the other half, fitted minus defaults"
     res.add(
