@@ -10,6 +10,8 @@ Parts (docs/BENCHMARKS.md explains each figure):
   pulllatency 1f. report-to-learner latency of a waiting pull, polled vs woken (not in the default parts)
   simulate  2. learning efficiency of the samplers in a simulated GRPO learner (many seeds)
   samplers  2b. the samplers beyond the paper in four populations, paired seeds
+  calibrate 2c. the simulator fitted to real runs' outcome histories (``--calib-runs``), then
+               uniform vs heap projected at ``--project-problems`` (not in the default parts)
   overhead  4. priority-RPC share of the worker's and learner's step time, from a demo run dir
   integration 5. what the TRL integration adds to a GRPOTrainer step (tiny model, CPU)
   --real    3. real GRPO on CPU, heap vs uniform (``prioreplay demo``; long; off by default)
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import math
 import os
 import subprocess
 import sys
@@ -354,6 +357,72 @@ def part_simulate(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     return out
 
 
+# -- part 2c: the simulator calibrated to real runs --------------------------------------------
+#: Projections of part 2c: name -> (θ terms kept from the fit, SimParams batch_size, forget_scale,
+#: epochs). "fitted": every fitted term, leases of 8 as the demo's, a simulated step one of the
+#: runs' steps; "problem_only": the per-visit learning alone (transfer and drift set to 0), B = 64.
+PROJECTIONS: dict[str, tuple[tuple[str, ...], int, float, float]] = {
+    "fitted": (("lr_skill", "forget_drift"), 8, 1.0, 10.0),
+    "problem_only": ((), 64, 1.0, 50.0),
+}
+
+
+def part_calibrate(args: argparse.Namespace, res: Results) -> dict[str, Any]:
+    """Part 2c: fit the simulator to the outcome histories of ``--calib-runs`` (``--quick``: to a
+    simulated run with known parameters), then project uniform vs heap at ``--project-problems``."""
+    from benchmarks import calibrate, simulate
+
+    if args.quick:
+        truth = replace(simulate.quick_params(), n_skills=1, skill_sd=0.0, group_size=4)
+        rows, trained = calibrate.synthetic_rows(truth, simulate.METHODS[0], 0), {}
+        resamples, sizes, seeds = 3, [400], range(1)
+    else:
+        if not args.calib_runs:
+            raise SystemExit("calibrate: give --calib-runs DIR,DIR (run directories with outcomes.jsonl)")
+        dirs = [Path(d) for d in args.calib_runs.split(",")]
+        rows, trained = calibrate.read_outcomes(dirs), calibrate.read_trained(dirs)
+        resamples, sizes = args.resamples, [int(n) for n in args.project_problems.split(",")]
+        seeds = range(args.seeds if args.seeds else 5)
+    fit = calibrate.calibrate(calibrate.build_histories(rows, trained), resamples)
+    extra = {
+        "runs": fit["runs"],
+        "trained_from_learner_log": sorted(trained),
+        "groups": fit["groups"],
+        "problems": fit["problems"],
+        "resamples": resamples,
+    }
+    for name, value in fit["theta"].items():
+        res.add(f"calib.fit.{name}", value, "logits" if "logit" in name else "logits per unit", ci95=fit["ci95"][name], **extra)
+    if math.isfinite(fit["corr_lr_skill_forget"]):  # NaN when η_z is held fixed
+        corr = fit["corr_lr_skill_forget"]
+        res.add("calib.fit.corr_lr_skill_forget", corr, "correlation", how="over bootstrap fits", **extra)
+    ho = fit["held_out"]
+    how = "fit on a random half of the problems, log-likelihood per group of the other half, fitted minus defaults"
+    res.add(
+        "calib.fit.held_out_gain",
+        ho["gain"],
+        "nats/group",
+        fitted=ho["fitted_nats_per_group"],
+        default=ho["default_nats_per_group"],
+        held_out_groups=ho["groups"],
+        how=how,
+    )
+    res.add("calib.fit.check", None, "", by_visit=fit["check"], by_visit_default=fit["check_default"])
+    projections: dict[str, Any] = {}
+    chosen = args.projections.split(",") if args.projections else list(PROJECTIONS)
+    for variant, (kept, batch, scale, epochs) in ((v, PROJECTIONS[v]) for v in chosen):
+        theta = dict(fit["theta"])
+        theta.update({k: 0.0 for k in ("lr_skill", "forget_drift") if k not in kept})
+        for n in sizes:
+            t = calibrate.projection_target(fit["theta"])
+            r = calibrate.project(theta, n, 1.0 if args.quick else epochs, seeds, t, batch_size=batch, forget_scale=scale)
+            projections[f"{variant}.{n}"] = r
+            add_method_figures(res, f"calib.project.{variant}.n{n}", r, SIM_FIGURES)
+            res.add(f"calib.project.{variant}.n{n}.wall_s", r["wall_s"], "s", params=r["params"])
+            _log(f"calibrate: {variant} n={n} done ({r['wall_s']:.0f} s)")
+    return {"fit": fit, "projections": projections}
+
+
 # -- part 4 -----------------------------------------------------------------------------------
 def part_overhead(args: argparse.Namespace, res: Results) -> dict[str, Any] | None:
     from benchmarks import overhead
@@ -485,6 +554,7 @@ def collect_real(run_root: Path, samplers: tuple[str, ...] = ("heap", "uniform")
 PARTS: dict[str, Callable[[argparse.Namespace, Results], Any]] = {
     "simulate": part_simulate,
     "samplers": part_samplers,
+    "calibrate": part_calibrate,
     "service": part_service,
     "reportpath": part_reportpath,
     "replicaacks": part_replicaacks,
@@ -520,8 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--parts",
         default="service,simulate,overhead,integration",
-        help="comma-separated: service, simulate, samplers, overhead, integration, openloop, reportpath, replicaacks, "
-        "pulllatency",
+        help="comma-separated: service, simulate, samplers, calibrate, overhead, integration, openloop, reportpath, "
+        "replicaacks, pulllatency",
     )
     ap.add_argument("--real", action="store_true", help="also part 3: two `prioreplay demo` runs (long)")
     ap.add_argument("--real-args", default="", help="extra `prioreplay demo` flags for --real, one string")
@@ -543,6 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--populations", default="default,hard,forgetting,dilute", help="part samplers: populations of simulate.POPULATIONS"
     )
     ap.add_argument("--methods", default=None, help="part samplers: method names (default uniform, heap and every candidate)")
+    ap.add_argument("--calib-runs", default=None, help="part calibrate: run directories with outcomes.jsonl, comma-separated")
+    ap.add_argument("--resamples", type=int, default=200, help="part calibrate: bootstrap resamples over problems")
+    ap.add_argument("--project-problems", default="10000", help="part calibrate: population sizes of the projection")
+    ap.add_argument("--projections", default=None, help="part calibrate: names of run.PROJECTIONS (default all)")
     ap.add_argument("--run-dir", default=None, help="demo run directory for part 4 (default: newest runs/*)")
     ap.add_argument("--out", default=None, help="results file (default benchmarks/results.json; quick: none)")
     ap.add_argument("--plot-dir", default=None, help="where PNGs go (default docs/; quick: none)")

@@ -358,8 +358,15 @@ async def run_one(
     method: Method,
     seed: int,
     store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory,
+    history: list[dict[str, Any]] | None = None,
 ) -> RunResult:
-    """Train one simulated population with one method until the rollout budget is spent."""
+    """Train one simulated population with one method until the rollout budget is spent.
+
+    Args:
+        history: when given, receives one row per generated group in the format of a demo run's
+            ``outcomes.jsonl`` (``problem_id``, ``policy_version`` = optimizer steps before the
+            group's batch, ``rewards``, ``sampler``, ``seed``): what ``benchmarks/calibrate.py`` fits.
+    """
     pop = Population(params, seed)
     rng = np.random.default_rng([seed, 1])
     clock = _Clock()
@@ -372,6 +379,17 @@ async def run_one(
     while rollouts + B * G <= params.budget_rollouts:
         # -- generate: lease a batch, draw g_j rewards per problem, report them ---------------
         idx, sizes, groups = await _generate_batch(store, pop, rng, B, G)
+        if history is not None:
+            history.extend(
+                {
+                    "problem_id": f"p{j:07d}",
+                    "policy_version": learner.steps,
+                    "rewards": list(g),
+                    "sampler": method.name,
+                    "seed": seed,
+                }
+                for j, g in zip(idx.tolist(), groups, strict=True)
+            )
         rollouts += int(sizes.sum())
         probes += int(np.sum(sizes < G))
         clock.t += 1.0

@@ -3,7 +3,8 @@
 Starts the priority server, W rollout workers and the learner as separate processes (the same
 commands a deployment runs), registers the dataset, scores a held-out slice before training,
 follows the learner's steps with one progress bar, scores the slice again with the final policy,
-and writes ``report.json`` and ``report.png`` into the run directory. Child logs go to
+and writes ``report.json`` and ``report.png`` into the run directory, with ``outcomes.jsonl``: every
+reported group's rewards (:func:`collect_outcomes`). Child logs go to
 ``RUN_DIR/logs/``. Ctrl-C or a crashed child stops every child; the demo then exits non-zero and
 prints the failing child's log tail.
 """
@@ -280,6 +281,7 @@ def _run(demo: Demo, name: str) -> int:
     learner, workers = _start_trainers(demo, client.settings.server, model_dir)
     worker_metrics = _follow_learner(demo, client, learner, workers)
     final, server_metrics = _stop_children(demo, client, server, workers, worker_metrics)
+    groups_recorded = collect_outcomes(demo.run_dir, cfg.sampler, cfg.seed)
     _prune_run(demo.run_dir)
     final_ckpt = latest_complete(demo.run_dir / "checkpoints")
     log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
@@ -298,8 +300,38 @@ def _run(demo: Demo, name: str) -> int:
     held = {k: report.get(k) for k in ("accuracy_before", "accuracy_after", "accuracy_change")}
     demo.reporter.scalars("eval", held, demo.steps[-1]["step"] if demo.steps else 0)
     report["pool_audit"] = pool_audit
+    report["outcomes"] = {"file": OUTCOMES_FILE, "groups": groups_recorded}
     _write_report(demo.run_dir, report, final)
     return 0
+
+
+#: The run directory's per-group outcome history (:func:`collect_outcomes`), and the prefix of the
+#: per-worker files it is gathered from.
+OUTCOMES_FILE = "outcomes.jsonl"
+OUTCOMES_PART = "outcomes-worker-"
+
+
+def collect_outcomes(run_dir: Path, sampler: str, seed: int) -> int:
+    """Gather the workers' ``--outcomes-file`` lines into ``RUN_DIR/outcomes.jsonl``, ordered by
+    report time, each with the run's ``sampler`` and ``seed`` added; the per-worker files are removed.
+
+    One line per group of an accepted report: ``problem_id``, ``policy_version`` (the learner
+    step whose weights generated it), ``rewards`` (G floats), ``lease_id``, ``worker_id``,
+    ``time_unix_s``, ``sampler``, ``seed``. Groups of leases that expired unreported are absent.
+    It is what ``benchmarks/calibrate.py`` fits the simulator to.
+
+    Returns:
+        The number of groups written (0 and no file when no worker recorded one).
+    """
+    parts = sorted(run_dir.glob(f"{OUTCOMES_PART}*.jsonl"))
+    rows = [json.loads(line) for p in parts for line in p.read_text().splitlines() if line.strip()]
+    rows.sort(key=lambda r: (r["time_unix_s"], r["worker_id"]))
+    if rows:
+        text = "".join(json.dumps({**r, "sampler": sampler, "seed": seed}) + "\n" for r in rows)
+        (run_dir / OUTCOMES_FILE).write_text(text)
+    for p in parts:
+        p.unlink()
+    return len(rows)
 
 
 def _pool_audit(demo: Demo, model_dir: Path, final_ckpt: Path | None) -> dict[str, Any]:
@@ -436,12 +468,13 @@ def _learner_args(cfg: DemoConfig, run_dir: Path, address: str, model_dir: Path,
     ]
 
 
-def _worker_args(cfg: DemoConfig, w: int, address: str, model_dir: Path, port: int) -> list[str]:
+def _worker_args(cfg: DemoConfig, w: int, address: str, model_dir: Path, port: int, run_dir: Path) -> list[str]:
     """The ``prioreplay worker`` command line of the demo's worker ``w``."""
     return [
         "worker",
         *_flags(
             server=address,
+            outcomes_file=run_dir / f"{OUTCOMES_PART}{w}.jsonl",
             model=model_dir,
             group_size=cfg.group_size,
             batch_size=cfg.batch_size,
@@ -466,7 +499,7 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
     workers = []
     for w in range(cfg.workers):
         wport = free_port()
-        workers.append(demo.spawn(f"worker-{w}", _worker_args(cfg, w, address, model_dir, wport), wport, threads))
+        workers.append(demo.spawn(f"worker-{w}", _worker_args(cfg, w, address, model_dir, wport, run_dir), wport, threads))
     return learner, workers
 
 

@@ -73,6 +73,12 @@ log = logging.getLogger(__name__)
 OWN_FEED = object()
 
 
+def _mean_reward(group) -> float:
+    """p̂ of a trajectory group: the mean reward of its completions."""
+    rewards = [c.reward for c in group.completions]
+    return sum(rewards) / len(rewards)
+
+
 @dataclass
 class StepResult:
     """What one :meth:`Learner.step` did (also the JSON line of the step log)."""
@@ -304,6 +310,8 @@ class Learner:
         t["end"] = time.perf_counter()
 
         record.update(published=published, checkpointed=checkpointed, **metrics, **step_sizes(batch, fates.ages, t))
+        # which problems this step trained: [problem id, generating version, mean reward] per group
+        record["trained_groups"] = [[g.problem_id, g.policy_version, _mean_reward(g)] for g in fates.used]
         self._record(record)
         return StepResult(True, record, [g.group_id for g in (*fates.used, *fates.dropped)])
 

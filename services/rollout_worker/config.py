@@ -152,6 +152,12 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     max_retry_sleep_s: float = Field(5.0, gt=0, le=3600, description="longest sleep when the server has nothing to lease")
 
     # -- observability -------------------------------------------------------------------------
+    outcomes_file: Path | None = Field(
+        None,
+        description="append one JSON line per group of an accepted report to this file: problem_id, "
+        "policy_version, rewards, lease_id, worker_id, time_unix_s (per-problem outcome histories, e.g. to "
+        "calibrate benchmarks/simulate.py; None: no file)",
+    )
     metrics_port: int = Field(9101, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_level: LogLevel = "INFO"
 

@@ -32,6 +32,7 @@ Only leases returned by ``SampleProblems`` are reported, each at most once.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -302,6 +303,8 @@ class RolloutWorker:
             return BatchResult(**result)
         self.metrics.batches.inc()
         self._log_report(lease.lease_id, resp, len(outcomes), result)
+        if resp.accepted and self.config.outcomes_file is not None:
+            self._record_outcomes(lease.lease_id, outcomes)
         return BatchResult(
             reported=True,
             accepted=resp.accepted,
@@ -310,6 +313,30 @@ class RolloutWorker:
             groups_filtered=resp.groups_filtered,
             **result,
         )
+
+    def _record_outcomes(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome]) -> None:
+        """Append one JSON line per reported group to ``config.outcomes_file`` (the file and its
+        folders are created): ``problem_id``, ``policy_version``, ``rewards`` (G floats, in
+        completion order), ``lease_id``, ``worker_id``, ``time_unix_s``. Rewards-only: no tokens."""
+        path = self.config.outcomes_file
+        assert path is not None
+        now = round(time.time(), 3)
+        lines = [
+            json.dumps(
+                {
+                    "problem_id": o.problem_id,
+                    "policy_version": int(o.policy_version),
+                    "rewards": [c.reward for c in o.completions],
+                    "lease_id": lease_id,
+                    "worker_id": self.config.worker_id,
+                    "time_unix_s": now,
+                }
+            )
+            for o in outcomes
+        ]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines))
 
     def _log_report(self, lease_id: str, resp: pb.ReportOutcomesResponse, groups: int, result: dict[str, Any]) -> None:
         if not resp.accepted:

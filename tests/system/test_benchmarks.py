@@ -316,3 +316,15 @@ def test_the_simulated_pool_audit_counts_pooled_problems_a_test_now_would_place_
     assert simulate.pool_misfiled_share(dump, success, 4, np.random.default_rng(0)) == 0.5
     heap_only = {"problems": {"p0000000": (int(Pool.HEAP), 0.0, 0.0, 0.0, 0.25)}}
     assert math.isnan(simulate.pool_misfiled_share(heap_only, success, 4, np.random.default_rng(0)))
+
+
+def test_calibrate_part_fits_a_simulated_run_and_projects_both_samplers(tmp_path):
+    out = tmp_path / "r.json"
+    assert run.main(["--quick", "--parts", "calibrate", "--out", str(out)]) == 0
+    items = {i["name"]: i for i in json.loads(out.read_text())}
+    for name in ("logit_mean", "logit_sd", "lr_problem", "lr_skill", "forget_drift"):
+        fig = items[f"calib.fit.{name}"]
+        assert fig["ci95"][0] <= fig["ci95"][1] and fig["resamples"] == 3
+    assert [c["visit"] for c in items["calib.fit.check"]["by_visit"]][0] == "1"
+    for variant in ("fitted", "problem_only"):
+        assert f"calib.project.{variant}.n400.heap.rollouts_ratio_vs_uniform" in items

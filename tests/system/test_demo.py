@@ -82,6 +82,14 @@ def _check_report(report: dict) -> None:
         assert key in report
     assert report["eval_size"] == 4 and 0.0 <= report["accuracy_after"] <= 1.0
     assert len(report["steps"][0]["priority_histogram"]) + 1 == len(report["steps"][0]["priority_bucket_edges"])
+    # every accepted group is in the run's outcome history, with the run's sampler and seed
+    run_dir = Path(report["final_checkpoint"]).parents[1]
+    rows = [json.loads(x) for x in (run_dir / "outcomes.jsonl").read_text().splitlines()]
+    assert report["outcomes"] == {"file": "outcomes.jsonl", "groups": len(rows)}
+    assert sum(len(r["rewards"]) for r in rows) == final["completions_reported"]
+    assert {r["sampler"] for r in rows} == {report["config"]["sampler"]} and {r["seed"] for r in rows} == {0}
+    assert all(set(r["rewards"]) <= {0.0, 1.0} and 0 <= r["policy_version"] <= final["policy_version"] for r in rows)
+    assert max(r["policy_version"] for r in rows) >= 1  # groups of a trained version are there too
     # every child exited cleanly
     assert set(report["children_exit_codes"]) == {"server", "learner", "worker-0"}
     assert all(code == 0 for code in report["children_exit_codes"].values())

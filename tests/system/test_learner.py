@@ -177,6 +177,9 @@ def test_step_trains_checkpoints_and_publishes_weights_a_worker_loads(server, cl
     adv = torch.cat([group_advantages(torch.tensor([g["rewards"]]), "drgrpo")[0] for g in reported])
     assert r["pg_loss"] == pytest.approx(float(-adv.mean()), abs=1e-6)
     assert r["groups_used"] == 2 and r["sequences"] == 2 * G and r["completion_tokens"] == 2 * G * COMPLETION_TOKENS
+    # the step names the groups it trained (what benchmarks/calibrate.py reads): problem, version, p̂
+    assert sorted(x[2] for x in r["trained_groups"]) == sorted(sum(g["rewards"]) / G for g in reported)
+    assert {x[1] for x in r["trained_groups"]} == {g["version"] for g in reported}
     changed = [k for k, v in learner.model.state_dict().items() if not torch.equal(v, before[k])]
     assert changed, "the optimizer step changed no weight"
 

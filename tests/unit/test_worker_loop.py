@@ -7,6 +7,8 @@ reports truncated completions with reward 0, so the server's statistics see what
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from prioreplay.convert import problem_to_proto
@@ -142,3 +144,28 @@ def test_truncated_completions_are_reported_with_the_workers_reward_rule(rule, f
     rewards = [c.reward for c in client.reported[0].completions]
     assert client.reported[0].completions[0].truncated
     assert rewards == [first_reward, 1.0, 1.0, 1.0]  # "the answer is 2" is right; only the cut one changes
+
+
+def test_outcomes_file_holds_one_line_per_reported_group(tmp_path):
+    """--outcomes-file: the per-problem history benchmarks/calibrate.py fits (problem, version, rewards)."""
+    client = OneProblemClient()
+    path = tmp_path / "sub" / "outcomes.jsonl"
+    w = RolloutWorker(
+        WorkerConfig(group_size=4, batch_size=1, truncated_reward="zero", worker_id="w-1", outcomes_file=path, metrics_port=0),
+        ChildSeedBackend(truncated=True),
+        client,
+        sleep=lambda s: None,
+    )
+    w.run_once()
+    w.run_once()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["lease_id"] for r in rows] == ["lease-1", "lease-2"]
+    assert all(r["problem_id"] == "p0" and r["policy_version"] == 0 and r["worker_id"] == "w-1" for r in rows)
+    assert rows[0]["rewards"] == [0.0, 1.0, 1.0, 1.0]  # the reported rewards, the cut one scored 0
+
+
+def test_no_outcomes_file_by_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    w = RolloutWorker(WorkerConfig(group_size=2, batch_size=1, metrics_port=0), ChildSeedBackend(), OneProblemClient())
+    w.run_once()
+    assert w.config.outcomes_file is None and not list(tmp_path.iterdir())
