@@ -831,7 +831,7 @@ def _release_all() -> None:
     """
     for sampler in list(_LIVE):
         client = getattr(sampler, "client", None)
-        if getattr(client, "max_retries", 0) > EXIT_RETRIES:
+        if client is not None and getattr(client, "max_retries", 0) > EXIT_RETRIES:
             client.max_retries = EXIT_RETRIES
         try:
             sampler.close()
