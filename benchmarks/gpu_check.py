@@ -17,8 +17,10 @@ learner's log-probs of the step-0 completions, recomputed under the initial weig
 workers' behaviour log-probs: mean |Δ| ≤ ``--tol-mean`` (default 1e-3 nats) and
 max |Δ| ≤ ``--tol-max`` (default 2e-2 nats). Both sides run float32 with the same weights, so
 the gap is kernel, cache and padding round-off only (0 on CPU; a learner whose output head is off
-by 1 % reads 1.9e-3 / 2.9e-2 on the dry-run). Prints generated tokens/s per worker, learner tokens/s, the learner's step time
-split (wait for groups / compute / publish / checkpoint) and peak GPU memory per device.
+by 1 % reads 1.9e-3 / 2.9e-2 on the dry-run). Prints generated tokens/s per worker and the share
+of its wall time outside generation (``benchmarks.overhead worker-idle``'s figure), learner
+tokens/s, the learner's step time split (wait for groups / compute / publish / checkpoint) and
+peak GPU memory per device.
 
 Model: no network and no weights to carry. The model is built from ``--model-dir``'s config.json
 (default: the converted ``smollm2-135m`` alias) with random weights and that directory's real
@@ -41,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +175,12 @@ def step0_gaps(learner, groups) -> list[float]:
     return gap.tolist()
 
 
-def start_worker(i: int, device: str, address: str, model_dir: Path, args, loaded: dict[str, list[int]]):
-    """A RolloutWorker thread on ``device``; its loaded versions are appended to ``loaded[name]``."""
+def start_worker(
+    i: int, device: str, address: str, model_dir: Path, args, loaded: dict[str, list[int]], idle: dict[str, IdleClock]
+):
+    """A RolloutWorker thread on ``device``; its loaded versions are appended to ``loaded[name]``,
+    its time inside the backend's ``generate`` is kept in ``idle[name]``."""
+    from benchmarks.overhead import _timed_generate
     from prioreplay.client import PriorityClient
     from prioreplay.rollout_worker.backends import create_backend
     from prioreplay.rollout_worker.config import WorkerConfig
@@ -219,10 +226,36 @@ def start_worker(i: int, device: str, address: str, model_dir: Path, args, loade
         return seconds
 
     backend.load_weights = load_and_record  # type: ignore[method-assign]  # the benchmark wraps the method to time it
+    clock = idle[name] = IdleClock(spans=_timed_generate(backend))
     worker = RolloutWorker(cfg, backend, PriorityClient(cfg), WorkerMetrics())
-    thread = threading.Thread(target=worker.run, name=name, daemon=True)
+    thread = threading.Thread(target=clock.run, args=(worker.run,), name=name, daemon=True)
     thread.start()
     return name, worker, thread
+
+
+@dataclass
+class IdleClock:
+    """A worker thread's wall time and its ``generate`` spans (``perf_counter`` seconds), for the
+    share of wall time the engine is not generating (issue 25's figure, as
+    ``benchmarks.overhead worker-idle`` measures it on CPU)."""
+
+    spans: list[tuple[float, float]]
+    start: float = 0.0
+    end: float = 0.0
+
+    def run(self, fn: Any) -> None:
+        """Run ``fn()`` (the worker's loop) between the clock's start and end."""
+        self.start = time.perf_counter()
+        try:
+            fn()
+        finally:
+            self.end = time.perf_counter()
+
+    def share(self) -> float:
+        """Share of the thread's wall time (first lease and last report included) outside
+        ``generate``; NaN before the thread ran."""
+        wall = (self.end or time.perf_counter()) - self.start
+        return (wall - sum(b - a for a, b in self.spans)) / wall if self.start and wall > 0 else float("nan")
 
 
 def _has(module: str) -> bool:
@@ -317,6 +350,7 @@ def run(args) -> int:
     learner_device, worker_devices, note = assign_devices(args.device, run_dir / "gpu-claims")
     print(f"gpu_check: {note}; model {'tiny' if tiny else 'full-size'} from {source.name} config, random weights")
     loaded: dict[str, list[int]] = {}
+    idle: dict[str, IdleClock] = {}
     with BackgroundServer(lambda: create_store("memory", StoreConfig())) as srv:
         client = PriorityClient(ClientSettings(server=srv.address))
         client.register(
@@ -326,17 +360,19 @@ def run(args) -> int:
         gated = GatedClient(PriorityClient(lcfg), loaded, args.gate_timeout_s)
         learner = Learner(lcfg, client=gated, model_dir=model_dir)
         gated.learner = learner
-        workers = [start_worker(i, d, srv.address, model_dir, args, loaded) for i, d in enumerate(worker_devices)]
+        workers = [start_worker(i, d, srv.address, model_dir, args, loaded, idle) for i, d in enumerate(worker_devices)]
         t_steps = time.perf_counter()
         learner.run()
         steps_s = time.perf_counter() - t_steps
         _stop_workers(args, learner, workers, loaded)
         client.close()
         learner.client.close()
-    return report(args, learner, gated, workers, loaded, run_dir, steps_s, time.perf_counter() - t0)
+    return report(args, learner, gated, workers, loaded, idle, run_dir, steps_s, time.perf_counter() - t0)
 
 
-def report(args, learner, gated, workers, loaded, run_dir: Path, steps_s: float, total_s: float) -> int:
+def report(
+    args, learner, gated, workers, loaded, idle: dict[str, IdleClock], run_dir: Path, steps_s: float, total_s: float
+) -> int:
     """Print the readings and the checks; returns 0 when every check passed, else 1."""
     import json
 
@@ -351,7 +387,10 @@ def report(args, learner, gated, workers, loaded, run_dir: Path, steps_s: float,
     tokens = sum(r["tokens"] for r in records)
     print(f"  tokens/s     {tokens / max(1e-9, sum(r['compute_s'] for r in records)):9.0f} (prompt + completion, compute time)")
     for name, worker, _ in workers:
-        print(f"{name}: {_tokens_per_s(worker):9.0f} generated tokens/s, loaded versions {loaded[name]}")
+        print(
+            f"{name}: {_tokens_per_s(worker):9.0f} generated tokens/s, loaded versions {loaded[name]}, "
+            f"{100 * idle[name].share():.1f}% of its wall time outside generation"
+        )
     if torch.cuda.is_available() and args.device == "cuda":
         for i in range(torch.cuda.device_count()):
             print(f"cuda:{i}: peak memory {torch.cuda.max_memory_allocated(i) / 2**30:.2f} GiB (torch allocator)")

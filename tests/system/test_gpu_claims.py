@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -357,4 +358,6 @@ def test_gpu_check_cpu_dry_run_passes_its_checks():
     done = _gpu_check(["--device", "cpu", "--steps", "2", "--model-dir", str(source)], 600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "loaded versions [0, 1, 2]" in done.stdout  # the gate: the worker ran every published version
+    share = re.search(r"([0-9.]+)% of its wall time outside generation", done.stdout)
+    assert share and 0.0 < float(share.group(1)) < 100.0  # the engine's idle share is measured, not blank
     assert "learner: 2 steps" in done.stdout and "step-0 log-probs" in done.stdout and "gpu_check: passed" in done.stdout
