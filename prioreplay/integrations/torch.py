@@ -386,7 +386,12 @@ class PrioritySampler(Sampler[int]):
             raise InvalidArgument(f"top_p ({top_p!r}) must be in [0, 1] (0: not sent)")
 
     def _register(self, register: bool) -> None:
-        """Upsert the rows (``register``), then refuse a server that holds problems of other datasets.
+        """Upsert the rows (``register``), refusing a server that holds problems of other datasets.
+
+        A server that already holds more problems than this dataset is refused before anything is
+        written to it (a user's ``prioreplay load`` of another dataset must not gain this run's
+        rows); one that holds more only once the rows are in (another, smaller dataset) is refused
+        after, and the message says the rows were written.
 
         Raises:
             FailedPrecondition: the server has more problems than this dataset (e.g. a
@@ -395,10 +400,10 @@ class PrioritySampler(Sampler[int]):
         """
         n, server = len(self.table.ids), self.client.settings.server
         t0 = time.perf_counter()
-        if register:
-            total = self.client.register(self.table.records(self.source)).total
-        else:
-            total = self.client.stats().problems
+        held = self.client.stats().problems
+        if held > n:
+            raise self._other_dataset(held, n, written=False)
+        total = self.client.register(self.table.records(self.source)).total if register else held
         log.info(
             "prioreplay: server %s (client %s, worker %s): dataset %s, %d problems%s in %.2f s; the server holds %d",
             server,
@@ -411,13 +416,24 @@ class PrioritySampler(Sampler[int]):
             total,
         )
         if total > n:
-            raise FailedPrecondition(
-                f"the priority server at {server} holds {total} problems and this dataset has {n}: it would lease "
-                f"problems of another dataset, which this run cannot train on. Give this run a server of its own "
-                f"(prioreplay server --store memory --port PORT --metrics-port 0) or a Redis namespace of its own "
-                f"(prioreplay server --store redis://HOST:6379/0 --namespace NAME), and point it there "
-                f"(PRIOREPLAY_SERVER=HOST:PORT)"
-            )
+            raise self._other_dataset(total, n, written=register)
+
+    def _other_dataset(self, total: int, n: int, written: bool) -> FailedPrecondition:
+        """The refusal of a server holding ``total`` problems for a dataset of ``n``; ``written``: this
+        run's rows were registered before the server's count showed it (said in the message)."""
+        server = self.client.settings.server
+        rows = (
+            f" This dataset's {n} rows were registered there before the count showed it; a server started afresh drops them."
+            if written
+            else " Nothing was written to it."
+        )
+        return FailedPrecondition(
+            f"the priority server at {server} holds {total} problems and this dataset has {n}: it would lease "
+            f"problems of another dataset, which this run cannot train on. Give this run a server of its own "
+            f"(prioreplay server --store memory --port PORT --metrics-port 0) or a Redis namespace of its own "
+            f"(prioreplay server --store redis://HOST:6379/0 --namespace NAME), and point it there "
+            f"(PRIOREPLAY_SERVER=HOST:PORT).{rows}"
+        )
 
     # -- the Sampler protocol ---------------------------------------------------------------------
     def __len__(self) -> int:

@@ -146,6 +146,20 @@ class RedisConnection:
                 f"redis url {redact_url(url)!r} is invalid ({e}); use redis://[:password@]host:port/db or {SENTINEL_URL_FORM}"
             ) from None
 
+    async def reset_sentinels(self) -> None:
+        """Drop every pooled connection to the sentinels, so the next discovery opens new ones.
+
+        Called when no sentinel named a primary (``MasterNotFoundError``): redis-py then asked each
+        sentinel and every answer was an error or a primary marked down. A CI run saw that go on for
+        30 s after ``+switch-master`` while a fresh client named the promoted replica at once, so a
+        pooled sentinel connection in a bad state is not given the chance to keep a failover
+        unseen. A plain URL has no sentinels: nothing to do.
+        """
+        if self.sentinel is None:
+            return
+        for client in self.sentinel.sentinels:
+            await client.connection_pool.disconnect()
+
     async def aclose(self) -> None:
         """Close the client's pool and the connections to the sentinels."""
         await self.client.aclose()

@@ -232,6 +232,17 @@ def _decode_problem(pid: str, value: bytes | str) -> ProblemRecord:
     return ProblemRecord(id=pid, prompt=prompt, answer=answer, verifier=verifier, metadata=metadata)
 
 
+def _sentinel_errors(message: str) -> str:
+    """``; sentinels answered: ConnectionError, ...`` from a ``MasterNotFoundError`` message (redis-py
+    appends ``: <client> - <error repr>, ...`` for each sentinel that failed; the clients' settings
+    are left out), or "" when every sentinel answered."""
+    _, sep, rest = message.partition(" : ")
+    if not sep:
+        return ""
+    kinds = [part.split(" - ", 1)[1].split("(", 1)[0] for part in rest.split(", ") if " - " in part]
+    return f"; the sentinels' errors: {', '.join(kinds)}" if kinds else ""
+
+
 class RedisStore(Store):
     """The store on Redis: durable, shared by several server processes, one round trip per change.
 
@@ -276,6 +287,7 @@ class RedisStore(Store):
         self.redacted_url = redact_url(url)
         self._connection = RedisConnection(url)
         self._r = self._connection.client
+        self._sentinels_reset_at = 0.0  # monotonic seconds of the last reset_sentinels()
         self._replication = replication or ReplicationSettings()
         self._scripts = {name: self._r.register_script(src) for name, src in _SCRIPTS.items()}
         self._keys = {name: self.key(name) for name in KEY_NAMES}
@@ -301,9 +313,10 @@ class RedisStore(Store):
     # -- plumbing -------------------------------------------------------------------------
     def _unavailable(self, e: Exception) -> StoreUnavailable:
         if isinstance(e, MasterNotFoundError):  # redis-py's message repeats every sentinel client's settings
+            asked = _sentinel_errors(str(e))
             return StoreUnavailable(
                 f"Redis at {self.redacted_url} is unreachable: no sentinel names a primary that is up (a failover "
-                "in progress, or no sentinel answers); wait for the promotion or check the sentinels, then retry"
+                f"in progress, or no sentinel answers{asked}); wait for the promotion or check the sentinels, then retry"
             )
         return StoreUnavailable(
             f"Redis at {self.redacted_url} is unreachable ({type(e).__name__}: {e}); "
@@ -334,7 +347,19 @@ class RedisStore(Store):
         try:
             return await self._scripts[name](keys=list(keys), args=list(args))
         except (redis_errors.RedisError, OSError) as e:
+            await self._after_error(e)
             raise self._error(e) from None
+
+    async def _after_error(self, e: BaseException) -> None:
+        """After no sentinel named a primary, the sentinels' pooled connections are dropped (at most
+        once a second), so the next call discovers the primary over new ones
+        (:meth:`RedisConnection.reset_sentinels`)."""
+        if isinstance(e, MasterNotFoundError) and time.monotonic() - self._sentinels_reset_at >= 1.0:
+            self._sentinels_reset_at = time.monotonic()
+            try:
+                await self._connection.reset_sentinels()
+            except Exception as reset_error:  # noqa: BLE001 - the call's own error is the one to report
+                log.warning("resetting the sentinel connections failed: %s", reset_error)
 
     def _wait(self, pipe) -> Any:
         """Queue ``WAIT min_replica_acks timeout`` (on the pipeline's one connection, after its writes);
@@ -356,6 +381,7 @@ class RedisStore(Store):
         try:
             return await coro
         except (redis_errors.RedisError, OSError) as e:
+            await self._after_error(e)
             raise self._error(e) from None
 
     async def _pipe(self, fill: Callable[[Any], Any], transaction: bool = True) -> list:

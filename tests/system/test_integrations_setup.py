@@ -32,10 +32,21 @@ def test_a_server_holding_another_dataset_is_refused_before_any_lease_with_the_f
     server = memory_server()
     with _client(server) as c:  # as `prioreplay load arithmetic:200` before the script
         c.register([pb.Problem(id=f"arith-0-{i}", prompt=f"{i} - 1 =", answer=str(i - 1)) for i in range(20)])
-        with pytest.raises(FailedPrecondition, match=r"holds 28 problems and this dataset has 8.*--namespace"):
+        refused = r"holds 20 problems and this dataset has 8.*--namespace.*Nothing was written"
+        with pytest.raises(FailedPrecondition, match=refused):
             PrioritySampler(ROWS, server=server.address, batch_size=2, group_size=2)
         st = c.stats()
-    assert (st.step, st.active_leases) == (0, 0)  # refused before training: nothing was leased
+    # refused before training and before registering: nothing leased, the user's 20 problems alone
+    assert (st.step, st.active_leases, st.problems) == (0, 0, 20)
+
+
+def test_a_smaller_other_dataset_is_refused_once_the_rows_are_in_and_says_they_were_written(memory_server):
+    server = memory_server()
+    with _client(server) as c:
+        c.register([pb.Problem(id=f"arith-0-{i}", prompt=f"{i} - 1 =", answer=str(i - 1)) for i in range(3)])
+        with pytest.raises(FailedPrecondition, match=r"holds 11 problems and this dataset has 8.*8 rows were registered"):
+            PrioritySampler(ROWS, server=server.address, batch_size=2, group_size=2)
+        assert c.stats().active_leases == 0
 
 
 def test_the_wait_message_says_who_holds_the_problems(memory_server):

@@ -72,3 +72,38 @@ def test_the_server_takes_a_sentinel_store_and_refuses_replica_acks_without_redi
         ServerConfig(store="memory", min_replica_acks=1)
     with pytest.raises(InvalidArgument, match="min_replica_acks \\(2\\) needs a Redis store"):
         create_store("memory", StoreConfig(), replication=ReplicationSettings(min_replica_acks=2))
+
+
+def test_no_primary_names_what_the_sentinels_answered_and_drops_their_connections():
+    """A CI run's server kept answering "no sentinel names a primary" for 30 s after the promotion
+    while a fresh client found it: the store now drops the sentinels' pooled connections on that
+    error (at most once a second) and its message names the sentinels' errors."""
+    import asyncio
+
+    from redis.asyncio.sentinel import MasterNotFoundError
+
+    store = create_store("redis+sentinel://127.0.0.1:1/prio/0", StoreConfig())
+    resets: list[int] = []
+
+    async def reset() -> None:
+        resets.append(1)
+
+    store._connection.reset_sentinels = reset  # type: ignore[attr-defined]
+    error = MasterNotFoundError(
+        "No master found for 'prio' : <redis.asyncio.client.Redis(<...(host=127.0.0.1,port=1,db=0)>)> - "
+        "TimeoutError('Timeout reading from 127.0.0.1:1')"
+    )
+
+    async def failing():
+        raise error
+
+    async def twice():
+        for _ in range(2):
+            with pytest.raises(Exception) as caught:
+                await store._do(failing())
+        return caught.value
+
+    raised = asyncio.run(twice())
+    assert resets == [1]  # the second error came within the second: one reset
+    assert "no sentinel names a primary" in str(raised) and "the sentinels' errors: TimeoutError" in str(raised)
+    assert "port=1" not in str(raised)  # redis-py's client settings are left out
