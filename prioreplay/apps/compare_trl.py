@@ -90,7 +90,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", default="smollm2-135m", help="alias, model directory or cached HF id (prioreplay model)")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per arm (0 .. N-1 from --seed)")
     ap.add_argument("--seed", type=int, default=0, help="first seed")
-    ap.add_argument("--steps", type=int, default=100, help="optimizer steps per run (the same budget in both arms)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=60,
+        help="optimizer steps per run (the same budget in both arms; 60 ≈ 11 min an arm on 2 quiet CPU cores)",
+    )
     ap.add_argument("--problems", type=int, default=64, help="training problems (arithmetic:N:seed:easy)")
     ap.add_argument("--eval-size", type=int, default=64, help="held-out problems scored before and after (0 skips)")
     ap.add_argument("--batch", type=int, default=4, help="problems per step B")
@@ -98,6 +103,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-new-tokens", type=int, default=16, help="completion length in tokens at most")
     ap.add_argument("--lr", type=float, default=1e-5, help="learning rate")
     ap.add_argument("--out", type=Path, default=Path("runs/compare-trl"), help="where the runs and summary.json go")
+    ap.add_argument(
+        "--combine",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="summarize the runs of earlier compare-trl outputs (their summary.json) into --out instead of training "
+        "(e.g. one process per seed run side by side)",
+    )
     args = ap.parse_args(argv)
     for name in ("seeds", "steps", "problems", "batch", "group_size", "max_new_tokens"):
         if getattr(args, name) < 1:
@@ -226,28 +239,82 @@ def score_final(trainer, out: Path, model_dir: Path, held_out: list, max_new_tok
         shutil.rmtree(final, ignore_errors=True)  # bounded disk: only the figures are kept
 
 
+FIGURES = ("effective_group_fraction", "final_reward", "accuracy_change", "accuracy_after", "wall_s")
+
+
+def _value(run: dict[str, Any], key: str) -> float:
+    return float(run[key]) if run.get(key) is not None else math.nan
+
+
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per arm and figure: mean, 95% bootstrap interval over seeds, and the number of runs."""
+    """Per arm and figure: mean, 95% bootstrap interval over seeds, and the number of runs; and under
+    ``prioreplay_minus_trl`` the same of the per-seed difference (the paired comparison: both arms
+    of a seed share the model, data, held-out set and budget), for the seeds both arms ran."""
     out: dict[str, Any] = {}
     for arm in ("trl", "prioreplay"):
         runs = [r for r in results if r["arm"] == arm]
         out[arm] = {}
-        for key in ("effective_group_fraction", "final_reward", "accuracy_change", "accuracy_after", "wall_s"):
-            values = [float(r[key]) if r.get(key) is not None else math.nan for r in runs]
-            mean, lo, hi, n = interval(values)
+        for key in FIGURES:
+            mean, lo, hi, n = interval([_value(r, key) for r in runs])
             out[arm][key] = {"mean": mean, "ci95": [lo, hi], "runs": n}
+    by_seed = {(r["arm"], r["seed"]): r for r in results}
+    seeds = sorted(s for a, s in by_seed if a == "trl" and ("prioreplay", s) in by_seed)
+    out["prioreplay_minus_trl"] = {}
+    for key in FIGURES:
+        diffs = [_value(by_seed["prioreplay", s], key) - _value(by_seed["trl", s], key) for s in seeds]
+        mean, lo, hi, n = interval(diffs)
+        out["prioreplay_minus_trl"][key] = {"mean": mean, "ci95": [lo, hi], "runs": n, "per_seed": diffs}
     return out
+
+
+def combine(dirs: list[Path]) -> list[dict[str, Any]]:
+    """The runs of earlier outputs' ``summary.json`` files, refused when their settings differ in
+    anything but the seeds (so only like runs are summarized together).
+
+    Raises:
+        SystemExit: a directory has no summary.json, or the settings differ (both named).
+    """
+    runs: list[dict[str, Any]] = []
+    first: dict[str, str] | None = None
+    ignored = {"seed", "seeds", "out", "combine"}
+    for d in dirs:
+        path = d / "summary.json"
+        if not path.is_file():
+            raise SystemExit(f"compare-trl --combine: {path} does not exist (run compare-trl with --out {d} first)")
+        summary = json.loads(path.read_text())
+        settings = {k: v for k, v in summary["settings"].items() if k not in ignored}
+        if first is None:
+            first = settings
+        elif settings != first:
+            diff = sorted(k for k in set(settings) | set(first) if settings.get(k) != first.get(k))
+            raise SystemExit(f"compare-trl --combine: {d} differs from {dirs[0]} in {', '.join(diff)}; combine like runs only")
+        runs += summary["runs"]
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run both arms for every seed, then write and print ``summary.json``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = combine(args.combine) if args.combine else train_all(args)
+    arms = summarize(results)
+    summary = {"settings": {k: str(v) for k, v in vars(args).items()}, "runs": results, "arms": arms}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    for arm, figures in arms.items():
+        line = ", ".join(
+            f"{k} {v['mean']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}] (n={v['runs']})" for k, v in figures.items()
+        )
+        print(f"{arm:<10} {line}")
+    return 0
+
+
+def train_all(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Both arms for every seed (``--seed`` .. ``--seed + --seeds − 1``): the runs' figures."""
     from prioreplay.apps.evaluate import evaluate_each
     from prioreplay.models import resolve_model
 
     model_dir = resolve_model(args.model)
-    args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in range(args.seed, args.seed + args.seeds):
         held_out = task(args, seed)[2]
@@ -255,13 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         for arm in ("trl", "prioreplay"):
             log.info("seed %d, arm %s: %d steps of B=%d × G=%d", seed, arm, args.steps, args.batch, args.group_size)
             results.append(run_arm(args, arm, seed, model_dir, before))
-    arms = summarize(results)
-    summary = {"settings": {k: str(v) for k, v in vars(args).items()}, "runs": results, "arms": arms}
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    for arm, figures in arms.items():
-        line = ", ".join(f"{k} {v['mean']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}]" for k, v in figures.items())
-        print(f"{arm:<10} {line}")
-    return 0
+    return results
 
 
 if __name__ == "__main__":
