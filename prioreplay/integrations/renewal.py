@@ -108,6 +108,10 @@ class LeaseRenewer:
                     log.warning("prioreplay: lease %s could not be renewed (%s); its report will be refused", lease_id, e)
             except PrioreplayError as e:
                 log.warning("prioreplay: renewing lease %s failed (%s); retried in %.1f s", lease_id, e, self.period_s or 0.0)
+            except ValueError as e:  # grpc: "Cannot invoke RPC on closed channel!": the client was closed
+                log.info("prioreplay: lease renewals end: the client is closed (%s)", e)
+                self._stop.set()
+                break
         self.renewed += n
         return n
 

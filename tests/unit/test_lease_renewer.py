@@ -87,3 +87,16 @@ def test_leases_returned_at_exit_get_one_retry_not_the_clients_whole_back_off(ca
         integration._LIVE.discard(sampler)  # type: ignore[arg-type]
     assert sampler.retries_seen == integration.EXIT_RETRIES == 1
     assert "could not return the leases of w-exit" in caplog.text
+
+
+def test_renewals_end_quietly_once_the_client_is_closed():
+    """A sampler's client closed under its running renewer (grpc's "closed channel" ValueError)
+    crashed the thread in a CI run; the renewer now stops instead."""
+
+    class Closed(_Client):
+        def renew(self, lease_id, **kw):
+            raise ValueError("Cannot invoke RPC on closed channel!")
+
+    r = LeaseRenewer(Closed(), "w", 6.0, lambda: ["a", "b"])  # type: ignore[arg-type]
+    assert r.renew_now() == 0
+    assert r._stop.is_set() and not r.lost  # stopped; nothing counted as lost on the server
