@@ -15,13 +15,11 @@ import pytest
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition
-from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.records import GroupOutcome
-from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.rules import Pool
 from tests.store_semantics import FakeClock, make_problems, outcome
-from tests.system.test_store_differential import _assert_dumps_equal, _lease_view
+from tests.system.test_store_differential import _assert_dumps_equal, paired_stores, step_both
 
 MIXED, WRONG, RIGHT = [1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]
 
@@ -145,7 +143,6 @@ def test_both_stores_choose_the_same_retests_by_version(sampler, redis_url, name
     sources, group sizes) and identical state in both stores."""
 
     async def run() -> None:
-        now = [1_700_000_000.0]
         config = StoreConfig(
             sampler=sampler,
             retest_fraction=0.25,
@@ -154,30 +151,26 @@ def test_both_stores_choose_the_same_retests_by_version(sampler, redis_url, name
             params=rules.PriorityParams(decay=0.8),
             posterior_decay=0.9,
         )
-        mem = MemoryStore(config, None, clock=lambda: now[0])
-        red = RedisStore(config, redis_url, f"{namespace}-{sampler}", clock=lambda: now[0])
-        try:
+        patterns = [(0.0,) * 4, (1.0,) * 4, (0.0, 1.0, 1.0, 0.0), (1.0, 1.0, 1.0, 0.0), (0.0,) * 4]
+        async with paired_stores(config, redis_url, f"{namespace}-{sampler}") as (mem, red, now):
             probs = make_problems(200)
             assert await red.register(probs) == await mem.register(probs)
-            patterns = [(0.0,) * 4, (1.0,) * 4, (0.0, 1.0, 1.0, 0.0), (1.0, 1.0, 1.0, 0.0), (0.0,) * 4]
             retests = 0
             for step in range(40):
                 if step % 3 == 2:
                     v = step // 3 + 1
                     assert await red.publish(v, f"ckpt/v{v}") == await mem.publish(v, f"ckpt/v{v}")
-                a, b = await mem.sample(16), await red.sample(16)
-                assert _lease_view(b) == _lease_view(a), f"batch {step}"
-                retests += sum(sp.source is not Pool.HEAP for sp in a.problems)
-                outcomes = [
-                    GroupOutcome(p.problem.id, patterns[(j * 3 + step) % 5], f"{step}:{j}".encode())
-                    for j, p in enumerate(a.problems[:12])
-                ]
-                assert await red.report(b.lease_id, outcomes) == await mem.report(a.lease_id, outcomes)
+
+                def outcomes(problems, step=step):
+                    return [
+                        GroupOutcome(p.problem.id, patterns[(j * 3 + step) % 5], f"{step}:{j}".encode())
+                        for j, p in enumerate(problems[:12])
+                    ]
+
+                lease = await step_both(mem, red, 16, outcomes, f"batch {step}")
+                retests += sum(sp.source is not Pool.HEAP for sp in lease.problems)
                 now[0] += 1.0
             _assert_dumps_equal(await mem.dump(), await red.dump())
             assert retests >= 20  # the retest rule was exercised, not only the heap
-        finally:
-            await red._r.delete(*[red.key(n) for n in KEY_NAMES])
-            await red.close()
 
     asyncio.run(run())

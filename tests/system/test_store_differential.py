@@ -14,8 +14,10 @@ timeout is set far beyond the fake clock's total advance (it is tested in test_r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -94,6 +96,34 @@ def _assert_dumps_equal(mem: dict, red: dict) -> None:
     assert rc == mc
     for k in ("step", "policy", "leases", "queue"):
         assert red[k] == mem[k], k
+
+
+@contextlib.asynccontextmanager
+async def paired_stores(
+    config: StoreConfig, redis_url: str, namespace: str
+) -> AsyncIterator[tuple[MemoryStore, RedisStore, list[float]]]:
+    """A MemoryStore and a RedisStore of ``config`` on one clock, ``now[0]`` (unix seconds, set by the
+    caller); the Redis store's keys are deleted afterwards."""
+    now = [1_700_000_000.0]
+    mem = MemoryStore(config, None, clock=lambda: now[0])
+    red = RedisStore(config, redis_url, namespace, clock=lambda: now[0])
+    try:
+        yield mem, red, now
+    finally:
+        await red._r.delete(*[red.key(n) for n in KEY_NAMES])
+        await red.close()
+
+
+async def step_both(
+    mem: MemoryStore, red: RedisStore, batch_size: int, outcomes: Callable[[Sequence], list[GroupOutcome]], what: str = ""
+):
+    """Sample ``batch_size`` from both stores (identical leases asserted), report ``outcomes(problems)``
+    of the memory lease to both (identical answers asserted); returns the memory store's lease."""
+    a, b = await mem.sample(batch_size), await red.sample(batch_size)
+    assert _lease_view(b) == _lease_view(a), what
+    reported = outcomes(a.problems)
+    assert await red.report(b.lease_id, reported) == await mem.report(a.lease_id, reported), what
+    return a
 
 
 async def _call(fn, *args):
@@ -192,7 +222,6 @@ def test_every_sampler_agrees_on_a_larger_run(sampler, redis_url, namespace):
     batches (problems, sources, group sizes) in both stores."""
 
     async def run(sampler: str) -> None:
-        now = [1_700_000_000.0]
         config = StoreConfig(
             sampler=sampler,
             alpha=1.5,
@@ -203,26 +232,22 @@ def test_every_sampler_agrees_on_a_larger_run(sampler, redis_url, namespace):
             gumbel_temperature=0.5,
             posterior_decay=0.9,
         )
-        mem = MemoryStore(config, None, clock=lambda: now[0])
-        red = RedisStore(config, redis_url, f"{namespace}-{sampler}", clock=lambda: now[0])
-        try:
+        patterns = [(0.0,) * 4, (1.0,) * 4, (0.0, 1.0, 1.0, 0.0), (1.0, 1.0, 1.0, 0.0), (0.5, 0.25)]
+        async with paired_stores(config, redis_url, f"{namespace}-{sampler}") as (mem, red, now):
             probs = [ProblemRecord(f"q{i}", f"prompt {i}", str(i)) for i in range(200)]
             assert await red.register(probs) == await mem.register(probs)
             for step in range(40):
-                a, b = await mem.sample(16), await red.sample(16)
-                assert _lease_view(b) == _lease_view(a)
-                patterns = [(0.0,) * 4, (1.0,) * 4, (0.0, 1.0, 1.0, 0.0), (1.0, 1.0, 1.0, 0.0), (0.5, 0.25)]
-                outcomes = [
-                    GroupOutcome(p.problem.id, patterns[(j * 3 + step) % 5], f"{step}:{j}".encode())
-                    for j, p in enumerate(a.problems[:12])
-                ]
-                assert await red.report(b.lease_id, outcomes) == await mem.report(a.lease_id, outcomes)
+
+                def outcomes(problems, step=step):
+                    return [
+                        GroupOutcome(p.problem.id, patterns[(j * 3 + step) % 5], f"{step}:{j}".encode())
+                        for j, p in enumerate(problems[:12])
+                    ]
+
+                await step_both(mem, red, 16, outcomes)
                 now[0] += 1.0
             _assert_dumps_equal(await mem.dump(), await red.dump())
             assert len({p[0] for p in (await mem.dump())["problems"].values()}) >= 3  # heap and both pools used
-        finally:
-            await red._r.delete(*[red.key(n) for n in KEY_NAMES])
-            await red.close()
 
     asyncio.run(run(sampler))
 

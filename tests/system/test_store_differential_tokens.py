@@ -11,18 +11,15 @@ import asyncio
 import pytest
 
 from prioreplay import rules
-from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.records import GroupOutcome
-from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.problems import ProblemRecord
-from tests.system.test_store_differential import _assert_dumps_equal, _lease_view
+from tests.system.test_store_differential import _assert_dumps_equal, _lease_view, paired_stores
 
 
 @pytest.mark.parametrize("sampler, decay", [("cost-aware", 0.9), ("knapsack", 0.9), ("knapsack", 1.0), ("cost-aware", 0.0)])
 def test_token_aware_samplers_agree_on_a_run_with_token_counts(sampler, decay, redis_url, namespace):
     async def run() -> None:
-        now = [1_700_000_000.0]
         config = StoreConfig(
             sampler=sampler,
             retest_fraction=0.2,
@@ -32,9 +29,7 @@ def test_token_aware_samplers_agree_on_a_run_with_token_counts(sampler, decay, r
             mean_group_size=6,
             max_group_size=20,
         )
-        mem = MemoryStore(config, None, clock=lambda: now[0])
-        red = RedisStore(config, redis_url, f"{namespace}-{sampler}-{decay}", clock=lambda: now[0])
-        try:
+        async with paired_stores(config, redis_url, f"{namespace}-{sampler}-{decay}") as (mem, red, now):
             probs = [ProblemRecord(f"q{i}", f"prompt {i}", str(i)) for i in range(120)]
             assert await red.register(probs) == await mem.register(probs)
             sizes_seen: set[int] = set()
@@ -55,8 +50,5 @@ def test_token_aware_samplers_agree_on_a_run_with_token_counts(sampler, decay, r
             assert {k.decode(): tuple(map(float, v.split())) for k, v in stored.items()} == mem._s.tokens
             if sampler == "knapsack":
                 assert len(sizes_seen) >= 4  # the sizes really vary
-        finally:
-            await red._r.delete(*[red.key(n) for n in KEY_NAMES])
-            await red.close()
 
     asyncio.run(run())
