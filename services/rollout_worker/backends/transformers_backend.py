@@ -251,7 +251,7 @@ class TransformersBackend(LoadedPolicy):
         ids, mask = input_ids[::r, :-1], attention_mask[::r, :-1]  # (N/r, T−1)
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() derives them for left padding
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True)
-        cache = out.past_key_values
+        cache = out.cache  # transformers 5.24: `past_key_values` is a deprecated alias of it
         cache.batch_repeat_interleave(r)
         return cache
 
