@@ -51,7 +51,7 @@ def load_runs(dirs: list[Path]) -> list[dict[str, Any]]:
     Raises:
         InvalidArgument: a directory holds no finished run, or two runs share an arm and seed.
     """
-    from prioreplay.apps.compare import _load_report, check_arms, run_metrics
+    from prioreplay.apps.compare import check_arms, load_report, run_metrics
     from prioreplay.errors import InvalidArgument
 
     found: list[Path] = []
@@ -63,13 +63,14 @@ def load_runs(dirs: list[Path]) -> list[dict[str, Any]]:
             if not sub:
                 raise InvalidArgument(f"{d}: no report.json in it or its subdirectories; give demo or compare run directories")
             found += sub
-    reports = [_load_report(d) for d in found]
+    reports = [load_report(d) for d in found]
     check_arms(reports)
     return [run_metrics(r) for r in reports]
 
 
-def _interval(fig: dict[str, Any] | None, key: str = "ci95") -> list[float] | None:
-    return fig.get(key) if fig else None
+def _interval(fig: dict[str, Any] | None) -> list[float] | None:
+    """A figure's 95% interval; None where the figure is missing or has none (one seed)."""
+    return fig.get("ci95") if fig else None
 
 
 def judge_sampler(mix: dict[str, Any], easy: dict[str, Any] | None, arm: str) -> dict[str, Any]:

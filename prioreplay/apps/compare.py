@@ -365,7 +365,12 @@ def _run_concurrently(arms) -> list[int]:
                 p.wait(120)
 
 
-def _load_report(run_dir: Path) -> dict[str, Any]:
+def load_report(run_dir: Path) -> dict[str, Any]:
+    """The ``report.json`` of a finished demo run directory.
+
+    Raises:
+        InvalidArgument: the directory holds no readable report.json (naming it and the fix).
+    """
     path = Path(run_dir) / "report.json"
     try:
         return json.loads(path.read_text())
@@ -383,7 +388,7 @@ def run(cfg: CompareConfig) -> int:
     root.mkdir(parents=True, exist_ok=True)
     settings = json.loads(cfg.model_dump_json())
     if cfg.runs:
-        reports = [_load_report(d) for d in cfg.runs]
+        reports = [load_report(d) for d in cfg.runs]
         check_arms(reports)
         samplers = list(dict.fromkeys(arm_name(r["config"]) for r in reports))
         if len(samplers) < 2:
@@ -404,7 +409,7 @@ def run(cfg: CompareConfig) -> int:
                         file=sys.stderr,
                     )
                     return rc
-                reports.append(_load_report(arm.run_dir))
+                reports.append(load_report(arm.run_dir))
             check_arms(reports)
             write(root, settings, samplers, reports)
     out = write(root, settings, samplers, reports)
