@@ -61,8 +61,8 @@ def _start(port: int, workdir: str, *extra: str) -> subprocess.Popen:
 async def _report_times(url: str, acks: int, batch: int, group: int, rounds: int, namespace: str) -> list[float]:
     from prioreplay.priority_server.config import ReplicationSettings
     from prioreplay.priority_server.open_store import create_store
-    from prioreplay.priority_server.records import GroupOutcome
     from prioreplay.priority_server.store import StoreConfig
+    from prioreplay.priority_server.store.records import GroupOutcome
     from prioreplay.problems import ProblemRecord
 
     store = create_store(url, StoreConfig(), namespace=namespace, replication=ReplicationSettings(min_replica_acks=acks))

@@ -35,8 +35,8 @@ import numpy as np
 
 from prioreplay.channel import free_port
 from prioreplay.convert import problem_to_proto
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import Store, StoreConfig
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.priority_server.wire import encode_varint
 from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb

@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import Store, StoreConfig
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool, PriorityParams
 
@@ -229,7 +229,7 @@ class _Clock:
 
 def memory_store_factory(config: StoreConfig, clock: Callable[[], float]) -> Store:
     """The in-process store, no snapshot file."""
-    from prioreplay.priority_server.memory_store import MemoryStore
+    from prioreplay.priority_server.store.memory_store import MemoryStore
 
     return MemoryStore(config, snapshot_path=None, clock=clock)
 

@@ -17,8 +17,8 @@ import random
 import pytest
 
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import StoreConfig, histogram_edges, tie_member
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool
 

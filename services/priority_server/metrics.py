@@ -37,7 +37,7 @@ from prioreplay.priority_server.client_traffic import ClientTally, ClientTallyCo
 from prioreplay.v1 import priority_service_pb2 as pb
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prioreplay.priority_server.store import StoreStats
+    from prioreplay.priority_server.store.records import StoreStats
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ def create_store(
         spec: ``"memory"`` (the in-process store) or a Redis URL ``redis://[[user]:password@]host[:port][/db]``
             (``rediss://`` for TLS, ``unix://`` for a socket), or
             ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name[/db]``: the
-            primary Redis Sentinel names, followed through failovers (:mod:`.redis_connection`).
+            primary Redis Sentinel names, followed through failovers (:mod:`.store.redis.connection`).
         config: sampling and bookkeeping parameters shared by both stores.
         namespace: the run's key prefix / hash tag in Redis (ignored by ``memory``).
         snapshot_path: JSON file the ``memory`` store restores from and snapshots to (ignored by
@@ -52,12 +52,12 @@ def create_store(
                 f"min_replica_acks ({replication.min_replica_acks}) needs a Redis store with "
                 "replicas; use a Redis URL or --min-replica-acks 0"
             )
-        from prioreplay.priority_server.memory_store import MemoryStore
+        from prioreplay.priority_server.store.memory_store import MemoryStore
 
         return MemoryStore(config, snapshot_path, clock=clock)
     scheme = spec.partition("://")[0].lower() if "://" in spec else ""
     if scheme in REDIS_SCHEMES:
-        from prioreplay.priority_server.redis_store import RedisStore
+        from prioreplay.priority_server.store.redis import RedisStore
 
         return RedisStore(config, spec, namespace, clock=clock, replication=replication)
     raise InvalidArgument(

@@ -22,9 +22,9 @@ from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
 from prioreplay.convert import outcome_to_group, problem_from_proto, stats_to_proto
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
 from prioreplay.priority_server.client_traffic import ClientTally
-from prioreplay.priority_server.records import Delivery, GroupOutcome
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
+from prioreplay.priority_server.store.records import Delivery, GroupOutcome
 from prioreplay.priority_server.wire import (
     LOGPROB_TOLERANCE,
     lean_report,

@@ -23,7 +23,7 @@ from prioreplay.convert import ReportedGroup, problem_bytes, trajectory_fields
 from prioreplay.v1 import priority_service_pb2 as pb
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prioreplay.priority_server.records import Lease
+    from prioreplay.priority_server.store.records import Lease
 
 #: A behaviour log-probability may exceed 0 by this much (float32 rounding of log-softmax), nats.
 LOGPROB_TOLERANCE = 1e-3

@@ -29,9 +29,9 @@ from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
 from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.open_store import create_store
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.memory_store import MemoryStore
 from prioreplay.rules import Pool
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -405,7 +405,7 @@ def test_server_killed_with_memory_loses_only_what_followed_the_last_snapshot(tm
 SNAPSHOTTER = r"""
 import asyncio, sys
 from pathlib import Path
-from prioreplay.priority_server.memory_store import MemoryStore
+from prioreplay.priority_server.store.memory_store import MemoryStore
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.problems import ProblemRecord
 

@@ -15,8 +15,8 @@ import pytest
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.rules import Pool
 from tests.store_semantics import FakeClock, make_problems, outcome
 from tests.system.test_store_differential import _assert_dumps_equal, paired_stores, step_both

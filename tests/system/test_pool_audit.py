@@ -34,8 +34,8 @@ def test_a_pooled_problem_is_misfiled_when_the_policy_now_gives_a_mixed_or_oppos
 
 
 def test_the_audit_reads_the_pools_from_a_snapshot_and_counts_per_pool(tmp_path):
-    from prioreplay.priority_server import snapshot
-    from prioreplay.priority_server.snapshot import Entry, MemoryState
+    from prioreplay.priority_server.store import snapshot
+    from prioreplay.priority_server.store.snapshot import Entry, MemoryState
 
     state = MemoryState()
     homes = {"a": Pool.SOLVED, "b": Pool.UNSOLVED, "c": Pool.UNSOLVED, "d": Pool.HEAP}

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 
 

@@ -331,7 +331,7 @@ def lone_primary(tmp_path):
 async def test_a_report_fewer_replicas_acknowledged_is_refused_as_unavailable(lone_primary):
     """``--min-replica-acks 1`` on a primary without replicas: WAIT falls short, so register and
     report answer UNAVAILABLE (kind ``read_only``, naming the setting) and health is False."""
-    from prioreplay.priority_server.records import GroupOutcome
+    from prioreplay.priority_server.store.records import GroupOutcome
     from prioreplay.problems import ProblemRecord
 
     plain = create_store(lone_primary, StoreConfig(), namespace="acks")

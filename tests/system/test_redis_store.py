@@ -16,11 +16,12 @@ from redis.crc import key_slot
 
 from prioreplay import rules
 from prioreplay.errors import InvalidArgument, NotFound, StoreUnavailable
-from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.records import GroupOutcome
-from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore, lua_library
 from prioreplay.priority_server.samplers import XorShift32, step_seed
 from prioreplay.priority_server.store import StoreConfig, tie_member
+from prioreplay.priority_server.store.memory_store import MemoryStore
+from prioreplay.priority_server.store.records import GroupOutcome
+from prioreplay.priority_server.store.redis import KEY_NAMES, RedisStore
+from prioreplay.priority_server.store.redis.scripts import lua_library
 from prioreplay.problems import ProblemRecord
 from tests.conftest import free_port
 
@@ -247,7 +248,7 @@ async def test_problem_text_with_newlines_tabs_and_unicode_round_trips(make):
 
 async def test_a_clash_in_the_last_chunk_of_a_large_registration_changes_nothing(make):
     """Over REGISTER_CHUNK problems go in several scripts: the clash check reads them all first."""
-    from prioreplay.priority_server.redis_store import REGISTER_CHUNK
+    from prioreplay.priority_server.store.redis import REGISTER_CHUNK
 
     store = make(StoreConfig())
     await store.register([ProblemRecord("zz-last", "old prompt", "1")])

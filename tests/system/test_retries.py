@@ -16,8 +16,8 @@ from prioreplay.convert import problem_to_proto
 from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.open_store import create_store
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 
 

@@ -18,8 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prioreplay.errors import NotFound
 from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.open_store import create_store
+from prioreplay.priority_server.store.memory_store import MemoryStore
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from tests.conftest import free_port

@@ -25,11 +25,11 @@ from hypothesis import strategies as st
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument
-from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.records import GroupOutcome
-from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.memory_store import MemoryStore
+from prioreplay.priority_server.store.records import GroupOutcome
+from prioreplay.priority_server.store.redis import KEY_NAMES, RedisStore
 from prioreplay.problems import ProblemRecord
 
 IDS = [f"prob-{i:02d}" for i in range(12)]

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from prioreplay import rules
-from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.records import GroupOutcome
-from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.memory_store import MemoryStore
+from prioreplay.priority_server.store.records import GroupOutcome
+from prioreplay.priority_server.store.redis import KEY_NAMES, RedisStore
 from prioreplay.problems import ProblemRecord
 from tests.system.test_store_differential import _assert_dumps_equal, _lease_view, _scenario, ops
 

@@ -11,8 +11,8 @@ import asyncio
 import pytest
 
 from prioreplay import rules
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 from tests.system.test_store_differential import _assert_dumps_equal, _lease_view, paired_stores
 

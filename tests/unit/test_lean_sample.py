@@ -19,11 +19,11 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prioreplay import rules
 from prioreplay.convert import lease_to_proto, problem_bytes, problem_to_proto
 from prioreplay.priority_server.client_traffic import ClientTally
-from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.metrics import PRIORITY_BUCKETS, BatchHistogram
-from prioreplay.priority_server.records import GroupOutcome, Lease, SampledProblem
 from prioreplay.priority_server.servicer import PriorityServicer
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.memory_store import MemoryStore
+from prioreplay.priority_server.store.records import GroupOutcome, Lease, SampledProblem
 from prioreplay.priority_server.wire import lease_response
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool

@@ -10,9 +10,9 @@ import json
 import pytest
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.open_store import create_store
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.memory_store import MemoryStore
 from prioreplay.redact import redact_url
 from prioreplay.rules import Pool
 from tests.store_semantics import *  # noqa: F401,F403  (the invariant tests, collected here)

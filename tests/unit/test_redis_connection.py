@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.config import ReplicationSettings, ServerConfig
 from prioreplay.priority_server.open_store import create_store
-from prioreplay.priority_server.redis_connection import SentinelTarget, is_sentinel_url, parse_sentinel_url
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.redis.connection import SentinelTarget, is_sentinel_url, parse_sentinel_url
 from prioreplay.redact import redact_url
 
 

@@ -1,4 +1,4 @@
-"""Every Redis error kind maps to one store error kind (redis_store.error_kind), no Redis needed:
+"""Every Redis error kind maps to one store error kind (store.redis.errors.error_kind), no Redis needed:
 the errors are constructed, not provoked (tests/system/test_store_faults.py provokes them on a
 real Redis and checks the status codes and health that follow).
 """
@@ -31,6 +31,6 @@ import redis
     ],
 )
 def test_every_redis_error_kind_has_one_mapping(error, kind):
-    from prioreplay.priority_server.redis_store import ERROR_KINDS, error_kind
+    from prioreplay.priority_server.store.redis.errors import ERROR_KINDS, error_kind
 
     assert error_kind(error) == kind and kind in ERROR_KINDS

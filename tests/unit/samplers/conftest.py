@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from prioreplay.priority_server.memory_store import MemoryStore
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.memory_store import MemoryStore
 from prioreplay.problems import ProblemRecord
 
 #: The seed of every sampler test's store (tie-break keys and the RNG).

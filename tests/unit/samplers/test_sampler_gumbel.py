@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prioreplay.priority_server.records import GroupOutcome
+from prioreplay.priority_server.store.records import GroupOutcome
 
 
 async def test_gumbel_serves_lower_priority_problems_and_a_cold_temperature_is_the_heap(make_store):

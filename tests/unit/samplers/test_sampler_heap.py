@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import tie_member
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.rules import Pool
 
 

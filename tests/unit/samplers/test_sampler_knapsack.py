@@ -7,9 +7,9 @@ import itertools
 import pytest
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.samplers.knapsack import MIN_GROUP_SIZE, allocate_group_sizes, group_signal_gain
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.records import GroupOutcome
 
 
 def _signal(p: float, g: int) -> float:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.samplers import posterior_variance
 from prioreplay.priority_server.store import tie_member
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.rules import Pool, Stats
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.records import GroupOutcome
-from prioreplay.priority_server.redis_store import RedisStore
 from prioreplay.priority_server.samplers.predicted import embed_prompt, predict_pass_rates
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.memory_store import MemoryStore
+from prioreplay.priority_server.store.records import GroupOutcome
+from prioreplay.priority_server.store.redis import RedisStore
 from prioreplay.problems import ProblemRecord
 
 

@@ -18,8 +18,6 @@ import pytest
 from prioreplay.apps.demo_config import DemoConfig
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.memory_store import MemoryStore
-from prioreplay.priority_server.redis_store import RedisStore
 from prioreplay.priority_server.samplers import (
     SAMPLERS,
     RetestThenHeap,
@@ -30,17 +28,17 @@ from prioreplay.priority_server.samplers import (
     step_seed,
 )
 from prioreplay.priority_server.store import TIE_HEX_CHARS, StoreConfig, histogram_edges, member_id, tie_member
+from prioreplay.priority_server.store.memory_store import MemoryStore
+from prioreplay.priority_server.store.redis import RedisStore
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool
 
 
 # -- the registry -----------------------------------------------------------------------------------
 def _lua_branches() -> set[str]:
-    from pathlib import Path
+    from prioreplay.priority_server.store.redis.scripts import LUA_DIR
 
-    import prioreplay.priority_server as ps
-
-    text = (Path(ps.__file__).with_name("lua") / "sample.lua").read_text(encoding="utf-8")
+    text = (LUA_DIR / "sample.lua").read_text(encoding="utf-8")
     table = re.search(r"local branches = \{(.*?)\n\}", text, re.S).group(1)
     return {a or b for a, b in re.findall(r"^\s*(?:(\w+)|\['([\w-]+)'\]) = ", table, re.M)}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.records import GroupOutcome
-from prioreplay.priority_server.redis_store import RedisStore
 from prioreplay.priority_server.store import StoreConfig, tie_member
+from prioreplay.priority_server.store.records import GroupOutcome
+from prioreplay.priority_server.store.redis import RedisStore
 from prioreplay.rules import Pool
 
 

@@ -6,9 +6,9 @@ heap order (priority desc, tie-break member desc), independently of the sampler'
 
 from __future__ import annotations
 
-from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.samplers import XorShift32, step_seed
 from prioreplay.priority_server.store import tie_member
+from prioreplay.priority_server.store.records import GroupOutcome
 
 
 async def test_weighted_on_equal_priorities_draws_ranks_from_the_step_rng(make_store):

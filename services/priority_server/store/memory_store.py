@@ -44,8 +44,23 @@ from sortedcontainers import SortedDict, SortedList
 from prioreplay import rules
 from prioreplay.convert import problem_bytes
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
-from prioreplay.priority_server import snapshot
-from prioreplay.priority_server.records import (
+from prioreplay.priority_server.config import StoreConfig
+from prioreplay.priority_server.samplers import SAMPLERS, Pick, SampleRequest, XorShift32, retest_quota, step_seed
+from prioreplay.priority_server.store import snapshot
+from prioreplay.priority_server.store.base import Store
+from prioreplay.priority_server.store.contract import (
+    EXPIRE_LIMIT,
+    TOMBSTONE_TTL_S,
+    QueueWatch,
+    conflict_error,
+    histogram_edges,
+    member_id,
+    renew_refusal,
+    same_text,
+    tie_member,
+)
+from prioreplay.priority_server.store.memory_view import MemorySamplerView
+from prioreplay.priority_server.store.records import (
     Delivery,
     GroupOutcome,
     Lease,
@@ -55,21 +70,7 @@ from prioreplay.priority_server.records import (
     SampledProblem,
     StoreStats,
 )
-from prioreplay.priority_server.samplers import SAMPLERS, Pick, SampleRequest, XorShift32, retest_quota, step_seed
-from prioreplay.priority_server.snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState, QueuedGroup
-from prioreplay.priority_server.store import (
-    EXPIRE_LIMIT,
-    TOMBSTONE_TTL_S,
-    QueueWatch,
-    Store,
-    StoreConfig,
-    conflict_error,
-    histogram_edges,
-    member_id,
-    renew_refusal,
-    same_text,
-    tie_member,
-)
+from prioreplay.priority_server.store.snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState, QueuedGroup
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import GroupKind, Pool, Stats
 
@@ -125,7 +126,7 @@ class MemoryStore(Store):
         self._parts: dict[str, set[str]] = {}  # lease id -> problems applied by earlier parts (live leases)
         for key, g in state.pending.items():
             self._by_consumer.setdefault(g.consumer, SortedList()).add(key)
-        self._view = _SamplerView(self._heap, self._pools, state.problems, state.tokens)
+        self._view = MemorySamplerView(self._heap, self._pools, state.problems, state.tokens)
         # request id -> (lease id, its deadline, problem id -> group_size as sampled)
         self._requests: dict[str, tuple[str, float, dict[str, int | None]]] = {}
         self._request_deadlines: SortedList = SortedList()  # (deadline, request id)
@@ -590,45 +591,3 @@ class MemoryStore(Store):
     async def close(self) -> None:
         """Write the snapshot (when a path is set)."""
         await self.snapshot()
-
-
-class _SamplerView:
-    """:class:`~.samplers.SamplerView` over a memory store's heap and pools (heap order is read
-    from the end of the ascending heap list, by negative index: SortedList's fast path)."""
-
-    __slots__ = ("_heap", "_pools", "_problems", "_tokens")
-
-    def __init__(
-        self, heap: SortedList, pools: dict[Pool, SortedList], problems: dict[str, Entry], tokens: dict[str, tuple[float, float]]
-    ):
-        self._heap, self._pools, self._problems, self._tokens = heap, pools, problems, tokens
-
-    def heap_size(self) -> int:
-        return len(self._heap)
-
-    def heap_entry(self, rank: int) -> tuple[float, str]:
-        return self._heap[-1 - rank]  # negative: SortedList's fast path near the top
-
-    def pool_size(self, pool: Pool) -> int:
-        return len(self._pools[pool])
-
-    def pool_entry(self, pool: Pool, index: int) -> tuple[float, str]:
-        return self._pools[pool][index]
-
-    def problem_stats(self, member: str) -> Stats:
-        return self._problems[member_id(member)].stats
-
-    def completion_tokens(self, member: str) -> float | None:
-        t = self._tokens.get(member_id(member))
-        return t[1] / t[0] if t is not None and t[0] > 0.0 else None
-
-    def problem_prompt(self, member: str) -> str:
-        return self._problems[member_id(member)].record.prompt
-
-    def take_heap(self, rank: int) -> Pick:
-        _, member = self._heap.pop(-1 - rank)
-        return Pick(member, Pool.HEAP)
-
-    def take_pool(self, pool: Pool, index: int) -> Pick:
-        _, member = self._pools[pool].pop(index)
-        return Pick(member, pool)

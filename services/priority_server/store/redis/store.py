@@ -3,37 +3,8 @@
 Semantics are those of :mod:`prioreplay.priority_server.store` (module docstring), bit for bit
 equal to the in-process ``MemoryStore`` for the same seed, clock readings and operations.
 
-Data model (every key is ``prioreplay:{<namespace>}:<name>``, made by :meth:`RedisStore.key`;
-the hash tag ``{<namespace>}`` puts a whole run in one Redis Cluster slot):
-
-============== ======= ========================================================================
-name           type    content
-============== ======= ========================================================================
-problems       hash    id → JSON ``[prompt, answer, verifier, metadata]``
-stats          hash    id → ``"n s1 s2 pool score"`` (floats as ``%.17g``: exact round trip;
-                       pool = rules.Pool value; score = heap priority, pool: last tested step (the
-                       policy version with retest_versions), leased: the score it returns with)
-heap           zset    score = priority, member = ``store.tie_member(id, seed)``
-solved         zset    score = last tested step (or policy version: rules.pool_score), member as above
-unsolved       zset    score = last tested step (or policy version: rules.pool_score), member as above
-leases         hash    lease id → ``"step\\tdeadline"`` + ``"\\tmember\\tsource\\tscore"`` per problem
-deadlines      zset    score = lease deadline (unix s), member = lease id
-tomb:reported  zset    lease id → time it was reported (kept ``TOMBSTONE_TTL_S``)
-tomb:expired   zset    lease id → time it expired (kept ``TOMBSTONE_TTL_S``)
-counters       hash    ``step`` and the StoreStats counters (``reward_sum`` as ``%.17g``)
-policy         hash    ``version``, ``uri``
-health         string  the health probe's last write (expires after 60 s)
-quarantine     hash    id → the pool (1..3) a quarantined problem returns to (stats pool = 5)
-requests       hash    request id → the lease a sample with that id made (retried requests)
-requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)
-owners         hash    lease id → JSON ``[worker id, request id]`` of a live lease sampled with either
-                       (``renew`` checks the holder and moves the request id's deadline); dropped
-                       when the lease ends
-settings       string  JSON of the run settings the namespace was made with (``store.run_settings``)
-stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
-tokens         hash    id → ``"completions tokens"``: decayed sums of the reports that carried token
-                       ids (the running mean of completion tokens; ``cost-aware``, ``knapsack``)
-============== ======= ========================================================================
+The key schema and the values' formats are in :mod:`.keys`; the error taxonomy in :mod:`.errors`;
+the scripts and their declared arguments in :mod:`.scripts`.
 
 Every multi-key change is one Lua script call (``lua/<name>.lua``, with ``lua/lib.lua``
 prepended), registered once with redis-py ``register_script`` (EVALSHA, falling back to
@@ -62,16 +33,24 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from redis import exceptions as redis_errors
-from redis.asyncio.sentinel import MasterNotFoundError
-
 from prioreplay import rules
-from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, NotFound, PrioreplayError, StoreUnavailable
-from prioreplay.priority_server.config import NAMESPACE_RE, ReplicationSettings
-from prioreplay.priority_server.records import (
+from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound, StoreUnavailable
+from prioreplay.priority_server.config import ReplicationSettings, StoreConfig
+from prioreplay.priority_server.samplers import SAMPLERS, step_seed
+from prioreplay.priority_server.store.contract import (
+    EXPIRE_LIMIT,
+    TOMBSTONE_TTL_S,
+    QueueWatch,
+    conflict_error,
+    histogram_edges,
+    member_id,
+    renew_refusal,
+    same_text,
+    tie_member,
+)
+from prioreplay.priority_server.store.records import (
     Delivery,
     GroupOutcome,
     Lease,
@@ -81,24 +60,10 @@ from prioreplay.priority_server.records import (
     SampledProblem,
     StoreStats,
 )
-from prioreplay.priority_server.redis_connection import RedisConnection
-from prioreplay.priority_server.samplers import SAMPLERS, step_seed
-from prioreplay.priority_server.snapshot import COUNTER_NAMES
-from prioreplay.priority_server.store import (
-    EXPIRE_LIMIT,
-    TOMBSTONE_TTL_S,
-    QueueWatch,
-    Store,
-    StoreConfig,
-    conflict_error,
-    histogram_edges,
-    member_id,
-    renew_refusal,
-    same_text,
-    tie_member,
-)
-from prioreplay.problems import MAX_NAME_BYTES, ProblemRecord
-from prioreplay.redact import redact_url
+from prioreplay.priority_server.store.redis.client import RedisClient
+from prioreplay.priority_server.store.redis.keys import decode_problem, encode_problem, float_arg, parse_stats, text
+from prioreplay.priority_server.store.snapshot import COUNTER_NAMES
+from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool
 
 #: Problems per register script call.
@@ -111,150 +76,24 @@ MAX_BLOCKED_PULLS = 32
 #: Attempts of a weighted/uniform sample when other servers keep moving the step.
 STEP_RETRIES = 32
 
-KEY_NAMES = (
-    "problems",
-    "stats",
-    "heap",
-    "solved",
-    "unsolved",
-    "leases",
-    "deadlines",
-    "tomb:reported",
-    "tomb:expired",
-    "counters",
-    "policy",
-    "stream",
-    "health",
-    "requests",
-    "requests:due",
-    "quarantine",
-    "settings",
-    "tokens",
-    "owners",
-)
-_STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters", "tomb:reported", "tomb:expired")
 #: The store's counters kept as integers (every one of the memory store's but the reward sum).
 _INT_COUNTERS = tuple(name for name in COUNTER_NAMES if name != "reward_sum")
 log = logging.getLogger(__name__)
 _STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 
-#: How each Redis error maps to ours (``error_kind``): every kind but ``logic`` is an outage the
-#: store may recover from (UNAVAILABLE, health NOT_SERVING, clients back off and retry); ``logic``
-#: is an answer the server cannot use (INTERNAL, logged).
-ERROR_KINDS = {
-    "unreachable": "connection refused/reset/timed out, AUTH failed, Redis LOADING its data set",
-    "read_only": "READONLY: a replica, or MASTERDOWN / min-replicas-to-write unmet, or WAIT counted fewer replicas "
-    "than --min-replica-acks",
-    "out_of_memory": "OOM: used memory over maxmemory (with maxmemory-policy noeviction)",
-    "busy": "BUSY (a script over lua-time-limit), TRYAGAIN / CLUSTERDOWN (a failover)",
-    "logic": "any other error answer (WRONGTYPE, a script error, NOPERM): a bug or a foreign key",
-}
-#: What an operator does about each outage kind (in the error message).
-ERROR_FIX = {
-    "read_only": "point --store at the primary (or promote this replica: REPLICAOF NO ONE)",
-    "out_of_memory": "raise maxmemory or free memory (acknowledge trajectory groups, trim other data)",
-    "busy": "wait for the running script or failover to finish",
-}
 
-
-def error_kind(e: BaseException) -> str:
-    """The kind (a key of :data:`ERROR_KINDS`) of an exception from redis-py or the socket."""
-    if isinstance(e, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
-        return "unreachable"  # includes BusyLoadingError, AuthenticationError, MaxConnectionsError
-    if isinstance(e, redis_errors.OutOfMemoryError):
-        return "out_of_memory"
-    if isinstance(e, (redis_errors.ReadOnlyError, redis_errors.MasterDownError)):
-        return "read_only"
-    if isinstance(e, (redis_errors.TryAgainError, redis_errors.ClusterDownError)):
-        return "busy"
-    text = str(e)
-    # inside a script the prefix may follow the script's own error text; match the code words
-    for code, kind in (
-        ("OOM ", "out_of_memory"),
-        ("READONLY ", "read_only"),
-        ("MASTERDOWN ", "read_only"),
-        ("NOREPLICAS ", "read_only"),
-        ("BUSY ", "busy"),
-        ("LOADING ", "unreachable"),
-    ):
-        if text.startswith(code) or f" {code}" in text:
-            return kind
-    return "logic"
-
-
-_LUA_DIR = Path(__file__).with_name("lua")
-SCRIPT_NAMES = ("register", "sample", "report", "renew", "expire", "publish", "pull", "ack", "seen")
-#: Scripts whose change a client is told is done: with ``min_replica_acks`` each is followed by WAIT.
-#: (A lost lease of ``sample`` or a lost expiry changes nothing a client was promised: a report of
-#: that lease is answered ``unknown lease``, the problems are leased again. A lost renewal leaves the
-#: earlier deadline: the next renewal moves it again, or the lease expires as if its holder had died.)
-WAITED_SCRIPTS = frozenset({"register", "report", "publish", "ack"})
-
-
-def lua_library() -> str:
-    """The shared Lua functions (``lua/lib.lua``) every script of the store is prefixed with."""
-    return (_LUA_DIR / "lib.lua").read_text(encoding="utf-8")
-
-
-def _load_scripts() -> dict[str, str]:
-    lib = lua_library()
-    return {n: lib + "\n" + (_LUA_DIR / f"{n}.lua").read_text(encoding="utf-8") for n in SCRIPT_NAMES}
-
-
-_SCRIPTS = _load_scripts()
-
-
-def _f(x: float) -> str:
-    """A float as a string that Lua's ``tonumber`` and Redis parse back to the same double."""
-    return repr(float(x))
-
-
-def _s(b: bytes | str | None) -> str:
-    if b is None:
-        return ""
-    return b.decode("utf-8") if isinstance(b, bytes) else str(b)
-
-
-def _parse_stats(value: bytes | str) -> tuple[rules.Stats, Pool, float]:
-    n, s1, s2, pool, score = _s(value).split(" ")
-    return rules.Stats(float(n), float(s1), float(s2)), Pool(int(pool)), float(score)
-
-
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # compact: no raw control characters
-
-
-def _encode_problem(p: ProblemRecord) -> str:
-    return _JSON.encode([p.prompt, p.answer, p.verifier, dict(p.metadata)])
-
-
-def _decode_problem(pid: str, value: bytes | str) -> ProblemRecord:
-    prompt, answer, verifier, metadata = json.loads(_s(value))
-    return ProblemRecord(id=pid, prompt=prompt, answer=answer, verifier=verifier, metadata=metadata)
-
-
-def _sentinel_errors(message: str) -> str:
-    """``; sentinels answered: ConnectionError, ...`` from a ``MasterNotFoundError`` message (redis-py
-    appends ``: <client> - <error repr>, ...`` for each sentinel that failed; the clients' settings
-    are left out), or "" when every sentinel answered."""
-    _, sep, rest = message.partition(" : ")
-    if not sep:
-        return ""
-    kinds = [part.split(" - ", 1)[1].split("(", 1)[0] for part in rest.split(", ") if " - " in part]
-    return f"; the sentinels' errors: {', '.join(kinds)}" if kinds else ""
-
-
-class RedisStore(Store):
+class RedisStore(RedisClient):
     """The store on Redis: durable, shared by several server processes, one round trip per change.
 
     Args:
         config: sampling and bookkeeping parameters (must match across servers of one run).
         url: ``redis://[:password@]host:port/db`` (or ``rediss://``, ``unix://``), or
             ``redis+sentinel://host:port[,host:port]/service_name[/db]`` (the primary Sentinel names,
-            followed through failovers; :mod:`.redis_connection`).
+            followed through failovers; :mod:`.connection`).
         namespace: the run's name; 1–MAX_NAME_BYTES (128) characters of ``[A-Za-z0-9_.:-]`` (no
             braces: it is the hash tag).
         clock: unix seconds; injected for deterministic tests.
-        replication: with ``min_replica_acks`` N > 0, each script of :data:`WAITED_SCRIPTS` is
+        replication: with ``min_replica_acks`` N > 0, each script of :data:`.scripts.WAITED_SCRIPTS` is
             followed by ``WAIT N timeout`` on its connection, and a shortfall raises
             StoreUnavailable (kind ``read_only``; the change is applied on the primary but not known
             to survive a failover: a retry is answered as for a lost answer).
@@ -262,7 +101,7 @@ class RedisStore(Store):
     Raises:
         InvalidArgument: a malformed URL or namespace, or a sampler without a Lua branch.
         StoreUnavailable: (from every method) Redis cannot be reached, is read-only, out of memory
-            or busy (``kind``, :func:`error_kind`); the message carries the URL with its password
+            or busy (``kind``, :func:`.errors.error_kind`); the message carries the URL with its password
             redacted and the fix. Nothing was changed (each change is one script).
         Internal: (from every method) Redis answered another error (WRONGTYPE, a script error).
     """
@@ -275,132 +114,28 @@ class RedisStore(Store):
         clock: Callable[[], float] = time.time,
         replication: ReplicationSettings | None = None,
     ):
-        super().__init__(config, clock)
-        if not NAMESPACE_RE.match(namespace or ""):
-            raise InvalidArgument(
-                f"namespace ({namespace!r}) must be 1-{MAX_NAME_BYTES} characters of letters, digits, '_', '.', ':' or '-'"
-            )
         self._sampler = SAMPLERS[config.sampler]
         if self._sampler.lua_branch is None:
             raise InvalidArgument(f"sampler {config.sampler!r} runs in the memory store only; use --store memory")
-        self.namespace = namespace
-        self.redacted_url = redact_url(url)
-        self._connection = RedisConnection(url)
-        self._r = self._connection.client
-        self._sentinels_reset_at = 0.0  # monotonic seconds of the last reset_sentinels()
-        self._replication = replication or ReplicationSettings()
-        self._scripts = {name: self._r.register_script(src) for name, src in _SCRIPTS.items()}
-        self._keys = {name: self.key(name) for name in KEY_NAMES}
-        self._state_keys = [self._keys[n] for n in _STATE_KEYS]
+        super().__init__(config, url, namespace, clock, replication)
         self._step_hint: int | None = None
-        self._health_error = ""
         p = config.params
         self._bands = config.bands
         self._params_args = [
-            _f(p.decay),
-            _f(p.prior_alpha),
-            _f(p.prior_beta),
-            _f(self._bands.solved_at),
-            _f(self._bands.unsolved_at),
+            float_arg(p.decay),
+            float_arg(p.prior_alpha),
+            float_arg(p.prior_beta),
+            float_arg(self._bands.solved_at),
+            float_arg(self._bands.unsolved_at),
         ]
         self._initial_priority = rules.priority(rules.Stats(), p)
         self._blocked_pulls = asyncio.Semaphore(MAX_BLOCKED_PULLS)
-
-    def key(self, name: str) -> str:
-        """The Redis key of ``name`` in this run: ``prioreplay:{<namespace>}:<name>``."""
-        return f"prioreplay:{{{self.namespace}}}:{name}"
-
-    # -- plumbing -------------------------------------------------------------------------
-    def _unavailable(self, e: Exception) -> StoreUnavailable:
-        if isinstance(e, MasterNotFoundError):  # redis-py's message repeats every sentinel client's settings
-            asked = _sentinel_errors(str(e))
-            return StoreUnavailable(
-                f"Redis at {self.redacted_url} is unreachable: no sentinel names a primary that is up (a failover "
-                f"in progress, or no sentinel answers{asked}); wait for the promotion or check the sentinels, then retry"
-            )
-        return StoreUnavailable(
-            f"Redis at {self.redacted_url} is unreachable ({type(e).__name__}: {e}); "
-            "check that Redis runs and the URL is right, then retry"
-        )
-
-    def _error(self, e: Exception) -> PrioreplayError:
-        """Our error for a Redis error (the one place every Redis call goes through; see :data:`ERROR_KINDS`)."""
-        kind = error_kind(e)
-        if kind == "unreachable":
-            return self._unavailable(e)
-        if kind == "logic":
-            return Internal(f"Redis at {self.redacted_url} answered {type(e).__name__}: {e}")
-        return StoreUnavailable(
-            f"Redis at {self.redacted_url} is {kind.replace('_', ' ')} ({e}); {ERROR_FIX[kind]}, then retry", kind=kind
-        )
-
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        if self._replication.min_replica_acks and name in WAITED_SCRIPTS:
-
-            async def fill(pipe):
-                await self._scripts[name](keys=list(keys), args=list(args), client=pipe)
-                self._wait(pipe)
-
-            res, acks = await self._pipe(fill, transaction=False)
-            self._check_acks(name, acks)
-            return res
-        try:
-            return await self._scripts[name](keys=list(keys), args=list(args))
-        except (redis_errors.RedisError, OSError) as e:
-            await self._after_error(e)
-            raise self._error(e) from None
-
-    async def _after_error(self, e: BaseException) -> None:
-        """After no sentinel named a primary, the sentinels' pooled connections are dropped (at most
-        once a second), so the next call discovers the primary over new ones
-        (:meth:`RedisConnection.reset_sentinels`)."""
-        if isinstance(e, MasterNotFoundError) and time.monotonic() - self._sentinels_reset_at >= 1.0:
-            self._sentinels_reset_at = time.monotonic()
-            try:
-                await self._connection.reset_sentinels()
-            except Exception as reset_error:  # noqa: BLE001 - the call's own error is the one to report
-                log.warning("resetting the sentinel connections failed: %s", reset_error)
-
-    def _wait(self, pipe) -> Any:
-        """Queue ``WAIT min_replica_acks timeout`` (on the pipeline's one connection, after its writes);
-        returns the pipeline, as its queued commands do."""
-        return pipe.execute_command("WAIT", self._replication.min_replica_acks, self._replication.min_replica_acks_timeout_ms)
-
-    def _check_acks(self, what: str, acks: Any) -> None:
-        """Raise StoreUnavailable (kind ``read_only``) when WAIT counted fewer than ``min_replica_acks`` replicas."""
-        want, ms = self._replication.min_replica_acks, self._replication.min_replica_acks_timeout_ms
-        if int(acks) < want:
-            raise StoreUnavailable(
-                f"Redis at {self.redacted_url}: {what} was acknowledged by {int(acks)} of the {want} replicas "
-                f"--min-replica-acks asks for within {ms} ms, so it may not survive a failover; check the replicas "
-                "(INFO replication), raise --min-replica-acks-timeout-ms or lower --min-replica-acks, then retry",
-                kind="read_only",
-            )
-
-    async def _do(self, coro) -> Any:
-        try:
-            return await coro
-        except (redis_errors.RedisError, OSError) as e:
-            await self._after_error(e)
-            raise self._error(e) from None
-
-    async def _pipe(self, fill: Callable[[Any], Any], transaction: bool = True) -> list:
-        """Run the commands ``fill(pipe)`` queues (it may be a coroutine function) in one round trip."""
-
-        async def go():
-            async with self._r.pipeline(transaction=transaction) as pipe:
-                queued = fill(pipe)
-                if hasattr(queued, "__await__"):
-                    await queued
-                return await pipe.execute()
-
-        return await self._do(go())
 
     # -- run settings ---------------------------------------------------------------------
     async def _claim_settings(self, wanted: dict) -> dict:
         key = self._keys["settings"]
         _, stored = await self._pipe(lambda p: (p.set(key, json.dumps(wanted, sort_keys=True), nx=True), p.get(key)))
-        return json.loads(_s(stored))
+        return json.loads(text(stored))
 
     async def _put_settings(self, wanted: dict) -> None:
         await self._do(self._r.set(self._keys["settings"], json.dumps(wanted, sort_keys=True)))
@@ -419,7 +154,7 @@ class RedisStore(Store):
             self._keys["unsolved"],
             self._keys["quarantine"],
         ]
-        prio = _f(self._initial_priority)
+        prio = float_arg(self._initial_priority)
         head = [f"0 0 0 {int(Pool.HEAP)} {prio}", prio]
         script = self._scripts["register"]
         if not replace and len(problems) > REGISTER_CHUNK:
@@ -428,7 +163,7 @@ class RedisStore(Store):
         async def fill(pipe):
             for start in range(0, len(problems), REGISTER_CHUNK):
                 chunk = "\n".join(
-                    f"{p.id}\t{tie_member(p.id, seed)}\t{_encode_problem(p)}" for p in problems[start : start + REGISTER_CHUNK]
+                    f"{p.id}\t{tie_member(p.id, seed)}\t{encode_problem(p)}" for p in problems[start : start + REGISTER_CHUNK]
                 )
                 await script(keys=keys, args=[*head, chunk, int(replace)], client=pipe)
             pipe.hlen(self._keys["problems"])
@@ -438,7 +173,7 @@ class RedisStore(Store):
         res = await self._pipe(fill, transaction=False)
         if self._replication.min_replica_acks:
             self._check_acks("register", res.pop())
-        clashes = [_s(pid) for r in res[:-1] if int(r[0]) == -1 for pid in r[1:]]
+        clashes = [text(pid) for r in res[:-1] if int(r[0]) == -1 for pid in r[1:]]
         if clashes:  # only a registration racing another one gets here with several chunks
             raise conflict_error(clashes)
         created = sum(int(r[0]) for r in res[:-1])
@@ -449,7 +184,7 @@ class RedisStore(Store):
         """Raise :func:`conflict_error` when a registered id holds another prompt or answer (one read)."""
         stored = await self._do(self._r.hmget(self._keys["problems"], [p.id for p in problems]))
         clashes = [
-            p.id for p, v in zip(problems, stored, strict=True) if v is not None and not same_text(_decode_problem(p.id, v), p)
+            p.id for p, v in zip(problems, stored, strict=True) if v is not None and not same_text(decode_problem(p.id, v), p)
         ]
         if clashes:
             raise conflict_error(clashes)
@@ -480,35 +215,35 @@ class RedisStore(Store):
                 "sample",
                 keys,
                 [
-                    _f(now),
+                    float_arg(now),
                     batch_size,
-                    _f(deadline),
+                    float_arg(deadline),
                     lease_id,
                     self._sampler.lua_branch,
-                    _f(rate),
+                    float_arg(rate),
                     cfg.retest_interval,
-                    _f(cfg.alpha),
+                    float_arg(cfg.alpha),
                     expected,
                     seed32,
                     EXPIRE_LIMIT,
-                    _f(TOMBSTONE_TTL_S),
-                    _f(cfg.gumbel_temperature),
-                    _f(cfg.posterior_decay),
-                    _f(cfg.posterior_prior),
+                    float_arg(TOMBSTONE_TTL_S),
+                    float_arg(cfg.gumbel_temperature),
+                    float_arg(cfg.posterior_decay),
+                    float_arg(cfg.posterior_prior),
                     cfg.probe_size,
                     int(getattr(self._sampler.memory, "probe_unseen", False)),
                     int(getattr(self._sampler.memory, "probe_retests", False)),
                     request_id,
                     cfg.mean_group_size,
                     cfg.max_group_size,
-                    _f(cfg.params.prior_alpha),
-                    _f(cfg.params.prior_beta),
+                    float_arg(cfg.params.prior_alpha),
+                    float_arg(cfg.params.prior_beta),
                     cfg.retest_versions,
                     worker_id,
                 ],
             )
             if res[0] == b"SAME":  # a retried request: its live lease again
-                lease_id, deadline = _s(res[-2]), float(res[-1])
+                lease_id, deadline = text(res[-2]), float(res[-1])
                 break
             if res[0] == b"STEP":
                 self._step_hint = int(res[1])
@@ -521,7 +256,7 @@ class RedisStore(Store):
     def _lease(self, res: list, batch_size: int, now: float, lease_id: str, deadline: float) -> Lease:
         """The :class:`Lease` of a ``sample.lua`` answer ``res`` (``OK`` or ``SAME``) for a request of
         ``batch_size`` at ``now``; a short batch gets a retry hint, an empty one no lease id."""
-        step, version, uri = int(res[1]), int(res[2]), _s(res[3])
+        step, version, uri = int(res[1]), int(res[2]), text(res[3])
         if res[0] != b"SAME":  # a replayed lease carries its own (older) step
             self._step_hint = step
         earliest = [float(res[4])] if res[4] else []
@@ -546,13 +281,13 @@ class RedisStore(Store):
         (member, source pool, statistics value, problem record, group size or 0)."""
         problems: list[SampledProblem] = []
         for i in range(6, 6 + 5 * n, 5):
-            member, source, stats_value, record = _s(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
+            member, source, stats_value, record = text(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
             group_size = int(res[i + 4]) or None
             pid = member_id(member)
-            stats, _, score = _parse_stats(stats_value)
+            stats, _, score = parse_stats(stats_value)
             problems.append(
                 SampledProblem(
-                    problem=_decode_problem(pid, record),
+                    problem=decode_problem(pid, record),
                     priority=score if source == Pool.HEAP else rules.priority(stats, self.config.params),
                     source=Pool(source),
                     group_size=group_size,
@@ -565,7 +300,7 @@ class RedisStore(Store):
     ) -> ReportResult:
         seed = self.config.seed
         args: list[Any] = [
-            _f(self.clock()),
+            float_arg(self.clock()),
             lease_id,
             int(more_parts),
             CONSUMER_GROUP,
@@ -584,7 +319,7 @@ class RedisStore(Store):
             breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards, self._bands)
             args += [
                 f"{tie_member(o.problem_id, seed)}\t{kinds[-1].value}\t{len(rewards)}\t"
-                f"{_f(sr)}\t{_f(sq)}\t{int(forgetting)}\t{int(breakthrough)}\t{max(0, int(o.completion_tokens))}",
+                f"{float_arg(sr)}\t{float_arg(sq)}\t{int(forgetting)}\t{int(breakthrough)}\t{max(0, int(o.completion_tokens))}",
                 bytes(o.payload),
             ]
         args += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
@@ -603,7 +338,7 @@ class RedisStore(Store):
         )
         status = int(res[0])
         if status == 0:
-            return ReportResult(accepted=False, reason=_s(res[1]))
+            return ReportResult(accepted=False, reason=text(res[1]))
         if status == -1:
             j = int(res[1])
             raise InvalidArgument(
@@ -633,19 +368,19 @@ class RedisStore(Store):
             self._keys["requests:due"],
             self.key(f"parts:{lease_id}"),
         ]
-        res = await self._run("renew", keys, [_f(now), lease_id, worker_id, _f(now + lease_timeout_s)])
+        res = await self._run("renew", keys, [float_arg(now), lease_id, worker_id, float_arg(now + lease_timeout_s)])
         status = int(res[0])
         if status == 0:
-            raise renew_refusal(lease_id, _s(res[1]))
+            raise renew_refusal(lease_id, text(res[1]))
         if status == -1:
-            raise renew_refusal(lease_id, "another worker", worker_id, _s(res[1]))
+            raise renew_refusal(lease_id, "another worker", worker_id, text(res[1]))
         return Renewal(float(res[1]), int(res[2]))
 
     async def _expire_leases(self, limit: int) -> int:
         if limit < 1:
             return 0
         keys = self._state_keys + [self._keys["owners"]]
-        return int(await self._run("expire", keys, [_f(self.clock()), limit, _f(TOMBSTONE_TTL_S)]))
+        return int(await self._run("expire", keys, [float_arg(self.clock()), limit, float_arg(TOMBSTONE_TTL_S)]))
 
     # -- trajectory queue -----------------------------------------------------------------
     async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]:
@@ -666,10 +401,10 @@ class RedisStore(Store):
         w = None
         if watch:
             idle_ms = int(res[-1])
-            w = QueueWatch(_s(res[-2]), idle_ms / 1000.0 if idle_ms >= 0 else math.inf)
+            w = QueueWatch(text(res[-2]), idle_ms / 1000.0 if idle_ms >= 0 else math.inf)
             res = res[:-2]
         out = [
-            Delivery(group_id=_s(res[i]), payload=bytes(res[i + 1]), delivery_count=int(res[i + 2]))
+            Delivery(group_id=text(res[i]), payload=bytes(res[i + 1]), delivery_count=int(res[i + 2]))
             for i in range(0, len(res), 3)
         ]
         return out, w
@@ -727,7 +462,7 @@ class RedisStore(Store):
     # -- policy ---------------------------------------------------------------------------
     async def _publish(self, version: int, weights_uri: str) -> tuple[int, str]:
         res = await self._run("publish", [self._keys["policy"]], [version, weights_uri])
-        status, cur_v, cur_uri = int(res[0]), int(res[1]), _s(res[2])
+        status, cur_v, cur_uri = int(res[0]), int(res[1]), text(res[2])
         if status == 1:
             raise FailedPrecondition(
                 f"policy version {version} is lower than the current version {cur_v}; versions never go back"
@@ -742,7 +477,7 @@ class RedisStore(Store):
     async def policy(self) -> tuple[int, str]:
         """The current (policy_version, weights_uri); (0, "") before the first publish."""
         v, uri = await self._do(self._r.hmget(self._keys["policy"], "version", "uri"))
-        return int(v or 0), _s(uri)
+        return int(v or 0), text(uri)
 
     # -- inspection -----------------------------------------------------------------------
     async def _queue_counts(self) -> tuple[int, int]:
@@ -784,12 +519,12 @@ class RedisStore(Store):
             p.hmget(k["policy"], "version", "uri")
             p.hlen(k["quarantine"])
             for i in range(histogram_buckets):
-                hi = _f(edges[i + 1]) if i == histogram_buckets - 1 else "(" + _f(edges[i + 1])
-                p.zcount(k["heap"], _f(edges[i]) if i else "-inf", hi)
+                hi = float_arg(edges[i + 1]) if i == histogram_buckets - 1 else "(" + float_arg(edges[i + 1])
+                p.zcount(k["heap"], float_arg(edges[i]) if i else "-inf", hi)
 
         res = await self._pipe(fill)
         problems, heap, solved, unsolved, leases, counters, (ver, uri), quarantined = res[:8]
-        c = {_s(a): _s(b) for a, b in counters.items()}
+        c = {text(a): text(b) for a, b in counters.items()}
         if "problems_seen" not in c and int(problems):  # a namespace older than the counter: count once
             c["problems_seen"] = await self._run("seen", [k["counters"], k["stats"]], [])
         queue_depth, pending = await self._queue_counts()
@@ -803,7 +538,7 @@ class RedisStore(Store):
             quarantined=int(quarantined),
             step=int(c.get("step", 0)),
             policy_version=int(ver or 0),
-            weights_uri=_s(uri),
+            weights_uri=text(uri),
             priority_histogram=[int(x) for x in res[8:]],
             priority_bucket_edges=edges,
             reward_sum=float(c.get("reward_sum", 0.0)),
@@ -824,9 +559,9 @@ class RedisStore(Store):
         )
         if stats_value is None or record is None:
             raise NotFound(f"problem {problem_id!r} is not registered; register it first (RegisterProblems)")
-        stats, pool, score = _parse_stats(stats_value)
+        stats, pool, score = parse_stats(stats_value)
         return ProblemState(
-            problem=_decode_problem(problem_id, record),
+            problem=decode_problem(problem_id, record),
             stats=stats,
             pool=pool,
             score=score,
@@ -846,17 +581,17 @@ class RedisStore(Store):
         )
         problems = {}
         for pid, value in stats.items():
-            st, pool, score = _parse_stats(value)
-            problems[_s(pid)] = (int(pool), st.n, st.s1, st.s2, score)
-        c = {_s(a): _s(b) for a, b in counters.items()}
+            st, pool, score = parse_stats(value)
+            problems[text(pid)] = (int(pool), st.n, st.s1, st.s2, score)
+        c = {text(a): text(b) for a, b in counters.items()}
         out_counters: dict[str, float | int] = {name: int(c.get(name, 0)) for name in _INT_COUNTERS}
         out_counters["reward_sum"] = float(c.get("reward_sum", 0.0))
-        lease_lists = sorted(sorted(member_id(f) for f in _s(rec).split("\t")[2::3]) for rec in leases)
+        lease_lists = sorted(sorted(member_id(f) for f in text(rec).split("\t")[2::3]) for rec in leases)
         return {
             "problems": problems,
             "counters": out_counters,
             "step": int(c.get("step", 0)),
-            "policy": (int(step_policy[0] or 0), _s(step_policy[1])),
+            "policy": (int(step_policy[0] or 0), text(step_policy[1])),
             "leases": lease_lists,
             "queue": await self._undelivered(),
         }
@@ -866,36 +601,6 @@ class RedisStore(Store):
         if not await self._do(self._r.exists(k)):
             return []
         groups = await self._do(self._r.xinfo_groups(k))
-        last = next(_s(g["last-delivered-id"]) for g in groups if _s(g["name"]) == CONSUMER_GROUP)
+        last = next(text(g["last-delivered-id"]) for g in groups if text(g["name"]) == CONSUMER_GROUP)
         entries = await self._do(self._r.xrange(k, min="(" + last, max="+"))
         return [bytes(fields[b"p"]) for _, fields in entries]
-
-    # -- lifecycle ------------------------------------------------------------------------
-    async def healthy(self) -> bool:
-        """True when Redis accepts a write: a small ``SET`` with a 60 s expiry (key ``health``).
-
-        PING alone answers while Redis refuses every write (out of memory, a read-only
-        replica), so the probe writes; the reason of a failure is logged once per change.
-        """
-        try:
-            if self._replication.min_replica_acks:
-                _, acks = await self._pipe(
-                    lambda p: (p.set(self._keys["health"], _f(self.clock()), px=60_000), self._wait(p)), transaction=False
-                )
-                self._check_acks("the health probe", acks)
-            else:
-                await self._do(self._r.set(self._keys["health"], _f(self.clock()), px=60_000))
-        except PrioreplayError as e:
-            reason = str(e)
-            if reason != self._health_error:
-                log.warning("store health check failed: %s", reason)
-            self._health_error = reason
-            return False
-        if self._health_error:
-            log.info("Redis at %s accepts writes again", self.redacted_url)
-        self._health_error = ""
-        return True
-
-    async def close(self) -> None:
-        """Close the connection pool (and the connections to the sentinels)."""
-        await self._connection.aclose()
