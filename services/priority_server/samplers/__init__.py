@@ -57,7 +57,7 @@ This package imports only the standard library and :mod:`prioreplay.rules`, so c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from prioreplay.priority_server.samplers.base import (
     MemorySampler,
@@ -144,6 +144,19 @@ class SamplerSpec:
     lua_branch: str | None
     help: str
     probes: bool = False
+    #: Its parameters: {name in the Lua branch: field of :class:`StoreConfig`} (sent as JSON).
+    lua_params: tuple[tuple[str, str], ...] = ()
+
+    def lua_args(self, config: Any) -> dict[str, Any]:
+        """The JSON argument ``sampler`` of ``sample.lua``: ``name`` (the branch) and the sampler's
+        parameters from ``config`` (a :class:`StoreConfig`), plus the probe flags of its memory twin."""
+        out: dict[str, Any] = {"name": self.lua_branch}
+        out.update({lua: getattr(config, field) for lua, field in self.lua_params})
+        if self.probes:
+            out["probe_size"] = config.probe_size
+        out["probe_unseen"] = bool(getattr(self.memory, "probe_unseen", False))
+        out["probe_retests"] = bool(getattr(self.memory, "probe_retests", False))
+        return out
 
 
 SAMPLERS: dict[str, SamplerSpec] = {
@@ -158,7 +171,13 @@ SAMPLERS: dict[str, SamplerSpec] = {
             help="deterministic top-B by priority (the paper)",
         ),
         SamplerSpec(
-            "weighted", WeightedSampler, uses_rng=True, retests=True, lua_branch="weighted", help="draws ∝ priority^alpha"
+            "weighted",
+            WeightedSampler,
+            uses_rng=True,
+            retests=True,
+            lua_branch="weighted",
+            help="draws ∝ priority^alpha",
+            lua_params=(("alpha", "alpha"),),
         ),
         SamplerSpec(
             "uniform",
@@ -174,6 +193,7 @@ SAMPLERS: dict[str, SamplerSpec] = {
             uses_rng=True,
             retests=True,
             lua_branch="gumbel",
+            lua_params=(("temperature", "gumbel_temperature"),),
             help="Gumbel-top-k over the top 4B of the heap, temperature T",
         ),
         SamplerSpec(
@@ -182,6 +202,7 @@ SAMPLERS: dict[str, SamplerSpec] = {
             uses_rng=False,
             retests=True,
             lua_branch="posterior",
+            lua_params=(("decay", "posterior_decay"), ("prior", "posterior_prior")),
             help="heap top; retests by the step-decayed Beta posterior (MoPPS)",
         ),
         SamplerSpec(
@@ -216,6 +237,7 @@ SAMPLERS: dict[str, SamplerSpec] = {
             uses_rng=False,
             retests=True,
             lua_branch="screened-posterior",
+            lua_params=(("decay", "posterior_decay"), ("prior", "posterior_prior")),
             help="screened probes + posterior retests",
             probes=True,
         ),
@@ -233,6 +255,7 @@ SAMPLERS: dict[str, SamplerSpec] = {
             uses_rng=False,
             retests=True,
             lua_branch="knapsack",
+            lua_params=(("mean_group_size", "mean_group_size"), ("max_group_size", "max_group_size")),
             help="heap + retests; group size per problem by expected signal per token, budget mean_group_size x E[tokens] each",
             probes=True,
         ),

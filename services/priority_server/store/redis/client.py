@@ -17,7 +17,7 @@ from prioreplay.priority_server.config import NAMESPACE_RE, ReplicationSettings,
 from prioreplay.priority_server.store.base import Store
 from prioreplay.priority_server.store.redis.connection import RedisConnection
 from prioreplay.priority_server.store.redis.errors import store_error
-from prioreplay.priority_server.store.redis.keys import KEY_NAMES, STATE_KEYS, float_arg, redis_key
+from prioreplay.priority_server.store.redis.keys import KEY_NAMES, float_arg, redis_key
 from prioreplay.priority_server.store.redis.scripts import SCRIPTS, WAITED_SCRIPTS
 from prioreplay.problems import MAX_NAME_BYTES
 from prioreplay.redact import redact_url
@@ -53,7 +53,6 @@ class RedisClient(Store):
         self._replication = replication or ReplicationSettings()
         self._scripts = {name: self._r.register_script(src) for name, src in SCRIPTS.items()}
         self._keys = {name: self.key(name) for name in KEY_NAMES}
-        self._state_keys = [self._keys[n] for n in STATE_KEYS]
         self._health_error = ""
 
     def key(self, name: str) -> str:

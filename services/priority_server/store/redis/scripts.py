@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from prioreplay.priority_server.store.redis.keys import STATE_KEYS
 
 #: The folder of the Lua files (shipped as package data).
 LUA_DIR = Path(__file__).with_name("lua")
@@ -14,6 +19,90 @@ SCRIPT_NAMES = ("register", "sample", "report", "renew", "expire", "publish", "p
 #: that lease is answered ``unknown lease``, the problems are leased again. A lost renewal leaves the
 #: earlier deadline: the next renewal moves it again, or the lease expires as if its holder had died.)
 WAITED_SCRIPTS = frozenset({"register", "report", "publish", "ack"})
+
+
+@dataclass(frozen=True)
+class ScriptArgs:
+    """The arguments of one script, declared once: its KEYS and ARGV by name, in order.
+
+    The Lua file's header comment lists the same names (``-- KEYS[i]  name`` and ``-- ARGV[i]  name``
+    lines; ``-- ARGV[i...]  name`` for a variadic tail); ``tests/unit/test_lua_headers.py`` checks
+    the two lists against each other, so an argument added on one side only fails a unit test.
+
+    Attributes:
+        name: the script, ``lua/<name>.lua``.
+        keys: its KEYS, each a key name of :data:`.keys.KEY_NAMES` (or ``parts``: ``parts:<lease id>``).
+        argv: its ARGV, by position (at most :data:`MAX_ARGV`).
+        rest: the name of a variadic tail after ``argv`` ("" for none).
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    argv: tuple[str, ...]
+    rest: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.argv) > MAX_ARGV:
+            raise ValueError(f"{self.name}.lua declares {len(self.argv)} positional ARGV, more than {MAX_ARGV}; pass a JSON one")
+
+    def key_list(self, keys: Mapping[str, str]) -> list[str]:
+        """The KEYS of a call: ``keys[name]`` for each declared key name, in order.
+
+        Raises:
+            KeyError: a declared key missing from ``keys``.
+        """
+        return [keys[n] for n in self.keys]
+
+    def arg_list(self, rest: Sequence[Any] = (), **values: Any) -> list[Any]:
+        """The ARGV of a call: the declared names' values in order, then ``rest`` (the variadic tail).
+
+        Raises:
+            TypeError: a declared argument missing, one not declared given, or a tail for a script without one.
+        """
+        missing, extra = set(self.argv) - set(values), set(values) - set(self.argv)
+        if missing or extra or (rest and not self.rest):
+            raise TypeError(
+                f"{self.name}.lua takes ARGV {list(self.argv)}{' + ' + self.rest if self.rest else ''}; "
+                f"missing {sorted(missing)}, not declared {sorted(extra)}"
+            )
+        return [values[n] for n in self.argv] + list(rest)
+
+
+#: Positional ARGV a script may declare; more parameters travel as one JSON argument.
+MAX_ARGV = 10
+
+#: Every script's arguments (the Lua headers say the same: tests/unit/test_lua_headers.py).
+SCRIPT_ARGS = {
+    a.name: a
+    for a in (
+        ScriptArgs(
+            "register",
+            ("stats", "heap", "problems", "solved", "unsolved", "quarantine"),
+            ("initial", "priority", "chunk", "replace"),
+        ),
+        ScriptArgs(
+            "sample",
+            (*STATE_KEYS, "problems", "policy", "requests", "requests:due", "tokens", "owners"),
+            ("now", "batch_size", "deadline", "lease_id", "expected_step", "seed32", "request_id", "worker_id", "run", "sampler"),
+        ),
+        ScriptArgs(
+            "report",
+            (*STATE_KEYS, "stream", "parts", "quarantine", "tokens", "policy", "owners"),
+            ("now", "lease_id", "more_parts", "group", "run", "n_outcomes"),
+            rest="outcomes",
+        ),
+        ScriptArgs(
+            "renew",
+            (*STATE_KEYS, "owners", "requests", "requests:due", "parts"),
+            ("now", "lease_id", "worker_id", "deadline"),
+        ),
+        ScriptArgs("expire", (*STATE_KEYS, "owners"), ("now", "limit")),
+        ScriptArgs("publish", ("policy",), ("version", "uri")),
+        ScriptArgs("pull", ("stream",), ("group", "consumer", "max", "own", "min_idle_ms", "watch")),
+        ScriptArgs("ack", ("stream", "counters"), ("group",), rest="group_ids"),
+        ScriptArgs("seen", ("counters", "stats"), ()),
+    )
+}
 
 
 def lua_library() -> str:

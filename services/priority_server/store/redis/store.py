@@ -62,10 +62,13 @@ from prioreplay.priority_server.store.records import (
 )
 from prioreplay.priority_server.store.redis.client import RedisClient
 from prioreplay.priority_server.store.redis.keys import decode_problem, encode_problem, float_arg, parse_stats, text
+from prioreplay.priority_server.store.redis.scripts import SCRIPT_ARGS
 from prioreplay.priority_server.store.snapshot import COUNTER_NAMES
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool
 
+REGISTER, SAMPLE, REPORT, RENEW = (SCRIPT_ARGS[n] for n in ("register", "sample", "report", "renew"))
+EXPIRE, PULL, ACK, PUBLISH, SEEN = (SCRIPT_ARGS[n] for n in ("expire", "pull", "ack", "publish", "seen"))
 #: Problems per register script call.
 REGISTER_CHUNK = 2000
 #: Consumer group of the trajectory stream.
@@ -121,13 +124,17 @@ class RedisStore(RedisClient):
         self._step_hint: int | None = None
         p = config.params
         self._bands = config.bands
-        self._params_args = [
-            float_arg(p.decay),
-            float_arg(p.prior_alpha),
-            float_arg(p.prior_beta),
-            float_arg(self._bands.solved_at),
-            float_arg(self._bands.unsolved_at),
-        ]
+        self._report_run = json.dumps(
+            {
+                "decay": p.decay,
+                "prior_alpha": p.prior_alpha,
+                "prior_beta": p.prior_beta,
+                "solved_at": self._bands.solved_at,
+                "unsolved_at": self._bands.unsolved_at,
+                "retest_versions": config.retest_versions,
+            }
+        )
+        self._sampler_arg = json.dumps(self._sampler.lua_args(config))
         self._initial_priority = rules.priority(rules.Stats(), p)
         self._blocked_pulls = asyncio.Semaphore(MAX_BLOCKED_PULLS)
 
@@ -146,16 +153,9 @@ class RedisStore(RedisClient):
 
     async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
         seed = self.config.seed
-        keys = [
-            self._keys["stats"],
-            self._keys["heap"],
-            self._keys["problems"],
-            self._keys["solved"],
-            self._keys["unsolved"],
-            self._keys["quarantine"],
-        ]
+        keys = REGISTER.key_list(self._keys)
         prio = float_arg(self._initial_priority)
-        head = [f"0 0 0 {int(Pool.HEAP)} {prio}", prio]
+        initial = f"0 0 0 {int(Pool.HEAP)} {prio}"
         script = self._scripts["register"]
         if not replace and len(problems) > REGISTER_CHUNK:
             await self._refuse_clashes(problems)  # each script checks its own chunk; the call is several
@@ -165,7 +165,11 @@ class RedisStore(RedisClient):
                 chunk = "\n".join(
                     f"{p.id}\t{tie_member(p.id, seed)}\t{encode_problem(p)}" for p in problems[start : start + REGISTER_CHUNK]
                 )
-                await script(keys=keys, args=[*head, chunk, int(replace)], client=pipe)
+                await script(
+                    keys=keys,
+                    args=REGISTER.arg_list(initial=initial, priority=prio, chunk=chunk, replace=int(replace)),
+                    client=pipe,
+                )
             pipe.hlen(self._keys["problems"])
             if self._replication.min_replica_acks:
                 self._wait(pipe)
@@ -196,14 +200,18 @@ class RedisStore(RedisClient):
         deadline = now + lease_timeout_s
         lease_id = secrets.token_hex(16)
         rate = batch_size * cfg.retest_fraction if self._sampler.retests else 0.0  # samplers.retest_quota, in Lua
-        keys = self._state_keys + [
-            self._keys["problems"],
-            self._keys["policy"],
-            self._keys["requests"],
-            self._keys["requests:due"],
-            self._keys["tokens"],
-            self._keys["owners"],
-        ]
+        keys = SAMPLE.key_list(self._keys)
+        run = json.dumps(
+            {
+                "retest_rate": rate,
+                "interval": cfg.retest_interval,
+                "expire_limit": EXPIRE_LIMIT,
+                "tomb_ttl": TOMBSTONE_TTL_S,
+                "prior_alpha": cfg.params.prior_alpha,
+                "prior_beta": cfg.params.prior_beta,
+                "retest_versions": cfg.retest_versions,
+            }
+        )
         for _ in range(STEP_RETRIES):
             expected, seed32 = -1, 1
             if self._sampler.uses_rng:
@@ -214,33 +222,18 @@ class RedisStore(RedisClient):
             res = await self._run(
                 "sample",
                 keys,
-                [
-                    float_arg(now),
-                    batch_size,
-                    float_arg(deadline),
-                    lease_id,
-                    self._sampler.lua_branch,
-                    float_arg(rate),
-                    cfg.retest_interval,
-                    float_arg(cfg.alpha),
-                    expected,
-                    seed32,
-                    EXPIRE_LIMIT,
-                    float_arg(TOMBSTONE_TTL_S),
-                    float_arg(cfg.gumbel_temperature),
-                    float_arg(cfg.posterior_decay),
-                    float_arg(cfg.posterior_prior),
-                    cfg.probe_size,
-                    int(getattr(self._sampler.memory, "probe_unseen", False)),
-                    int(getattr(self._sampler.memory, "probe_retests", False)),
-                    request_id,
-                    cfg.mean_group_size,
-                    cfg.max_group_size,
-                    float_arg(cfg.params.prior_alpha),
-                    float_arg(cfg.params.prior_beta),
-                    cfg.retest_versions,
-                    worker_id,
-                ],
+                SAMPLE.arg_list(
+                    now=float_arg(now),
+                    batch_size=batch_size,
+                    deadline=float_arg(deadline),
+                    lease_id=lease_id,
+                    expected_step=expected,
+                    seed32=seed32,
+                    request_id=request_id,
+                    worker_id=worker_id,
+                    run=run,
+                    sampler=self._sampler_arg,
+                ),
             )
             if res[0] == b"SAME":  # a retried request: its live lease again
                 lease_id, deadline = text(res[-2]), float(res[-1])
@@ -299,15 +292,7 @@ class RedisStore(RedisClient):
         self, lease_id: str, outcomes: list[GroupOutcome], unservable: Sequence[str] = (), more_parts: bool = False
     ) -> ReportResult:
         seed = self.config.seed
-        args: list[Any] = [
-            float_arg(self.clock()),
-            lease_id,
-            int(more_parts),
-            CONSUMER_GROUP,
-            *self._params_args,
-            self.config.retest_versions,
-            len(outcomes),
-        ]
+        rest: list[Any] = []
         kinds = []
         for o in outcomes:
             rewards = [float(r) for r in o.rewards]
@@ -317,25 +302,22 @@ class RedisStore(RedisClient):
             # solved / unsolved pool: send whether it would be one
             forgetting = rules.is_forgetting(Pool.SOLVED, rewards, self._bands)
             breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards, self._bands)
-            args += [
+            rest += [
                 f"{tie_member(o.problem_id, seed)}\t{kinds[-1].value}\t{len(rewards)}\t"
                 f"{float_arg(sr)}\t{float_arg(sq)}\t{int(forgetting)}\t{int(breakthrough)}\t{max(0, int(o.completion_tokens))}",
                 bytes(o.payload),
             ]
-        args += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
-        res = await self._run(
-            "report",
-            self._state_keys
-            + [
-                self._keys["stream"],
-                self.key(f"parts:{lease_id}"),
-                self._keys["quarantine"],
-                self._keys["tokens"],
-                self._keys["policy"],
-                self._keys["owners"],
-            ],
-            args,
+        rest += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
+        args = REPORT.arg_list(
+            rest,
+            now=float_arg(self.clock()),
+            lease_id=lease_id,
+            more_parts=int(more_parts),
+            group=CONSUMER_GROUP,
+            run=self._report_run,
+            n_outcomes=len(outcomes),
         )
+        res = await self._run("report", REPORT.key_list({**self._keys, "parts": self.key(f"parts:{lease_id}")}), args)
         status = int(res[0])
         if status == 0:
             return ReportResult(accepted=False, reason=text(res[1]))
@@ -362,13 +344,11 @@ class RedisStore(RedisClient):
 
     async def _renew(self, lease_id: str, worker_id: str, lease_timeout_s: float) -> Renewal:
         now = float(self.clock())
-        keys = self._state_keys + [
-            self._keys["owners"],
-            self._keys["requests"],
-            self._keys["requests:due"],
-            self.key(f"parts:{lease_id}"),
-        ]
-        res = await self._run("renew", keys, [float_arg(now), lease_id, worker_id, float_arg(now + lease_timeout_s)])
+        keys = RENEW.key_list({**self._keys, "parts": self.key(f"parts:{lease_id}")})
+        args = RENEW.arg_list(
+            now=float_arg(now), lease_id=lease_id, worker_id=worker_id, deadline=float_arg(now + lease_timeout_s)
+        )
+        res = await self._run("renew", keys, args)
         status = int(res[0])
         if status == 0:
             raise renew_refusal(lease_id, text(res[1]))
@@ -379,8 +359,8 @@ class RedisStore(RedisClient):
     async def _expire_leases(self, limit: int) -> int:
         if limit < 1:
             return 0
-        keys = self._state_keys + [self._keys["owners"]]
-        return int(await self._run("expire", keys, [float_arg(self.clock()), limit, float_arg(TOMBSTONE_TTL_S)]))
+        args = EXPIRE.arg_list(now=float_arg(self.clock()), limit=limit)
+        return int(await self._run("expire", EXPIRE.key_list(self._keys), args))
 
     # -- trajectory queue -----------------------------------------------------------------
     async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]:
@@ -396,8 +376,15 @@ class RedisStore(RedisClient):
     ) -> tuple[list[Delivery], QueueWatch | None]:
         """pull.lua; with ``watch``, also the stream id and idle time a waiting pull blocks on."""
         min_idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000)))
-        args = [CONSUMER_GROUP, consumer, max_groups, int(include_own_pending), min_idle_ms, int(watch)]
-        res = await self._run("pull", [self._keys["stream"]], args)
+        args = PULL.arg_list(
+            group=CONSUMER_GROUP,
+            consumer=consumer,
+            max=max_groups,
+            own=int(include_own_pending),
+            min_idle_ms=min_idle_ms,
+            watch=int(watch),
+        )
+        res = await self._run("pull", PULL.key_list(self._keys), args)
         w = None
         if watch:
             idle_ms = int(res[-1])
@@ -457,11 +444,11 @@ class RedisStore(RedisClient):
         ids = [g for g in group_ids if _STREAM_ID_RE.match(g)]
         if not ids:
             return 0
-        return int(await self._run("ack", [self._keys["stream"], self._keys["counters"]], [CONSUMER_GROUP, *ids]))
+        return int(await self._run("ack", ACK.key_list(self._keys), ACK.arg_list(ids, group=CONSUMER_GROUP)))
 
     # -- policy ---------------------------------------------------------------------------
     async def _publish(self, version: int, weights_uri: str) -> tuple[int, str]:
-        res = await self._run("publish", [self._keys["policy"]], [version, weights_uri])
+        res = await self._run("publish", PUBLISH.key_list(self._keys), PUBLISH.arg_list(version=version, uri=weights_uri))
         status, cur_v, cur_uri = int(res[0]), int(res[1]), text(res[2])
         if status == 1:
             raise FailedPrecondition(
@@ -526,7 +513,7 @@ class RedisStore(RedisClient):
         problems, heap, solved, unsolved, leases, counters, (ver, uri), quarantined = res[:8]
         c = {text(a): text(b) for a, b in counters.items()}
         if "problems_seen" not in c and int(problems):  # a namespace older than the counter: count once
-            c["problems_seen"] = await self._run("seen", [k["counters"], k["stats"]], [])
+            c["problems_seen"] = await self._run("seen", SEEN.key_list(k), [])
         queue_depth, pending = await self._queue_counts()
         return StoreStats(
             problems=int(problems),

@@ -2,7 +2,7 @@
 -- KEYS[1]  stream       stream trajectory groups
 -- KEYS[2]  counters     hash   StoreStats counters (groups_acked)
 -- ARGV[1]  group        consumer group name
--- then the group ids (distinct). An id that is not pending (unknown, never delivered,
+-- ARGV[2...] group_ids  the group ids (distinct). An id that is not pending (unknown, never delivered,
 -- already acknowledged or malformed) is left alone and not counted.
 -- Returns the number acknowledged.
 local acked = 0

@@ -6,12 +6,12 @@
 -- KEYS[5]  leases       hash   lease id -> lease record
 -- KEYS[6]  deadlines    zset   lease id by deadline
 -- KEYS[7]  counters     hash   StoreStats counters (lease_expiries)
--- KEYS[8]  tomb_reported zset  lease id -> time reported
--- KEYS[9]  tomb_expired zset   lease id -> time expired
+-- KEYS[8]  tomb:reported zset  lease id -> time reported
+-- KEYS[9]  tomb:expired zset    lease id -> time expired
 -- KEYS[10] owners       hash   lease id -> JSON [worker id, request id] (dropped with the lease)
 -- ARGV[1]  now          unix seconds from the store's clock
 -- ARGV[2]  limit        leases expired at most, oldest deadline first
--- ARGV[3]  unused       (tombstones are trimmed by sample.lua only, as in the memory store)
+-- (tombstones are trimmed by sample.lua only, as in the memory store)
 -- Returns the number of leases expired.
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],

@@ -6,8 +6,8 @@
 -- KEYS[5]  leases       hash   lease id -> lease record
 -- KEYS[6]  deadlines    zset   lease id by deadline
 -- KEYS[7]  counters     hash   StoreStats counters (lease_expiries)
--- KEYS[8]  tomb_reported zset  lease id -> time reported
--- KEYS[9]  tomb_expired zset   lease id -> time expired
+-- KEYS[8]  tomb:reported zset  lease id -> time reported
+-- KEYS[9]  tomb:expired zset    lease id -> time expired
 -- KEYS[10] owners       hash   lease id -> JSON [worker id, request id] (absent: both "")
 -- KEYS[11] requests     hash   request id -> "lease id\t..." (the lease a sample with that id made)
 -- KEYS[12] requests:due zset   score = that lease's deadline, member = request id

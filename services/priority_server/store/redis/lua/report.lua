@@ -1,42 +1,39 @@
 -- report.lua: apply a lease's outcomes (store.py docstring, "report").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member
--- KEYS[3]  solved       zset   score = last tested step (policy version with ARGV[10] > 0)
--- KEYS[4]  unsolved     zset   score = last tested step (policy version with ARGV[10] > 0)
+-- KEYS[3]  solved       zset   score = last tested step (policy version with run.retest_versions > 0)
+-- KEYS[4]  unsolved     zset   score = last tested step (policy version with run.retest_versions > 0)
 -- KEYS[5]  leases       hash   lease id -> lease record
 -- KEYS[6]  deadlines    zset   lease id by deadline
 -- KEYS[7]  counters     hash   StoreStats counters
--- KEYS[8]  tomb_reported zset  lease id -> time reported (unix s, injected clock)
--- KEYS[9]  tomb_expired zset   lease id -> time expired
+-- KEYS[8]  tomb:reported zset  lease id -> time reported (unix s, injected clock)
+-- KEYS[9]  tomb:expired zset    lease id -> time expired
 -- KEYS[10] stream       stream trajectory groups (field "p" = payload)
 -- KEYS[11] parts        set    members of this lease reported by earlier parts (expires a day
 --                              after the lease's deadline)
 -- KEYS[12] quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
 -- KEYS[13] tokens       hash   id -> "completions tokens" (decayed sums of reports with token ids)
--- KEYS[14] policy       hash   version, uri (the pools' clock with ARGV[10] > 0)
+-- KEYS[14] policy       hash   version, uri (the pools' clock with run.retest_versions > 0)
 -- KEYS[15] owners       hash   lease id -> JSON [worker id, request id] (dropped when the lease ends)
 -- ARGV[1]  now          unix seconds from the store's clock
 -- ARGV[2]  lease_id
 -- ARGV[3]  more_parts   '1': a part; the lease stays live for the problems not yet reported, each
 --                       problem is applied at most once over all parts; '0': the last (or only) part
 -- ARGV[4]  group        consumer group name of the stream
--- ARGV[5]  decay        lambda
--- ARGV[6]  prior_alpha
--- ARGV[7]  prior_beta
--- ARGV[8]  solved_at    rules.PoolBands.solved_at (1: all-correct only)
--- ARGV[9]  unsolved_at  rules.PoolBands.unsolved_at (0: all-wrong only)
--- ARGV[10] retest_versions  0: a pooled problem's score is the lease's step; k >= 1: the current
---                       policy version (rules.pool_score)
--- ARGV[11] n_outcomes
--- then 2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
---   ARGV[12 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough\ttokens" with kind one of
---                  mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
---                  repr strings), the two flags 0/1 (rules.is_forgetting / is_breakthrough from a pool, with the bands),
---                  tokens = the group's completion tokens (0: none sent, the token sums stay)
---   ARGV[13 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
+-- ARGV[5]  run          JSON of the run's settings (scripts.report_run): decay (lambda), prior_alpha,
+--                       prior_beta, solved_at / unsolved_at (rules.PoolBands: 1 / 0 = all-correct /
+--                       all-wrong only), retest_versions (0: a pooled problem's score is the lease's
+--                       step; k >= 1: the current policy version, rules.pool_score)
+-- ARGV[6]  n_outcomes
+-- ARGV[7...] outcomes  2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
+--   ARGV[7 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough\ttokens" with kind one of
+--                 mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
+--                 repr strings), the two flags 0/1 (rules.is_forgetting / is_breakthrough from a pool, with the bands),
+--                 tokens = the group's completion tokens (0: none sent, the token sums stay)
+--   ARGV[8 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
 -- Outcomes for members reported by an earlier part are skipped (counted in the reply).
--- then ARGV[12 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
---   (problems to quarantine: pool 5, score kept, their home pool in KEYS[12]).
+-- then ARGV[7 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
+--   (problems to quarantine: stats pool 5 = rules.Pool.QUARANTINED, score kept, their home pool in KEYS[12]).
 -- Returns {0, reason} when the lease is not live (late_reports += 1; a due lease is expired);
 -- {-1, index} when outcome #index (0-based) names a problem not in the lease (nothing changed);
 -- {-2, index} when unservable #index names a problem not in the lease (nothing changed);
@@ -68,10 +65,10 @@ end
 -- membership: member -> {source, score}
 local leased = {}
 for i = 3, #f, 3 do leased[f[i]] = { f[i + 1], f[i + 2] } end
-local n_out = tonumber(ARGV[11])
+local n_out = tonumber(ARGV[6])
 local outs, skip, skipped = {}, {}, 0
 for j = 0, n_out - 1 do
-  local o = split_tabs(ARGV[12 + 2 * j])
+  local o = split_tabs(ARGV[7 + 2 * j])
   if not leased[o[1]] then
     if redis.call('SISMEMBER', k.parts, o[1]) == 0 then return { -1, j } end
     skip[j] = true  -- reported by an earlier part: applied once only
@@ -79,17 +76,18 @@ for j = 0, n_out - 1 do
   end
   outs[j] = o
 end
-local q_base = 12 + 2 * n_out
+local q_base = 7 + 2 * n_out
 local n_q = tonumber(ARGV[q_base] or '0')
 for j = 1, n_q do
   if not leased[ARGV[q_base + j]] then return { -2, j - 1 } end
 end
 
-local lam, pa, pb = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local solved_at, unsolved_at = tonumber(ARGV[8]), tonumber(ARGV[9])
+local run = cjson.decode(ARGV[5])
+local lam, pa, pb = run.decay, run.prior_alpha, run.prior_beta
+local solved_at, unsolved_at = run.solved_at, run.unsolved_at
 -- Python twin: rules.pool_score: the lease's step, or the current policy version
 local pool_score = f[1]
-if tonumber(ARGV[10]) > 0 then pool_score = redis.call('HGET', k.policy, 'version') or '0' end
+if run.retest_versions > 0 then pool_score = redis.call('HGET', k.policy, 'version') or '0' end
 local queued, filtered = 0, 0
 local completions = 0
 local kinds = { mixed = 0, all_correct = 0, all_wrong = 0, constant = 0 }
@@ -138,7 +136,7 @@ for j = 0, n_out - 1 do
   -- Python twins: rules.is_forgetting / rules.is_breakthrough (flags computed in Python)
   if source == '2' and o[6] == '1' then forgetting = forgetting + 1 end
   if source == '3' and o[7] == '1' then breakthroughs = breakthroughs + 1 end
-  if kind == 'mixed' and ARGV[13 + 2 * j] == '' then
+  if kind == 'mixed' and ARGV[8 + 2 * j] == '' then
     -- an empty payload: a rewards-only client, nothing to queue for the learner
   elseif kind == 'mixed' then
     if not stream_ready then
@@ -147,7 +145,7 @@ for j = 0, n_out - 1 do
       end
       stream_ready = true
     end
-    redis.call('XADD', k.stream, '*', 'p', ARGV[13 + 2 * j])
+    redis.call('XADD', k.stream, '*', 'p', ARGV[8 + 2 * j])
     queued = queued + 1
   else
     filtered = filtered + 1

@@ -3,13 +3,13 @@
 -- the lease.
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member
--- KEYS[3]  solved       zset   score = last tested step (policy version with ARGV[24] > 0)
--- KEYS[4]  unsolved     zset   score = last tested step (policy version with ARGV[24] > 0)
+-- KEYS[3]  solved       zset   score = last tested step (policy version with run.retest_versions > 0)
+-- KEYS[4]  unsolved     zset   score = last tested step (policy version with run.retest_versions > 0)
 -- KEYS[5]  leases       hash   lease id -> lease record
 -- KEYS[6]  deadlines    zset   score = lease deadline (unix s), member = lease id
 -- KEYS[7]  counters     hash   step and the StoreStats counters
--- KEYS[8]  tomb_reported zset  lease id -> time reported (unix s, injected clock)
--- KEYS[9]  tomb_expired zset   lease id -> time expired
+-- KEYS[8]  tomb:reported zset  lease id -> time reported (unix s, injected clock)
+-- KEYS[9]  tomb:expired zset    lease id -> time expired
 -- KEYS[10] problems     hash   id -> JSON [prompt, answer, verifier, metadata]
 -- KEYS[11] policy       hash   version, uri
 -- KEYS[12] requests     hash   request id -> "lease id\tmember\tgroup_size..." (the lease a sample with
@@ -23,31 +23,23 @@
 -- ARGV[2]  batch_size   B >= 1
 -- ARGV[3]  deadline     now + lease timeout, unix seconds
 -- ARGV[4]  lease_id     random 128-bit hex id
--- ARGV[5]  sampler      the sampler's branch (samplers.SAMPLERS[name].lua_branch): heap | weighted | uniform |
---                       gumbel | posterior | screened | screened-pools | screened-posterior |
---                       cost-aware | knapsack
--- ARGV[6]  retest_rate  f*B as a %.17g string (0 for a sampler without retests); quota as samplers.retest_quota
--- ARGV[7]  interval     retest_interval, batches
--- ARGV[8]  alpha        exponent of the weighted sampler
--- ARGV[9]  expected_step  the step the caller computed ARGV[10] for; -1: no RNG needed
--- ARGV[10] seed32       samplers.step_seed(seed, expected_step + 1)
--- ARGV[11] expire_limit leases expired at most (64)
--- ARGV[12] tomb_ttl     seconds tombstones are kept
--- ARGV[13] gumbel_temperature  T of the gumbel sampler
--- ARGV[14] posterior_decay  per-step evidence decay of the posterior retests
--- ARGV[15] posterior_prior  alpha0 = beta0 of the posterior retests
--- ARGV[16] probe_size   completions of a screening probe
--- ARGV[17] probe_unseen 1: heap problems never tested (n == 0) are probes (RetestThenHeap.probe_unseen)
--- ARGV[18] probe_retests 1: the retests R are probes (RetestThenHeap.probe_retests)
--- ARGV[19] request_id   "" or the request's id (store.py, "Retried requests")
--- ARGV[20] mean_group_size  G-bar of the knapsack sampler's budget
--- ARGV[21] max_group_size   largest group the knapsack sampler gives one problem
--- ARGV[22] prior_alpha  alpha0 of the statistics (the knapsack sampler's pass-rate estimate)
--- ARGV[23] prior_beta   beta0 of the statistics
--- ARGV[24] retest_versions  0: the pools' scores are steps (the paper); k >= 1: they are policy
---                       versions (rules.pool_score), the pools' clock is the current version and a
---                       problem is due k versions after its last test (ARGV[7] unused)
--- ARGV[25] worker_id    "" or the lease's holder, the one worker renew.lua accepts
+-- ARGV[5]  expected_step  the step the caller computed ARGV[6] for; -1: no RNG needed
+-- ARGV[6]  seed32       samplers.step_seed(seed, expected_step + 1)
+-- ARGV[7]  request_id   "" or the request's id (store.py, "Retried requests")
+-- ARGV[8]  worker_id    "" or the lease's holder, the one worker renew.lua accepts
+-- ARGV[9]  run          JSON of the run's settings (RedisStore._sample): retest_rate (f*B, 0 for a
+--                       sampler without retests; quota as samplers.retest_quota), interval
+--                       (retest_interval, batches), expire_limit (leases expired at most, 64),
+--                       tomb_ttl (seconds tombstones are kept), prior_alpha / prior_beta (alpha0 /
+--                       beta0 of the statistics), retest_versions (0: the pools' scores are steps,
+--                       the paper; k >= 1: policy versions, rules.pool_score: the pools' clock is the
+--                       current version and a problem is due k versions after its last test;
+--                       interval unused)
+-- ARGV[10] sampler      JSON of the sampler (samplers.SamplerSpec.lua_args): name (its branch,
+--                       one of `branches` below: heap | weighted | uniform | gumbel | posterior |
+--                       screened | screened-pools | screened-posterior | cost-aware | knapsack)
+--                       and its parameters (alpha, temperature, decay, prior, probe_size,
+--                       probe_unseen, probe_retests, mean_group_size, max_group_size)
 -- Returns {'SAME', lease step, version, uri, earliest deadline, n, then per problem: member, source,
 --  stats, problem JSON, group_size, then lease id, deadline} when request_id names a live lease (nothing
 -- changed); {'STEP', step} when expected_step is stale (nothing changed); otherwise
@@ -61,22 +53,15 @@ local sets = { k.heap, k.solved, k.unsolved }
 local now_s = ARGV[1]
 local now = tonumber(now_s)
 local B = tonumber(ARGV[2])
-local retest_rate = tonumber(ARGV[6])
-local interval = tonumber(ARGV[7])
-local alpha = tonumber(ARGV[8])
-local expected = tonumber(ARGV[9])
-local temperature = tonumber(ARGV[13])
-local pdecay = tonumber(ARGV[14])
-local pprior = tonumber(ARGV[15])
-local probe_size = tonumber(ARGV[16])
-local probe_unseen = ARGV[17] == '1'
-local probe_retests = ARGV[18] == '1'
+local expected = tonumber(ARGV[5])
+local request_id = ARGV[7]
+local run = cjson.decode(ARGV[9])
+local S = cjson.decode(ARGV[10])
+local retest_rate = run.retest_rate
+local interval = run.interval
+local pa, pb = run.prior_alpha, run.prior_beta
+local retest_versions = run.retest_versions
 local n_retests = 0  -- the first n_retests of `taken` are the retests R
-
-local request_id = ARGV[19]
-local mean_g, max_g = tonumber(ARGV[20]), tonumber(ARGV[21])
-local pa, pb = tonumber(ARGV[22]), tonumber(ARGV[23])
-local retest_versions = tonumber(ARGV[24] or '0')
 
 -- 0. a retried request whose lease is live gets that lease again (read only)
 if request_id ~= '' then
@@ -121,7 +106,7 @@ if retest_versions > 0 then
   interval = retest_versions
 end
 local quota = math.floor(retest_rate * step2) - math.floor(retest_rate * (step2 - 1))  -- samplers.retest_quota
-local rng = xs_new(tonumber(ARGV[10]))
+local rng = xs_new(tonumber(ARGV[6]))
 local taken = {}  -- {member, source, score}
 
 local function take(member, source, score)
@@ -155,9 +140,9 @@ end
 -- Python twin: samplers.posterior_variance, operation for operation (MoPPS, arXiv 2507.04632):
 -- expected p(1 - p) under Beta(prior + w*s1, prior + w*(n - s1)), w = decay^age.
 local function posterior_variance(n, s1, age)
-  local w = pdecay ^ age
-  local a = pprior + w * s1
-  local b = pprior + w * (n - s1)
+  local w = S.decay ^ age
+  local a = S.prior + w * s1
+  local b = S.prior + w * (n - s1)
   local t = a + b
   return a * b / (t * (t + 1.0))
 end
@@ -233,7 +218,7 @@ local function heap_weighted(want)
       local rank = math.min(math.floor(xs_random(rng) * size), size - 1)
       local e = redis.call('ZREVRANGE', k.heap, rank, rank, 'WITHSCORES')
       local u2 = xs_random(rng)
-      if u2 < (tonumber(e[2]) / 0.25) ^ alpha then chosen = e; break end
+      if u2 < (tonumber(e[2]) / 0.25) ^ S.alpha then chosen = e; break end
     end
     if chosen == nil then chosen = redis.call('ZREVRANGE', k.heap, 0, 0, 'WITHSCORES') end
     take(chosen[1], 1, chosen[2])
@@ -253,7 +238,7 @@ local function heap_gumbel(want)
     if u < 2.0 ^ -32 then u = 2.0 ^ -32 end
     local prio = tonumber(top[2 * r])
     if prio < 1e-12 then prio = 1e-12 end
-    keys[r] = { math.log(prio) / temperature - math.log(-math.log(u)), r }
+    keys[r] = { math.log(prio) / S.temperature - math.log(-math.log(u)), r }
   end
   table.sort(keys, function(a, b)
     if a[1] ~= b[1] then return a[1] > b[1] end
@@ -361,7 +346,7 @@ local function sample_knapsack()
   local costs = member_costs(members)
   local total = 0.0
   for x = 1, n_t do total = total + costs[x] end
-  local budget, spent = mean_g * total, 2 * total
+  local budget, spent = S.mean_group_size * total, 2 * total
   local sizes, h = {}, {}
   for x = 1, n_t do
     sizes[x] = 2
@@ -372,7 +357,7 @@ local function sample_knapsack()
     if spent + costs[x] <= budget then
       sizes[x] = sizes[x] + 1
       spent = spent + costs[x]
-      if sizes[x] < max_g then hpush(h, { group_signal_gain(rates[x], sizes[x]) / costs[x], x }) end
+      if sizes[x] < S.max_group_size then hpush(h, { group_signal_gain(rates[x], sizes[x]) / costs[x], x }) end
     end
   end
   for x = 1, n_t do taken[x][4] = sizes[x] end
@@ -411,16 +396,16 @@ local branches = {
   ['cost-aware'] = function() retests_then_heap(heap_cost_aware) end,
   knapsack = sample_knapsack,
 }
-local branch = branches[ARGV[5]]
+local branch = branches[S.name]
 if branch == nil then
-  return redis.error_reply('sample.lua has no branch ' .. tostring(ARGV[5]))  -- before any change
+  return redis.error_reply('sample.lua has no branch ' .. tostring(S.name))  -- before any change
 end
 
 -- 1. expire due leases
-expire_due(k, sets, now_s, tonumber(ARGV[11]))
-trim_tombstones(k, now, tonumber(ARGV[12]))
+expire_due(k, sets, now_s, run.expire_limit)
+trim_tombstones(k, now, run.tomb_ttl)
 if request_id ~= '' then  -- forget request ids whose lease deadline passed
-  local done = redis.call('ZRANGEBYSCORE', k.requests_due, '-inf', now_s, 'LIMIT', 0, tonumber(ARGV[11]))
+  local done = redis.call('ZRANGEBYSCORE', k.requests_due, '-inf', now_s, 'LIMIT', 0, run.expire_limit)
   for _, rid in ipairs(done) do
     redis.call('HDEL', k.requests, rid)
     redis.call('ZREM', k.requests_due, rid)
@@ -449,8 +434,8 @@ for x, t in ipairs(taken) do
   local st = redis.call('HGET', k.stats, id)
   local n, s1, s2 = split_stats(st)
   local gs = 0
-  if (probe_retests and x <= n_retests) or (probe_unseen and source == 1 and tonumber(n) == 0) then
-    gs = probe_size
+  if (S.probe_retests and x <= n_retests) or (S.probe_unseen and source == 1 and tonumber(n) == 0) then
+    gs = S.probe_size
   end
   if t[4] then gs = t[4] end  -- a group size the sampler chose (knapsack)
   redis.call('HSET', k.stats, id, n .. ' ' .. s1 .. ' ' .. s2 .. ' 4 ' .. score)
@@ -466,7 +451,7 @@ if request_id ~= '' then
   redis.call('HSET', k.requests, request_id, ARGV[4] .. '\t' .. table.concat(sizes, '\t'))
   redis.call('ZADD', k.requests_due, ARGV[3], request_id)
 end
-if ARGV[25] ~= '' or request_id ~= '' then
-  redis.call('HSET', k.owners, ARGV[4], cjson.encode({ ARGV[25], request_id }))
+if ARGV[8] ~= '' or request_id ~= '' then
+  redis.call('HSET', k.owners, ARGV[4], cjson.encode({ ARGV[8], request_id }))
 end
 return out
