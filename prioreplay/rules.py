@@ -69,18 +69,25 @@ class GroupKind(enum.Enum):
     CONSTANT = "constant"  # all equal, neither 0 nor 1 (non-binary rewards): back to the heap
 
 
+#: The statistics' decay λ per report every run starts from (``PriorityParams.decay``, the server's
+#: ``--decay``), defined here once: 0.5 by the simulator (docs/BENCHMARKS.md part 2b: never worse than
+#: λ = 1, 1–3% fewer rollouts under forgetting and dilution). λ = 1 (cumulative counts) is the
+#: paper's rule: ``--decay 1``.
+DEFAULT_DECAY = 0.5
+
+
 @dataclass(frozen=True)
 class PriorityParams:
     """Parameters of the statistics and the priority estimate.
 
     Attributes:
         decay: λ in [0, 1], applied to the old sums at each report (1: cumulative counts,
-            0: the latest group only).
+            0: the latest group only); :data:`DEFAULT_DECAY` unless given.
         prior_alpha: α₀ ≥ 0, pseudo-observations of reward 1 (Beta prior).
         prior_beta: β₀ ≥ 0, pseudo-observations of reward 0 (Beta prior).
     """
 
-    decay: float = 1.0
+    decay: float = DEFAULT_DECAY
     prior_alpha: float = 0.0
     prior_beta: float = 0.0
 

@@ -34,14 +34,13 @@ from pydantic_settings import CliPositionalArg
 from prioreplay.config import ChannelSettings, ClientSettings, LogLevel, PrioreplaySettings, Seed, explain_error
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.samplers import (
-    DEFAULT_DECAY,
     DEFAULT_SAMPLER,
     SAMPLER_HELP,
     SAMPLERS,
     SamplerName,
 )
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
-from prioreplay.rules import PoolBands, PriorityParams
+from prioreplay.rules import DEFAULT_DECAY, PoolBands, PriorityParams
 
 #: Default backpressure bound, trajectory groups (docs/DEPLOY.md, "Bounded memory"): a group on
 #: the lean report path is G × T × (4 B token id + 4 B log-prob) + ~8 KiB of prompt, rewards and

@@ -16,7 +16,7 @@ from prioreplay import rules
 from prioreplay.errors import InvalidArgument
 from prioreplay.rules import GroupKind, Pool, PriorityParams, Stats
 
-NO_PRIOR = PriorityParams()
+NO_PRIOR = PriorityParams(decay=1.0)  # cumulative counts, no prior (the default decay is rules.DEFAULT_DECAY)
 
 
 def stats_of(groups, params=NO_PRIOR) -> Stats:

@@ -86,7 +86,6 @@ from prioreplay.priority_server.samplers.uniform import UniformSampler
 from prioreplay.priority_server.samplers.weighted import WeightedSampler
 
 __all__ = [
-    "DEFAULT_DECAY",
     "DEFAULT_SAMPLER",
     "SAMPLERS",
     "SAMPLER_HELP",
@@ -273,10 +272,6 @@ SAMPLERS: dict[str, SamplerSpec] = {
 #: The sampler every configuration starts from (chosen by the simulator, docs/BENCHMARKS.md part 2b;
 #: ``heap``, the paper's rule, stays available by name and is the reference of every figure).
 DEFAULT_SAMPLER = "heap"
-#: The statistics' decay λ per report (``rules.PriorityParams.decay``) a server starts from: 0.5 by
-#: the simulator (docs/BENCHMARKS.md part 2b: never worse than λ = 1, 1–3% fewer rollouts under
-#: forgetting and dilution). λ = 1 (cumulative counts) is the paper's rule: ``--decay 1``.
-DEFAULT_DECAY = 0.5
 
 #: The sampler names as a type, for typed settings.
 #: A static checker cannot read a Literal built at run time from the registry, so it sees ``str``.

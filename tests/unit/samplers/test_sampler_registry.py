@@ -36,11 +36,17 @@ from prioreplay.rules import Pool
 
 # -- the registry -----------------------------------------------------------------------------------
 def _lua_branches() -> set[str]:
-    from prioreplay.priority_server.store.redis.scripts import LUA_DIR
+    """The branches sample.lua gets: one file lua/samplers/<name>.lua each, adding ``branches[<name>]``."""
+    from prioreplay.priority_server.store.redis.scripts import sampler_files
 
-    text = (LUA_DIR / "sample.lua").read_text(encoding="utf-8")
-    table = re.search(r"local branches = \{(.*?)\n\}", text, re.S).group(1)
-    return {a or b for a, b in re.findall(r"^\s*(?:(\w+)|\['([\w-]+)'\]) = ", table, re.M)}
+    out = set()
+    for name, path in sampler_files().items():
+        text = path.read_text(encoding="utf-8")
+        assert re.search(rf"^branches(\.{re.escape(name)}|\['{re.escape(name)}'\]) = ", text, re.M), (
+            f"{path} adds no branch {name}"
+        )
+        out.add(name)
+    return out
 
 
 def test_every_registered_sampler_has_its_lua_branch_and_every_branch_a_sampler():

@@ -110,10 +110,29 @@ def lua_library() -> str:
     return (LUA_DIR / "lib.lua").read_text(encoding="utf-8")
 
 
+#: The line of ``sample.lua`` where the samplers' files go.
+SAMPLERS_MARK = "--@samplers"
+
+
+def sampler_files() -> dict[str, Path]:
+    """{branch name: ``lua/samplers/<name>.lua``}: each file adds its branch to sample.lua's ``branches``."""
+    return {f.stem: f for f in sorted((LUA_DIR / "samplers").glob("*.lua"))}
+
+
 def load_scripts() -> dict[str, str]:
-    """{script name: its source, ``lua/lib.lua`` prepended}."""
+    """{script name: its source}: ``lua/lib.lua``, then ``lua/<name>.lua``; in ``sample.lua`` the line
+    :data:`SAMPLERS_MARK` is replaced by every ``lua/samplers/<name>.lua`` (name order).
+
+    Raises:
+        RuntimeError: sample.lua lacks the mark (its samplers would be missing).
+    """
     lib = lua_library()
-    return {n: lib + "\n" + (LUA_DIR / f"{n}.lua").read_text(encoding="utf-8") for n in SCRIPT_NAMES}
+    out = {n: lib + "\n" + (LUA_DIR / f"{n}.lua").read_text(encoding="utf-8") for n in SCRIPT_NAMES}
+    if SAMPLERS_MARK + "\n" not in out["sample"]:
+        raise RuntimeError(f"lua/sample.lua has no line {SAMPLERS_MARK!r} for the samplers' files")
+    samplers = "\n".join(f.read_text(encoding="utf-8") for f in sampler_files().values())
+    out["sample"] = out["sample"].replace(SAMPLERS_MARK + "\n", samplers + "\n", 1)
+    return out
 
 
 SCRIPTS = load_scripts()

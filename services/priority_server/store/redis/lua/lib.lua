@@ -4,8 +4,9 @@
 -- Numbers are IEEE doubles (as in Python); every float written to Redis goes through fmt()
 -- ('%.17g', which round-trips exactly), never through Lua's default '%.14g' conversion.
 -- Statistics value (hash `stats`, field = problem id): "n s1 s2 pool score"
---   pool: 1 heap, 2 solved, 3 unsolved, 4 leased (rules.Pool, prioreplay/rules.py); score: heap priority, pool
---   last tested step, or for a leased problem the score it returns with.
+--   pool: 1 heap, 2 solved, 3 unsolved, 4 leased, 5 quarantined (rules.Pool, prioreplay/rules.py);
+--   score: heap priority; solved/unsolved: last tested step (policy version with retest_versions > 0);
+--   leased or quarantined: the score it returns with.
 -- Lease record (hash `leases`, field = lease id): "step\tdeadline" then one
 --   "\tmember\tsource\tscore" per problem (ids hold no control characters).
 

@@ -2,8 +2,8 @@
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member
 -- KEYS[3]  problems     hash   id -> JSON [prompt, answer, verifier, metadata]
--- KEYS[4]  solved       zset   score = last tested step
--- KEYS[5]  unsolved     zset   score = last tested step
+-- KEYS[4]  solved       zset   score = last tested step (policy version with retest_versions > 0)
+-- KEYS[5]  unsolved     zset   score = last tested step (policy version with retest_versions > 0)
 -- KEYS[6]  quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
 -- ARGV[1]  initial      "n s1 s2 pool score" of a new problem: "0 0 0 1 <priority>"
 -- ARGV[2]  priority     rules.priority(Stats()) as a %.17g string (the heap score)

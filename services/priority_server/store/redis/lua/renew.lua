@@ -1,8 +1,8 @@
 -- renew.lua: extend a live lease (store.py docstring, "renew").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority
--- KEYS[3]  solved       zset   score = last tested step
--- KEYS[4]  unsolved     zset   score = last tested step
+-- KEYS[3]  solved       zset   score = last tested step (policy version with retest_versions > 0)
+-- KEYS[4]  unsolved     zset   score = last tested step (policy version with retest_versions > 0)
 -- KEYS[5]  leases       hash   lease id -> lease record
 -- KEYS[6]  deadlines    zset   lease id by deadline
 -- KEYS[7]  counters     hash   StoreStats counters (lease_expiries)

@@ -1,5 +1,5 @@
 -- sample.lua: lease a batch (store.py docstring, "sample"): expire due leases, run the sampler's
--- branch (one function per sampler below; Python twins in priority_server/samplers/<name>.py), record
+-- branch (one file per sampler, lua/samplers/<name>.lua; Python twins in priority_server/samplers/<name>.py), record
 -- the lease.
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member
@@ -35,11 +35,10 @@
 --                       the paper; k >= 1: policy versions, rules.pool_score: the pools' clock is the
 --                       current version and a problem is due k versions after its last test;
 --                       interval unused)
--- ARGV[10] sampler      JSON of the sampler (samplers.SamplerSpec.lua_args): name (its branch,
---                       one of `branches` below: heap | weighted | uniform | gumbel | posterior |
---                       screened | screened-pools | screened-posterior | cost-aware | knapsack)
---                       and its parameters (alpha, temperature, decay, prior, probe_size,
---                       probe_unseen, probe_retests, mean_group_size, max_group_size)
+-- ARGV[10] sampler      JSON of the sampler (samplers.SamplerSpec.lua_args): name (its branch, a
+--                       file lua/samplers/<name>.lua) and its parameters (docs/SAMPLERS.md), read
+--                       as S.<parameter>; probe_unseen / probe_retests (screened samplers) are
+--                       applied below, after the branch
 -- Returns {'SAME', lease step, version, uri, earliest deadline, n, then per problem: member, source,
 --  stats, problem JSON, group_size, then lease id, deadline} when request_id names a live lease (nothing
 -- changed); {'STEP', step} when expected_step is stale (nothing changed); otherwise
@@ -207,49 +206,6 @@ local function heap_top(want)
   for i = 1, #top, 2 do take(top[i], 1, top[i + 1]) end
 end
 
--- H of `weighted`: rank uniform, accepted with (priority / 0.25)^alpha, 8 tries, else the top
--- (samplers.WeightedSampler)
-local function heap_weighted(want)
-  for _ = 1, want do
-    local size = redis.call('ZCARD', k.heap)
-    if size == 0 then break end
-    local chosen = nil
-    for _ = 1, 8 do
-      local rank = math.min(math.floor(xs_random(rng) * size), size - 1)
-      local e = redis.call('ZREVRANGE', k.heap, rank, rank, 'WITHSCORES')
-      local u2 = xs_random(rng)
-      if u2 < (tonumber(e[2]) / 0.25) ^ S.alpha then chosen = e; break end
-    end
-    if chosen == nil then chosen = redis.call('ZREVRANGE', k.heap, 0, 0, 'WITHSCORES') end
-    take(chosen[1], 1, chosen[2])
-  end
-end
-
--- H of `gumbel`: Gumbel-top-k over the top 4*want of the heap (samplers.GumbelHeap): key of rank r
--- = log(max(priority, 1e-12)) / T - log(-log(max(u, 2^-32))), u drawn in rank order; the `want`
--- largest keys, in key order (ties: rank)
-local function heap_gumbel(want)
-  local top = redis.call('ZREVRANGE', k.heap, 0, 4 * want - 1, 'WITHSCORES')
-  local size = #top / 2
-  if size == 0 then return end
-  local keys = {}
-  for r = 1, size do
-    local u = xs_random(rng)
-    if u < 2.0 ^ -32 then u = 2.0 ^ -32 end
-    local prio = tonumber(top[2 * r])
-    if prio < 1e-12 then prio = 1e-12 end
-    keys[r] = { math.log(prio) / S.temperature - math.log(-math.log(u)), r }
-  end
-  table.sort(keys, function(a, b)
-    if a[1] ~= b[1] then return a[1] > b[1] end
-    return a[2] < b[2]
-  end)
-  for x = 1, math.min(want, size) do
-    local r = keys[x][2]
-    take(top[2 * r - 1], 1, top[2 * r])
-  end
-end
-
 -- the running mean of completion tokens per completion of a member, or nil (MemoryStore view twin)
 local function completion_tokens(member)
   local cur = redis.call('HGET', k.tokens, member_id(member))
@@ -275,127 +231,10 @@ local function member_costs(members)
   return costs
 end
 
--- H of `cost-aware`: over the top 4*want of the heap, key = priority / cost, the `want` largest
--- (ties: rank), in key order (samplers.CostAwareHeap)
-local function heap_cost_aware(want)
-  local top = redis.call('ZREVRANGE', k.heap, 0, 4 * want - 1, 'WITHSCORES')
-  local size = #top / 2
-  if size == 0 then return end
-  local members = {}
-  for r = 1, size do members[r] = top[2 * r - 1] end
-  local costs = member_costs(members)
-  local keys = {}
-  for r = 1, size do keys[r] = { tonumber(top[2 * r]) / costs[r], r } end
-  table.sort(keys, function(a, b)
-    if a[1] ~= b[1] then return a[1] > b[1] end
-    return a[2] < b[2]
-  end)
-  for x = 1, math.min(want, size) do
-    local r = keys[x][2]
-    take(top[2 * r - 1], 1, top[2 * r])
-  end
-end
-
--- Python twin: samplers.knapsack.group_signal_gain, operation for operation
-local function group_signal_gain(p, g)
-  local q = 1.0 - p
-  return p * q * (p ^ g * q + q ^ g * p)
-end
-
--- a binary max-heap of {key, index}: larger key first, ties the smaller index (heapq order of
--- samplers.knapsack.allocate_group_sizes: (-key, index) ascending)
-local function before(a, b)
-  if a[1] ~= b[1] then return a[1] > b[1] end
-  return a[2] < b[2]
-end
-local function hpush(h, e)
-  h[#h + 1] = e
-  local i = #h
-  while i > 1 do
-    local up = math.floor(i / 2)
-    if not before(h[i], h[up]) then break end
-    h[i], h[up] = h[up], h[i]; i = up
-  end
-end
-local function hpop(h)
-  local top = h[1]
-  h[1] = h[#h]; h[#h] = nil
-  local i, n = 1, #h
-  while true do
-    local l, r, m = 2 * i, 2 * i + 1, i
-    if l <= n and before(h[l], h[m]) then m = l end
-    if r <= n and before(h[r], h[m]) then m = r end
-    if m == i then break end
-    h[i], h[m] = h[m], h[i]; i = m
-  end
-  return top
-end
-
--- `knapsack`: R, H (top), F, then a group size per taken problem (samplers.knapsack.allocate_group_sizes)
-local function sample_knapsack()
-  retests_then_heap(heap_top)
-  local n_t = #taken
-  if n_t == 0 then return end
-  local members, rates = {}, {}
-  for x, t in ipairs(taken) do
-    members[x] = t[1]
-    local n, s1 = split_stats(redis.call('HGET', k.stats, member_id(t[1])))
-    local denom = tonumber(n) + pa + pb  -- samplers.knapsack.pass_rate_estimate
-    if denom <= 0.0 then rates[x] = 0.5 else rates[x] = (tonumber(s1) + pa) / denom end
-  end
-  local costs = member_costs(members)
-  local total = 0.0
-  for x = 1, n_t do total = total + costs[x] end
-  local budget, spent = S.mean_group_size * total, 2 * total
-  local sizes, h = {}, {}
-  for x = 1, n_t do
-    sizes[x] = 2
-    hpush(h, { group_signal_gain(rates[x], 2) / costs[x], x })
-  end
-  while #h > 0 do
-    local x = hpop(h)[2]
-    if spent + costs[x] <= budget then
-      sizes[x] = sizes[x] + 1
-      spent = spent + costs[x]
-      if sizes[x] < S.max_group_size then hpush(h, { group_signal_gain(rates[x], sizes[x]) / costs[x], x }) end
-    end
-  end
-  for x = 1, n_t do taken[x][4] = sizes[x] end
-end
-
--- `uniform`: idx uniform over [heap in heap order, solved, unsolved] (samplers.UniformSampler)
-local function sample_uniform()
-  for _ = 1, B do
-    local nh = redis.call('ZCARD', k.heap)
-    local ns = redis.call('ZCARD', k.solved)
-    local nu = redis.call('ZCARD', k.unsolved)
-    local N = nh + ns + nu
-    if N == 0 then break end
-    local idx = math.min(math.floor(xs_random(rng) * N), N - 1)
-    local e
-    if idx < nh then
-      e = redis.call('ZREVRANGE', k.heap, idx, idx, 'WITHSCORES'); take(e[1], 1, e[2])
-    elseif idx < nh + ns then
-      e = redis.call('ZRANGE', k.solved, idx - nh, idx - nh, 'WITHSCORES'); take(e[1], 2, e[2])
-    else
-      e = redis.call('ZRANGE', k.unsolved, idx - nh - ns, idx - nh - ns, 'WITHSCORES'); take(e[1], 3, e[2])
-    end
-  end
-end
-
--- the sampler's branch: one entry per samplers.SAMPLERS row with a lua_branch
-local branches = {
-  heap = function() retests_then_heap(heap_top) end,
-  weighted = function() retests_then_heap(heap_weighted) end,
-  uniform = sample_uniform,
-  gumbel = function() retests_then_heap(heap_gumbel) end,
-  posterior = function() retests_then_heap(heap_top, take_retests_posterior) end,
-  screened = function() retests_then_heap(heap_top) end,
-  ['screened-pools'] = function() retests_then_heap(heap_top) end,
-  ['screened-posterior'] = function() retests_then_heap(heap_top, take_retests_posterior) end,
-  ['cost-aware'] = function() retests_then_heap(heap_cost_aware) end,
-  knapsack = sample_knapsack,
-}
+-- the sampler's branch: one entry per samplers.SAMPLERS row with a lua_branch, each added by its
+-- file lua/samplers/<name>.lua (scripts.load_scripts puts them all at the line below)
+local branches = {}
+--@samplers
 local branch = branches[S.name]
 if branch == nil then
   return redis.error_reply('sample.lua has no branch ' .. tostring(S.name))  -- before any change
