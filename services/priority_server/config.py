@@ -38,6 +38,16 @@ from prioreplay.priority_server.samplers import (
     SAMPLER_HELP,
     SAMPLERS,
     SamplerName,
+    SamplerParams,
+)
+from prioreplay.priority_server.samplers.params import (
+    alpha_field,
+    gumbel_temperature_field,
+    max_group_size_field,
+    mean_group_size_field,
+    posterior_decay_field,
+    posterior_prior_field,
+    probe_size_field,
 )
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
 from prioreplay.rules import DEFAULT_DECAY, PoolBands, PriorityParams
@@ -68,17 +78,15 @@ class StoreSettings(BaseModel):
 
     # -- sampler -------------------------------------------------------------------------
     sampler: SamplerName = Field(DEFAULT_SAMPLER, description=SAMPLER_HELP)
-    alpha: float = Field(1.0, gt=0, le=100, description="exponent of the weighted sampler (priority^alpha)")
-    gumbel_temperature: float = Field(
-        1.0, gt=0, le=100, description="temperature T of the gumbel sampler (formerly --temperature, deprecated)"
-    )
-    probe_size: int = Field(2, ge=1, le=1024, description="completions of a screening probe (screened samplers)")
-    posterior_decay: float = Field(1.0, gt=0, le=1, description="per-step evidence decay of the posterior retests (1: none)")
-    posterior_prior: float = Field(1.0, gt=0, le=1e6, description="symmetric Beta prior α₀ = β₀ of the posterior retests")
-    mean_group_size: int = Field(
-        8, ge=2, le=1024, description="completions per problem the knapsack sampler's token budget buys on average (Ḡ)"
-    )
-    max_group_size: int = Field(32, ge=2, le=1024, description="largest group the knapsack sampler gives one problem")
+    # each sampler's parameters, flat (``--alpha``, ...): the fields of its model (samplers.params:
+    # defaults, bounds and help defined there once); :attr:`sampler_params` is the chosen one's model
+    alpha: float = alpha_field()
+    gumbel_temperature: float = gumbel_temperature_field()
+    probe_size: int = probe_size_field()
+    posterior_decay: float = posterior_decay_field()
+    posterior_prior: float = posterior_prior_field()
+    mean_group_size: int = mean_group_size_field()
+    max_group_size: int = max_group_size_field()
     retest_fraction: float = Field(0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests")
     retest_interval: int = Field(
         4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
@@ -132,6 +140,19 @@ class StoreSettings(BaseModel):
         if isinstance(v, str) and v in SAMPLERS:
             return v
         raise ValueError(f"sampler ({v!r}) must be one of {', '.join(SAMPLERS)}")
+
+    @property
+    def sampler_params(self) -> SamplerParams:
+        """The chosen sampler's parameters: its model (:data:`.samplers.SamplerParamsUnion`, by
+        ``name``) filled from the flat fields of the same names (a parameter no flat field has keeps
+        the model's default).
+
+        Raises:
+            pydantic.ValidationError: a value out of the model's bounds.
+        """
+        model = SAMPLERS[self.sampler].params
+        values = {f: getattr(self, f) for f in model.model_fields if f != "name" and f in type(self).model_fields}
+        return model(name=self.sampler, **values)
 
     @model_validator(mode="after")
     def _check_lease_timeouts(self) -> StoreSettings:

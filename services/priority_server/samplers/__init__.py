@@ -57,8 +57,11 @@ This package imports only the standard library and :mod:`prioreplay.rules`, so c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
+from pydantic import Field
+
+from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.samplers.base import (
     MemorySampler,
     Pick,
@@ -72,18 +75,19 @@ from prioreplay.priority_server.samplers.base import (
     take_from_pools,
     take_top_of_heap,
 )
-from prioreplay.priority_server.samplers.cost_aware import CostAwareHeap
-from prioreplay.priority_server.samplers.gumbel import GumbelHeap
-from prioreplay.priority_server.samplers.heap import HeapSampler
-from prioreplay.priority_server.samplers.knapsack import KnapsackSampler, allocate_group_sizes
-from prioreplay.priority_server.samplers.posterior import PosteriorSampler, posterior_retests, posterior_variance
-from prioreplay.priority_server.samplers.predicted import PredictedPriority
-from prioreplay.priority_server.samplers.screened import ScreenedSampler
-from prioreplay.priority_server.samplers.screened_pools import ScreenedPoolsSampler
-from prioreplay.priority_server.samplers.screened_posterior import ScreenedPosteriorSampler
-from prioreplay.priority_server.samplers.thompson import ThompsonSampler
-from prioreplay.priority_server.samplers.uniform import UniformSampler
-from prioreplay.priority_server.samplers.weighted import WeightedSampler
+from prioreplay.priority_server.samplers.cost_aware import CostAwareHeap, CostAwareParams
+from prioreplay.priority_server.samplers.gumbel import GumbelHeap, GumbelParams
+from prioreplay.priority_server.samplers.heap import HeapParams, HeapSampler
+from prioreplay.priority_server.samplers.knapsack import KnapsackParams, KnapsackSampler, allocate_group_sizes
+from prioreplay.priority_server.samplers.params import SamplerParams
+from prioreplay.priority_server.samplers.posterior import PosteriorParams, PosteriorSampler, posterior_retests, posterior_variance
+from prioreplay.priority_server.samplers.predicted import PredictedParams, PredictedPriority
+from prioreplay.priority_server.samplers.screened import ScreenedParams, ScreenedSampler
+from prioreplay.priority_server.samplers.screened_pools import ScreenedPoolsParams, ScreenedPoolsSampler
+from prioreplay.priority_server.samplers.screened_posterior import ScreenedPosteriorParams, ScreenedPosteriorSampler
+from prioreplay.priority_server.samplers.thompson import ThompsonParams, ThompsonSampler
+from prioreplay.priority_server.samplers.uniform import UniformParams, UniformSampler
+from prioreplay.priority_server.samplers.weighted import WeightedParams, WeightedSampler
 
 __all__ = [
     "DEFAULT_SAMPLER",
@@ -100,6 +104,8 @@ __all__ = [
     "RetestThenHeap",
     "SampleRequest",
     "SamplerName",
+    "SamplerParams",
+    "SamplerParamsUnion",
     "SamplerSpec",
     "SamplerView",
     "ScreenedPoolsSampler",
@@ -143,16 +149,19 @@ class SamplerSpec:
     lua_branch: str | None
     help: str
     probes: bool = False
-    #: Its parameters: {name in the Lua branch: field of :class:`StoreConfig`} (sent as JSON).
-    lua_params: tuple[tuple[str, str], ...] = ()
+    #: Its parameters' model (its module's ``<Name>Params``): defaults, bounds, the JSON sent to Lua.
+    params: type[SamplerParams] = SamplerParams
 
-    def lua_args(self, config: Any) -> dict[str, Any]:
-        """The JSON argument ``sampler`` of ``sample.lua``: ``name`` (the branch) and the sampler's
-        parameters from ``config`` (a :class:`StoreConfig`), plus the probe flags of its memory twin."""
-        out: dict[str, Any] = {"name": self.lua_branch}
-        out.update({lua: getattr(config, field) for lua, field in self.lua_params})
-        if self.probes:
-            out["probe_size"] = config.probe_size
+    def lua_args(self, params: SamplerParams) -> dict[str, Any]:
+        """The JSON argument ``sampler`` of ``sample.lua``: ``name`` (the branch), the sampler's
+        parameters (``params``, a :attr:`params` instance), and the probe flags of its memory twin.
+
+        Raises:
+            InvalidArgument: ``params`` is not this sampler's model.
+        """
+        if type(params) is not self.params:
+            raise InvalidArgument(f"sampler {self.name!r} takes {self.params.__name__}, not {type(params).__name__}")
+        out: dict[str, Any] = {**params.model_dump(exclude={"name"}), "name": self.lua_branch}
         out["probe_unseen"] = bool(getattr(self.memory, "probe_unseen", False))
         out["probe_retests"] = bool(getattr(self.memory, "probe_retests", False))
         return out
@@ -164,6 +173,7 @@ SAMPLERS: dict[str, SamplerSpec] = {
         SamplerSpec(
             "heap",
             HeapSampler,
+            params=HeapParams,
             uses_rng=False,
             retests=True,
             lua_branch="heap",
@@ -172,15 +182,16 @@ SAMPLERS: dict[str, SamplerSpec] = {
         SamplerSpec(
             "weighted",
             WeightedSampler,
+            params=WeightedParams,
             uses_rng=True,
             retests=True,
             lua_branch="weighted",
             help="draws ∝ priority^alpha",
-            lua_params=(("alpha", "alpha"),),
         ),
         SamplerSpec(
             "uniform",
             UniformSampler,
+            params=UniformParams,
             uses_rng=True,
             retests=False,
             lua_branch="uniform",
@@ -189,24 +200,25 @@ SAMPLERS: dict[str, SamplerSpec] = {
         SamplerSpec(
             "gumbel",
             GumbelHeap,
+            params=GumbelParams,
             uses_rng=True,
             retests=True,
             lua_branch="gumbel",
-            lua_params=(("temperature", "gumbel_temperature"),),
             help="Gumbel-top-k over the top 4B of the heap, temperature T",
         ),
         SamplerSpec(
             "posterior",
             PosteriorSampler,
+            params=PosteriorParams,
             uses_rng=False,
             retests=True,
             lua_branch="posterior",
-            lua_params=(("decay", "posterior_decay"), ("prior", "posterior_prior")),
             help="heap top; retests by the step-decayed Beta posterior (MoPPS)",
         ),
         SamplerSpec(
             "thompson",
             ThompsonSampler,
+            params=ThompsonParams,
             uses_rng=True,
             retests=True,
             lua_branch=None,
@@ -215,6 +227,7 @@ SAMPLERS: dict[str, SamplerSpec] = {
         SamplerSpec(
             "screened",
             ScreenedSampler,
+            params=ScreenedParams,
             uses_rng=False,
             retests=True,
             lua_branch="screened",
@@ -224,6 +237,7 @@ SAMPLERS: dict[str, SamplerSpec] = {
         SamplerSpec(
             "screened-pools",
             ScreenedPoolsSampler,
+            params=ScreenedPoolsParams,
             uses_rng=False,
             retests=True,
             lua_branch="screened-pools",
@@ -233,16 +247,17 @@ SAMPLERS: dict[str, SamplerSpec] = {
         SamplerSpec(
             "screened-posterior",
             ScreenedPosteriorSampler,
+            params=ScreenedPosteriorParams,
             uses_rng=False,
             retests=True,
             lua_branch="screened-posterior",
-            lua_params=(("decay", "posterior_decay"), ("prior", "posterior_prior")),
             help="screened probes + posterior retests",
             probes=True,
         ),
         SamplerSpec(
             "cost-aware",
             CostAwareHeap,
+            params=CostAwareParams,
             uses_rng=False,
             retests=True,
             lua_branch="cost-aware",
@@ -251,16 +266,17 @@ SAMPLERS: dict[str, SamplerSpec] = {
         SamplerSpec(
             "knapsack",
             KnapsackSampler,
+            params=KnapsackParams,
             uses_rng=False,
             retests=True,
             lua_branch="knapsack",
-            lua_params=(("mean_group_size", "mean_group_size"), ("max_group_size", "max_group_size")),
             help="heap + retests; group size per problem by expected signal per token, budget mean_group_size x E[tokens] each",
             probes=True,
         ),
         SamplerSpec(
             "predicted",
             PredictedPriority,
+            params=PredictedParams,
             uses_rng=False,
             retests=True,
             lua_branch=None,
@@ -272,6 +288,14 @@ SAMPLERS: dict[str, SamplerSpec] = {
 #: The sampler every configuration starts from (chosen by the simulator, docs/BENCHMARKS.md part 2b;
 #: ``heap``, the paper's rule, stays available by name and is the reference of every figure).
 DEFAULT_SAMPLER = "heap"
+
+#: Every registered sampler's parameters, one model each, discriminated by ``name``: what a
+#: configuration holds for its sampler (:attr:`prioreplay.priority_server.config.StoreSettings.sampler_params`).
+#: A static checker cannot read a Union built at run time from the registry, so it sees the base model.
+if TYPE_CHECKING:
+    SamplerParamsUnion = SamplerParams
+else:
+    SamplerParamsUnion = Annotated[Union[tuple(s.params for s in SAMPLERS.values())], Field(discriminator="name")]  # noqa: UP007
 
 #: The sampler names as a type, for typed settings.
 #: A static checker cannot read a Literal built at run time from the registry, so it sees ``str``.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from prioreplay.priority_server.samplers.params import SamplerParams
 
 
 def window_costs(view: SamplerView, members: list[str]) -> list[float]:
@@ -43,3 +46,9 @@ class CostAwareHeap(RetestThenHeap):
         for rank in sorted(chosen, reverse=True):  # highest rank first: the lower ranks stay valid
             taken[rank] = view.take_heap(rank)
         return [taken[rank] for rank in chosen]
+
+
+class CostAwareParams(SamplerParams):
+    """Parameters of ``cost-aware`` (none)."""
+
+    name: Literal["cost-aware"] = "cost-aware"

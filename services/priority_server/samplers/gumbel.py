@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from prioreplay.priority_server.samplers.params import SamplerParams, gumbel_temperature_field
 
 
 class GumbelHeap(RetestThenHeap):
@@ -31,3 +33,10 @@ class GumbelHeap(RetestThenHeap):
         for rank in sorted(chosen, reverse=True):  # highest rank first: the lower ranks stay valid
             taken[rank] = view.take_heap(rank)
         return [taken[rank] for rank in chosen]
+
+
+class GumbelParams(SamplerParams):
+    """Parameters of ``gumbel``: ``gumbel_temperature``."""
+
+    name: Literal["gumbel"] = "gumbel"
+    gumbel_temperature: float = gumbel_temperature_field()

@@ -5,9 +5,18 @@ Draws no random numbers; Lua branch ``heap`` in ``lua/sample.lua``.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from prioreplay.priority_server.samplers.base import RetestThenHeap
+from prioreplay.priority_server.samplers.params import SamplerParams
 
 
 class HeapSampler(RetestThenHeap):
     """``heap`` (Fatemi, arXiv 2601.02648): H is the top of the heap, in heap order; R the due
     retests, least recently tested first. Draws no random numbers."""
+
+
+class HeapParams(SamplerParams):
+    """Parameters of ``heap`` (none)."""
+
+    name: Literal["heap"] = "heap"

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import replace
+from typing import Literal
 
 from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from prioreplay.priority_server.samplers.params import SamplerParams, max_group_size_field, mean_group_size_field
 from prioreplay.rules import PriorityParams, Stats
 
 #: The smallest group a pick gets: two completions are the fewest with a GRPO signal.
@@ -96,3 +98,11 @@ class KnapsackSampler(RetestThenHeap):
         rates = [pass_rate_estimate(view.problem_stats(p.member), c.params) for p in picks]
         sizes = allocate_group_sizes(rates, pick_costs(view, picks), c.mean_group_size, c.max_group_size)
         return [replace(p, group_size=g) for p, g in zip(picks, sizes, strict=True)]
+
+
+class KnapsackParams(SamplerParams):
+    """Parameters of ``knapsack``: ``mean_group_size``, ``max_group_size``."""
+
+    name: Literal["knapsack"] = "knapsack"
+    mean_group_size: int = mean_group_size_field()
+    max_group_size: int = max_group_size_field()

@@ -7,6 +7,7 @@ The retest rule (:func:`posterior_retests`) is shared with ``thompson`` and ``sc
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 from prioreplay.priority_server.samplers.base import (
     Pick,
@@ -15,6 +16,7 @@ from prioreplay.priority_server.samplers.base import (
     SamplerView,
     due_window,
 )
+from prioreplay.priority_server.samplers.params import SamplerParams, posterior_decay_field, posterior_prior_field
 from prioreplay.rules import Pool, Stats
 
 #: A window entry: (last tested step or policy version, pool, index in its pool, member).
@@ -86,3 +88,11 @@ class PosteriorSampler(RetestThenHeap):
             return posterior_variance(view.problem_stats(entry[3]), age, c.posterior_decay, c.posterior_prior)
 
         return posterior_retests(view, request, score)
+
+
+class PosteriorParams(SamplerParams):
+    """Parameters of ``posterior``: ``posterior_decay``, ``posterior_prior``."""
+
+    name: Literal["posterior"] = "posterior"
+    posterior_decay: float = posterior_decay_field()
+    posterior_prior: float = posterior_prior_field()

@@ -14,10 +14,11 @@ nothing from the worker and is the same on every machine.
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
 from prioreplay.priority_server.samplers.knapsack import pass_rate_estimate
+from prioreplay.priority_server.samplers.params import SamplerParams
 from prioreplay.rules import Pool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -167,3 +168,9 @@ class PredictedPriority(RetestThenHeap):
         for rank in sorted(chosen, reverse=True):  # highest rank first: the lower ranks stay valid
             taken[rank] = view.take_heap(rank)
         return [taken[rank] for rank in chosen]
+
+
+class PredictedParams(SamplerParams):
+    """Parameters of ``predicted`` (none)."""
+
+    name: Literal["predicted"] = "predicted"

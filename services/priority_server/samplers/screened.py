@@ -5,7 +5,10 @@ Lua branch ``screened``; its spec has ``probes=True`` (only clients that accept 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from prioreplay.priority_server.samplers.base import RetestThenHeap
+from prioreplay.priority_server.samplers.params import SamplerParams, probe_size_field
 
 
 class ScreenedSampler(RetestThenHeap):
@@ -16,3 +19,10 @@ class ScreenedSampler(RetestThenHeap):
     pools, a mixed probe stays at the top of the heap, so a full group follows only there."""
 
     probe_unseen = True
+
+
+class ScreenedParams(SamplerParams):
+    """Parameters of ``screened``: ``probe_size``."""
+
+    name: Literal["screened"] = "screened"
+    probe_size: int = probe_size_field()

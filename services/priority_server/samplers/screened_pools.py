@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from prioreplay.priority_server.samplers.base import RetestThenHeap
+from prioreplay.priority_server.samplers.params import SamplerParams, probe_size_field
 
 
 class ScreenedPoolsSampler(RetestThenHeap):
@@ -11,3 +14,10 @@ class ScreenedPoolsSampler(RetestThenHeap):
 
     probe_unseen = True
     probe_retests = True
+
+
+class ScreenedPoolsParams(SamplerParams):
+    """Parameters of ``screened-pools``: ``probe_size``."""
+
+    name: Literal["screened-pools"] = "screened-pools"
+    probe_size: int = probe_size_field()

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+from prioreplay.priority_server.samplers.params import (
+    SamplerParams,
+    posterior_decay_field,
+    posterior_prior_field,
+    probe_size_field,
+)
 from prioreplay.priority_server.samplers.posterior import PosteriorSampler
 
 
@@ -10,3 +18,12 @@ class ScreenedPosteriorSampler(PosteriorSampler):
     retests by the decayed posterior (as ``posterior``)."""
 
     probe_unseen = True
+
+
+class ScreenedPosteriorParams(SamplerParams):
+    """Parameters of ``screened-posterior``: ``probe_size``, ``posterior_decay``, ``posterior_prior``."""
+
+    name: Literal["screened-posterior"] = "screened-posterior"
+    probe_size: int = probe_size_field()
+    posterior_decay: float = posterior_decay_field()
+    posterior_prior: float = posterior_prior_field()

@@ -6,8 +6,10 @@ Memory store only (no Lua branch): the Beta draws use Python's ``random.Random``
 from __future__ import annotations
 
 import random
+from typing import Literal
 
 from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from prioreplay.priority_server.samplers.params import SamplerParams, posterior_decay_field, posterior_prior_field
 from prioreplay.priority_server.samplers.posterior import WindowEntry, posterior_retests
 
 
@@ -30,3 +32,11 @@ class ThompsonSampler(RetestThenHeap):
             return p * (1.0 - p)
 
         return posterior_retests(view, request, score)
+
+
+class ThompsonParams(SamplerParams):
+    """Parameters of ``thompson``: ``posterior_decay``, ``posterior_prior``."""
+
+    name: Literal["thompson"] = "thompson"
+    posterior_decay: float = posterior_decay_field()
+    posterior_prior: float = posterior_prior_field()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from prioreplay.priority_server.samplers.base import MemorySampler, Pick, SampleRequest, SamplerView
+from prioreplay.priority_server.samplers.params import SamplerParams
 from prioreplay.rules import Pool
 
 
@@ -28,3 +30,9 @@ class UniformSampler(MemorySampler):
             else:
                 picks.append(view.take_pool(Pool.UNSOLVED, idx - nh - ns))
         return picks
+
+
+class UniformParams(SamplerParams):
+    """Parameters of ``uniform`` (none)."""
+
+    name: Literal["uniform"] = "uniform"

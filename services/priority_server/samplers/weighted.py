@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from prioreplay.priority_server.samplers.params import SamplerParams, alpha_field
 from prioreplay.rules import MAX_PRIORITY
 
 #: Rejection tries per slot before the slot takes the top of the heap.
@@ -31,3 +33,10 @@ class WeightedSampler(RetestThenHeap):
                     break
             picks.append(view.take_heap(chosen))
         return picks
+
+
+class WeightedParams(SamplerParams):
+    """Parameters of ``weighted``: ``alpha``."""
+
+    name: Literal["weighted"] = "weighted"
+    alpha: float = alpha_field()

@@ -134,7 +134,7 @@ class RedisStore(RedisClient):
                 "retest_versions": config.retest_versions,
             }
         )
-        self._sampler_arg = json.dumps(self._sampler.lua_args(config))
+        self._sampler_arg = json.dumps(self._sampler.lua_args(config.sampler_params))
         self._initial_priority = rules.priority(rules.Stats(), p)
         self._blocked_pulls = asyncio.Semaphore(MAX_BLOCKED_PULLS)
 

@@ -139,9 +139,9 @@ end
 -- Python twin: samplers.posterior_variance, operation for operation (MoPPS, arXiv 2507.04632):
 -- expected p(1 - p) under Beta(prior + w*s1, prior + w*(n - s1)), w = decay^age.
 local function posterior_variance(n, s1, age)
-  local w = S.decay ^ age
-  local a = S.prior + w * s1
-  local b = S.prior + w * (n - s1)
+  local w = S.posterior_decay ^ age
+  local a = S.posterior_prior + w * s1
+  local b = S.posterior_prior + w * (n - s1)
   local t = a + b
   return a * b / (t * (t + 1.0))
 end

@@ -13,7 +13,7 @@ local function heap_gumbel(want)
     if u < 2.0 ^ -32 then u = 2.0 ^ -32 end
     local prio = tonumber(top[2 * r])
     if prio < 1e-12 then prio = 1e-12 end
-    keys[r] = { math.log(prio) / S.temperature - math.log(-math.log(u)), r }
+    keys[r] = { math.log(prio) / S.gumbel_temperature - math.log(-math.log(u)), r }
   end
   table.sort(keys, function(a, b)
     if a[1] ~= b[1] then return a[1] > b[1] end
