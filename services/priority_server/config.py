@@ -15,6 +15,7 @@ registry (:mod:`.samplers`), so that ``prioreplay server --help`` stays fast.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, ClassVar
@@ -87,6 +88,11 @@ class StoreSettings(BaseModel):
     posterior_prior: float = posterior_prior_field()
     mean_group_size: int = mean_group_size_field()
     max_group_size: int = max_group_size_field()
+    sampler_args: str = Field(
+        "",
+        description="the sampler's parameters that have no flag of their own, as a JSON object (e.g. a sampler "
+        "added later; docs/SAMPLERS.md); checked against the sampler's parameter model",
+    )
     retest_fraction: float = Field(0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests")
     retest_interval: int = Field(
         4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
@@ -145,14 +151,30 @@ class StoreSettings(BaseModel):
     def sampler_params(self) -> SamplerParams:
         """The chosen sampler's parameters: its model (:data:`.samplers.SamplerParamsUnion`, by
         ``name``) filled from the flat fields of the same names (a parameter no flat field has keeps
-        the model's default).
+        the model's default), then ``sampler_args``.
 
         Raises:
-            pydantic.ValidationError: a value out of the model's bounds.
+            pydantic.ValidationError: a value out of the model's bounds, or a ``sampler_args`` key the
+                model does not have (checked at construction, :meth:`_check_sampler_args`).
         """
         model = SAMPLERS[self.sampler].params
         values = {f: getattr(self, f) for f in model.model_fields if f != "name" and f in type(self).model_fields}
-        return model(name=self.sampler, **values)
+        return model(**{**values, **json.loads(self.sampler_args or "{}"), "name": self.sampler})
+
+    @field_validator("sampler_args", mode="before")
+    @classmethod
+    def _json_object(cls, v: object) -> object:
+        # a dict (Python callers) is kept as its canonical JSON text: the settings stay hashable
+        if isinstance(v, dict):
+            return json.dumps(v, sort_keys=True)
+        if isinstance(v, str) and v.strip() and not isinstance(json.loads(v), dict):
+            raise ValueError(f"sampler_args ({v!r}) must be a JSON object such as '{{\"skip\": 2}}'")
+        return v
+
+    @model_validator(mode="after")
+    def _check_sampler_args(self) -> StoreSettings:
+        self.sampler_params  # noqa: B018 - validates sampler_args against the sampler's model
+        return self
 
     @model_validator(mode="after")
     def _check_lease_timeouts(self) -> StoreSettings:
