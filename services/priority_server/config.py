@@ -167,8 +167,13 @@ class StoreSettings(BaseModel):
         # a dict (Python callers) is kept as its canonical JSON text: the settings stay hashable
         if isinstance(v, dict):
             return json.dumps(v, sort_keys=True)
-        if isinstance(v, str) and v.strip() and not isinstance(json.loads(v), dict):
-            raise ValueError(f"sampler_args ({v!r}) must be a JSON object such as '{{\"skip\": 2}}'")
+        if isinstance(v, str) and v.strip():
+            args = json.loads(v)
+            if not isinstance(args, dict):
+                raise ValueError(f"sampler_args ({v!r}) must be a JSON object such as '{{\"skip\": 2}}'")
+            flagged = sorted(set(args) & set(cls.model_fields))
+            if flagged:  # one place per value: the memory samplers read the flat fields
+                raise ValueError(f"sampler_args ({v!r}) sets {flagged}: use their own settings (--{flagged[0].replace('_', '-')})")
         return v
 
     @model_validator(mode="after")

@@ -288,3 +288,93 @@ def test_raw_bytes_to_every_method_are_answered(srv):
         run()
         assert pb.GetStatsResponse.FromString(unary["GetStats"](b"", timeout=10)).problems >= N_PROBLEMS
     check_invariants(srv)
+
+
+# -- every sampler, its parameters drawn from its model ----------------------------------------------
+def sampler_params(model):
+    """A strategy of ``model`` instances (a sampler's parameter model): each field drawn within its
+    declared bounds (annotated-types Ge/Gt/Le/Lt), so every sampler's parameters are fuzzed."""
+    import annotated_types as at
+
+    fields = {}
+    for name, info in model.model_fields.items():
+        if name == "name":
+            continue
+        bounds = (("Ge", at.Ge, "ge"), ("Gt", at.Gt, "gt"), ("Le", at.Le, "le"), ("Lt", at.Lt, "lt"))
+        b = {key: getattr(m, attr) for m in info.metadata for key, cls, attr in bounds if isinstance(m, cls)}
+        if info.annotation in (int, "int"):
+            lo, hi = b.get("Ge", b.get("Gt", -1) + 1), min(b.get("Le", b.get("Lt", 2**31) - 1), 64)
+            fields[name] = st.integers(lo, hi)
+        elif info.annotation in (float, "float"):
+            lo, hi = b.get("Ge", b.get("Gt", -1e6)), b.get("Le", b.get("Lt", 1e6))
+            fields[name] = st.floats(lo, hi, exclude_min="Gt" in b, exclude_max="Lt" in b, allow_nan=False)
+        elif info.annotation in (bool, "bool"):
+            fields[name] = st.booleans()
+        else:
+            fields[name] = st.just(info.default)
+    return st.builds(model, **fields)
+
+
+def _sampler_cases():
+    from prioreplay.priority_server.samplers import SAMPLERS
+
+    return [(k, name) for name, spec in SAMPLERS.items() for k in ("memory", "redis") if k == "memory" or spec.lua_branch]
+
+
+@pytest.mark.parametrize(("kind", "sampler"), _sampler_cases())
+def test_every_sampler_with_drawn_parameters_answers_and_keeps_the_invariants(kind, sampler, redis_url):
+    import uuid
+
+    from hypothesis import assume
+    from pydantic import ValidationError
+
+    from prioreplay.errors import InvalidArgument
+    from prioreplay.priority_server.samplers import SAMPLERS
+
+    model = SAMPLERS[sampler].params
+    flat = set(ServerConfig.model_fields)
+
+    @settings(SETTINGS, max_examples=3)
+    @given(params=sampler_params(model), calls=st.lists(requests(), min_size=1, max_size=6))
+    def run(params, calls):
+        values = params.model_dump(exclude={"name"})
+        try:
+            cfg = ServerConfig(
+                metrics_port=0,
+                snapshot_interval_s=0,
+                max_batch_size=16,
+                max_lease_timeout_s=3600,
+                reaper_interval_s=0.2,
+                stats_interval_s=0.5,
+                decay=1.0,
+                sampler=sampler,
+                sampler_args={k: v for k, v in values.items() if k not in flat},
+                **{k: v for k, v in values.items() if k in flat},
+            )
+        except (InvalidArgument, ValidationError):
+            assume(False)  # a combination the settings refuse (max_group_size below mean_group_size)
+        assert cfg.sampler_params == params
+        ns = f"fuzz-{uuid.uuid4().hex[:10]}"
+        s = start_background_server(kind, redis_url, ns, cfg)
+        try:
+            with grpc.insecure_channel(s.address) as ch:
+                stub = pb_grpc.PriorityServiceStub(ch)
+                problems = [pb.Problem(id=f"p{i}", prompt=f"q{i}", answer=str(i)) for i in range(N_PROBLEMS)]
+                stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=problems)]), timeout=10)
+                for method, request in calls:
+                    if method == "ReportOutcomes":
+                        request = request[1]
+                        request.lease_id = "f" * 32
+                    if method == "SampleProblems":
+                        request.accepts_group_size = True  # probing samplers serve it only then
+                    code, resp = _call(stub, method, request)
+                    assert code in DOCUMENTED, f"{sampler}: {method} answered {code}: {resp}"
+                lease = stub.SampleProblems(pb.SampleProblemsRequest(batch_size=4, accepts_group_size=True), timeout=10)
+                assert len(lease.problems) <= 4 and bool(lease.lease_id) == bool(lease.problems)
+            check_invariants(s)
+        finally:
+            s.stop()
+            if kind == "redis":
+                drop_namespace(redis_url, ns)
+
+    run()
