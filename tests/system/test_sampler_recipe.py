@@ -112,3 +112,22 @@ def test_a_parameter_the_model_lacks_is_refused():
 
 def test_the_toy_sampler_is_not_registered_outside_its_test():
     assert "toy-tail" not in SAMPLERS and samplers.SAMPLERS is SAMPLERS
+
+
+def test_docs_name_exactly_the_four_places():
+    """docs/SAMPLERS.md's recipe lists the four places this test touches, and no other file."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "SAMPLERS.md").read_text(encoding="utf-8")
+    recipe = text.split("## Adding a sampler", 1)[1]
+    places = re.findall(r"^\d\. \*\*[^*]+\*\*(?: in)? `([^`]+)`", recipe, re.M)
+    assert places == [
+        "services/priority_server/samplers/<name>.py",
+        "services/priority_server/store/redis/lua/samplers/<name>.lua",
+        "services/priority_server/samplers/__init__.py",
+        "tests/unit/samplers/test_sampler_<name>.py",
+    ]
+    root = Path(__file__).resolve().parents[2]
+    assert (root / "services/priority_server/store/redis/lua/samplers").is_dir()
+    assert (root / "services/priority_server/samplers/__init__.py").is_file()

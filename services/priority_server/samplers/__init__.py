@@ -4,9 +4,10 @@ import the names from this module (:data:`SamplerName`).
 
 A sampler decides which problems one ``sample`` call leases. Each sampler is one module of this
 package (``heap.py``, ``weighted.py``, ...; what they share is in ``base.py``) with its own test
-(``tests/unit/samplers/test_sampler_<name>.py``). Adding one touches its module, a row of
-:data:`SAMPLERS` here, its branch in ``lua/sample.lua`` (when the Redis store should run it) and
-its test, nothing else: both stores, the servicer and every configuration
+(``tests/unit/samplers/test_sampler_<name>.py``). Adding one touches its module (the memory twin
+and its parameter model, :mod:`.params`), its Lua file ``store/redis/lua/samplers/<name>.lua``
+(when the Redis store should run it), a row of :data:`SAMPLERS` here and its test, nothing else
+(docs/SAMPLERS.md, proved by tests/system/test_sampler_recipe.py): both stores, the servicer and every configuration
 (``prioreplay server --sampler``, ``prioreplay demo --sampler``, :class:`StoreConfig`) pick the
 new name up from :data:`SAMPLERS`.
 
@@ -45,12 +46,14 @@ Samplers beyond the paper (docs/BENCHMARKS.md part 2b; formulas in
     * ``predicted``: problems never tested ranked by a priority predicted from their tested
       neighbours (kNN over hashed character n-gram prompt embeddings; DOTS). Memory store only.
 
-The Redis store runs the sampler's Lua branch (``lua_branch``, a function in ``sample.lua``)
-inside one script call, with the same RNG draws in the same order; the differential test checks
+The Redis store runs the sampler's Lua branch (``lua_branch``, its file
+``store/redis/lua/samplers/<name>.lua``, put into ``sample.lua``; the parameters arrive as one JSON
+argument, :meth:`SamplerSpec.lua_args`) inside one script call, with the same RNG draws in the same order; the differential test checks
 that both stores lease the same problems. A sampler without a Lua branch (None) runs in the
 memory store only; the Redis store refuses it at construction.
 
-This package imports only the standard library and :mod:`prioreplay.rules`, so configurations
+This package imports only the standard library, pydantic (the parameter models),
+:mod:`prioreplay.errors` and :mod:`prioreplay.rules`, so configurations
 (and ``prioreplay --help``) stay light.
 """
 
