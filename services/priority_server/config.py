@@ -173,7 +173,8 @@ class StoreSettings(BaseModel):
                 raise ValueError(f"sampler_args ({v!r}) must be a JSON object such as '{{\"skip\": 2}}'")
             flagged = sorted(set(args) & set(cls.model_fields))
             if flagged:  # one place per value: the memory samplers read the flat fields
-                raise ValueError(f"sampler_args ({v!r}) sets {flagged}: use their own settings (--{flagged[0].replace('_', '-')})")
+                flag = flagged[0].replace("_", "-")
+                raise ValueError(f"sampler_args ({v!r}) sets {flagged}: use their own settings (--{flag})")
         return v
 
     @model_validator(mode="after")

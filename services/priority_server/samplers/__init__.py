@@ -7,8 +7,8 @@ package (``heap.py``, ``weighted.py``, ...; what they share is in ``base.py``) w
 (``tests/unit/samplers/test_sampler_<name>.py``). Adding one touches its module (the memory twin
 and its parameter model, :mod:`.params`), its Lua file ``store/redis/lua/samplers/<name>.lua``
 (when the Redis store should run it), a row of :data:`SAMPLERS` here and its test, nothing else
-(docs/SAMPLERS.md, proved by tests/system/test_sampler_recipe.py): both stores, the servicer and every configuration
-(``prioreplay server --sampler``, ``prioreplay demo --sampler``, :class:`StoreConfig`) pick the
+(docs/SAMPLERS.md, proved by tests/system/test_sampler_recipe.py): both stores, the servicer and
+every configuration (``prioreplay server --sampler``, ``prioreplay demo --sampler``, :class:`StoreConfig`) pick the
 new name up from :data:`SAMPLERS`.
 
 What a sampler gets
@@ -48,9 +48,10 @@ Samplers beyond the paper (docs/BENCHMARKS.md part 2b; formulas in
 
 The Redis store runs the sampler's Lua branch (``lua_branch``, its file
 ``store/redis/lua/samplers/<name>.lua``, put into ``sample.lua``; the parameters arrive as one JSON
-argument, :meth:`SamplerSpec.lua_args`) inside one script call, with the same RNG draws in the same order; the differential test checks
-that both stores lease the same problems. A sampler without a Lua branch (None) runs in the
-memory store only; the Redis store refuses it at construction.
+argument, :meth:`SamplerSpec.lua_args`) inside one script call, with the same RNG draws in the
+same order; the differential test checks that both stores lease the same problems. A sampler
+without a Lua branch (None) runs in the memory store only; the Redis store refuses it at
+construction.
 
 This package imports only the standard library, pydantic (the parameter models),
 :mod:`prioreplay.errors` and :mod:`prioreplay.rules`, so configurations
