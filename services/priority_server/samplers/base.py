@@ -226,7 +226,7 @@ def take_top_of_heap(view: SamplerView, count: int) -> list[Pick]:
 
 # -- the frame: retests, then the heap, then a fill ---------------------------------------------
 class RetestThenHeap(MemorySampler):
-    """R, H, F (store.py, ``sample`` step 3): due retests, then the heap, then a fill from the pools.
+    """R, H, F (store/base.py, ``sample`` step 3): due retests, then the heap, then a fill from the pools.
 
     R (:meth:`retests`): up to ``quota`` pooled problems last tested at least ``retest_interval``
     steps ago, least recently tested first. H (:meth:`take_from_heap`): up to B − |R| from the

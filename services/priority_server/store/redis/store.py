@@ -1,6 +1,6 @@
 """The production store: Redis (redis-py asyncio, hiredis parser) with one Lua script per change.
 
-Semantics are those of :mod:`prioreplay.priority_server.store` (module docstring), bit for bit
+Semantics are those of :mod:`prioreplay.priority_server.store.base` (module docstring), bit for bit
 equal to the in-process ``MemoryStore`` for the same seed, clock readings and operations.
 
 The key schema and the values' formats are in :mod:`.keys`; the error taxonomy in :mod:`.errors`;

@@ -1,4 +1,4 @@
--- ack.lua: acknowledge delivered groups; acknowledged groups are deleted (store.py, "ack").
+-- ack.lua: acknowledge delivered groups; acknowledged groups are deleted (store/base.py, "ack").
 -- KEYS[1]  stream       stream trajectory groups
 -- KEYS[2]  counters     hash   StoreStats counters (groups_acked)
 -- ARGV[1]  group        consumer group name

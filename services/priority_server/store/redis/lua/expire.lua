@@ -1,4 +1,4 @@
--- expire.lua: expire due leases (store.py docstring, "expire_leases").
+-- expire.lua: expire due leases (store/base.py docstring, "expire_leases").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority
 -- KEYS[3]  solved       zset   score = last tested step (policy version with retest_versions > 0)

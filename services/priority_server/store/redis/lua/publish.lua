@@ -1,4 +1,4 @@
--- publish.lua: set the policy version and weights URI (store.py docstring, "publish").
+-- publish.lua: set the policy version and weights URI (store/base.py docstring, "publish").
 -- KEYS[1]  policy       hash   version, uri
 -- ARGV[1]  version      integer >= 1 (validated by the caller)
 -- ARGV[2]  uri          weights directory

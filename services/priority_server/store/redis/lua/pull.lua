@@ -1,4 +1,4 @@
--- pull.lua: deliver up to max trajectory groups to a consumer (store.py docstring, "pull").
+-- pull.lua: deliver up to max trajectory groups to a consumer (store/base.py docstring, "pull").
 -- KEYS[1]  stream       stream trajectory groups (field "p" = payload), consumer group ARGV[1]
 -- ARGV[1]  group        consumer group name
 -- ARGV[2]  consumer     consumer name

@@ -1,4 +1,4 @@
--- register.lua: upsert one chunk of problems (store.py docstring, "register").
+-- register.lua: upsert one chunk of problems (store/base.py docstring, "register").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member
 -- KEYS[3]  problems     hash   id -> JSON [prompt, answer, verifier, metadata]
@@ -11,7 +11,7 @@
 --                       control characters and compact JSON escapes them, so the split is
 --                       exact; one argument keeps the client's packing cheap). Ids are unique.
 -- ARGV[4]  replace      '1': another prompt or answer replaces the registered one; '0': a chunk
---                       holding such an id is refused whole (store.py docstring, "register")
+--                       holding such an id is refused whole (store/base.py docstring, "register")
 -- A quarantined problem registered again returns to its pool with its score (stats unchanged).
 -- Returns {created, updated}, or {-1, id, ...} (every clashing id, chunk order) when refused:
 -- nothing changed.

@@ -1,4 +1,4 @@
--- renew.lua: extend a live lease (store.py docstring, "renew").
+-- renew.lua: extend a live lease (store/base.py docstring, "renew").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority
 -- KEYS[3]  solved       zset   score = last tested step (policy version with retest_versions > 0)

@@ -1,4 +1,4 @@
--- report.lua: apply a lease's outcomes (store.py docstring, "report").
+-- report.lua: apply a lease's outcomes (store/base.py docstring, "report").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
 -- KEYS[2]  heap         zset   score = priority, member = store.tie_member
 -- KEYS[3]  solved       zset   score = last tested step (policy version with run.retest_versions > 0)
@@ -152,7 +152,7 @@ for j = 0, n_out - 1 do
   end
   end
 end
--- unservable problems: quarantined, statistics and score kept (store.py, "Quarantine")
+-- unservable problems: quarantined, statistics and score kept (store/base.py, "Quarantine")
 for j = 1, n_q do
   local member = ARGV[q_base + j]
   local t = leased[member]

@@ -1,4 +1,4 @@
--- sample.lua: lease a batch (store.py docstring, "sample"): expire due leases, run the sampler's
+-- sample.lua: lease a batch (store/base.py docstring, "sample"): expire due leases, run the sampler's
 -- branch (one file per sampler, lua/samplers/<name>.lua; Python twins in priority_server/samplers/<name>.py), record
 -- the lease.
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
@@ -25,7 +25,7 @@
 -- ARGV[4]  lease_id     random 128-bit hex id
 -- ARGV[5]  expected_step  the step the caller computed ARGV[6] for; -1: no RNG needed
 -- ARGV[6]  seed32       samplers.step_seed(seed, expected_step + 1)
--- ARGV[7]  request_id   "" or the request's id (store.py, "Retried requests")
+-- ARGV[7]  request_id   "" or the request's id (store/base.py, "Retried requests")
 -- ARGV[8]  worker_id    "" or the lease's holder, the one worker renew.lua accepts
 -- ARGV[9]  run          JSON of the run's settings (RedisStore._sample): retest_rate (f*B, 0 for a
 --                       sampler without retests; quota as samplers.retest_quota), interval

@@ -1,4 +1,4 @@
--- seen.lua: backfill the problems_seen counter (store.py, "stats": unseen = problems - problems_seen)
+-- seen.lua: backfill the problems_seen counter (store/base.py, "stats": unseen = problems - problems_seen)
 -- of a namespace written before report.lua kept it: such a namespace has reported problems but no
 -- counter, so every problem read as unseen. Counts the problems whose statistics have n > 0 (a
 -- report covered them; n is decayed but stays > 0) and stores the count; a no-op once the field
