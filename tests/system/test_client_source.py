@@ -108,7 +108,8 @@ def test_a_rewards_only_report_updates_statistics_and_queues_nothing(client):
 
 
 async def test_both_stores_never_queue_a_mixed_group_with_an_empty_payload(store_factory):
-    from prioreplay.priority_server.store import GroupOutcome, ProblemRecord
+    from prioreplay.priority_server.store.records import GroupOutcome
+    from prioreplay.problems import ProblemRecord
 
     store = store_factory()
     await store.register([ProblemRecord(id=f"q{i}", prompt="x", answer="y") for i in range(3)])
