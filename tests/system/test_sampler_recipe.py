@@ -131,3 +131,12 @@ def test_docs_name_exactly_the_four_places():
     root = Path(__file__).resolve().parents[2]
     assert (root / "services/priority_server/store/redis/lua/samplers").is_dir()
     assert (root / "services/priority_server/samplers/__init__.py").is_file()
+
+
+async def test_a_namespace_remembers_the_sampler_args(toy_sampler, redis_store_factory):
+    """sampler_args is a run setting: a restart with other values is refused, naming it."""
+    from prioreplay.errors import FailedPrecondition
+
+    await redis_store_factory(StoreConfig(sampler="toy-tail", sampler_args={"skip": 1})).claim_settings()
+    with pytest.raises(FailedPrecondition, match="sampler_args"):
+        await redis_store_factory(StoreConfig(sampler="toy-tail", sampler_args={"skip": 4})).claim_settings()

@@ -55,6 +55,7 @@ RUN_SETTINGS = (
     "posterior_prior",
     "mean_group_size",
     "max_group_size",
+    "sampler_args",
     "retest_fraction",
     "retest_interval",
     "retest_versions",
