@@ -309,8 +309,7 @@ def run_report_path(params: ServiceParams, reports: int = 20, rounds: int = 7, s
     Each path decodes the received bytes and turns them into the store's groups (validation and
     mixed-group payloads included). Returns medians over rounds of ms per report and the ratio.
     """
-    from prioreplay.priority_server.servicer import checked_groups
-    from prioreplay.priority_server.wire import lean_report
+    from prioreplay.priority_server.wire import canonical_groups, report_groups
 
     gen = Outcomes(params, seed)
     ids = [make_problem(i).id for i in range(params.batch_size)]
@@ -320,10 +319,10 @@ def run_report_path(params: ServiceParams, reports: int = 20, rounds: int = 7, s
     ]
 
     def per_field(raw: bytes) -> Any:
-        return checked_groups(pb.ReportOutcomesRequest.FromString(raw), 1.0, True)
+        return report_groups(raw, pb.ReportOutcomesRequest.FromString(raw), 1.0, True, fast=False)
 
     def lean(raw: bytes) -> Any:
-        out = lean_report(raw, pb.ReportOutcomesRequest.FromString(raw), 1.0, True)
+        out = canonical_groups(raw, pb.ReportOutcomesRequest.FromString(raw), 1.0, True)
         assert out is not None
         return out
 

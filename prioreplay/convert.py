@@ -14,7 +14,7 @@ through these functions, so a field added to the proto is written down once:
 :func:`stats_to_proto`                 the store's statistics → ``GetStatsResponse`` (the servicer)
 =====================================  ==============================================================
 
-The lean ``ReportOutcomes`` path (``prioreplay.priority_server.wire.lean_report``) reads the same
+The lean ``ReportOutcomes`` path (``prioreplay.priority_server.wire.report_groups``) reads the same
 fields from the received bytes for speed; ``tests/system/test_lean_report.py`` checks that it
 gives exactly what :func:`outcome_to_group` gives. The servicer answers SampleProblems with
 ``wire.lease_response``, which writes the bytes of :func:`lease_to_proto`'s message from the

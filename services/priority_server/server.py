@@ -140,7 +140,7 @@ def method_handlers(servicer: PriorityServicer) -> dict[str, grpc.RpcMethodHandl
     """The handlers of every ``PriorityService`` method, as the generated
     ``add_PriorityServiceServicer_to_server`` makes them, except that the methods in
     :data:`RAW_REQUEST_METHODS` get the request bytes undecoded (the servicer decodes them and
-    also reads the packed fields straight from the bytes, see :func:`.wire.lean_report`) and the
+    also reads the packed fields straight from the bytes, see :func:`.wire.report_groups`) and the
     methods in :data:`RAW_RESPONSE_METHODS` may answer bytes already serialized (:func:`.wire.lease_response`,
     :func:`.wire.pull_response`)."""
     from prioreplay.v1 import priority_service_pb2 as pb

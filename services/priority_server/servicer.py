@@ -19,20 +19,13 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
-from prioreplay.convert import outcome_to_group, problem_from_proto, stats_to_proto
+from prioreplay.convert import problem_from_proto, stats_to_proto
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
 from prioreplay.priority_server.client_traffic import ClientTally
+from prioreplay.priority_server.store.records import Delivery
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
-from prioreplay.priority_server.store.records import Delivery, GroupOutcome
-from prioreplay.priority_server.wire import (
-    LOGPROB_TOLERANCE,
-    lean_report,
-    lease_response,
-    logprobs_all_valid,
-    pull_response,
-    pulled_group,
-)
+from prioreplay.priority_server.wire import lease_response, pull_response, pulled_group, report_groups
 from prioreplay.problems import check_name, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -55,57 +48,6 @@ MAX_URI_BYTES = 4096
 DEFAULT_BUCKETS = 10
 #: Bytes of a PullTrajectories answer kept free of groups (queue_depth, framing), bytes.
 RESPONSE_MARGIN_BYTES = 1024
-
-
-def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True) -> None:
-    """Message-level checks of one reported group (the store checks rewards and membership).
-
-    Raises:
-        InvalidArgument: empty problem id, negative policy_version, a completion whose logprobs
-            length differs from its token_ids length, or a log-probability that is NaN, infinite
-            or above 0 (beyond :data:`LOGPROB_TOLERANCE`). The message names the outcome and
-            completion index. ``check_values=False`` skips the per-value scan (the servicer checks
-            all values at once with :func:`logprobs_all_valid` and rescans only a bad report).
-    """
-    where = f"outcomes[{index}] (problem {o.problem_id!r})"
-    if not o.problem_id:
-        raise InvalidArgument(f"outcomes[{index}]: problem_id is empty; quote the id of a leased problem")
-    if o.policy_version < 0:
-        raise InvalidArgument(f"{where}: policy_version ({o.policy_version}) must be >= 0")
-    if not (math.isfinite(o.sampling_temperature) and o.sampling_temperature >= 0):
-        raise InvalidArgument(
-            f"{where}: sampling_temperature ({o.sampling_temperature}) must be a finite number >= 0 (0: not sent)"
-        )
-    if not (math.isfinite(o.sampling_top_p) and 0.0 <= o.sampling_top_p <= 1.0):
-        raise InvalidArgument(f"{where}: sampling_top_p ({o.sampling_top_p}) must be in [0, 1] (0: not sent, read as 1)")
-    for j, c in enumerate(o.completions):
-        lps = c.logprobs
-        if len(lps) != len(c.token_ids):
-            raise InvalidArgument(
-                f"{where} completions[{j}]: {len(lps)} logprobs for {len(c.token_ids)} token_ids; "
-                "send one behaviour log-probability per generated token"
-            )
-        if check_values:
-            for k, lp in enumerate(lps):
-                if not (math.isfinite(lp) and lp <= LOGPROB_TOLERANCE):
-                    raise InvalidArgument(
-                        f"{where} completions[{j}].logprobs[{k}] = {lp!r}: log-probabilities must be finite and <= 0 nats"
-                    )
-
-
-def checked_groups(request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool) -> list[GroupOutcome]:
-    """The per-field path of ReportOutcomes: :func:`validate_outcome` and :func:`~prioreplay.convert.outcome_to_group`
-    for each outcome (the lean path, :func:`.wire.lean_report`, must give the same result).
-
-    Raises:
-        InvalidArgument: the first bad outcome, named by index (see :func:`validate_outcome`).
-    """
-    for i, o in enumerate(request.outcomes):
-        validate_outcome(o, i, check_values=False)
-    if not logprobs_all_valid(request.outcomes):
-        for i, o in enumerate(request.outcomes):  # find the bad value for the message
-            validate_outcome(o, i)
-    return [GroupOutcome(*outcome_to_group(o, reported_unix_s, queue=queue)) for o in request.outcomes]
 
 
 def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -256,10 +198,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         """Apply a lease's groups; late or repeated reports answer ``accepted = false``.
 
         The server registers this method without a request deserializer (:func:`.server.method_handlers`),
-        so ``request`` arrives as the received bytes: a canonical, valid report takes the lean
-        path (:func:`.wire.lean_report`); any other report the per-field checks. A decoded
-        message (a direct call) is handled the same way. ``more_parts``: one part of a report
-        sent in several (see ``Store.report``).
+        so ``request`` arrives as the received bytes; a decoded message (a direct call) is
+        re-serialized, and both are read by the one report decode, :func:`.wire.report_groups`.
+        ``more_parts``: one part of a report sent in several (see ``Store.report``).
         """
         if isinstance(request, bytes):
             raw = request
@@ -271,11 +212,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             raise InvalidArgument("lease_id is empty; quote the lease_id returned by SampleProblems")
         now = self.store.clock()
         queue = not request.rewards_only
-        lean = lean_report(raw, request, now, queue)
-        if lean is not None:
-            groups = [GroupOutcome(*g) for g in lean]
-        else:
-            groups = checked_groups(request, now, queue)
+        groups = report_groups(raw, request, now, queue)
         unservable = list(request.unservable_problem_ids)
         result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts, unservable=unservable)
         if result.quarantined:
@@ -382,4 +319,4 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         return stats_to_proto(stats, self.clients.to_proto())
 
 
-__all__ = ["PriorityServicer", "rpc", "validate_outcome", "checked_groups"]
+__all__ = ["PriorityServicer", "rpc"]

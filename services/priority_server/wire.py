@@ -4,7 +4,7 @@
 problem). Turning repeated protobuf floats into Python floats one by one costs ~0.5 µs each,
 which at 256 problems × G = 8 × 128 tokens is most of a report's handling time; reading the
 packed float32 bytes and checking them with numpy in one go is ~100 times cheaper.
-:func:`lean_report` does that for a whole report and also queues each mixed group from the bytes
+:func:`canonical_groups` does that for a whole report and also queues each mixed group from the bytes
 as received instead of rebuilding a ``TrajectoryGroup`` message from its fields.
 :func:`lease_response` writes a ``SampleProblemsResponse`` from the ``Problem`` bytes the memory
 store keeps with each record, instead of building a ``Problem`` message per leased problem.
@@ -12,6 +12,7 @@ store keeps with each record, instead of building a ``Problem`` message per leas
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -19,7 +20,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prioreplay import rules
-from prioreplay.convert import ReportedGroup, problem_bytes, trajectory_fields
+from prioreplay.convert import ReportedGroup, outcome_to_group, problem_bytes, trajectory_fields
+from prioreplay.errors import InvalidArgument
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.v1 import priority_service_pb2 as pb
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,12 +88,12 @@ def logprobs_all_valid(outcomes: Iterable[pb.ProblemOutcome]) -> bool:
     return bool(np.isfinite(a).all() and a.max() <= LOGPROB_TOLERANCE)
 
 
-# -- the lean ReportOutcomes path ---------------------------------------------------------------
+# -- the ReportOutcomes decode: canonical bytes read as columns, else per-field checks --------
 # Views of the same wire bytes with other declared types, in a private descriptor pool: a packed
 # repeated scalar field and a sub-message are both length-delimited on the wire, so declaring them
 # ``bytes`` makes the C parser hand over the packed values / the sub-message as received, without
 # creating a Python object per value. Only valid for canonical encodings (each packed field once,
-# packed), which :func:`lean_report` checks first.
+# packed), which :func:`canonical_groups` checks first.
 def _views() -> dict[str, type]:
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -156,8 +159,8 @@ def _views() -> dict[str, type]:
 _VIEWS = _views()
 
 #: Reports smaller than this (bytes) take the per-field path: for a few completions its fixed
-#: cost (a few Python calls) is below the lean path's (numpy calls, two extra parses).
-LEAN_MIN_BYTES = 8192
+#: cost (a few Python calls) is below the column path's (numpy calls, two extra parses).
+COLUMN_MIN_BYTES = 8192
 
 
 def _varint_counts(chunks: list[bytes]) -> np.ndarray:
@@ -231,8 +234,10 @@ def _per_completion(
     return out_rewards, n_tokens, lp_bytes
 
 
-def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool) -> list[ReportedGroup] | None:
-    """The groups of a valid report, read from its received bytes; None when the slow path must decide.
+def canonical_groups(
+    raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool
+) -> list[ReportedGroup] | None:
+    """The fast half of :func:`report_groups`: a valid report's groups read from its bytes, or None.
 
     ``request`` is ``raw`` decoded (the decode is what proves the bytes are valid protobuf). When
     ``request`` re-serializes to exactly ``raw`` (a canonical encoding: what every protobuf
@@ -246,11 +251,11 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
 
     Returns:
         [(problem_id, rewards, payload)] in report order (payload b"" unless the group is mixed and
-        ``queue``), or None when the report is under :data:`LEAN_MIN_BYTES`, the encoding is not
+        ``queue``), or None when the report is under :data:`COLUMN_MIN_BYTES`, the encoding is not
         canonical or any message-level check fails: the caller then runs the per-field checks,
         which name the bad value.
     """
-    if len(raw) < LEAN_MIN_BYTES or not request.outcomes or request.SerializeToString() != raw:
+    if len(raw) < COLUMN_MIN_BYTES or not request.outcomes or request.SerializeToString() != raw:
         return None
     view = _VIEWS["ReportView"].FromString(raw)  # type: ignore[attr-defined]  # a generated message class, passed as type
     comps = [c for o in view.outcomes for c in o.completions]  # (completions,) serialized Completion
@@ -286,6 +291,84 @@ def lean_report(raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: 
 
 
 _INF = float("inf")
+
+
+def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True) -> None:
+    """Message-level checks of one reported group (the store checks rewards and membership).
+
+    Raises:
+        InvalidArgument: empty problem id, negative policy_version, a completion whose logprobs
+            length differs from its token_ids length, or a log-probability that is NaN, infinite
+            or above 0 (beyond :data:`LOGPROB_TOLERANCE`). The message names the outcome and
+            completion index. ``check_values=False`` skips the per-value scan (the servicer checks
+            all values at once with :func:`logprobs_all_valid` and rescans only a bad report).
+    """
+    where = f"outcomes[{index}] (problem {o.problem_id!r})"
+    if not o.problem_id:
+        raise InvalidArgument(f"outcomes[{index}]: problem_id is empty; quote the id of a leased problem")
+    if o.policy_version < 0:
+        raise InvalidArgument(f"{where}: policy_version ({o.policy_version}) must be >= 0")
+    if not (math.isfinite(o.sampling_temperature) and o.sampling_temperature >= 0):
+        raise InvalidArgument(
+            f"{where}: sampling_temperature ({o.sampling_temperature}) must be a finite number >= 0 (0: not sent)"
+        )
+    if not (math.isfinite(o.sampling_top_p) and 0.0 <= o.sampling_top_p <= 1.0):
+        raise InvalidArgument(f"{where}: sampling_top_p ({o.sampling_top_p}) must be in [0, 1] (0: not sent, read as 1)")
+    for j, c in enumerate(o.completions):
+        lps = c.logprobs
+        if len(lps) != len(c.token_ids):
+            raise InvalidArgument(
+                f"{where} completions[{j}]: {len(lps)} logprobs for {len(c.token_ids)} token_ids; "
+                "send one behaviour log-probability per generated token"
+            )
+        if check_values:
+            for k, lp in enumerate(lps):
+                if not (math.isfinite(lp) and lp <= LOGPROB_TOLERANCE):
+                    raise InvalidArgument(
+                        f"{where} completions[{j}].logprobs[{k}] = {lp!r}: log-probabilities must be finite and <= 0 nats"
+                    )
+
+
+def _checked_groups(request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool) -> list[GroupOutcome]:
+    """The per-field half of :func:`report_groups`: :func:`validate_outcome` and
+    :func:`~prioreplay.convert.outcome_to_group` for each outcome.
+
+    Raises:
+        InvalidArgument: the first bad outcome, named by index (see :func:`validate_outcome`).
+    """
+    for i, o in enumerate(request.outcomes):
+        validate_outcome(o, i, check_values=False)
+    if not logprobs_all_valid(request.outcomes):
+        for i, o in enumerate(request.outcomes):  # find the bad value for the message
+            validate_outcome(o, i)
+    return [GroupOutcome(*outcome_to_group(o, reported_unix_s, queue=queue)) for o in request.outcomes]
+
+
+def report_groups(
+    raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool, *, fast: bool = True
+) -> list[GroupOutcome]:
+    """The store's groups of one ReportOutcomes request: the one report decode of the server.
+
+    ``raw`` is the request's bytes as received (or a decoded request re-serialized) and ``request``
+    those bytes decoded. A canonical, valid report of at least :data:`COLUMN_MIN_BYTES` is read
+    from the bytes (:func:`canonical_groups`); any other report (or ``fast=False``, for
+    comparisons) goes through the per-field checks, which name the bad value. Both halves give
+    the same groups for the same valid report (``tests/unit/test_wire.py``).
+
+    Args:
+        reported_unix_s: the store clock when the report arrived, seconds (stamped on payloads).
+        queue: False for ``rewards_only`` reports (no payloads are made).
+
+    Returns:
+        One :class:`GroupOutcome` per outcome, in report order.
+
+    Raises:
+        InvalidArgument: the first bad outcome, named by index (see :func:`validate_outcome`).
+    """
+    fast_groups = canonical_groups(raw, request, reported_unix_s, queue) if fast else None
+    if fast_groups is not None:
+        return [GroupOutcome(*g) for g in fast_groups]
+    return _checked_groups(request, reported_unix_s, queue)
 
 
 # -- the lean PullTrajectories path -------------------------------------------------------------

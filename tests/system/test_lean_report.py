@@ -13,7 +13,7 @@ import pytest
 
 from prioreplay.priority_server import wire
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.wire import lean_report
+from prioreplay.priority_server.wire import canonical_groups
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from tests.conftest import server_in_namespace
@@ -59,7 +59,7 @@ def test_a_canonical_report_is_queued_as_the_learner_reads_it(srv):
         )
         stub.PullTrajectories(pb.PullTrajectoriesRequest(max_groups=64), timeout=10)  # drain earlier tests' groups
         lease = stub.SampleProblems(pb.SampleProblemsRequest(batch_size=1), timeout=10)
-        n = 2000  # over LEAN_MIN_BYTES: the lean path
+        n = 2000  # over COLUMN_MIN_BYTES: the lean path
         comps = [
             pb.Completion(reward=r, token_ids=[300, 5] * n, logprobs=[-0.25, -0.5] * n, text="x", truncated=True)
             for r in (1.0, 0.0)
@@ -72,8 +72,8 @@ def test_a_canonical_report_is_queued_as_the_learner_reads_it(srv):
             sampling_temperature=0.7,
         )
         req = pb.ReportOutcomesRequest(lease_id=lease.lease_id, outcomes=[out])
-        assert req.ByteSize() > wire.LEAN_MIN_BYTES
-        assert lean_report(req.SerializeToString(), req, 1.0, True) is not None
+        assert req.ByteSize() > wire.COLUMN_MIN_BYTES
+        assert canonical_groups(req.SerializeToString(), req, 1.0, True) is not None
         assert stub.ReportOutcomes(req, timeout=10).accepted
         g = stub.PullTrajectories(pb.PullTrajectoriesRequest(max_groups=4), timeout=10).groups
         assert len(g) == 1 and g[0].problem_id == out.problem_id and g[0].policy_version == 3

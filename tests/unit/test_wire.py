@@ -1,4 +1,5 @@
-"""The lean ReportOutcomes path (``wire.lean_report``) agrees with the per-field path, without a server.
+"""The two halves of the one report decode (``wire.report_groups``) agree, without a server: the
+column path (``wire.canonical_groups``) and the per-field checks (``fast=False``).
 
 For canonical reports it must give the same groups (ids, rewards, and payload bytes identical to
 rebuilding a ``TrajectoryGroup``) and refuse exactly what the per-field checks refuse; reports in
@@ -15,8 +16,7 @@ import pytest
 
 from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server import wire
-from prioreplay.priority_server.servicer import checked_groups
-from prioreplay.priority_server.wire import lean_report
+from prioreplay.priority_server.wire import canonical_groups, report_groups
 from prioreplay.v1 import priority_service_pb2 as pb
 from tests.wire_bytes import report_bytes, unpacked_completion
 
@@ -64,12 +64,15 @@ def _random_report(rng: random.Random, bad: bool) -> pb.ReportOutcomesRequest:
 
 def _per_field(req: pb.ReportOutcomesRequest, now: float):
     """What the per-field path gives: [(id, rewards, payload, completion tokens)], or InvalidArgument."""
-    return [(g.problem_id, g.rewards, g.payload, g.completion_tokens) for g in checked_groups(req, now, not req.rewards_only)]
+    return [
+        (g.problem_id, g.rewards, g.payload, g.completion_tokens)
+        for g in report_groups(req.SerializeToString(), req, now, not req.rewards_only, fast=False)
+    ]
 
 
 @pytest.mark.parametrize("bad", [False, True])
 def test_lean_path_gives_the_per_field_result_byte_for_byte(bad, monkeypatch):
-    monkeypatch.setattr(wire, "LEAN_MIN_BYTES", 0)  # small reports too
+    monkeypatch.setattr(wire, "COLUMN_MIN_BYTES", 0)  # small reports too
     rng = random.Random(11 + bad)
     lean_taken = refused = 0
     for trial in range(150):
@@ -79,7 +82,7 @@ def test_lean_path_gives_the_per_field_result_byte_for_byte(bad, monkeypatch):
             expected = _per_field(req, 1234.5)
         except InvalidArgument:
             expected = None
-        got = lean_report(raw, pb.ReportOutcomesRequest.FromString(raw), 1234.5, not req.rewards_only)
+        got = canonical_groups(raw, pb.ReportOutcomesRequest.FromString(raw), 1234.5, not req.rewards_only)
         if expected is None:
             refused += 1
             assert got is None, trial  # the lean path never accepts what the per-field checks refuse
@@ -91,12 +94,12 @@ def test_lean_path_gives_the_per_field_result_byte_for_byte(bad, monkeypatch):
 
 
 def test_non_canonical_encodings_fall_back_to_the_per_field_checks(monkeypatch):
-    monkeypatch.setattr(wire, "LEAN_MIN_BYTES", 0)
+    monkeypatch.setattr(wire, "COLUMN_MIN_BYTES", 0)
     good = [unpacked_completion(1.0, [5, 6], [-0.1, -0.2]), unpacked_completion(0.0, [5], [-0.3])]
     raw = report_bytes("L", "p0", good)
     req = pb.ReportOutcomesRequest.FromString(raw)
     assert [len(c.logprobs) for c in req.outcomes[0].completions] == [2, 1]
-    assert lean_report(raw, req, 1.0, True) is None  # not canonical: the per-field path decides
+    assert canonical_groups(raw, req, 1.0, True) is None  # not canonical: the per-field path decides
     assert _per_field(req, 1.0)[0][2]  # ... and accepts it (a mixed group, queued)
 
 
@@ -134,7 +137,7 @@ def test_a_report_with_left_out_fields_takes_the_lean_path_and_agrees(monkeypatc
         outcomes.append(pb.ProblemOutcome(problem_id=f"p{k}\u00df", policy_version=k % 3, completions=comps))
     req = pb.ReportOutcomesRequest(lease_id="L", outcomes=outcomes)
     raw = req.SerializeToString()
-    got = lean_report(raw, req, 99.5, True)
-    assert got is not None and len(raw) > wire.LEAN_MIN_BYTES
+    got = canonical_groups(raw, req, 99.5, True)
+    assert got is not None and len(raw) > wire.COLUMN_MIN_BYTES
     assert [tuple(g) for g in got] == _per_field(req, 99.5)
     assert any(math.copysign(1.0, r) < 0 for g in got for r in g.rewards)  # -0.0 kept as sent
