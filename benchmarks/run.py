@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    from benchmarks.service import DEFAULT_REDIS_URL
+    from benchmarks.service_load import DEFAULT_REDIS_URL
 
     args.redis_url = args.redis_url or DEFAULT_REDIS_URL
     if not args.quick:

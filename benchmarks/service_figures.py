@@ -94,16 +94,16 @@ def _redis_memory_figures(res: Results, mem: dict[str, Any]) -> dict[str, Any]:
 
 def part_openloop(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     """Part 1b: open-loop latency at fixed offered loads (and the highest load with p99 <= 50 ms)."""
-    from benchmarks import service
+    from benchmarks import service_load, service_openloop
 
-    params = service.QUICK if args.quick else service.ServiceParams(duration_s=30.0, warmup_s=5.0)
+    params = service_load.QUICK if args.quick else service_load.ServiceParams(duration_s=30.0, warmup_s=5.0)
     params = replace(params, stores=tuple(args.stores.split(",")))
     if args.duration_s:
         params = replace(params, duration_s=args.duration_s)
     loads = tuple(float(x) for x in args.open_loads.split(","))
     procs = tuple(int(x) for x in args.processes.split(","))
     out = asyncio.run(
-        service.run_open_loop(
+        service_openloop.run_open_loop(
             params,
             args.redis_url,
             progress=_log,

@@ -160,7 +160,7 @@ def test_the_graph_sees_relative_function_level_and_services_imports(tmp_path):
     graph = import_graph()
     assert "prioreplay.learner.learner" in graph  # services/learner/learner.py
     assert "prioreplay.learner.persistence" in graph["prioreplay.learner.learner"]
-    assert "benchmarks.service" in graph["benchmarks.run"]  # imported inside part_service()
+    assert "benchmarks.simulate" in graph["benchmarks.run"]  # imported inside part_simulate()
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}) == [["a", "b", "c"], ["e"]]
 
 
