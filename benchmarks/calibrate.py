@@ -3,7 +3,7 @@
 Fits the per-problem learning and forgetting of :mod:`benchmarks.simulate` to the per-problem
 outcome histories of real ``prioreplay demo`` / ``prioreplay compare`` runs (each run
 directory's ``outcomes.jsonl``: one line per reported group, see
-:func:`prioreplay.apps.demo.collect_outcomes`), by maximum likelihood of the observed binomial
+:func:`prioreplay.apps.demo_report.collect_outcomes`), by maximum likelihood of the observed binomial
 pass counts.
 
 The model is the simulator's (:class:`benchmarks.simulate.Population`) with one skill (K = 1:

@@ -164,7 +164,7 @@ def targets(summary: dict[str, Any], arm: str) -> dict[str, Any]:
 
 def result_items(name: str, summary: dict[str, Any], command: str, note: str) -> list[dict[str, Any]]:
     """results.json entries ``compare.<name>.<arm>.<figure>`` for every arm of one set."""
-    from benchmarks.run import Results
+    from benchmarks.results import Results
 
     res = Results(command, note=note, prefix=f"compare.{name}.")
     seeds = summary["paired_seeds"]
@@ -225,7 +225,7 @@ def result_items(name: str, summary: dict[str, Any], command: str, note: str) ->
 
 def main(argv: list[str] | None = None) -> int:
     """Print the rule's verdict for the runs given; with ``--out`` merge the figures into it."""
-    from benchmarks.overhead import merge_results
+    from benchmarks.results import merge_results
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.decision", description=__doc__.split("\n\n")[0])
     ap.add_argument("--mix", nargs="+", type=Path, required=True, help="compare or demo run directories of the mix")

@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
     import sys
 
-    from benchmarks.run import Results
+    from benchmarks.results import Results, merge_results
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=main.__doc__)
     ap.add_argument("part", choices=["worker-idle"])
@@ -288,16 +288,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         merge_results(Path(a.out), res.items)
     return 0
-
-
-def merge_results(path: Path, items: list[dict[str, Any]]) -> None:
-    """Write ``items`` into the results file at ``path``: an entry of the same name is replaced
-    where it stands, a new one appended, every other entry kept in its order (so a run changes
-    only its own lines of the file)."""
-    old = json.loads(path.read_text()) if path.is_file() else []
-    by_name = {i["name"]: i for i in items}
-    merged = [by_name.pop(i.get("name"), i) for i in old] + list(by_name.values())
-    path.write_text(json.dumps(merged, indent=1, allow_nan=True) + "\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.service import DEFAULT_REDIS_URL, channel, delete_namespace, make_store
+from benchmarks.service_load import DEFAULT_REDIS_URL
+from benchmarks.service_servers import channel, delete_namespace, make_store
 from prioreplay.priority_server.store import Store
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc

@@ -22,7 +22,8 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from benchmarks.service import DEFAULT_REDIS_URL, ServiceParams, channel, delete_namespace, grpc_fns, load, register_grpc, serve
+from benchmarks.service_load import DEFAULT_REDIS_URL, ServiceParams, grpc_fns, load
+from benchmarks.service_servers import channel, delete_namespace, register_grpc, serve
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
 

@@ -476,7 +476,8 @@ def run_simulation(
     says how many seeds did); a ratio is only formed where both runs reached it.
 
     Returns:
-        {"params", "seeds", "methods": {name: {...summaries..., "runs": [...]}}, "wall_s"}.
+        {"params", "seeds", "methods": {name: {...summaries..., "runs": [...]}}, "wall_s"}, and
+        ``"plot_error"`` (``"PATH: error"``) when ``plot_path`` was given and the plot failed.
     """
     t0 = time.perf_counter()
     runs: dict[str, list[RunResult]] = {m.name: [] for m in methods}
@@ -490,7 +491,12 @@ def run_simulation(
         out["methods"][m.name] = _method_summary(m, runs)
     out["wall_s"] = time.perf_counter() - t0
     if plot_path:
-        plot_curves(runs, methods, params, plot_path)
+        try:
+            plot_curves(runs, methods, params, plot_path)
+        except Exception as e:  # noqa: BLE001 - minutes of measurement outweigh the picture
+            out["plot_error"] = f"{plot_path}: {type(e).__name__}: {e}"
+            if progress:
+                progress(f"simulate: plot {plot_path} failed ({type(e).__name__}: {e}); the figures are kept")
     return out
 
 

@@ -196,7 +196,7 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int, model_dir: Path, befo
         (out / "server_stats.json").write_text(json.dumps(server_stats(server.address), indent=1))
         server.stop()
     after = score_final(trainer, out, model_dir, held_out, args.max_new_tokens) if held_out else None
-    from prioreplay.apps.demo import held_out_summary
+    from prioreplay.apps.demo_report import held_out_summary
 
     held = {**held_out_summary(before, after), "eval_size": len(held_out)}
     (out / "held_out.json").write_text(json.dumps(held, indent=1))

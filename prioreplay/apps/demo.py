@@ -4,7 +4,8 @@ Starts the priority server, W rollout workers and the learner as separate proces
 commands a deployment runs), registers the dataset, scores a held-out slice before training,
 follows the learner's steps with one progress bar, scores the slice again with the final policy,
 and writes ``report.json`` and ``report.png`` into the run directory, with ``outcomes.jsonl``: every
-reported group's rewards (:func:`collect_outcomes`). Child logs go to
+reported group's rewards (:mod:`~prioreplay.apps.demo_report`: what the report holds, its summary
+lines, :func:`~prioreplay.apps.demo_report.collect_outcomes`). Child logs go to
 ``RUN_DIR/logs/``. Ctrl-C or a crashed child stops every child; the demo then exits non-zero and
 prints the failing child's log tail.
 """
@@ -25,6 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from prioreplay.apps.demo_config import DemoConfig, escape_stop, worker_seed
+from prioreplay.apps.demo_report import (
+    OUTCOMES_FILE,
+    OUTCOMES_PART,
+    collect_outcomes,
+    held_out_summary,
+    scrape_histogram,
+    token_totals,
+    write_report,
+)
 from prioreplay.channel import free_port
 from prioreplay.errors import PrioreplayError
 from prioreplay.process import setup_logging
@@ -32,18 +42,6 @@ from prioreplay.reporting import Reporter
 
 log = logging.getLogger("prioreplay.apps.demo")
 HIST_BUCKETS = 20
-#: The workers' token counters a run report sums (docs/BENCHMARKS.md, "What is counted").
-TOKEN_METRICS = {
-    "completion_tokens": "prioreplay_worker_tokens_generated_total",
-    "prompt_tokens": "prioreplay_worker_prompt_tokens_total",
-    "useful_tokens": "prioreplay_worker_useful_tokens_total",
-}
-
-
-def token_totals(worker_metrics: dict[str, dict[str, float]]) -> dict[str, int]:
-    """Completion, prompt and useful (mixed-group completion) tokens summed over the workers'
-    latest /metrics scrapes (``{worker name: {metric: value}}``)."""
-    return {key: int(sum(m.get(name, 0.0) for m in worker_metrics.values())) for key, name in TOKEN_METRICS.items()}
 
 
 class ChildFailed(PrioreplayError):
@@ -139,24 +137,6 @@ class Demo:
         return out
 
 
-def scrape_histogram(text: str, name: str) -> dict[str, list[float]]:
-    """One unlabelled histogram of a /metrics text: ``{"le": upper edges, "count": per bucket}``
-    (per bucket, not cumulative; the +Inf bucket last). Empty lists when it is absent."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    les, cum = [], []
-    for fam in text_string_to_metric_families(text):
-        if fam.name != name:
-            continue
-        for s in fam.samples:
-            if s.name == name + "_bucket":
-                les.append(float(s.labels["le"]))
-                cum.append(s.value)
-    order = sorted(range(len(les)), key=les.__getitem__)
-    les, cum = [les[i] for i in order], [cum[i] for i in order]
-    return {"le": les, "count": [c - (cum[i - 1] if i else 0.0) for i, c in enumerate(cum)]}
-
-
 def _threads(cfg: DemoConfig) -> int:
     if cfg.threads:
         return cfg.threads
@@ -202,38 +182,6 @@ def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, proble
     from prioreplay.apps.evaluate import evaluate_each
 
     return evaluate_each(model_dir, problems, weights_dir=weights_dir, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
-
-
-def held_out_summary(before: list[bool] | None, after: list[bool] | None) -> dict[str, Any]:
-    """Held-out accuracy before/after with 95% intervals: Wilson for each accuracy, Newcombe's
-    paired interval (1998, method 10) for the change, since the same problems are scored twice.
-
-    Returns a dict: ``accuracy_before``/``accuracy_after`` (or None), their ``*_ci95``,
-    ``accuracy_change``, ``accuracy_change_ci95`` and ``change_excludes_zero`` (None without
-    held-out problems)."""
-    from prioreplay.intervals import paired_difference, wilson
-
-    if not before or not after:
-        return {
-            "accuracy_before": None,
-            "accuracy_after": None,
-            "accuracy_change": None,
-            "accuracy_change_ci95": None,
-            "change_excludes_zero": None,
-        }
-    n = len(before)
-    diff, lo, hi = paired_difference(before, after)
-    return {
-        "accuracy_before": sum(before) / n,
-        "accuracy_before_ci95": list(wilson(sum(before), n)),
-        "accuracy_after": sum(after) / n,
-        "accuracy_after_ci95": list(wilson(sum(after), n)),
-        "accuracy_change": diff,
-        "accuracy_change_ci95": [lo, hi],
-        "change_excludes_zero": lo > 0 or hi < 0,
-        "eval_correct_before": [bool(x) for x in before],
-        "eval_correct_after": [bool(x) for x in after],
-    }
 
 
 def run(cfg: DemoConfig) -> int:
@@ -301,37 +249,8 @@ def _run(demo: Demo, name: str) -> int:
     demo.reporter.scalars("eval", held, demo.steps[-1]["step"] if demo.steps else 0)
     report["pool_audit"] = pool_audit
     report["outcomes"] = {"file": OUTCOMES_FILE, "groups": groups_recorded}
-    _write_report(demo.run_dir, report, final)
+    write_report(demo.run_dir, report, final)
     return 0
-
-
-#: The run directory's per-group outcome history (:func:`collect_outcomes`), and the prefix of the
-#: per-worker files it is gathered from.
-OUTCOMES_FILE = "outcomes.jsonl"
-OUTCOMES_PART = "outcomes-worker-"
-
-
-def collect_outcomes(run_dir: Path, sampler: str, seed: int) -> int:
-    """Gather the workers' ``--outcomes-file`` lines into ``RUN_DIR/outcomes.jsonl``, ordered by
-    report time, each with the run's ``sampler`` and ``seed`` added; the per-worker files are removed.
-
-    One line per group of an accepted report: ``problem_id``, ``policy_version`` (the learner
-    step whose weights generated it), ``rewards`` (G floats), ``lease_id``, ``worker_id``,
-    ``time_unix_s``, ``sampler``, ``seed``. Groups of leases that expired unreported are absent.
-    It is what ``benchmarks/calibrate.py`` fits the simulator to.
-
-    Returns:
-        The number of groups written (0 and no file when no worker recorded one).
-    """
-    parts = sorted(run_dir.glob(f"{OUTCOMES_PART}*.jsonl"))
-    rows = [json.loads(line) for p in parts for line in p.read_text().splitlines() if line.strip()]
-    rows.sort(key=lambda r: (r["time_unix_s"], r["worker_id"]))
-    if rows:
-        text = "".join(json.dumps({**r, "sampler": sampler, "seed": seed}) + "\n" for r in rows)
-        (run_dir / OUTCOMES_FILE).write_text(text)
-    for p in parts:
-        p.unlink()
-    return len(rows)
 
 
 def _pool_audit(demo: Demo, model_dir: Path, final_ckpt: Path | None) -> dict[str, Any]:
@@ -650,52 +569,3 @@ def _report(
         "served_priority": server_metrics.get("served_priority"),
         "children_exit_codes": {c.name: c.proc.returncode for c in demo.children},
     }
-
-
-def _write_report(run_dir: Path, report: dict[str, Any], final) -> None:
-    """Write report.json and report.png; print where they are and the headline figures."""
-    from prioreplay.apps.pool_audit import audit_line
-    from prioreplay.apps.report_figure import render
-
-    (run_dir / "report.json").write_text(json.dumps(report, indent=1))
-    render(report, run_dir / "report.png")
-    print(f"\nrun report: {run_dir / 'report.json'}\npicture:    {run_dir / 'report.png'}")
-    print(held_out_line(report))
-    print(tokens_line(report))
-    print(audit_line(report.get("pool_audit")))
-    print(
-        f"effective-group fraction {final.effective_group_fraction:.2f} over {final.completions_reported} rollouts; "
-        f"pools heap={final.heap_size} solved={final.solved} unsolved={final.unsolved}; still unseen "
-        f"{final.unseen} of {final.problems}; forgetting events {final.forgetting_events}"
-    )
-
-
-def held_out_line(report: dict[str, Any]) -> str:
-    """The summary line of held-out accuracy: never a before/after without the interval of the change."""
-    if report.get("accuracy_change") is None:
-        return "held-out accuracy: not measured (--eval-size 0)"
-    lo, hi = report["accuracy_change_ci95"]
-    verdict = (
-        "the interval excludes zero" if report["change_excludes_zero"] else "the interval includes zero: no measurable change"
-    )
-    return (
-        f"held-out accuracy ({report['eval_size']} problems, greedy): {_pct(report['accuracy_before'])} -> "
-        f"{_pct(report['accuracy_after'])}, change {report['accuracy_change'] * 100:+.1f} points, "
-        f"95% CI [{lo * 100:+.1f}, {hi * 100:+.1f}] (Newcombe paired); {verdict}"
-    )
-
-
-def tokens_line(report: dict[str, Any]) -> str:
-    """What the run paid: completion, useful and prompt tokens and wall-clock seconds."""
-    t = report.get("tokens") or {}
-    if not t.get("completion_tokens"):
-        return f"tokens: not counted; wall-clock {report.get('duration_s', 0):.0f} s"
-    return (
-        f"tokens generated: {t['completion_tokens']:,} completion ({t['useful_tokens']:,} useful, in mixed groups: "
-        f"{t['useful_tokens'] / t['completion_tokens']:.0%}), {t['prompt_tokens']:,} prompt; "
-        f"wall-clock {report.get('duration_s', 0):.0f} s"
-    )
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.1%}"

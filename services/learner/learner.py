@@ -147,8 +147,10 @@ class Learner:
         self.stop_requested = False
         self._pad_id = self.tokenizer.pad_token_id
         self.feed: TrajectoryFeed = self._own_feed() if feed is OWN_FEED else feed  # None on ranks > 0 (see self.client)
-        self._trained_at_checkpoint: list[str] = []  # from the checkpoint resumed
-        self._publish_dtype = policy.publish_dtype(config.publish_dtype, self.model_dir)
+        #: Ids of the groups the resumed checkpoint's update holds (acknowledged by :meth:`resume`).
+        self.trained_at_checkpoint: list[str] = []
+        #: The dtype published weights are written in (None: as trained).
+        self.publish_dtype = policy.publish_dtype(config.publish_dtype, self.model_dir)
         self.publisher = self._background_publisher()  # None: publishing is synchronous
         self._rpc_s = 0.0  # seconds in RPCs during the current step, long-polling pulls excluded
         self._pull_s = 0.0  # seconds in PullTrajectories during the current step (mostly waiting for groups)
@@ -164,15 +166,16 @@ class Learner:
         self.tokenizer = models.load_tokenizer(self.model_dir)
         self.model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=device)
         self.ref_model = None
-        self._resume_path = latest_complete(cfg.checkpoint_dir)
-        if cfg.lora and self._resume_path is not None:  # merged weights go in before the adapters wrap the model
-            models.load_weights(self.model, self._resume_path)
+        #: The newest complete checkpoint, found (and verified) here, loaded by :meth:`resume`; None: none.
+        self.resume_path = latest_complete(cfg.checkpoint_dir)
+        if cfg.lora and self.resume_path is not None:  # merged weights go in before the adapters wrap the model
+            models.load_weights(self.model, self.resume_path)
         if cfg.lora:
             self.model = policy.wrap_lora(self.model, cfg.lora_rank)
         # the KL reference is the initial policy (--model), never a checkpoint: a frozen copy, except
         # for LoRA before any checkpoint, whose adapter-free base still is the initial model. A LoRA
         # resume merged the checkpoint into the base, so the base would anchor KL to resumed weights.
-        if cfg.kl_coef > 0 and (not cfg.lora or self._resume_path is not None):
+        if cfg.kl_coef > 0 and (not cfg.lora or self.resume_path is not None):
             self.ref_model = models.load_causal_lm(self.model_dir, dtype=torch.float32, device=device)
             self.ref_model.requires_grad_(False)
 
@@ -197,8 +200,8 @@ class Learner:
             cfg.batch_groups,
             cfg.pull_wait_s,
             cfg.batch_timeout_s,
-            call=self._rpc,
-            prefetch_call=lambda method, fn, *args: timed_call(self._observe_background, method, fn, *args),
+            call=self.rpc,
+            prefetch_call=lambda method, fn, *args: timed_call(self.observe_background, method, fn, *args),
             should_stop=lambda: self.stop_requested,
         )
 
@@ -209,7 +212,8 @@ class Learner:
         return max(self.step_count, self.version)
 
     # -- RPCs (timed) ------------------------------------------------------------------------
-    def _rpc(self, method: str, fn: Callable, *args, **kwargs):
+    def rpc(self, method: str, fn: Callable, *args, **kwargs):
+        """``fn(*args, **kwargs)``, its seconds counted as the RPC ``method`` of the current step."""
         return timed_call(self._observe_rpc, method, fn, *args, **kwargs)
 
     def _observe_rpc(self, method: str, seconds: float) -> None:
@@ -219,7 +223,7 @@ class Learner:
         else:
             self._rpc_s += seconds
 
-    def _observe_background(self, method: str, seconds: float) -> None:
+    def observe_background(self, method: str, seconds: float) -> None:
         """An RPC on a background thread (prefetching pull, background publish): it overlaps the
         step, so it is counted in the histogram but not in the step's RPC seconds."""
         self.metrics.rpc_seconds.labels(method).observe(seconds)

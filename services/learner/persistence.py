@@ -11,8 +11,10 @@ methods of the same names call them):
 - :func:`checkpoint`: the full training state ``step-N``, then acknowledge every group trained
   since the previous checkpoint.
 
-The file formats are :mod:`~.checkpoint` (writing) and :mod:`prioreplay.checkpoint_reader`
-(reading, checks). In a distributed job rank 0 alone writes, publishes and acknowledges; the
+What a checkpoint holds besides the weights is one :class:`CheckpointState`; everything else
+these functions use of the learner is its public interface (attributes and methods documented
+on :class:`~.learner.Learner`). The file formats are :mod:`~.checkpoint` (writing) and
+:mod:`prioreplay.checkpoint_reader` (reading, checks). In a distributed job rank 0 alone writes, publishes and acknowledges; the
 other ranks only load checkpoints.
 """
 
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,34 +39,79 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def trainer_state(learner: Learner, version: int, optimizer: dict[str, Any]) -> dict[str, Any]:
-    """Optimizer (``optimizer``: its one-process state dict), scheduler, step, ``version``, RNG
-    states and the ids of the groups trained since the previous checkpoint, acknowledged after
-    this one (weights_only-loadable)."""
-    return {
-        "optimizer": optimizer,
-        "scheduler": learner.scheduler.state_dict(),
-        "step": learner.step_count,
-        "policy_version": version,
-        "rng": ckpt.rng_state(),
-        "trained_group_ids": learner.feed.held,
-    }
+@dataclass
+class CheckpointState:
+    """What a checkpoint's ``trainer_state.pt`` holds: the training state besides the weights.
+
+    Attributes:
+        step: optimizer steps done (the checkpoint is ``step-<step>``).
+        policy_version: the newest policy version published when it was written (the weights are
+            that version when ``policy_version >= step``).
+        trained_group_ids: the groups trained since the previous checkpoint, acknowledged only
+            after this one is on disk (a resume acknowledges them again: a crash may have come
+            between the write and the acknowledgement).
+        optimizer: the optimizer's one-process state dict (under FSDP gathered onto rank 0).
+        scheduler: the LR scheduler's state dict.
+        rng: torch (CPU and CUDA) and python RNG states (:func:`~.checkpoint.rng_state`).
+
+    Every field is a tensor or a plain container, so the dict loads with ``weights_only=True``.
+    """
+
+    step: int
+    policy_version: int
+    trained_group_ids: list[str] = field(default_factory=list)
+    optimizer: dict[str, Any] = field(default_factory=dict)
+    scheduler: dict[str, Any] = field(default_factory=dict)
+    rng: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``trainer_state.pt`` dict (keys: the field names; the state dicts as they are, not copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, Any]) -> CheckpointState:
+        """Read a ``trainer_state.pt`` dict (a checkpoint without ``trained_group_ids``: none).
+
+        Raises:
+            KeyError: ``step``, ``policy_version``, ``optimizer``, ``scheduler`` or ``rng`` is missing.
+        """
+        return cls(
+            step=int(state["step"]),
+            policy_version=int(state["policy_version"]),
+            trained_group_ids=[str(x) for x in state.get("trained_group_ids", [])],
+            optimizer=state["optimizer"],
+            scheduler=state["scheduler"],
+            rng=state["rng"],
+        )
+
+
+def trainer_state(learner: Learner, version: int, optimizer: dict[str, Any]) -> CheckpointState:
+    """The learner's :class:`CheckpointState` now, as policy ``version``, with ``optimizer`` (its
+    one-process state dict) and the groups it holds since the previous checkpoint."""
+    return CheckpointState(
+        step=learner.step_count,
+        policy_version=version,
+        trained_group_ids=list(learner.feed.held),
+        optimizer=optimizer,
+        scheduler=learner.scheduler.state_dict(),
+        rng=ckpt.rng_state(),
+    )
 
 
 # -- start-up --------------------------------------------------------------------------------------
 def resume(learner: Learner) -> Path | None:
     """Load the newest complete checkpoint of ``checkpoint_dir`` (if any), then make sure the
     version never goes below the server's. Returns the checkpoint loaded, or None."""
-    path = learner._resume_path  # found (and verified) at construction
+    path = learner.resume_path  # found (and verified) at construction
     if path is not None:
         load_checkpoint(learner, path)
     if learner.feed is None:  # a rank > 0 of a distributed job: rank 0 alone talks to the server
         return path
     if path is not None:
-        ack = learner.feed.acknowledge_checkpointed(learner._trained_at_checkpoint)  # killed before their ack
+        ack = learner.feed.acknowledge_checkpointed(learner.trained_at_checkpoint)  # killed before their ack
         if ack is not None:
             log.info("acknowledged %d groups trained into %s (%d already acknowledged)", ack.acked, path, ack.unknown)
-    server_stats = learner._rpc("GetStats", learner.client.stats)
+    server_stats = learner.rpc("GetStats", learner.client.stats)
     server_version = server_stats.policy_version
     # versions published after this checkpoint came from weights a crash rolled back; the steps
     # that made them are recomputed on the same groups, so those groups keep their original age
@@ -92,24 +140,24 @@ def load_checkpoint(learner: Learner, path: str | Path) -> None:
 
     from prioreplay import models
 
-    state = ckpt.load_trainer_state(path)  # verifies every file first
+    state = CheckpointState.from_dict(ckpt.load_trainer_state(path))  # verifies every file first
     if learner.config.lora:  # the merged weights were loaded before wrapping (see Learner.__init__)
         log.warning("LoRA: %s holds merged weights; adapters and optimizer state restart from zero", path)
     elif _sharded(learner):  # rank 0 reads the whole state, every rank keeps its shard
         main = learner.feed is not None
         weights = load_file(str(Path(path) / models.WEIGHTS_FILE)) if main else {}
-        distributed.load_full_state(learner.model, learner.optimizer, weights, state["optimizer"] if main else {})
+        distributed.load_full_state(learner.model, learner.optimizer, weights, state.optimizer if main else {})
     else:
         models.load_weights(learner.model, path)
-        learner.optimizer.load_state_dict(state["optimizer"])
-    learner.scheduler.load_state_dict(state["scheduler"])
-    learner.step_count, learner.version = int(state["step"]), int(state["policy_version"])
+        learner.optimizer.load_state_dict(state.optimizer)
+    learner.scheduler.load_state_dict(state.scheduler)
+    learner.step_count, learner.version = state.step, state.policy_version
     # groups whose update this checkpoint holds; a crash may have come before their ack
-    learner._trained_at_checkpoint = [str(x) for x in state.get("trained_group_ids", [])]
+    learner.trained_at_checkpoint = state.trained_group_ids
     learner.last_checkpoint_step = learner.step_count
     if learner.version >= learner.step_count:  # these weights were published (as this version or before)
         learner.last_publish_step = learner.step_count
-    ckpt.set_rng_state(state["rng"])
+    ckpt.set_rng_state(state.rng)
     log.info("resumed from %s: step %d, policy version %d", path, learner.step_count, learner.version)
 
 
@@ -143,11 +191,11 @@ def publish(learner: Learner) -> Path | None:
         publisher.wait()  # the previous version announced first (or its error raised)
     version = learner.step_count if learner.step_count > learner.version else learner.version + 1
     if publisher is None:
-        path = _write_and_announce(learner, version, learner.step_count, weights, learner._rpc)
+        path = _write_and_announce(learner, version, learner.step_count, weights, learner.rpc)
         learner.version = version
         learner.last_publish_step = learner.step_count
         return path
-    snapshot = snapshot_weights(weights, learner._publish_dtype)  # (CPU copies) before the next step
+    snapshot = snapshot_weights(weights, learner.publish_dtype)  # (CPU copies) before the next step
     previous, numbered = (learner.version, learner.last_publish_step), (version, learner.step_count)
     learner.version, learner.last_publish_step = numbered
 
@@ -156,7 +204,7 @@ def publish(learner: Learner) -> Path | None:
             learner.version, learner.last_publish_step = previous
 
     def call(method, fn, *args):  # on the publisher's thread: not the step's RPC seconds
-        return timed_call(learner._observe_background, method, fn, *args)
+        return timed_call(learner.observe_background, method, fn, *args)
 
     publisher.submit(
         f"policy version {version}",
@@ -176,7 +224,7 @@ def _write_and_announce(learner: Learner, version: int, step: int, weights: Any,
         step,
         weights,
         learner.tokenizer,
-        dtype=learner._publish_dtype,
+        dtype=learner.publish_dtype,
         keep=cfg.keep_published,
         grace_s=cfg.publish_grace_s,
     )
@@ -224,7 +272,7 @@ def checkpoint(learner: Learner) -> Path | None:
         learner.step_count,
         weights,
         learner.tokenizer,
-        trainer_state(learner, learner.version, optimizer),
+        trainer_state(learner, learner.version, optimizer).to_dict(),
         config=cfg.model_dump(mode="json", exclude={"auth_token"}),
         keep=cfg.keep_checkpoints,
     )

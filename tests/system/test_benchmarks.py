@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from benchmarks import overhead, run, service, simulate
+from benchmarks import overhead, run, service, service_load, service_openloop, simulate
 from prioreplay.v1 import priority_service_pb2 as pb
 
 # N=100 problems in 5 skills, B=10, G=8, 30 batches: ~0.1 s per run
@@ -118,7 +118,7 @@ async def test_load_counts_a_pair_per_loop_even_when_calls_outlast_the_window():
     async def report(lease_id, ids):
         await asyncio.sleep(0.05)
 
-    res = await service.load(2, [(sample, report)], duration_s=0.01, warmup_s=0.01)
+    res = await service_load.load(2, [(sample, report)], duration_s=0.01, warmup_s=0.01)
     s = res.summary()
     assert res.reported >= 4 and res.sampled >= 4  # each of the 2 loops counted a pair
     assert res.window_s >= 0.1  # stretched to the end of the counted pairs (≥ 2 × 50 ms)
@@ -160,7 +160,7 @@ async def test_redis_memory_counts_keys_and_cleans_up(redis_url, namespace):
 
 
 def test_synthetic_outcomes_are_valid_and_mixed():
-    gen = service.Outcomes(TINY_SERVICE, seed=0)
+    gen = service_load.Outcomes(TINY_SERVICE, seed=0)
     outs = gen.proto([f"bench-{i:07d}" for i in range(200)])
     assert all(len(o.completions) == TINY_SERVICE.group_size for o in outs)
     c = outs[0].completions[0]
@@ -250,7 +250,7 @@ def test_publish_share_from_a_run_directory(tmp_path):
 
 
 def test_raw_reports_are_byte_identical_to_the_messages():
-    gen = service.RawReports(TINY_SERVICE, seed=3)
+    gen = service_load.RawReports(TINY_SERVICE, seed=3)
     ids = [f"bench-{i:07d}" for i in range(50)]
     state = gen.rng.bit_generator.state
     raw = gen.request("lease-1", ids, "w")
@@ -260,7 +260,7 @@ def test_raw_reports_are_byte_identical_to_the_messages():
 
 async def test_open_loop_serves_the_offered_load(redis_url):
     params = replace(TINY_SERVICE, stores=("memory",), duration_s=1.0, warmup_s=0.3)
-    out = await service.run_open_loop(params, redis_url, workers=4, period_s=0.25, loads=(1,))
+    out = await service_openloop.run_open_loop(params, redis_url, workers=4, period_s=0.25, loads=(1,))
     row = out["rows"][0]
     assert row["offered_problems_per_s"] == 4 * params.batch_size / 0.25
     assert row["ticks"] >= 12 and row["unfinished"] == 0

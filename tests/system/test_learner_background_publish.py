@@ -92,7 +92,7 @@ def test_the_published_weights_are_the_publish_steps_although_the_next_step_trai
 
     written = load_file(str(tmp_path / "ckpt" / "published" / "v-1" / "model.safetensors"))
     assert "lm_head.weight" not in written and "model.embed_tokens.weight" in written  # tied: stored once
-    dtype = learner._publish_dtype or torch.float32
+    dtype = learner.publish_dtype or torch.float32
     for name, t in written.items():
         torch.testing.assert_close(t, at_publish[name].to(dtype), rtol=0, atol=0, msg=name)
     now = learner.model.state_dict()

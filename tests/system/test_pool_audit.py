@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from prioreplay.apps.compare import against_baseline, run_metrics, summarize, summary_lines
-from prioreplay.apps.demo import token_totals, tokens_line
+from prioreplay.apps.demo_report import token_totals, tokens_line
 from prioreplay.apps.pool_audit import audit_line, misfiled, pooled_problems
 from prioreplay.apps.pool_audit import summarize as audit_summary
 from prioreplay.errors import InvalidArgument

@@ -94,7 +94,7 @@ def test_results_carry_the_names_the_issue_asks_for(tmp_path):
     assert held["value"] == pytest.approx(0.101) and held["met"] is True
     out = tmp_path / "results.json"
     out.write_text(json.dumps([{"name": "other", "value": 1}]))
-    from benchmarks.overhead import merge_results
+    from benchmarks.results import merge_results
 
     merge_results(out, items)
     assert json.loads(out.read_text())[0]["name"] == "other"

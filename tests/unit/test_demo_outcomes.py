@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from prioreplay.apps.demo import OUTCOMES_FILE, OUTCOMES_PART, collect_outcomes
+from prioreplay.apps.demo_report import OUTCOMES_FILE, OUTCOMES_PART, collect_outcomes
 
 
 def _line(pid: str, t: float, worker: str, version: int = 0) -> str:

@@ -3,7 +3,7 @@ report picture draws the intervals and the unseen count."""
 
 from __future__ import annotations
 
-from prioreplay.apps.demo import held_out_line, held_out_summary, scrape_histogram
+from prioreplay.apps.demo_report import held_out_line, held_out_summary, scrape_histogram
 
 
 def test_summary_line_gives_the_change_with_its_interval_and_says_if_it_excludes_zero():

@@ -66,7 +66,7 @@ def test_leases_returned_at_exit_get_one_retry_not_the_clients_whole_back_off(ca
     failure is logged, not raised."""
     from types import SimpleNamespace
 
-    from prioreplay.integrations import torch as integration
+    from prioreplay.integrations.torch import release
 
     class Sampler:
         worker_id = "w-exit"
@@ -80,12 +80,12 @@ def test_leases_returned_at_exit_get_one_retry_not_the_clients_whole_back_off(ca
             raise StoreUnavailable("ReportOutcomes: connection refused")
 
     sampler = Sampler()
-    integration._LIVE.add(sampler)  # type: ignore[arg-type]
+    release._LIVE.add(sampler)  # type: ignore[arg-type]
     try:
-        integration._release_all()
+        release.release_all()
     finally:
-        integration._LIVE.discard(sampler)  # type: ignore[arg-type]
-    assert sampler.retries_seen == integration.EXIT_RETRIES == 1
+        release._LIVE.discard(sampler)  # type: ignore[arg-type]
+    assert sampler.retries_seen == release.EXIT_RETRIES == 1
     assert "could not return the leases of w-exit" in caplog.text
 
 

@@ -1,231 +1,34 @@
-"""A torch ``Sampler[int]`` whose indices come from the priority server's leases.
+"""The :class:`PrioritySampler`: dataset indices in the order the priority server leases them.
 
-:class:`PrioritySampler` registers a dataset's rows as problems, leases batches of them from the
-server (the top of the priority heap plus a retest share, Fatemi, arXiv 2601.02648), yields their
-dataset indices, and sends each problem's group of rewards back once the group is complete. It
-works with ``torch.utils.data.DataLoader`` and with torchdata's ``StatefulDataLoader`` (it keeps
-``state_dict()`` / ``load_state_dict()``). The TRL and verl integrations are built on it.
-
-The lifecycle of one batch::
-
-    SampleProblems(B) ─▶ indices yielded (each ``repeat_each`` times, the block ``repeat_batch`` times)
-                     ─▶ report(ids, rewards) buffers per problem until G rewards arrived
-                     ─▶ every problem of the lease complete ─▶ one report (rewards only; in parts
-                        when over the message limit: ``PriorityClient.report_lease``)
-
-A lease is reported once, whole (the server's counting rule), so rewards are buffered per problem
-until all of a lease's groups are complete. Partial groups (fewer than G rewards) are sent only by
-:meth:`PrioritySampler.flush` (at the end of training, on ``close()``, on a ``return`` resume): with
-``partial_groups="report"`` (default) a problem with k < G rewards is reported as a group of k —
-the server's statistics are sums over completions, so nothing is lost, but the pool decision
-(solved / unsolved / heap) is made on those k rewards; with ``"drop"`` such problems are left out
-and return to where they were with unchanged statistics. Problems without any reward always
-return unchanged.
+The package docstring (:mod:`prioreplay.integrations.torch`) gives the lifecycle of a batch and
+what happens to partial groups.
 """
 
 from __future__ import annotations
 
-import atexit
-import hashlib
 import logging
 import math
 import os
-import signal
 import socket
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from torch.utils.data import Sampler
 
 from prioreplay.client import PriorityClient
 from prioreplay.config import ClientSettings
-from prioreplay.convert import outcome_to_proto, problem_to_proto
+from prioreplay.convert import outcome_to_proto
 from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay.integrations.renewal import DEFAULT_LEASE_TIMEOUT_S, LeaseRenewer, check_lease_timeout
-from prioreplay.problems import ProblemRecord
+from prioreplay.integrations.torch.checks import SOURCES, check_arguments, check_sampling, other_dataset
+from prioreplay.integrations.torch.leases import GEOMETRY, STATE_VERSION, Lease, leases_from_state
+from prioreplay.integrations.torch.release import forget, release_on_exit
+from prioreplay.integrations.torch.table import Column, ProblemTable
 from prioreplay.v1 import priority_service_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-#: Kind of client sent with every request (the server's ``source`` metrics label).
-SOURCES = {"torch": pb.CLIENT_SOURCE_TORCH, "trl": pb.CLIENT_SOURCE_TRL, "verl": pb.CLIENT_SOURCE_VERL}
-#: Columns tried, in order, for a problem's reference answer when ``answer_column`` is not given.
-ANSWER_COLUMNS = ("answer", "solution", "ground_truth")
-#: The answer registered for rows without one (the server requires one; the trainer scores itself).
-NO_ANSWER = "(scored by the trainer)"
-#: Version of the :meth:`PrioritySampler.state_dict` layout.
-STATE_VERSION = 1
-#: Longest problem id the server accepts, bytes.
-MAX_ID_BYTES = 256
-
-Column = str | Callable[[Mapping], Any] | None
-
-
-def prompt_text(value: Any) -> str:
-    """A prompt as text: a string as is, chat messages as ``role: content`` lines, else ``str()``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Sequence) and value and all(isinstance(m, Mapping) and "content" in m for m in value):
-        return "\n".join(f"{m.get('role', 'user')}: {m['content']}" for m in value)
-    return str(value)
-
-
-def _column(row: Mapping, col: Column) -> Any:
-    return col(row) if callable(col) else row[col]
-
-
-def _rows(dataset) -> list[Mapping] | None:
-    """The rows of a map-style dataset as mappings, or None when they are not mappings."""
-    n = len(dataset)
-    if hasattr(dataset, "column_names") and hasattr(dataset, "to_list"):  # a datasets.Dataset: one columnar read
-        return dataset.to_list()
-    rows = [dataset[i] for i in range(n)]
-    return rows if all(isinstance(r, Mapping) for r in rows) else None
-
-
-@dataclass(frozen=True)
-class ProblemTable:
-    """The problems of a dataset: ``ids[i]`` is the problem id of dataset index ``i``.
-
-    Attributes:
-        ids: one stable, unique id per row (≤ 256 bytes of UTF-8).
-        prompts, answers: the text registered with the server (informational: the trainer keeps
-            its own prompts and scores its own completions).
-        fingerprint: 16 hex chars of SHA-256 over every row's id, prompt and answer; a saved
-            sampler state is accepted only by a sampler over the same table.
-    """
-
-    ids: list[str]
-    prompts: list[str]
-    answers: list[str]
-    fingerprint: str
-
-    @classmethod
-    def from_dataset(
-        cls, dataset, ids: str | Sequence[str] | None = None, prompt_column: Column = "prompt", answer_column: Column = None
-    ) -> ProblemTable:
-        """Read a map-style dataset's problems.
-
-        Args:
-            dataset: ``len()`` and ``dataset[i]``; rows are mappings (a ``datasets.Dataset``, a
-                list of dicts) unless ``ids`` is a list.
-            ids: None: ``<fingerprint of the rows' text>:<row index>`` (stable while the data is
-                unchanged; any edit makes new problems); a column name: that column, as text; a
-                list: one id per row.
-            prompt_column, answer_column: a column name or ``row -> value``; the answer defaults to
-                the first of ``answer``, ``solution``, ``ground_truth`` present, else
-                :data:`NO_ANSWER`. Rows that are not mappings register ``row <i>`` as prompt.
-
-        Raises:
-            InvalidArgument: an empty dataset, rows that are not mappings without an id list, a
-                missing column, an id list of the wrong length, or ids that repeat, are empty or
-                longer than 256 bytes (the message names the row).
-        """
-        n = len(dataset)
-        if n == 0:
-            raise InvalidArgument("the dataset is empty; a PrioritySampler needs at least one row")
-        if not isinstance(ids, (str, type(None))) and len(ids) != n:
-            raise InvalidArgument(f"ids has {len(ids)} entries for {n} rows; give exactly one id per row")
-        rows = _rows(dataset) if isinstance(ids, (str, type(None))) or prompt_column is not None else None
-        if rows is None and isinstance(ids, (str, type(None))):
-            raise InvalidArgument(
-                f"the dataset's rows are {type(dataset[0]).__name__}, not mappings: pass "
-                "ids=[...] (one stable id per row) so problems can be named"
-            )
-        if rows is None:
-            prompts, answers = [f"row {i}" for i in range(n)], [NO_ANSWER] * n
-        else:
-            prompts, answers = cls._texts(rows, prompt_column, answer_column)
-        h = hashlib.sha256()
-        for i in range(n):
-            given = "" if ids is None else str(_column(rows[i], ids) if isinstance(ids, str) else ids[i])  # type: ignore[index]  # loaded in __init__ before any use
-            for part in (given, prompts[i], answers[i]):
-                h.update(part.encode("utf-8", "surrogatepass") + b"\x00")
-        fp = h.hexdigest()[:16]
-        if ids is None:
-            out = [f"{fp}:{i}" for i in range(n)]
-        elif isinstance(ids, str):
-            out = [str(_column(r, ids)) for r in rows]  # type: ignore[union-attr]  # loaded in __init__ before any use
-        else:
-            out = [str(x) for x in ids]
-        cls._check_ids(out)
-        return cls(ids=out, prompts=prompts, answers=answers, fingerprint=fp)
-
-    @staticmethod
-    def _texts(rows: list[Mapping], prompt_column: Column, answer_column: Column) -> tuple[list[str], list[str]]:
-        if answer_column is None:
-            answer_column = next((c for c in ANSWER_COLUMNS if c in rows[0]), None)
-        try:
-            prompts = [
-                prompt_text(_column(r, prompt_column)) if prompt_column is not None else f"row {i}" for i, r in enumerate(rows)
-            ]
-            answers = [str(_column(r, answer_column)) if answer_column is not None else NO_ANSWER for r in rows]
-        except KeyError as e:
-            raise InvalidArgument(
-                f"column {e} is missing from the dataset's rows (columns: {sorted(rows[0])}); "
-                "pass prompt_column= / answer_column= naming existing columns"
-            ) from None
-        return ([p if p.strip() else f"row {i}" for i, p in enumerate(prompts)], [a if a.strip() else NO_ANSWER for a in answers])
-
-    @staticmethod
-    def _check_ids(ids: list[str]) -> None:
-        seen: dict[str, int] = {}
-        for i, pid in enumerate(ids):
-            if not pid or len(pid.encode("utf-8")) > MAX_ID_BYTES:
-                raise InvalidArgument(f"row {i}: problem id {pid[:40]!r} must be 1..{MAX_ID_BYTES} bytes of UTF-8")
-            if pid in seen:
-                raise InvalidArgument(f"rows {seen[pid]} and {i} share the problem id {pid!r}; ids must be unique")
-            seen[pid] = i
-
-    def records(self, source: str) -> Iterator[pb.Problem]:
-        """The rows as ``pb.Problem`` messages (metadata: client kind, dataset fingerprint, row index)."""
-        for i, pid in enumerate(self.ids):
-            meta = {"client": source, "dataset": self.fingerprint, "row": str(i)}
-            yield problem_to_proto(ProblemRecord(id=pid, prompt=self.prompts[i], answer=self.answers[i], metadata=meta))
-
-
-@dataclass
-class _Lease:
-    """A lease this sampler holds: its problems, and the rewards received so far per problem."""
-
-    lease_id: str
-    problem_ids: list[str]
-    policy_version: int = 0
-    rewards: dict[str, list[float]] = field(default_factory=dict)  # finite rewards, in arrival order
-    slots: dict[str, int] = field(default_factory=dict)  # completions seen (None rewards included)
-    sizes: dict[str, int] = field(default_factory=dict)  # LeasedProblem.group_size where the server set it
-
-    def size(self, pid: str, group_size: int) -> int:
-        """Completions that complete ``pid``'s group: the server's per-problem size, else ``group_size``."""
-        return self.sizes.get(pid, group_size)
-
-    def complete(self, group_size: int) -> bool:
-        return all(self.slots.get(p, 0) >= self.size(p, group_size) for p in self.problem_ids)
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "lease_id": self.lease_id,
-            "problem_ids": list(self.problem_ids),
-            "policy_version": self.policy_version,
-            "rewards": {k: list(v) for k, v in self.rewards.items()},
-            "slots": dict(self.slots),
-            "sizes": dict(self.sizes),
-        }
-
-    @classmethod
-    def from_state(cls, d: Mapping) -> _Lease:
-        return cls(
-            lease_id=str(d["lease_id"]),
-            problem_ids=[str(p) for p in d["problem_ids"]],
-            policy_version=int(d.get("policy_version", 0)),
-            rewards={str(k): [float(x) for x in v] for k, v in d.get("rewards", {}).items()},
-            slots={str(k): int(v) for k, v in d.get("slots", {}).items()},
-            sizes={str(k): int(v) for k, v in d.get("sizes", {}).items()},
-        )
 
 
 def _client(server: str | ClientSettings | PriorityClient) -> tuple[PriorityClient, bool]:
@@ -321,8 +124,8 @@ class PrioritySampler(Sampler[int]):
         accepts_group_size: bool = True,
     ):
         n = len(dataset)
-        self._check_args(n, batch_size, group_size, repeat_each, repeat_batch, num_batches, partial_groups, on_resume, source)
-        self._check_sampling(temperature, top_p)
+        check_arguments(n, batch_size, group_size, repeat_each, repeat_batch, num_batches, partial_groups, on_resume, source)
+        check_sampling(temperature, top_p)
         self.table = ProblemTable.from_dataset(dataset, ids, prompt_column, answer_column)
         self.index_of = {pid: i for i, pid in enumerate(self.table.ids)}
         self.batch_size, self.group_size = batch_size, group_size
@@ -335,7 +138,7 @@ class PrioritySampler(Sampler[int]):
         self.worker_id = worker_id or f"{source}-{socket.gethostname()}-{os.getpid()}"[:128]
         self.client, self._owns_client = _client(server)
         self._lock = threading.RLock()
-        self._leases: dict[str, _Lease] = {}  # outstanding, in lease order
+        self._leases: dict[str, Lease] = {}  # outstanding, in lease order
         self._lease_of: dict[str, str] = {}  # problem id -> lease id
         self._block: list[int] = []  # dataset indices of the current batch (B of them)
         self._pos = 0  # yields done from the current batch's layout
@@ -353,37 +156,7 @@ class PrioritySampler(Sampler[int]):
             else None
         )
         self._register(register)
-        _release_on_exit(self)
-
-    @staticmethod
-    def _check_args(n, batch_size, group_size, repeat_each, repeat_batch, num_batches, partial_groups, on_resume, source):
-        """Raise InvalidArgument naming the first bad constructor argument and its fix."""
-        for name, value, low in (
-            ("batch_size", batch_size, 1),
-            ("group_size", group_size, 1),
-            ("repeat_each", repeat_each, 1),
-            ("repeat_batch", repeat_batch, 1),
-        ):
-            if not isinstance(value, int) or value < low:
-                raise InvalidArgument(f"{name} ({value!r}) must be an integer >= {low}")
-        if batch_size > n:
-            raise InvalidArgument(f"batch_size ({batch_size}) is larger than the dataset ({n} rows); use at most {n}")
-        if num_batches is not None and (not isinstance(num_batches, int) or num_batches < 1):
-            raise InvalidArgument(f"num_batches ({num_batches!r}) must be an integer >= 1")
-        if partial_groups not in ("report", "drop"):
-            raise InvalidArgument(f"partial_groups ({partial_groups!r}) must be 'report' or 'drop'")
-        if on_resume not in ("continue", "return"):
-            raise InvalidArgument(f"on_resume ({on_resume!r}) must be 'continue' or 'return'")
-        if source not in SOURCES:
-            raise InvalidArgument(f"source ({source!r}) must be one of {', '.join(SOURCES)}")
-
-    @staticmethod
-    def _check_sampling(temperature: float, top_p: float) -> None:
-        """Raise InvalidArgument unless temperature ≥ 0 and top_p in [0, 1] (0: not sent, read as 1)."""
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-            raise InvalidArgument(f"temperature ({temperature!r}) must be a finite number >= 0 (0: not sent)")
-        if not (isinstance(top_p, (int, float)) and 0.0 <= top_p <= 1.0):
-            raise InvalidArgument(f"top_p ({top_p!r}) must be in [0, 1] (0: not sent)")
+        release_on_exit(self)
 
     def _register(self, register: bool) -> None:
         """Upsert the rows (``register``), refusing a server that holds problems of other datasets.
@@ -402,7 +175,7 @@ class PrioritySampler(Sampler[int]):
         t0 = time.perf_counter()
         held = self.client.stats().problems
         if held > n:
-            raise self._other_dataset(held, n, written=False)
+            raise other_dataset(server, held, n, written=False)
         total = self.client.register(self.table.records(self.source)).total if register else held
         log.info(
             "prioreplay: server %s (client %s, worker %s): dataset %s, %d problems%s in %.2f s; the server holds %d",
@@ -416,24 +189,7 @@ class PrioritySampler(Sampler[int]):
             total,
         )
         if total > n:
-            raise self._other_dataset(total, n, written=register)
-
-    def _other_dataset(self, total: int, n: int, written: bool) -> FailedPrecondition:
-        """The refusal of a server holding ``total`` problems for a dataset of ``n``; ``written``: this
-        run's rows were registered before the server's count showed it (said in the message)."""
-        server = self.client.settings.server
-        rows = (
-            f" This dataset's {n} rows were registered there before the count showed it; a server started afresh drops them."
-            if written
-            else " Nothing was written to it."
-        )
-        return FailedPrecondition(
-            f"the priority server at {server} holds {total} problems and this dataset has {n}: it would lease "
-            f"problems of another dataset, which this run cannot train on. Give this run a server of its own "
-            f"(prioreplay server --store memory --port PORT --metrics-port 0) or a Redis namespace of its own "
-            f"(prioreplay server --store redis://HOST:6379/0 --namespace NAME), and point it there "
-            f"(PRIOREPLAY_SERVER=HOST:PORT).{rows}"
-        )
+            raise other_dataset(server, total, n, written=register)
 
     # -- the Sampler protocol ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -472,7 +228,7 @@ class PrioritySampler(Sampler[int]):
     def _lease_batch_inner(self) -> list[int]:
         got: list[int] = []
         deadline = time.monotonic() + self.wait_timeout_s
-        taken: list[_Lease] = []
+        taken: list[Lease] = []
         try:
             while len(got) < self.batch_size:
                 need = self.batch_size - len(got)
@@ -551,10 +307,10 @@ class PrioritySampler(Sampler[int]):
                 "(DataLoader num_workers/prefetch_factor), or use a smaller batch_size"
             )
 
-    def _adopt(self, resp: pb.SampleProblemsResponse) -> _Lease:
+    def _adopt(self, resp: pb.SampleProblemsResponse) -> Lease:
         ids = [lp.problem.id for lp in resp.problems]
         sizes = {lp.problem.id: int(lp.group_size) for lp in resp.problems if lp.group_size}
-        lease = _Lease(lease_id=resp.lease_id, problem_ids=ids, policy_version=resp.policy_version, sizes=sizes)
+        lease = Lease(lease_id=resp.lease_id, problem_ids=ids, policy_version=resp.policy_version, sizes=sizes)
         foreign = [p for p in ids if p not in self.index_of]
         if foreign:
             lease.problem_ids = []
@@ -638,7 +394,7 @@ class PrioritySampler(Sampler[int]):
                         f"report: problem {pid!r} would get {lease.slots.get(pid, 0) + k} rewards in "
                         f"one lease; its group has group_size={lease.size(pid, self.group_size)} (group_size_of)"
                     )
-            touched: dict[str, _Lease] = {}
+            touched: dict[str, Lease] = {}
             for pid, r in zip(pids, values, strict=True):
                 lease = self._leases[self._lease_of[pid]]
                 lease.slots[pid] = lease.slots.get(pid, 0) + 1
@@ -673,7 +429,7 @@ class PrioritySampler(Sampler[int]):
             )
         return x
 
-    def _send(self, lease: _Lease, partial: bool) -> bool:
+    def _send(self, lease: Lease, partial: bool) -> bool:
         """Report ``lease`` (complete groups; with ``partial``, per ``partial_groups``) and forget it.
 
         Returns whether the server accepted it. The lease is dropped from the buffer only after the
@@ -741,13 +497,13 @@ class PrioritySampler(Sampler[int]):
         """:meth:`flush`, then close the client if this sampler created it. Idempotent.
 
         Also run for every live sampler at interpreter exit and on SIGTERM / SIGHUP (module
-        function ``_release_on_exit``), so a script that crashes or is stopped returns its leases
+        function :func:`~.release.release_on_exit`), so a script that crashes or is stopped returns its leases
         instead of locking its problems until the lease timeout.
         """
         if getattr(self, "_closed", False) or os.getpid() != self._pid:
             return  # a forked copy (DataLoader worker) never reports its parent's leases
         self._closed = True
-        _LIVE.discard(self)
+        forget(self)
         if self.renewer is not None:
             self.renewer.stop()
         try:
@@ -797,23 +553,8 @@ class PrioritySampler(Sampler[int]):
             InvalidArgument: the state is of another layout version, dataset (fingerprint) or
                 batch geometry (batch_size, group_size, repeats); nothing changes.
         """
-        if state.get("version") != STATE_VERSION:
-            raise InvalidArgument(f"sampler state version {state.get('version')!r} is not {STATE_VERSION}")
-        if state.get("fingerprint") != self.table.fingerprint:
-            raise InvalidArgument(
-                f"the sampler state is for dataset {state.get('fingerprint')!r}, this sampler's "
-                f"dataset is {self.table.fingerprint!r}: resume with the same data and ids"
-            )
-        for key in ("batch_size", "group_size", "repeat_each", "repeat_batch"):
-            if state.get(key) != getattr(self, key):
-                raise InvalidArgument(
-                    f"the sampler state has {key}={state.get(key)!r}, this sampler "
-                    f"{getattr(self, key)!r}: resume with the same batch geometry"
-                )
-        leases = [_Lease.from_state(d) for d in state.get("leases", [])]
-        unknown = [p for lease in leases for p in lease.problem_ids if p not in self.index_of]
-        if unknown:
-            raise InvalidArgument(f"the sampler state names problem {unknown[0]!r}, which is not in this dataset")
+        geometry = {key: getattr(self, key) for key in GEOMETRY}
+        leases = leases_from_state(state, self.table.fingerprint, geometry, self.index_of)
         with self._lock:
             if self._leases:
                 log.warning("load_state_dict: returning %d lease(s) this sampler held", len(self._leases))
@@ -829,63 +570,3 @@ class PrioritySampler(Sampler[int]):
                 self._block, self._pos = [int(i) for i in state.get("block", [])], int(state.get("pos", 0))
             else:
                 self.flush()
-
-
-# -- releasing leases when the process ends ---------------------------------------------------------
-_LIVE: weakref.WeakSet[PrioritySampler] = weakref.WeakSet()
-_PREVIOUS_HANDLERS: dict[int, Any] = {}
-_RELEASE_SIGNALS = ("SIGTERM", "SIGHUP")
-EXIT_RETRIES = 1  # attempts after the first when returning leases at exit or on a signal
-
-
-def _release_all() -> None:
-    """Close every live sampler of this process (returns their leases); errors are logged.
-
-    The process is ending, so each return gets one retry, not the client's whole back-off: against
-    a server that is already gone, eight retries cost about a minute per sampler at exit (the
-    lease then expires on the server within its short, renewed timeout anyway).
-    """
-    for sampler in list(_LIVE):
-        client = getattr(sampler, "client", None)
-        if client is not None and getattr(client, "max_retries", 0) > EXIT_RETRIES:
-            client.max_retries = EXIT_RETRIES
-        try:
-            sampler.close()
-        except Exception as e:  # noqa: BLE001 - at exit: the leases then expire on the server
-            log.warning("prioreplay: could not return the leases of %s (%s); they expire on the server", sampler.worker_id, e)
-
-
-def _on_signal(signum: int, frame) -> None:
-    """Return every live sampler's leases, then do what the signal did before (default: exit 128 + signum)."""
-    log.warning("prioreplay: signal %d: returning the leases of %d sampler(s)", signum, len(_LIVE))
-    _release_all()
-    previous = _PREVIOUS_HANDLERS.get(signum)
-    if callable(previous):
-        previous(signum, frame)
-        return
-    raise SystemExit(128 + signum)
-
-
-atexit.register(_release_all)
-
-
-def _release_on_exit(sampler: PrioritySampler) -> None:
-    """Track ``sampler``; the first time, hook interpreter exit and (from the main thread) SIGTERM/SIGHUP.
-
-    A signal left ignored (``SIG_IGN``) stays ignored. SIGINT needs no handler: Python raises
-    KeyboardInterrupt, and the ``with`` block, TRL's ``train`` or the exit hook returns the leases.
-    """
-    _LIVE.add(sampler)
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for name in _RELEASE_SIGNALS:
-        sig = getattr(signal, name, None)
-        if sig is None or sig in _PREVIOUS_HANDLERS:
-            continue
-        previous = signal.getsignal(sig)
-        _PREVIOUS_HANDLERS[sig] = previous
-        if previous is not signal.SIG_IGN:
-            signal.signal(sig, _on_signal)
-
-
-__all__ = ["PrioritySampler", "ProblemTable", "prompt_text", "SOURCES"]
