@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools
+.PHONY: install lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools prometheus-tools prometheus-rule
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>. The strict editable install
 # links each source file into build/__editable__.*/ (a tree that mypy and editors follow), so the
@@ -49,8 +49,9 @@ compare: install
 compare-trl: install
 	$(BIN)/python -m prioreplay.apps.compare_trl $(ARGS)
 
-# k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py (installed once if missing)
-test: install lint k8s-tools
+# k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py; prometheus-tools: promtool checks
+# and unit-tests the alerting rules in tests/system/test_alert_rules.py (each installed once if missing)
+test: install lint k8s-tools prometheus-tools
 	$(BIN)/python -m pytest -q $(ARGS)
 
 # tests/unit and the system tests not marked slow or soak (about 50 s of CPU time; `make test` runs all)
@@ -72,6 +73,15 @@ gpu-check:
 # Python package, so `make install` leaves it out): Debian's kubernetes-client, installed as root.
 k8s-tools:
 	command -v kubectl >/dev/null || (apt-get update -q && apt-get install -y -q kubernetes-client)
+
+# promtool, which checks and unit-tests deploy/prometheus/alerts.yml in tests/system/test_alert_rules.py (not a
+# Python package, so `make install` leaves it out): Debian's prometheus package, installed as root.
+prometheus-tools:
+	command -v promtool >/dev/null || (apt-get update -q && apt-get install -y -q --no-install-recommends prometheus)
+
+# deploy/k8s/monitoring/prometheusrule.yaml from deploy/prometheus/alerts.yml (after editing the rules)
+prometheus-rule: install
+	$(BIN)/python -c "from tests.system.test_alert_rules import write_prometheus_rule; write_prometheus_rule()"
 
 bench: install
 	$(BIN)/python -m benchmarks.run $(ARGS)

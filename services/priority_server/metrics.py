@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -211,6 +211,14 @@ class ServerMetrics:
         self.backpressure_refusals = Counter(
             "prioreplay_backpressure_refusals",
             "SampleProblems answered with an empty batch because the trajectory queue was at or over --max-queue-depth",
+            registry=self.registry,
+        )
+        #: ``--max-queue-depth`` (0: no bound), set by ``create_server``; with
+        #: ``prioreplay_trajectory_queue_depth`` it tells an alert how near backpressure the queue is
+        #: (deploy/prometheus/alerts.yml, ``TrajectoryQueueNearBound``).
+        self.queue_bound = Gauge(
+            "prioreplay_trajectory_queue_bound",
+            "--max-queue-depth: leases are refused while this many groups wait undelivered (0: no bound)",
             registry=self.registry,
         )
         self.problems_quarantined = Counter(

@@ -75,6 +75,7 @@ STORE_FAMILIES = frozenset(
         "prioreplay_groups_acked",
         "prioreplay_trajectory_queue_depth",
         "prioreplay_trajectory_pending",
+        "prioreplay_trajectory_queue_bound",
         "prioreplay_policy_version",
         "prioreplay_sampler_step",
         "prioreplay_active_leases",

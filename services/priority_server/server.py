@@ -64,6 +64,7 @@ async def create_server(
     """
     config = config if config is not None else ServerConfig()
     metrics = metrics if metrics is not None else ServerMetrics()
+    metrics.queue_bound.set(config.max_queue_depth)
     token = config.token()
     interceptors: list[grpc.aio.ServerInterceptor] = [MetricsInterceptor(metrics)]
     if token:
