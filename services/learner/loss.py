@@ -152,7 +152,7 @@ def grpo_loss(
     - per-token loss = −surrogate + kl_coef·kl.
 
     Off-policy correction (``correction``; decoupled PPO, Hilton et al. 2021, "Batch size-invariance
-    for policy optimization", eq. 3; AReaL, Fu et al. 2025, eq. 5). With μ the behaviour policy
+    for policy optimization"; AReaL, Fu et al. 2025). With μ the behaviour policy
     (``behaviour_logprobs``, the worker's engine, up to ``max_staleness`` versions old) and π_prox
     the proximal policy (``prox_logprobs``, the learner's weights at the start of the step):
 
@@ -165,7 +165,7 @@ def grpo_loss(
       - ``none``: ρ = π_θ/μ in one ratio and ω = 1, the loss before this correction existed (bit
         for bit; ``prox_logprobs`` feeds the mismatch metrics only);
       - ``tis``: ω = min(w, C), truncated importance sampling (Yao et al. 2025, "Your efficient RL
-        framework secretly brings you off-policy RL training", eq. 3, C = ``correction_cap``);
+        framework secretly brings you off-policy RL training", C = ``correction_cap``);
       - ``mis-token``: ω = w·1[1/C <= w <= C], masked importance sampling per token (Liu et al.
         2025, "When speed kills stability: demystifying RL collapse from the training-inference
         mismatch"; verl's rollout rejection sampling);
