@@ -29,6 +29,8 @@ class Batch:
         rewards: (B,) the sequence's reward.
         temperature, top_p: the sampling distribution of every sequence's behaviour log-probs
             (one per batch: a batch never mixes distributions).
+        ages: (B,) long, the policy age (staleness in versions) of each sequence's group, or None;
+            for the off-policy mismatch metrics by age only.
     """
 
     input_ids: torch.Tensor
@@ -39,6 +41,7 @@ class Batch:
     rewards: torch.Tensor
     temperature: float = 1.0
     top_p: float = 1.0
+    ages: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -55,6 +58,7 @@ class Batch:
             self.rewards[start:stop],
             self.temperature,
             self.top_p,
+            self.ages[start:stop] if self.ages is not None else None,
         )
 
 

@@ -78,6 +78,18 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         le=1e6,
         description="dual-clip cap c on the ratio for negative advantages (Ye et al. 2020, eq. 5; > 1; 0 turns it off)",
     )
+    off_policy_correction: Literal["none", "tis", "mis-token", "mis-sequence", "icepop"] = Field(
+        "tis",
+        description="off-policy correction (decoupled PPO: the clip acts on π_θ/π_prox, the weight w = π_prox/μ on "
+        "the surrogate): 'none' (one ratio π_θ/μ, the loss before this setting), 'tis' (w truncated at "
+        "--correction-cap; default, Yao et al. 2025), 'mis-token' / 'mis-sequence' (tokens / sequences with w outside "
+        "[1/C, C] masked), 'icepop' (tokens with w outside [--icepop-low, --icepop-high] masked). See docs/OFFPOLICY.md",
+    )
+    correction_cap: float = Field(
+        2.0, gt=1, le=1e6, description="C of the off-policy correction: tis truncates w at C, mis-* mask outside [1/C, C]"
+    )
+    icepop_low: float = Field(0.5, gt=0, lt=1, description="IcePop band: tokens with w < this are masked (Ring-1T: 0.5)")
+    icepop_high: float = Field(5.0, gt=1, le=1e6, description="IcePop band: tokens with w > this are masked (Ring-1T: 5)")
     truncated: Literal["mask", "keep"] = Field(
         "mask",
         description="completions cut at the workers' max_new_tokens: 'mask' (default) keeps their reward in the "

@@ -63,7 +63,7 @@ from prioreplay.learner.distributed import Distributed
 from prioreplay.learner.feed import TrajectoryFeed, retry_outages
 from prioreplay.learner.filters import Sorted, sort_groups
 from prioreplay.learner.interfaces import LearnerClient
-from prioreplay.learner.loss import default_normalizer, group_advantages, micro_batch_loss
+from prioreplay.learner.loss import default_normalizer, group_advantages, micro_batch_loss, mismatch_summary
 from prioreplay.learner.metrics import LearnerMetrics, step_sizes, step_summary
 from prioreplay.learner.publisher import BackgroundPublisher
 
@@ -294,6 +294,7 @@ class Learner:
 
         # --- 4. collate; 5. forward/backward in micro-batches, optimizer step ---------------------
         batch = collate(fates.used, advantages, self._pad_id, mask_truncated=cfg.truncated == "mask")
+        batch.ages = torch.tensor([a for g, a in zip(fates.used, fates.ages, strict=True) for _ in g.completions])  # (B,)
         metrics, applied = self._train(batch)
         if not applied:  # a NaN or inf loss or gradient: nothing applied, nothing published
             return self._skip(fates, record, metrics)
@@ -383,9 +384,10 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         norm = default_normalizer(batch.completion_mask, cfg.aggregation)  # the whole batch's, on every rank
         totals: dict[str, float] = {}
+        sink: list = []  # this rank's log w and ages, for the mismatch percentiles (rank 0's shard in a job)
         for mb, sync in self._micro_batches(batch):
             with sync:
-                loss, m = micro_batch_loss(self.train_model, self._reference, mb, cfg, self.device, norm)
+                loss, m = micro_batch_loss(self.train_model, self._reference, mb, cfg, self.device, norm, sink)
                 (loss * self.dist.loss_scale if self.dist else loss).backward()
             for k, v in {"loss": loss.detach(), **m}.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
@@ -393,7 +395,7 @@ class Learner:
             totals = self.dist.sum_metrics(totals)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
-        metrics = {**totals, "grad_norm": float(grad_norm), "lr": lr}
+        metrics = {**totals, **mismatch_summary(sink), "grad_norm": float(grad_norm), "lr": lr}
         if not (math.isfinite(metrics.get("loss", 0.0)) and math.isfinite(metrics["grad_norm"])):
             self.optimizer.zero_grad(set_to_none=True)
             return metrics, False

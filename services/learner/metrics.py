@@ -28,6 +28,8 @@ SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 12
 
 #: The ``side`` label values of ``prioreplay_learner_clip_fraction``.
 CLIP_SIDES = ("low", "high", "dual")
+#: The ``quantile`` label values of ``prioreplay_learner_offpolicy_abs_log_w`` (percentiles).
+MISMATCH_QUANTILES = ("0.5", "0.9", "0.99")
 #: The ``phase`` label values of ``prioreplay_learner_step_seconds``.
 STEP_PHASES = ("wait", "compute", "publish")
 
@@ -57,6 +59,31 @@ class LearnerMetrics:
         )
         for side in CLIP_SIDES:  # every labelled series exists from the start (dashboards read 0, not "No data")
             self.clip_fraction.labels(side)
+        self.mismatch_kl = Gauge(
+            p + "offpolicy_mismatch_kl",
+            "k3 estimate of KL(behaviour || proximal) on the last step's completion tokens, by policy age "
+            "(age: versions between the group's generation and the step; 'all': the whole step)",
+            ["age"],
+            registry=r,
+        )
+        self.mismatch_kl.labels("all")
+        self.abs_log_w = Gauge(
+            p + "offpolicy_abs_log_w",
+            "percentile of |log w| = |log proximal - log behaviour| over the last step's completion tokens, nats",
+            ["quantile"],
+            registry=r,
+        )
+        for q in MISMATCH_QUANTILES:
+            self.abs_log_w.labels(q)
+        self.correction_fraction = Gauge(
+            p + "offpolicy_correction_fraction",
+            "share of the last step's completion tokens whose importance weight the off-policy correction "
+            "truncated (kind: truncated, tis) or masked (kind: masked, mis-token, mis-sequence, icepop)",
+            ["kind"],
+            registry=r,
+        )
+        for kind in ("truncated", "masked"):
+            self.correction_fraction.labels(kind)
         self.entropy = Gauge(p + "entropy", "mean token entropy of the policy on completion tokens, nats", registry=r)
         self.grad_norm = Gauge(p + "grad_norm", "global gradient L2 norm before clipping, last step", registry=r)
         self.learning_rate = Gauge(p + "learning_rate", "learning rate of the last optimizer step", registry=r)
@@ -115,6 +142,7 @@ class LearnerMetrics:
         for side, key in zip(CLIP_SIDES, ("clip_frac_low", "clip_frac_high", "dual_clip_frac"), strict=True):
             if rec.get(key) is not None:
                 self.clip_fraction.labels(side).set(rec[key])
+        self._record_mismatch(rec)
         if rec.get("tokens_per_s") is not None:
             self.tokens_per_second.set(rec["tokens_per_s"])
         self.step.set(rec.get("step", 0))
@@ -125,6 +153,21 @@ class LearnerMetrics:
         if self.reporter is not None:
             self.reporter.scalars("learner", rec, int(rec.get("step", 0)))
         self.write_line(rec)
+
+    def _record_mismatch(self, rec: dict[str, Any]) -> None:
+        """Set the off-policy mismatch gauges from a step record (keys of :func:`~.loss.grpo_loss`
+        and :func:`~.loss.mismatch_summary`); absent keys leave their gauges as they were."""
+        if rec.get("mismatch_kl") is not None:
+            self.mismatch_kl.labels("all").set(rec["mismatch_kl"])
+        for key, v in rec.items():
+            if key.startswith("mismatch_kl_age_") and v is not None:
+                self.mismatch_kl.labels(key.removeprefix("mismatch_kl_age_")).set(v)
+        for q, pct in zip(MISMATCH_QUANTILES, ("p50", "p90", "p99"), strict=True):
+            if rec.get(f"abs_log_w_{pct}") is not None:
+                self.abs_log_w.labels(q).set(rec[f"abs_log_w_{pct}"])
+        for kind in ("truncated", "masked"):
+            if rec.get(f"is_{kind}_frac") is not None:
+                self.correction_fraction.labels(kind).set(rec[f"is_{kind}_frac"])
 
     def count_sorted(self, out) -> None:
         """Count and log the fates of a step's pulled groups (a :class:`~.filters.Sorted`): groups by
