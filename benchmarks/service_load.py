@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.priority_server.store import Store
+from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.priority_server.wire import encode_varint
 from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb

@@ -22,9 +22,9 @@ from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
 from prioreplay.convert import problem_from_proto, stats_to_proto
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
 from prioreplay.priority_server.client_traffic import ClientTally
-from prioreplay.priority_server.store.records import Delivery
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import Store
+from prioreplay.priority_server.store.records import Delivery
 from prioreplay.priority_server.wire import lease_response, pull_response, pulled_group, report_groups
 from prioreplay.problems import check_name, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb

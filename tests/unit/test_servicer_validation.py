@@ -15,9 +15,9 @@ import grpc
 import pytest
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.store.memory_store import MemoryStore
 from prioreplay.priority_server.servicer import PriorityServicer
 from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.memory_store import MemoryStore
 from prioreplay.priority_server.wire import logprobs_all_valid, validate_outcome
 from prioreplay.v1 import priority_service_pb2 as pb
 from tests.rpc_cases import EXHAUSTED, MAX_BATCH, MAX_LEASE_S, bad_request_cases, group, problem
