@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install install-vllm lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools
+.PHONY: install install-vllm test-vllm lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>. The strict editable install
 # links each source file into build/__editable__.*/ (a tree that mypy and editors follow), so the
@@ -71,9 +71,16 @@ compare: install
 compare-trl: install
 	$(BIN)/python -m prioreplay.apps.compare_trl $(ARGS)
 
-# k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py (installed once if missing)
-test: install lint k8s-tools
-	$(BIN)/python -m pytest -q $(ARGS)
+# k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py (installed once if missing).
+# Then tests/vllm (marker vllm: the real vLLM engine, CPU build) in .venv-vllm (make install-vllm), one engine
+# for the module: about 4 min on 2 cores (docs/VLLM.md).
+test: install install-vllm lint k8s-tools
+	$(BIN)/python -m pytest -q -m "not vllm" $(ARGS)
+	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/vllm
+
+# only the real-engine tests (tests/vllm, in .venv-vllm)
+test-vllm: install-vllm
+	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/vllm $(ARGS)
 
 # tests/unit and the system tests not marked slow or soak (about 50 s of CPU time; `make test` runs all)
 test-fast: install
@@ -102,4 +109,4 @@ proto: install
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/prioreplay/v1/priority_service.proto
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache
