@@ -92,7 +92,8 @@ def ties_embeddings(model_dir: Path) -> bool:
         return False
     if not isinstance(config, dict):
         return False
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    text = config.get("text_config")
+    text = text if isinstance(text, dict) else {}
     return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
 
 
@@ -167,8 +168,14 @@ class WeightReloadExtension:
                 count += 1
                 yield item
 
+        runner = self.model_runner  # type: ignore[attr-defined]
         with torch.no_grad():
-            self.model_runner.model.load_weights(weights=counted())  # type: ignore[attr-defined]
+            if hasattr(runner, "reload_weights"):  # vLLM's in-place reload: restores the checkpoint-format
+                # parameters, loads, then processes them again (the CPU build repacks linear weights after
+                # loading, so a bare model.load_weights meets emptied parameters there)
+                runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)
+            else:
+                runner.model.load_weights(weights=counted())
         return count
 
 
