@@ -94,8 +94,9 @@ compose-smoke: install
 # the whole stack on this machine's GPUs, 5 learner steps, checked and timed (benchmarks/gpu_check.py; not in
 # CI; exits 2 without a GPU). ARGS="--device cpu" is a plumbing dry-run at tiny sizes. No install step: it uses
 # .venv when there is one, else $(PY) with torch and transformers from the source tree (an offline GPU machine).
+# ARGS="--backend vllm" runs in .venv-vllm (make install-vllm first); with --device cpu, on vLLM's CPU build.
 gpu-check:
-	$(if $(wildcard $(STAMP)),$(BIN)/python,$(PY)) -m benchmarks.gpu_check $(ARGS)
+	$(if $(findstring --backend vllm,$(ARGS)),$(VLLM_VENV)/bin/python,$(if $(wildcard $(STAMP)),$(BIN)/python,$(PY))) -m benchmarks.gpu_check $(ARGS)
 
 # kubectl, whose `kubectl kustomize` renders deploy/k8s for tests/system/test_k8s_manifests.py (not a
 # Python package, so `make install` leaves it out): Debian's kubernetes-client, installed as root.

@@ -187,7 +187,8 @@ def start_worker(
     from prioreplay.rollout_worker.metrics import WorkerMetrics
     from prioreplay.rollout_worker.worker import RolloutWorker
 
-    vllm = device != "cpu" and args.backend != "transformers" and _has("vllm")
+    # --backend vllm: vLLM on any device (on --device cpu: vLLM's CPU build, make install-vllm)
+    vllm = args.backend == "vllm" or (device != "cpu" and args.backend == "auto" and _has("vllm"))
     cfg = WorkerConfig(
         server=address,
         model=str(model_dir),
@@ -201,7 +202,9 @@ def start_worker(
         metrics_port=0,
         max_retry_sleep_s=0.2,
     )
-    if vllm:  # the engine core is a child process: it takes its GPU from the environment it starts with
+    if vllm and device == "cpu":
+        backend = create_backend("vllm", model_dir, max_model_len=512)
+    elif vllm:  # the engine core is a child process: it takes its GPU from the environment it starts with
         from prioreplay.devices import visible_devices
 
         ids = visible_devices() or [str(k) for k in range(64)]
@@ -427,9 +430,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--backend",
-        choices=("auto", "transformers"),
+        choices=("auto", "transformers", "vllm"),
         default="auto",
-        help="auto: vLLM when installed (cuda only), else transformers",
+        help="auto: vLLM when installed (cuda only), else transformers; vllm: vLLM on any device "
+        "(--device cpu --backend vllm: vLLM's CPU build in .venv-vllm, make install-vllm)",
     )
     p.add_argument("--model-dir", help="directory with config.json and tokenizer files (default: the smollm2-135m alias cache)")
     p.add_argument("--steps", type=int, default=5, help="learner steps")
