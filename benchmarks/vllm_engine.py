@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         backend = VLLMBackend(v1, max_model_len=512, dtype="float32")
         restart_s = time.perf_counter() - t0
         backend.llm.llm_engine.engine_core.shutdown()
-    tf = TransformersBackend(model_dir)
+    # share_prompt_cache off: it reads `out.cache`, which transformers 5.24 has and .venv-vllm's 5.19 lacks
+    tf = TransformersBackend(model_dir, share_prompt_cache=False)
     tf.generate(prompts[:1], 2, params)
     t0 = time.perf_counter()
     tf_tps = _tps(tf.generate(prompts, args.group_size, params)) / (time.perf_counter() - t0)
