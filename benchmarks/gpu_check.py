@@ -64,8 +64,9 @@ def use_source_tree() -> None:
         prioreplay.__path__.append(str(REPO / "services"))
 
 
-def build_model(source: Path, target: Path, tiny: bool, seed: int = 0) -> Path:
-    """A model directory at ``target``: ``source``'s tokenizer and config, random weights (see module doc)."""
+def build_model(source: Path, target: Path, tiny: bool, seed: int = 0, head_dim: int = 16) -> Path:
+    """A model directory at ``target``: ``source``'s tokenizer and config, random weights (see module doc).
+    ``head_dim``: of the tiny model (width 64); vLLM's CPU attention takes 32 and up, not 16."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -81,9 +82,9 @@ def build_model(source: Path, target: Path, tiny: bool, seed: int = 0) -> Path:
                 num_hidden_layers=2,
                 hidden_size=64,
                 intermediate_size=128,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                head_dim=16,
+                num_attention_heads=64 // head_dim,
+                num_key_value_heads=max(1, 32 // head_dim),
+                head_dim=head_dim,
             )
         )
     torch.manual_seed(seed)
@@ -349,7 +350,7 @@ def run(args) -> int:
         return 2
     run_dir = Path(tempfile.mkdtemp(prefix="prioreplay-gpu-check-"))
     tiny = args.device == "cpu"
-    model_dir = build_model(source, run_dir / "model", tiny=tiny)
+    model_dir = build_model(source, run_dir / "model", tiny=tiny, head_dim=32 if args.backend == "vllm" else 16)
     learner_device, worker_devices, note = assign_devices(args.device, run_dir / "gpu-claims")
     print(f"gpu_check: {note}; model {'tiny' if tiny else 'full-size'} from {source.name} config, random weights")
     loaded: dict[str, list[int]] = {}
