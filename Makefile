@@ -73,7 +73,7 @@ compare-trl: install
 
 # k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py (installed once if missing).
 # Then tests/vllm (marker vllm: the real vLLM engine, CPU build) in .venv-vllm (make install-vllm), one engine
-# for the module: about 4 min on 2 cores (docs/VLLM.md).
+# for the module, then the whole loop on vLLM: about 2.5 min on 2 cores (docs/VLLM.md).
 test: install install-vllm lint k8s-tools
 	$(BIN)/python -m pytest -q -m "not vllm" $(ARGS)
 	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/vllm
