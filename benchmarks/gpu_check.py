@@ -64,8 +64,9 @@ def use_source_tree() -> None:
         prioreplay.__path__.append(str(REPO / "services"))
 
 
-def build_model(source: Path, target: Path, tiny: bool, seed: int = 0) -> Path:
-    """A model directory at ``target``: ``source``'s tokenizer and config, random weights (see module doc)."""
+def build_model(source: Path, target: Path, tiny: bool, seed: int = 0, head_dim: int = 16) -> Path:
+    """A model directory at ``target``: ``source``'s tokenizer and config, random weights (see module doc).
+    ``head_dim``: of the tiny model (width 64); vLLM's CPU attention takes 32 and up, not 16."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -81,9 +82,9 @@ def build_model(source: Path, target: Path, tiny: bool, seed: int = 0) -> Path:
                 num_hidden_layers=2,
                 hidden_size=64,
                 intermediate_size=128,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                head_dim=16,
+                num_attention_heads=64 // head_dim,
+                num_key_value_heads=max(1, 32 // head_dim),
+                head_dim=head_dim,
             )
         )
     torch.manual_seed(seed)
@@ -187,7 +188,8 @@ def start_worker(
     from prioreplay.rollout_worker.metrics import WorkerMetrics
     from prioreplay.rollout_worker.worker import RolloutWorker
 
-    vllm = device != "cpu" and args.backend != "transformers" and _has("vllm")
+    # --backend vllm: vLLM on any device (on --device cpu: vLLM's CPU build, make install-vllm)
+    vllm = args.backend == "vllm" or (device != "cpu" and args.backend == "auto" and _has("vllm"))
     cfg = WorkerConfig(
         server=address,
         model=str(model_dir),
@@ -201,7 +203,9 @@ def start_worker(
         metrics_port=0,
         max_retry_sleep_s=0.2,
     )
-    if vllm:  # the engine core is a child process: it takes its GPU from the environment it starts with
+    if vllm and device == "cpu":
+        backend = create_backend("vllm", model_dir, max_model_len=512)
+    elif vllm:  # the engine core is a child process: it takes its GPU from the environment it starts with
         from prioreplay.devices import visible_devices
 
         ids = visible_devices() or [str(k) for k in range(64)]
@@ -346,7 +350,7 @@ def run(args) -> int:
         return 2
     run_dir = Path(tempfile.mkdtemp(prefix="prioreplay-gpu-check-"))
     tiny = args.device == "cpu"
-    model_dir = build_model(source, run_dir / "model", tiny=tiny)
+    model_dir = build_model(source, run_dir / "model", tiny=tiny, head_dim=32 if args.backend == "vllm" else 16)
     learner_device, worker_devices, note = assign_devices(args.device, run_dir / "gpu-claims")
     print(f"gpu_check: {note}; model {'tiny' if tiny else 'full-size'} from {source.name} config, random weights")
     loaded: dict[str, list[int]] = {}
@@ -427,9 +431,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--backend",
-        choices=("auto", "transformers"),
+        choices=("auto", "transformers", "vllm"),
         default="auto",
-        help="auto: vLLM when installed (cuda only), else transformers",
+        help="auto: vLLM when installed (cuda only), else transformers; vllm: vLLM on any device "
+        "(--device cpu --backend vllm: vLLM's CPU build in .venv-vllm, make install-vllm)",
     )
     p.add_argument("--model-dir", help="directory with config.json and tokenizer files (default: the smollm2-135m alias cache)")
     p.add_argument("--steps", type=int, default=5, help="learner steps")

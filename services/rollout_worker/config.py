@@ -68,7 +68,8 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
         None, description="where converted models are cached (default: $PRIOREPLAY_CACHE_DIR or ~/.cache/prioreplay/models)"
     )
     backend: Literal["transformers", "vllm"] = Field(
-        "transformers", description="transformers (CPU or GPU) or vllm (GPU; pip install 'prioreplay[gpu]')"
+        "transformers",
+        description="transformers (CPU, GPU) or vllm (GPU: pip install 'prioreplay[gpu]'; CPU: make install-vllm, docs/VLLM.md)",
     )
     device: str = Field(
         "auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N' (transformers backend)"

@@ -79,6 +79,39 @@ def checkpoint_signature(directory: Path) -> dict[str, tuple[list[int], str]]:
     return sig
 
 
+#: The output head's tensor, which a model with tied embeddings shares with ``model.embed_tokens.weight``.
+TIED_HEAD = "lm_head.weight"
+
+
+def ties_embeddings(model_dir: Path) -> bool:
+    """Whether the model's ``config.json`` ties its output head to its input embeddings
+    (``tie_word_embeddings``, also under ``text_config``); False when it says nothing."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(config, dict):
+        return False
+    text = config.get("text_config")
+    text = text if isinstance(text, dict) else {}
+    return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+
+
+def engine_view(signature: dict[str, tuple[list[int], str]], tied: bool) -> dict[str, tuple[list[int], str]]:
+    """The tensors of a checkpoint the engine loads: with tied embeddings, the output head
+    (``lm_head.weight``) is dropped, whether the checkpoint stores it or not.
+
+    A tied model's head *is* its embedding matrix; vLLM skips a stored ``lm_head.weight`` then.
+    Hugging Face's ``save_pretrained`` and :func:`prioreplay.models.save_weights` store the shared
+    tensor once, other writers store both names, so two checkpoints of one model may differ by that
+    one name. Comparing them as the engine sees them accepts either form (vllm PR #51665 is the same
+    fix upstream); without it every reload after a first checkpoint of the other form was refused.
+    """
+    if not tied:
+        return dict(signature)
+    return {name: v for name, v in signature.items() if not name.endswith(TIED_HEAD)}
+
+
 def vllm_stop_token_ids(eos_ids: tuple[int, ...]) -> list[int]:
     """``SamplingParams.stop_token_ids`` for the model's EOS ids (see
     :func:`~prioreplay.rollout_worker.backends.base.eos_token_ids`): all of them, so vLLM stops
@@ -110,9 +143,10 @@ def check_applied(path: Path, counts: Any, expected: int) -> None:
 class WeightReloadExtension:
     """Mixed into vLLM's GPU worker (``worker_extension_cls``); ``self`` is the engine worker."""
 
-    def prioreplay_reload_weights(self, directory: str) -> int:
-        """Stream the safetensors tensors of ``directory`` into the worker's model; returns how many
-        tensors were applied (0 when the directory vanished: the caller compares the count)."""
+    def prioreplay_reload_weights(self, directory: str, skip: tuple[str, ...] = ()) -> int:
+        """Stream the safetensors tensors of ``directory`` into the worker's model, leaving out the
+        names in ``skip`` (a tied model's ``lm_head.weight``); returns how many tensors were applied
+        (0 when the directory vanished: the caller compares the count)."""
         import torch
         from safetensors import safe_open
 
@@ -123,7 +157,8 @@ class WeightReloadExtension:
             for f in files:
                 with safe_open(str(f), framework="pt", device="cpu") as fh:
                     for name in fh.keys():
-                        yield name, fh.get_tensor(name)
+                        if name not in skip:
+                            yield name, fh.get_tensor(name)
 
         count = 0
 
@@ -133,9 +168,36 @@ class WeightReloadExtension:
                 count += 1
                 yield item
 
+        runner = self.model_runner  # type: ignore[attr-defined]
         with torch.no_grad():
-            self.model_runner.model.load_weights(weights=counted())  # type: ignore[attr-defined]
+            if hasattr(runner, "reload_weights"):  # vLLM's in-place reload: restores the checkpoint-format
+                # parameters, loads, then processes them again (the CPU build repacks linear weights after
+                # loading, so a bare model.load_weights meets emptied parameters there)
+                runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)
+            else:
+                runner.model.load_weights(weights=counted())
         return count
+
+
+#: The KV cache the CPU build gets when none is given: 256 MiB (about 5,700 tokens of SmolLM2-135M in float32).
+CPU_KV_CACHE_BYTES = 256 * 2**20
+
+
+def _cpu_defaults(kv_cache_memory_bytes: int | None, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``engine_kwargs`` plus ``kv_cache_memory_bytes`` (given, or :data:`CPU_KV_CACHE_BYTES` on vLLM's
+    CPU build) and, on the CPU build, ``enforce_eager`` unless given (no torch.compile warm-up: start-up
+    about 35 s instead of 130 s for SmolLM2-135M on 2 cores)."""
+    from vllm.platforms import current_platform
+
+    kwargs = dict(engine_kwargs)
+    cpu = current_platform.is_cpu()
+    if kv_cache_memory_bytes is None and cpu:
+        kv_cache_memory_bytes = CPU_KV_CACHE_BYTES
+    if kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+    if cpu:
+        kwargs.setdefault("enforce_eager", True)
+    return kwargs
 
 
 class VLLMBackend(LoadedPolicy):
@@ -147,6 +209,11 @@ class VLLMBackend(LoadedPolicy):
         gpu_memory_utilization: share of GPU memory vLLM may take (0, 1].
         max_model_len: prompt + completion tokens at most (None: the model's limit).
         dtype: "auto", "bfloat16", "float16" or "float32".
+        kv_cache_memory_bytes: KV cache size, bytes (None: vLLM sizes it from
+            ``gpu_memory_utilization``). On vLLM's CPU build the default is
+            :data:`CPU_KV_CACHE_BYTES`: there ``gpu_memory_utilization`` is the share of *host* memory
+            reserved, which fails when other processes hold memory; an explicit size also skips the
+            compile warm-up.
         engine_kwargs: more ``vllm.LLM`` keyword arguments.
 
     Raises:
@@ -160,13 +227,16 @@ class VLLMBackend(LoadedPolicy):
         gpu_memory_utilization: float = 0.85,
         max_model_len: int | None = None,
         dtype: str = "auto",
+        kv_cache_memory_bytes: int | None = None,
         **engine_kwargs: Any,
     ):
         vllm, self._TokensPrompt = _import_vllm()
         self._vllm = vllm
         self.model_dir = Path(model_dir)
         self._tokenizer = models.load_tokenizer(self.model_dir)
-        self._signature = checkpoint_signature(self.model_dir)
+        #: tied input/output embeddings: ``lm_head.weight`` is left out of every comparison and reload
+        self.tied_embeddings = ties_embeddings(self.model_dir)
+        self._signature = engine_view(checkpoint_signature(self.model_dir), self.tied_embeddings)
         #: Ids that end a completion: the tokenizer's EOS and the generation config's end-of-turn ids.
         self.eos_token_ids = model_eos_token_ids(self.model_dir, self._tokenizer)
         self.llm = vllm.LLM(
@@ -177,7 +247,7 @@ class VLLMBackend(LoadedPolicy):
             max_model_len=max_model_len,
             logprobs_mode="processed_logprobs",
             worker_extension_cls=EXTENSION_CLS,
-            **engine_kwargs,
+            **_cpu_defaults(kv_cache_memory_bytes, engine_kwargs),
         )
         self._policy_version = int(policy_version)
         self.vocab_size = len(self._tokenizer)
@@ -205,7 +275,10 @@ class VLLMBackend(LoadedPolicy):
             raise InvalidArgument(f"policy version ({version}) must be an integer >= 0")
         t0 = time.perf_counter()
         path, expected = verified_weights_dir(uri)
-        sig = checkpoint_signature(path)
+        stored = checkpoint_signature(path)
+        if expected is not None and expected != len(stored):
+            raise InvalidArgument(f"{path}: the manifest lists {expected} tensors, the weights file holds {len(stored)}")
+        sig = engine_view(stored, self.tied_embeddings)
         missing = sorted(set(self._signature) - set(sig))
         extra = sorted(set(sig) - set(self._signature))
         if missing or extra:
@@ -213,10 +286,9 @@ class VLLMBackend(LoadedPolicy):
         for name, (shape, _dtype) in sig.items():
             if shape != self._signature[name][0]:
                 raise InvalidArgument(f"{path}: tensor {name!r} has shape {shape}, the model expects {self._signature[name][0]}")
-        if expected is not None and expected != len(sig):
-            raise InvalidArgument(f"{path}: the manifest lists {expected} tensors, the weights file holds {len(sig)}")
         models.check_finite_weights(path)  # the engine applies tensors as it reads them: check them all first
-        counts = self.llm.collective_rpc("prioreplay_reload_weights", args=(str(path.resolve()),))
+        skip = tuple(sorted(set(stored) - set(sig)))  # a tied model's stored head: the engine's view leaves it out
+        counts = self.llm.collective_rpc("prioreplay_reload_weights", args=(str(path.resolve()), skip))
         check_applied(path, counts, len(self._signature))
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         self._policy_version = version
@@ -229,6 +301,13 @@ class VLLMBackend(LoadedPolicy):
             InvalidArgument: see :func:`~prioreplay.rollout_worker.backends.base.validate_prompts`.
         """
         validate_prompts(prompt_token_ids, n, self.vocab_size)
+        limit = self._max_context_tokens
+        for i, p in enumerate(prompt_token_ids):
+            if limit is not None and len(p) >= limit:
+                raise InvalidArgument(
+                    f"prompt #{i} has {len(p)} tokens; the engine takes {limit} tokens at most (max_model_len), "
+                    "prompt and completion together: shorten the prompt or raise max_model_len"
+                )
         sp = [
             self._vllm.SamplingParams(
                 n=n,

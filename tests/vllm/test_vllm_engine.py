@@ -1,0 +1,154 @@
+"""The vLLM backend on the real engine (vLLM's CPU build), SmolLM2-135M-Instruct converted to a model
+directory: behaviour log-probs against the learner's recompute, seeds, stops, limits, in-place reload
+through ``collective_rpc`` and the checkpoints it refuses. One engine for the module (start-up is the
+cost: about 35 s on 2 cores)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from prioreplay import models
+from prioreplay.errors import InvalidArgument
+from prioreplay.learner.batch import token_logprobs
+from prioreplay.rollout_worker.backends.base import SamplingParams, model_eos_token_ids
+from prioreplay.rollout_worker.backends.vllm_backend import TIED_HEAD, VLLMBackend, vllm_stop_token_ids
+
+#: learner recompute vs behaviour log-probs, float32 on both sides, nats (mean, max |Δ|)
+TOL_MEAN, TOL_MAX = 1e-3, 2e-2
+PROMPTS = ["What is 2+3?", "Name a colour.", "Compute 17 * 4."]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    """v0: the converted model; v1: the same with the last layer's MLP scaled (stored once, tied)."""
+    v0 = models.resolve_model("smollm2-135m")
+    base = tmp_path_factory.mktemp("vllm")
+    v1 = base / "v1"
+    shutil.copytree(v0, v1)
+    t = load_file(str(v1 / models.WEIGHTS_FILE))
+    name = next(k for k in sorted(t) if k.endswith("mlp.down_proj.weight"))
+    t[name] = t[name] * 1.5
+    save_file(t, str(v1 / models.WEIGHTS_FILE), metadata={"format": "pt"})
+    return v0, v1, base
+
+
+@pytest.fixture(scope="module")
+def backend(dirs):
+    b = VLLMBackend(dirs[0], max_model_len=512, dtype="float32")
+    yield b
+    b.llm.llm_engine.engine_core.shutdown()
+
+
+@pytest.fixture(scope="module")
+def prompts(backend):
+    return [models.apply_chat_template(backend.tokenizer, p) for p in PROMPTS]
+
+
+def gaps(model_dir, prompts, groups, temperature: float) -> torch.Tensor:
+    """|behaviour − learner recompute| of every completion token, nats (N,)."""
+    model = models.load_causal_lm(model_dir)
+    out = []
+    for p, g in zip(prompts, groups, strict=True):
+        for c in g:
+            ids = torch.tensor([p + c.token_ids])
+            with torch.no_grad():
+                lp, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature=temperature)
+            out.append((lp[0, len(p) - 1 :] - torch.tensor(c.logprobs)).abs())
+    return torch.cat(out)
+
+
+def test_behaviour_logprobs_match_the_learners_recompute(backend, dirs, prompts):
+    groups = backend.generate(prompts, 4, SamplingParams(temperature=0.8, max_new_tokens=16, seed=3))
+    gap = gaps(dirs[0], prompts, groups, 0.8)
+    print(f"float32 behaviour vs learner recompute: mean |Δ| {gap.mean():.2e}, max |Δ| {gap.max():.2e} over {gap.numel()} tokens")
+    assert gap.numel() > 20
+    assert gap.mean() <= TOL_MEAN and gap.max() <= TOL_MAX
+
+
+def test_distinct_in_a_group_and_across_replicas_reproducible_for_equal_seeds(backend, prompts):
+    def run(seeds):
+        g = backend.generate(prompts, 4, SamplingParams(max_new_tokens=12, prompt_seeds=seeds))
+        return [[tuple(c.token_ids) for c in grp] for grp in g]
+
+    a, again, other = run((1, 2, 3)), run((1, 2, 3)), run((101, 102, 103))
+    assert a == again
+    assert all(len(set(grp)) > 1 for grp in a), "a group's completions must differ"
+    assert a != other, "another replica's seeds must give other completions"
+
+
+def test_stop_strings_eos_ids_and_truncated_flag(backend, prompts):
+    gen = model_eos_token_ids(backend.model_dir, backend.tokenizer)
+    assert vllm_stop_token_ids(backend.eos_token_ids) == list(gen) and gen
+    groups = backend.generate(prompts, 4, SamplingParams(max_new_tokens=3, seed=0))
+    for c in (c for g in groups for c in g):
+        assert c.truncated == (len(c.token_ids) == 3 and c.token_ids[-1] not in gen)
+    assert any(c.truncated for g in groups for c in g)
+    long = backend.generate(prompts, 4, SamplingParams(max_new_tokens=200, seed=0))
+    ended = [c for g in long for c in g if not c.truncated]
+    assert ended and all(c.token_ids[-1] in gen for c in ended)
+    stopped = backend.generate(prompts, 4, SamplingParams(max_new_tokens=40, stop=(" ",), seed=0))
+    for c in (c for g in stopped for c in g):
+        assert c.text.count(" ") <= 1 and (c.truncated or c.text.endswith(" ") or c.token_ids[-1] in gen)
+
+
+def test_an_over_long_prompt_is_refused_and_the_engine_still_serves(backend, prompts):
+    with pytest.raises(InvalidArgument, match="max_model_len"):
+        backend.generate([prompts[0] * 100], 2, SamplingParams(max_new_tokens=4))
+    assert len(backend.generate(prompts[:1], 2, SamplingParams(max_new_tokens=4, seed=0))[0]) == 2
+
+
+def test_bad_checkpoints_are_refused_and_the_old_weights_kept(backend, dirs, prompts):
+    v0, _, base = dirs
+    before = backend.generate(prompts, 2, SamplingParams(max_new_tokens=8, seed=5))
+    t = load_file(str(v0 / models.WEIGHTS_FILE))
+    cases = {"missing": None}
+    partial = dict(t)
+    partial.pop(sorted(partial)[-1])
+    cases["partial"] = partial
+    cases["mismatched"] = {**t, "model.norm.weight": torch.ones(7)}
+    nan = dict(t)
+    name = sorted(nan)[0]
+    nan[name] = nan[name].clone()
+    nan[name].view(-1)[0] = float("nan")
+    cases["non-finite"] = nan
+    for kind, tensors in cases.items():
+        d = base / f"bad-{kind}"
+        if tensors is not None:
+            shutil.copytree(v0, d)
+            save_file(tensors, str(d / models.WEIGHTS_FILE), metadata={"format": "pt"})
+        with pytest.raises(InvalidArgument):
+            backend.load_weights(str(d), 9)
+        assert backend.policy_version == 0, kind
+    after = backend.generate(prompts, 2, SamplingParams(max_new_tokens=8, seed=5))
+    assert [[c.token_ids for c in g] for g in after] == [[c.token_ids for c in g] for g in before]
+
+
+def test_reload_in_place_then_either_tied_form_of_the_checkpoint(backend, dirs, prompts):
+    v0, v1, base = dirs
+    assert backend.tied_embeddings
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=7)
+    old = backend.generate(prompts, 2, params)
+    backend.load_weights(str(v1), 1)  # the head stored once (save_weights' form)
+    assert backend.policy_version == 1
+    new = backend.generate(prompts, 2, params)
+    gap = gaps(v1, prompts, new, 1.0)
+    print(f"after reload (prefix cache reset): mean |Δ| {gap.mean():.2e}, max |Δ| {gap.max():.2e} vs a fresh load of v1")
+    assert gap.mean() <= TOL_MEAN and gap.max() <= TOL_MAX
+    assert [c.logprobs for g in new for c in g] != [c.logprobs for g in old for c in g]
+    # the other form: lm_head.weight stored beside the embeddings (other writers, HF's original files)
+    both = base / "v2-both"
+    shutil.copytree(v0, both)
+    t = load_file(str(both / models.WEIGHTS_FILE))
+    assert TIED_HEAD not in t
+    t[TIED_HEAD] = t["model.embed_tokens.weight"].clone()
+    save_file(t, str(both / models.WEIGHTS_FILE), metadata={"format": "pt"})
+    backend.load_weights(str(both), 2)
+    assert backend.policy_version == 2
+    back = backend.generate(prompts, 2, params)
+    assert [c.token_ids for g in back for c in g] == [c.token_ids for g in old for c in g]
+    backend.load_weights(str(v1), 3)  # and back to the single form after it
+    assert backend.policy_version == 3
