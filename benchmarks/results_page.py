@@ -30,10 +30,17 @@ PAGE = HERE / "RESULTS.md"
 HEADLINES: tuple[tuple[str, str], ...] = (
     (
         "compare.mix.heap.useful_tokens_ratio_vs_uniform",
-        "real GRPO (SmolLM2-135M, CPU, 5 seeds, equal completion tokens): heap's useful tokens per completion token over uniform's",
+        "real GRPO (SmolLM2-135M, CPU, 5 seeds, equal completion tokens): "
+        "heap's useful tokens per completion token over uniform's",
     ),
-    ("compare.mix.heap.heldout_change_vs_uniform", "... and its held-out accuracy after training, minus uniform's (not established)"),
-    ("sim.heap.rollouts_ratio_vs_uniform", "simulated learner: rollouts to the target success rate, heap + retest over uniform (10 seeds)"),
+    (
+        "compare.mix.heap.heldout_change_vs_uniform",
+        "... and its held-out accuracy after training, minus uniform's (not established)",
+    ),
+    (
+        "sim.heap.rollouts_ratio_vs_uniform",
+        "simulated learner: rollouts to the target success rate, heap + retest over uniform (10 seeds)",
+    ),
     ("redis.state_bytes_per_problem_1000000", "Redis bytes of statistics and priority per problem, at 10^6 problems"),
     ("redis.register_1000000_s", "registering 10^6 problems over gRPC"),
     ("service.memory.grpc.c8.sampled_per_s", "one server process end to end, memory store, 8 clients, B = 256, G = 8"),
@@ -56,7 +63,7 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "`prioreplay compare` on `arithmetic:64:0:tiers` (a third each all-wrong, mixed and all-right on the base "
         "model's first visit), SmolLM2-135M-Instruct on CPU, arms `uniform`, `heap`, `posterior`, `heap-version-retests`, "
         "equal completion tokens (`--rollouts 0 --completion-tokens 16000`), seeds 0-4; then `python -m benchmarks.decision` "
-        "applies the decision rule written before the runs (docs/METHOD.md, \"How a default is chosen\"). `uniform` already drops "
+        'applies the decision rule written before the runs (docs/METHOD.md, "How a default is chosen"). `uniform` already drops '
         "zero-variance groups, as DAPO's dynamic sampling does. Useful tokens: completion tokens in mixed groups. Held-out: "
         "128 problems of the mix, greedy, the same per seed for every arm; differences are per seed, mean with a 95% "
         "t-interval across seeds; ratios by paired bootstrap. `pool_misfiled_share`: the pool audit (pooled problems that "
@@ -128,7 +135,7 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "A primary, two replicas and one sentinel (quorum 1, `down-after-milliseconds 1000`) on local ports; one client "
         "reports in a loop through `--store redis+sentinel://...`; the primary is SIGKILLed after 20 acknowledged reports "
         "(3 runs per setting). These runs lost nothing; a planned `SENTINEL FAILOVER` did: docs/GUARANTEES.md, "
-        "\"Known limits\".",
+        '"Known limits".',
     ),
     (
         "sampler_cost",

@@ -28,7 +28,7 @@ What it returns
     The :class:`Pick` of every problem it took, in batch order. A pick may set ``group_size``:
     how many completions the worker should generate for that problem (None: the worker's own G).
 
-Samplers beyond the paper (docs/BENCHMARKS.md part 2b; formulas in
+Samplers beyond the paper (docs/METHOD.md, "How a default is chosen"; formulas in
 :func:`~.posterior.posterior_variance`, :class:`~.gumbel.GumbelHeap`)
     * ``gumbel``: H is a Gumbel-top-k draw over the top of the heap (stochastic top-k).
     * ``posterior``: R scores the oldest due pooled problems by their step-decayed Beta posterior
@@ -247,11 +247,11 @@ SAMPLERS: dict[str, SamplerSpec] = {
     )
 }
 
-#: The sampler every configuration starts from (chosen by the simulator, docs/BENCHMARKS.md part 2b;
+#: The sampler every configuration starts from (chosen by the simulator, docs/METHOD.md, "How a default is chosen";
 #: ``heap``, the paper's rule, stays available by name and is the reference of every figure).
 DEFAULT_SAMPLER = "heap"
 #: The statistics' decay λ per report (``rules.PriorityParams.decay``) a server starts from: 0.5 by
-#: the simulator (docs/BENCHMARKS.md part 2b: never worse than λ = 1, 1–3% fewer rollouts under
+#: the simulator (docs/METHOD.md, "How a default is chosen": never worse than λ = 1, 1–3% fewer rollouts under
 #: forgetting and dilution). λ = 1 (cumulative counts) is the paper's rule: ``--decay 1``.
 DEFAULT_DECAY = 0.5
 
