@@ -197,7 +197,8 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
 
 
 def _fmt(value: float | int | None) -> str:
-    """A figure as text: integers as integers, other numbers to 4 significant digits."""
+    """A figure as text: whole numbers and numbers of 1,000 or more without decimals (thousands
+    separated), other numbers to 4 significant digits."""
     if value is None:
         return "—"
     if isinstance(value, bool):
@@ -206,6 +207,8 @@ def _fmt(value: float | int | None) -> str:
         return f"{int(value):,}"
     if not math.isfinite(value):
         return str(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
     return f"{value:.4g}"
 
 
@@ -284,7 +287,9 @@ def render(entries: list[dict]) -> str:
         out.append("")
         for (command, note), dates in sorted(runs.items(), key=lambda kv: (min(kv[1]), kv[0])):
             when = min(dates) if min(dates) == max(dates) else f"{min(dates)} to {max(dates)}"
-            line = f"- `{_cell(command)}` ({when}, {len(dates)} figures)"
+            shown = _cell(command)
+            shown = f"`{shown}`" if "`" not in shown else shown  # a command that quotes code is shown as prose
+            line = f"- {shown} ({when}, {len(dates)} figures)"
             if note:
                 line += f": {_cell(note)}"
             out.append(line)

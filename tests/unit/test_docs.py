@@ -131,6 +131,7 @@ def test_results_page_formats_numbers_and_refuses_an_unknown_headline():
 
     assert results_page._fmt(3.0) == "3" and results_page._fmt(12345) == "12,345"
     assert results_page._fmt(0.123456) == "0.1235" and results_page._fmt(None) == "—"
+    assert results_page._fmt(16044.07) == "16,044" and results_page._fmt(-0.08374) == "-0.08374"
     with pytest.raises(KeyError):
         results_page.render([])
 
