@@ -229,3 +229,27 @@ def test_no_doc_or_comment_cites_the_removed_benchmarks_notebook():
             if re.search(r"BENCHMARKS(\.md)?\b", line) and "git log" not in line:
                 hits.append(f"{rel}:{n}")
     assert not hits, "cites docs/BENCHMARKS.md (now benchmarks/RESULTS.md and docs/METHOD.md): " + ", ".join(hits)
+
+
+#: A cited section: ``docs/NAME.md, "Heading"`` or ``NAME.md`, "Heading"`` (a link's text, within docs/).
+_SECTION_CITE = re.compile(r"(?:docs/)?([A-Z][A-Z_]+\.md)`?\]?(?:\([^)]*\))?`?\)?,? \"([^\"\s][^\"]{0,80})\"")
+
+
+def test_cited_sections_exist():
+    """Every ``docs/NAME.md, "Section"`` citation in a tracked doc or code file names a heading of that page."""
+    pending = {"SAMPLERS.md", "RUNBOOK.md", "VLLM.md"}
+    missing, checked = [], 0
+    for rel in tracked_files():
+        if not rel.endswith((".py", ".md")) or not (REPO / rel).is_file() or rel == "tests/unit/test_docs.py":
+            continue
+        for page, section in _SECTION_CITE.findall((REPO / rel).read_text(encoding="utf-8")):
+            doc = REPO / "docs" / page
+            if page in pending or page == "README.md" or not doc.is_file():
+                continue
+            headings = [h.lstrip("#").strip().lower() for h in doc.read_text(encoding="utf-8").splitlines() if h.startswith("#")]
+            checked += 1
+            wanted = " ".join(section.split()).lower().rstrip(".")
+            if not any(wanted in h for h in headings):
+                missing.append(f'{rel}: {page}, "{section}"')
+    assert checked >= 20, f"only {checked} citations found: the pattern no longer matches how docs cite sections"
+    assert not missing, "cited sections that do not exist:\n" + "\n".join(sorted(set(missing)))
