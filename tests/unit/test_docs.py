@@ -147,9 +147,25 @@ OUTSIDE = re.compile(
 OUTSIDE_EXEMPT = {"tests/unit/test_docs.py"}
 
 
+#: Folders a checkout holds that are not the project's (environments, build outputs, caches, runs, data).
+NOT_PROJECT = {".git", ".venv", "build", "runs", "data", ".cache", "__pycache__", ".pytest_cache", ".hypothesis"}
+NOT_PROJECT |= {".mypy_cache", ".ruff_cache", ".whl", ".gl"}
+
+
 def tracked_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    return [p for p in out.decode().split("\0") if p]
+    """The project's files, relative to the repository: ``git ls-files`` in a git checkout, else a
+    walk of the tree without :data:`NOT_PROJECT` folders (an unpacked source archive)."""
+    if (REPO / ".git").exists():
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+        return [p for p in out.decode().split("\0") if p]
+    return sorted(
+        p.relative_to(REPO).as_posix()
+        for p in REPO.rglob("*")
+        if p.is_file()
+        and not any(
+            part in NOT_PROJECT or part.endswith(".egg-info") or part.startswith(".venv") for part in p.relative_to(REPO).parts
+        )
+    )
 
 
 def test_no_tracked_file_names_a_path_outside_the_repository():
