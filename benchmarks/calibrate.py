@@ -1,4 +1,5 @@
-"""Part 2c: the simulator calibrated to real runs (docs/BENCHMARKS.md section 8).
+"""Part 2c: the simulator calibrated to real runs (docs/METHOD.md, "How the figures are
+measured"; figures ``calib.*`` in benchmarks/RESULTS.md).
 
 Fits the per-problem learning and forgetting of :mod:`benchmarks.simulate` to the per-problem
 outcome histories of real ``prioreplay demo`` / ``prioreplay compare`` runs (each run
@@ -413,7 +414,7 @@ def held_out(h: Histories, theta_default: np.ndarray, seed: int = 0, fixed: dict
 
 #: Held fixed by default: the transfer η_z is not identified apart from the drift δ when every
 #: learner step trains the same number of groups (S(v) then grows linearly in v; the two runs of
-#: docs/BENCHMARKS.md 8 gave a bootstrap correlation of 0.98 and η_b < 0 along that ridge). With
+#: the calibration (``calib.*`` in benchmarks/RESULTS.md) gave a bootstrap correlation of 0.98 and η_b < 0 along that ridge). With
 #: η_z = 0, −δ is the drift of every problem a step does not train, of either sign.
 FIXED: dict[str, float] = {"lr_skill": 0.0}
 

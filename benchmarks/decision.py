@@ -1,6 +1,6 @@
 """Section 8's decision rule as code: which sampler and retest setting become the default.
 
-docs/BENCHMARKS.md section 8 wrote the rule before any of its runs; this module applies it to
+docs/METHOD.md ("How a default is chosen") states the rule, written before any of its runs; this module applies it to
 finished ``prioreplay compare`` runs, prints the verdict and writes the figures the issue names
 into results.json (``compare.<set>.<arm>.useful_tokens_ratio_vs_uniform``,
 ``compare.<set>.<arm>.heldout_change_vs_uniform``, ``compare.<set>.<arm>.pool_misfiled_share``)::

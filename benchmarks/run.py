@@ -1,6 +1,6 @@
 """``python -m benchmarks.run`` (``make bench``): run the benchmarks, write results.json and plots.
 
-Parts (docs/BENCHMARKS.md explains each figure):
+Parts (docs/METHOD.md says how each is measured; benchmarks/RESULTS.md shows every figure):
   service   1. throughput and latency of the gRPC service vs the in-process ceiling, both stores
                (``--processes 1,2``: also 2 server processes on Redis); Redis memory per problem
                and time to register 10^6 problems

@@ -5,7 +5,7 @@ logits, and drives the REAL store (``MemoryStore`` with its ``heap`` / ``weighte
 samplers, retest pools and statistics) through ``store.sample`` / ``store.report`` with simulated
 binary rewards. What is measured is therefore our sampler code, not a re-implementation of it.
 
-Model (every assumption is listed in docs/BENCHMARKS.md, "Simulator assumptions"):
+Model (the assumptions are in docs/METHOD.md, "How the figures are measured"):
 
 * Problem j belongs to one of K skills c(j) (equal-sized groups, assigned at random). Its logit
   is ℓ_j = b_j + z_c(j): a problem-specific part b_j ~ N(μ, σ_b²) and a shared skill part
@@ -123,7 +123,8 @@ METHODS: tuple[Method, ...] = (
     Method("weighted", "weighted (alpha=1) + retest 0.1", "weighted", 0.1),
 )
 
-#: The samplers beyond the paper (docs/BENCHMARKS.md part 2b), each against ``heap`` and ``uniform``.
+#: The samplers beyond the paper (docs/METHOD.md, "How a default is chosen"; figures ``samplers.*``),
+#: each against ``heap`` and ``uniform``.
 CANDIDATES: tuple[Method, ...] = (
     Method("gumbel_t1", "Gumbel-top-k T=1 + retest 0.1", "gumbel", 0.1, store=(("gumbel_temperature", 1.0),)),
     Method("gumbel_t03", "Gumbel-top-k T=0.3 + retest 0.1", "gumbel", 0.1, store=(("gumbel_temperature", 0.3),)),
@@ -180,7 +181,7 @@ CANDIDATES: tuple[Method, ...] = (
     ),
 )
 
-#: The populations of part 2b (assumptions in docs/BENCHMARKS.md, stated before the runs).
+#: The populations of part 2b (docs/METHOD.md, "How the figures are measured"; stated before the runs).
 POPULATIONS: dict[str, dict[str, Any]] = {
     "default": {},
     "hard": {"logit_mean": -2.0, "target_success": 0.45},
@@ -430,7 +431,7 @@ async def run_one(
 
 
 def pool_misfiled_share(dump: dict[str, Any], success: np.ndarray, G: int, rng: np.random.Generator) -> float:
-    """The pool audit of docs/BENCHMARKS.md section 8 on a simulated run's end state: every problem
+    """The pool audit (docs/METHOD.md, "How a default is chosen") on a simulated run's end state: every problem
     in the solved or unsolved pool is scored with G fresh Bernoulli(p_j) draws of the final policy
     (``success``, (N,)); misfiled: unsolved with p̂ >= 1/G, or solved with p̂ <= 1 − 1/G (the
     problem would give a mixed group, or has been solved, if tested now). NaN when both pools

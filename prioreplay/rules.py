@@ -300,7 +300,7 @@ def pool_score(lease_step: int, policy_version: int, retest_versions: int) -> fl
     p_e^z that *decays* with repeated zero-variance verdicts: it saves rollouts on prompts that stay
     solved or unsolved, but it parks a prompt longer the more often it was confirmed, the
     opposite of what a fast-improving policy needs (the pool audit's misfiled share, docs/
-    BENCHMARKS.md section 8), and its random skips give no bound on starvation. The version rule
+    METHOD.md, "How a default is chosen"), and its random skips give no bound on starvation. The version rule
     keeps the paper's deterministic order (no random draw, so both stores agree without one): a
     problem is never overtaken by one pooled under a later version, so a due problem waits only
     for the due problems ahead of it. It changes when problems are due and in which order, not

@@ -29,7 +29,9 @@ import pytest
 from prioreplay.channel import free_port  # noqa: F401 - the tests import it from here
 
 REPO = Path(__file__).resolve().parent.parent
-GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+#: GSM8K's folder (``train.jsonl``, ``test.jsonl``): ``PRIOREPLAY_GSM8K_DIR``, else ``data/gsm8k`` in the
+#: repository (ignored by git: put or link the files there).
+GSM8K_DIR = Path(os.environ.get("PRIOREPLAY_GSM8K_DIR") or REPO / "data" / "gsm8k")
 
 
 def _redis_answers(url: str) -> bool:
@@ -127,9 +129,12 @@ def drop_namespace(redis_url: str, ns: str) -> None:
 
 @pytest.fixture(scope="session")
 def gsm8k_dir() -> Path:
-    """The shared GSM8K folder (read-only)."""
+    """GSM8K's folder (read-only): ``PRIOREPLAY_GSM8K_DIR`` or ``data/gsm8k`` in the repository."""
     if not (GSM8K_DIR / "test.jsonl").is_file():
-        pytest.fail(f"GSM8K data not found at {GSM8K_DIR}; the tests read it from ../shared/data/gsm8k")
+        pytest.fail(
+            f"GSM8K data not found at {GSM8K_DIR}: set PRIOREPLAY_GSM8K_DIR to the folder holding GSM8K's "
+            "train.jsonl and test.jsonl, or put (or link) them in data/gsm8k"
+        )
     return GSM8K_DIR
 
 

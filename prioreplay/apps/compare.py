@@ -197,7 +197,7 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]
 
 
 def against_baseline(arm: dict[int, dict], base: dict[int, dict], seeds: list[int]) -> dict[str, Any]:
-    """One arm against the baseline on the seeds both finished (docs/BENCHMARKS.md, section 8's rule).
+    """One arm against the baseline on the seeds both finished (docs/METHOD.md, "How a default is chosen").
 
     * ``useful_tokens_ratio``: useful tokens per completion token, arm over baseline (the ratio of
       useful tokens at equal completion tokens), paired bootstrap across seeds.

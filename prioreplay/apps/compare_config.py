@@ -11,7 +11,7 @@ from prioreplay.config import SEED_MAX
 from prioreplay.priority_server import samplers as _samplers
 
 #: Arms beyond the samplers: a sampler run with other server settings, by name. The rows are the
-#: retest settings docs/BENCHMARKS.md section 8's decision rule judges against the same sampler
+#: retest settings the decision rule (docs/METHOD.md, "How a default is chosen") judges against the same sampler
 #: without them (``heap-version-retests``: the paper's heap with retests due one policy version
 #: after a problem's last test, ``--retest-versions 1``).
 SETTING_ARMS: dict[str, tuple[str, dict[str, int]]] = {

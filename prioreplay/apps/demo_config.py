@@ -35,7 +35,7 @@ class DemoRunSettings(PrioreplaySettings):
 
     #: Settings whose demo default is not the role's, and why (tests/unit/test_settings.py reads it).
     own_defaults: ClassVar[dict[str, str]] = {
-        "group_size": "G = 4 keeps a CPU run to minutes (docs/BENCHMARKS.md, choosing the demo's defaults)",
+        "group_size": "G = 4 keeps a CPU run to minutes (demo_defaults.* in benchmarks/RESULTS.md)",
         "batch_groups": "4 groups per step: a learner step every lease of the one default worker",
         "max_new_tokens": "an arithmetic answer is a few tokens; 24 bounds a CPU run's generation",
         "stop": "completions end at a newline, after the 'Answer: N' line",
@@ -113,8 +113,8 @@ class DemoConfig(DemoRunSettings):
     The defaults train SmolLM2-135M-Instruct on 64 generated easy arithmetic problems (1-2 digit
     sums and differences, 1-digit products: the model is right about a fifth of the time, so
     many groups are mixed) with a budget of 768 rollouts, three passes over the dataset at G = 4,
-    so prioritized sampling has revisits to prioritize (docs/BENCHMARKS.md, "Choosing the demo's
-    defaults"). Completions end at a newline.
+    so prioritized sampling has revisits to prioritize (``demo_defaults.*`` in
+    benchmarks/RESULTS.md). Completions end at a newline.
     """
 
     sampler: SamplerName = setting(ServerConfig, "sampler")

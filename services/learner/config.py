@@ -151,7 +151,8 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         "checkpoint and the exit wait for it; a torchrun job stays synchronous). Off by default: with it a "
         "version is announced up to a step later than the step that made it, so a worker leasing meanwhile "
         "still gets the previous one, and a caller reading the server's version right after a step sees that; and on a "
-        "CPU-only learner the write takes the step's own cores, so the step is no shorter (docs/BENCHMARKS.md, 4c)",
+        "CPU-only learner the write takes the step's own cores, so the step is no shorter "
+        "(overhead.learner_publish_stall_share* in benchmarks/RESULTS.md)",
     )
     checkpoint_every: int = Field(
         10,

@@ -1,5 +1,5 @@
 """The learner's metrics: its own Prometheus registry (``/metrics`` on ``metrics_port``) and one JSON
-line per step in ``log_file``. Metric names are listed in docs/INTERFACES.md (``prioreplay_learner_*``).
+line per step in ``log_file``. Metric names are listed in docs/METRICS.md (``prioreplay_learner_*``).
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ class StoreSettings(BaseModel):
         description="0: pooled problems are due for a retest --retest-interval batches after their last test (the paper); "
         "k >= 1: the pools keep the policy version of each problem's last test and a problem is due once the published "
         "version is k or more past it, least recent version first (--retest-interval unused; off by default until "
-        "docs/BENCHMARKS.md section 8's rule says otherwise)",
+        "the decision rule in docs/METHOD.md says otherwise)",
     )
     # -- pools ---------------------------------------------------------------------------
     solved_at: float = Field(

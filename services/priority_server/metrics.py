@@ -1,6 +1,6 @@
 """The priority server's Prometheus metrics, in the server's own registry.
 
-Two kinds (names as in ``docs/INTERFACES.md``):
+Two kinds (every name listed in ``docs/METRICS.md``):
 
 * Process-local instruments, updated as RPCs run: ``prioreplay_rpc_latency_seconds{method}``,
   ``prioreplay_rpc_errors_total{method,code}``, ``prioreplay_sampled_priority`` (the

@@ -1,6 +1,6 @@
 """The rollout worker's Prometheus metrics, in its own registry (``/metrics`` on ``metrics_port``).
 
-Names are listed in docs/INTERFACES.md (``prioreplay_worker_*``).
+Names are listed in docs/METRICS.md (``prioreplay_worker_*``).
 """
 
 from __future__ import annotations

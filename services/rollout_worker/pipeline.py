@@ -11,7 +11,7 @@ One worker's timeline (``G``: the backend's ``generate``, always on the thread t
 
 At most one lease is held ahead and one batch is being verified and reported, so memory holds at
 most three batches (one generating, one reporting, one leased). The rules of the sequential loop
-hold unchanged (README "Guarantees"):
+hold unchanged (docs/GUARANTEES.md, "Faults"):
 
 * **Weights**: a lease that names a newer policy version has its weights loaded on the generating
   thread after the previous batch's generation and before its own; a batch is reported under the

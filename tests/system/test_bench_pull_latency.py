@@ -1,4 +1,5 @@
-"""The pull-latency benchmark (part 1f) runs both modes and counts every report (no timing asserted)."""
+"""The pull-latency benchmark (``service.pull_latency.*`` in benchmarks/RESULTS.md) runs both modes and counts
+every report (no timing asserted)."""
 
 from __future__ import annotations
 

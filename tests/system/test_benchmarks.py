@@ -1,6 +1,6 @@
 """Tiny versions of every benchmark (a few seconds), so that ``benchmarks/`` cannot rot.
 
-The figures themselves come from ``python -m benchmarks.run`` (docs/BENCHMARKS.md); here each
+The figures themselves come from ``python -m benchmarks.run`` (every figure in benchmarks/RESULTS.md); here each
 part runs with every size turned down and the tests check the mechanics: the real store is
 driven, zero-variance groups teach nothing, results are deterministic, rates and latencies are
 sane, Redis keys are cleaned up, and results.json entries carry their provenance.

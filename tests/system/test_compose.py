@@ -1,7 +1,7 @@
 """`docker compose up` for real: the CPU profile on a live Docker daemon (``make compose-smoke``).
 
-One test, :func:`test_compose_stack_cpu_profile`, runs the commands of the README's "Try the stack
-on a laptop" section under its own project name and free host ports, and checks the running system:
+One test, :func:`test_compose_stack_cpu_profile`, runs the CPU-profile commands of the README's quick start
+(docs/DEPLOY.md, "Without a GPU: the CPU profile") under its own project name and free host ports, and checks the running system:
 
 1. builds the images and brings up redis, priority-server, loader, two scaled CPU rollout workers,
    the learner and Prometheus (Grafana has no image here; its dashboard is checked through

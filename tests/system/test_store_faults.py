@@ -1,6 +1,6 @@
 """Redis failures injected on a real, test-owned ``redis-server``: every error kind has its status.
 
-The mapping under test (README, "Failures of the store"): Redis unreachable, read-only (a
+The mapping under test (docs/GUARANTEES.md, "Faults": Redis refuses writes or is unreachable): Redis unreachable, read-only (a
 replica) or out of memory answers UNAVAILABLE (the client's :class:`StoreUnavailable`, retried
 with backoff), the health status turns NOT_SERVING at once and back to SERVING when Redis
 recovers, and nothing is lost; an answer the server cannot use (a logic error, e.g. a key of

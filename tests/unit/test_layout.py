@@ -240,14 +240,17 @@ def test_docs_name_the_same_layers_and_folders():
             assert f"`{path.name}`" in packages, f"docs/INTERFACES.md, Packages: name {path.name}"
     for light in LIGHT_ROLE_MODULES:
         assert f"`{light}`" in layers
-    readme_table = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    layout = (REPO / "docs" / "DEVELOPMENT.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
     for role in ROLES:
         assert f"`services/{role}/`" in layers and f"prioreplay.{role}" in layers
-        assert f"| `services/{role}/` |" in readme_table, f"README folder table: add services/{role}/"
-    assert "| `prioreplay/` |" in readme_table and "| `prioreplay/apps/` | entry points |" in readme_table
+        assert f"| `services/{role}/` |" in layout, f"docs/DEVELOPMENT.md, Layout: add services/{role}/"
+        assert f"| `services/{role}/` |" in readme, f"README where-to-find table: add services/{role}/"
+    assert "| `prioreplay/` |" in layout and "| `prioreplay/apps/` | entry points |" in layout
+    assert "`prioreplay/apps/`" in readme, "README where-to-find table: add prioreplay/apps/"
     for path in sorted(APPS.glob("*.py")):
         if path.stem != "__init__":
-            assert f"`{path.name}`" in readme_table, f"README folder table: name apps/{path.name}"
+            assert f"`{path.name}`" in layout, f"docs/DEVELOPMENT.md, Layout: name apps/{path.name}"
 
 
 # -- the base install ------------------------------------------------------------------------------

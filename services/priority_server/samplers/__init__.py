@@ -29,7 +29,7 @@ What it returns
     The :class:`Pick` of every problem it took, in batch order. A pick may set ``group_size``:
     how many completions the worker should generate for that problem (None: the worker's own G).
 
-Samplers beyond the paper (docs/BENCHMARKS.md part 2b; formulas in
+Samplers beyond the paper (docs/METHOD.md, "How a default is chosen"; formulas in
 :func:`~.posterior.posterior_variance`, :class:`~.gumbel.GumbelHeap`)
     * ``gumbel``: H is a Gumbel-top-k draw over the top of the heap (stochastic top-k).
     * ``posterior``: R scores the oldest due pooled problems by their step-decayed Beta posterior
@@ -289,7 +289,7 @@ SAMPLERS: dict[str, SamplerSpec] = {
     )
 }
 
-#: The sampler every configuration starts from (chosen by the simulator, docs/BENCHMARKS.md part 2b;
+#: The sampler every configuration starts from (chosen by the simulator, docs/METHOD.md, "How a default is chosen";
 #: ``heap``, the paper's rule, stays available by name and is the reference of every figure).
 DEFAULT_SAMPLER = "heap"
 
