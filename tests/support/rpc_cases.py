@@ -1,6 +1,6 @@
 """Malformed requests of every RPC and the status code the proto documents for each: written once,
-sent over gRPC to both stores by tests/system/test_rpc_bad_input.py and handed to the servicer
-in-process (memory store, no Redis) by tests/unit/test_servicer_validation.py.
+sent over gRPC to both stores by tests/system/server/test_rpc_bad_input.py and handed to the servicer
+in-process (memory store, no Redis) by tests/unit/server/test_servicer_validation.py.
 """
 
 from __future__ import annotations

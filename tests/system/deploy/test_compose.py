@@ -40,7 +40,7 @@ import pytest
 
 from prioreplay.channel import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DASHBOARD_FILE = REPO / "deploy" / "grafana" / "dashboards" / "prioreplay.json"
 README = REPO / "README.md"
 

@@ -28,7 +28,7 @@ import yaml
 
 from prioreplay.channel import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 PROMETHEUS_FILE = REPO / "deploy" / "prometheus" / "prometheus.yml"
 DATASOURCES_FILE = REPO / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"

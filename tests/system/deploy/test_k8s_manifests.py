@@ -28,8 +28,8 @@ import pytest
 import yaml
 
 from tests.conftest import self_signed
-from tests.system.test_auth_tls import _openssl
-from tests.system.test_deploy import (
+from tests.system.security.test_auth_tls import _openssl
+from tests.system.deploy.test_deploy import (
     DASHBOARD_FILE,
     DEPLOY_DOC,
     GRPC_PORT,

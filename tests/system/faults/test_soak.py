@@ -22,7 +22,7 @@ from prioreplay.priority_server.config import ServerConfig  # noqa: F401 - docum
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from tests.conftest import ServerProcess
-from tests.system.test_faults import G, check_conservation, redis_dump, wait_for
+from tests.system.faults.test_process_kills import G, check_conservation, redis_dump, wait_for
 
 CLIENTS = 64
 PROBLEMS = 2000
@@ -184,7 +184,7 @@ def test_soak_64_clients_with_random_kills(kind, redis_url, namespace, soak_seco
         assert tally.acked == tally.queued
         if kind == "memory":
             assert srv.kill(signal.SIGTERM) == 0  # writes the snapshot
-            from tests.system.test_faults import _load_snapshot
+            from tests.system.faults.test_process_kills import _load_snapshot
 
             dump = _load_snapshot(snap)
         else:

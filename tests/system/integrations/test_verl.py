@@ -433,7 +433,7 @@ def test_the_example_runner_makes_verls_task_runner_build_the_prioritized_traine
 
     from prioreplay.integrations.verl import priority_trainer_cls
 
-    path = Path(__file__).parents[2] / "examples" / "verl_ppo_prioritized.py"
+    path = Path(__file__).parents[3] / "examples" / "verl_ppo_prioritized.py"
     spec = importlib.util.spec_from_file_location("verl_ppo_prioritized", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)

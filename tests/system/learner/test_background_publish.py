@@ -15,7 +15,7 @@ import torch
 
 from prioreplay import checkpoint_reader
 from prioreplay.learner import checkpoint as ckpt
-from tests.system import test_learner as tl
+from tests.system.learner import test_learner as tl
 
 pytestmark = pytest.mark.slow  # training steps: seconds each
 

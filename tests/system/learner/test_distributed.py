@@ -21,8 +21,8 @@ import torch
 
 from prioreplay import checkpoint_reader
 from prioreplay.learner import checkpoint as ckpt
-from tests.system import test_learner as tl
-from tests.system.test_learner import tiny_dir  # noqa: F401 - the fixture
+from tests.system.learner import test_learner as tl
+from tests.system.learner.test_learner import tiny_dir  # noqa: F401 - the fixture
 
 # torchrun jobs of 2 processes with torch: tens of seconds each; make test-fast leaves them out
 pytestmark = pytest.mark.slow

@@ -632,7 +632,7 @@ def test_truncated_completions_are_masked_from_the_loss_by_default(tiny_dir, tmp
 
 
 def test_truncated_completions_can_be_kept(tiny_dir, tmp_path):
-    # scoring them zero is the workers' rule (--truncated-reward): tests/unit/test_worker_loop.py
+    # scoring them zero is the workers' rule (--truncated-reward): tests/unit/worker/test_worker_loop.py
     learner = _learner(tiny_dir, tmp_path, truncated="keep")
     fates = learner._filter([_truncation_group()])
     assert fates.counts["used"] == 1 and fates.used[0].completions[0].reward == 1.0

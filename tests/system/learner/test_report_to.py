@@ -154,7 +154,7 @@ def test_wandb_offline_run_holds_the_scalars_and_the_config(tmp_path, monkeypatc
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_demo_run_writes_learner_and_server_events(tmp_path):
-    from tests.system.test_demo import _run_demo
+    from tests.system.cli.test_demo import _run_demo
 
     # 1,000 problems instead of 48: the tiny random model fails every problem it is given, which
     # then waits in the unsolved pool, so only unseen problems keep the heap (and its histogram) full

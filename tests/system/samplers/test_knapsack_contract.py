@@ -17,7 +17,7 @@ from prioreplay.rollout_worker.backends.base import GeneratedCompletion
 from prioreplay.rollout_worker.config import WorkerConfig
 from prioreplay.rollout_worker.worker import RolloutWorker
 from prioreplay.v1 import priority_service_pb2 as pb
-from tests.system.test_probes_contract import _Tokenizer
+from tests.system.samplers.test_probes_contract import _Tokenizer
 
 G, MEAN_G = 4, 6
 

@@ -14,7 +14,7 @@ from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.open_store import create_store
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
-from tests.store_semantics import FakeClock
+from tests.support.store_semantics import FakeClock
 
 
 def server_config() -> ServerConfig:

@@ -1,7 +1,7 @@
 """The lean ReportOutcomes path over gRPC, on both stores: bad values hidden in a non-canonical
 encoding are still refused, and a canonical report is queued as the learner reads it.
 
-The path's agreement with the per-field checks, without a server: ``tests/unit/test_wire.py``.
+The path's agreement with the per-field checks, without a server: ``tests/unit/wire/test_report_bytes_path.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from prioreplay.priority_server.wire import lean_report
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from tests.conftest import server_in_namespace
-from tests.wire_bytes import report_bytes, unpacked_completion
+from tests.support.wire_bytes import report_bytes, unpacked_completion
 
 NAN = math.nan
 

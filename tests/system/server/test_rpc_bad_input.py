@@ -2,7 +2,7 @@
 
 Each refused request must answer the status code the proto documents, with a message, and leave
 the store exactly as it was (``store.dump()`` before == after), on both stores. The cases are
-tests/rpc_cases.py; tests/unit/test_servicer_validation.py hands the same cases to the servicer
+tests/support/rpc_cases.py; tests/unit/server/test_servicer_validation.py hands the same cases to the servicer
 in-process (no Redis, no server). Here the transport's limits (RESOURCE_EXHAUSTED) and the Redis
 store's own checks are covered too.
 """
@@ -23,7 +23,7 @@ from prioreplay.priority_server.open_store import create_store
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from tests.conftest import free_port
-from tests.rpc_cases import INVALID, MAX_BATCH, MAX_LEASE_S, bad_request_cases, group, problem
+from tests.support.rpc_cases import INVALID, MAX_BATCH, MAX_LEASE_S, bad_request_cases, group, problem
 
 
 def server_config() -> ServerConfig:

@@ -18,8 +18,8 @@ from prioreplay.errors import FailedPrecondition
 from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.rules import Pool
-from tests.store_semantics import FakeClock, make_problems, outcome
-from tests.system.test_store_differential import _assert_dumps_equal, paired_stores, step_both
+from tests.support.store_semantics import FakeClock, make_problems, outcome
+from tests.system.store.test_store_differential import _assert_dumps_equal, paired_stores, step_both
 
 MIXED, WRONG, RIGHT = [1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]
 

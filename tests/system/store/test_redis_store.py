@@ -1,6 +1,6 @@
 """Redis-specific behaviour of RedisStore: keys, scripts, bit-exact RNG and floats, errors, streams.
 
-The semantics shared with the memory store are covered by test_store_invariants.py and
+The semantics shared with the memory store are covered by test_redis_store_invariants.py and
 test_store_differential.py; these tests look at what only the Redis implementation can get wrong.
 """
 

@@ -1,6 +1,6 @@
-"""The store invariants of ARCHITECTURE.md (tests/store_semantics.py) on the Redis store.
+"""The store invariants of ARCHITECTURE.md (tests/support/store_semantics.py) on the Redis store.
 
-The same tests run on the memory store without Redis in tests/unit/test_memory_store.py; the
+The same tests run on the memory store without Redis in tests/unit/store/test_memory_store_invariants.py; the
 differential test (test_store_differential.py) checks that both stores agree operation by
 operation.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.store_semantics import *  # noqa: F401,F403  (the invariant tests, collected here)
+from tests.support.store_semantics import *  # noqa: F401,F403  (the invariant tests, collected here)
 
 
 @pytest.fixture

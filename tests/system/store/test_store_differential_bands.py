@@ -20,7 +20,7 @@ from prioreplay.priority_server.redis_store import KEY_NAMES, RedisStore
 from prioreplay.priority_server.samplers import SAMPLERS
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.problems import ProblemRecord
-from tests.system.test_store_differential import _assert_dumps_equal, _lease_view, _scenario, ops
+from tests.system.store.test_store_differential import _assert_dumps_equal, _lease_view, _scenario, ops
 
 #: (solved_at, unsolved_at): both on, one on, and bands that catch the non-binary rewards too.
 BANDS = [(0.75, 0.25), (0.5, 0.0), (1.0, 1 / 3), (0.7, 0.1), (0.9, 0.5)]

@@ -14,7 +14,7 @@ from prioreplay import rules
 from prioreplay.priority_server.records import GroupOutcome
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.problems import ProblemRecord
-from tests.system.test_store_differential import _assert_dumps_equal, _lease_view, paired_stores
+from tests.system.store.test_store_differential import _assert_dumps_equal, _lease_view, paired_stores
 
 
 @pytest.mark.parametrize("sampler, decay", [("cost-aware", 0.9), ("knapsack", 0.9), ("knapsack", 1.0), ("cost-aware", 0.0)])

@@ -21,7 +21,7 @@ import yaml
 
 from prioreplay.devices import DeviceClaim, GpuClaimSettings, NoFreeDevice, claim_devices, claim_for_role, visible_devices
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 #: A claimant process: claims COUNT of the devices in argv, prints them (or the error), holds them
 #: until its stdin closes.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SERVICES = REPO / "services"
 #: The folder of the entry-point layer; its modules are read from it, not listed here.
 APPS = REPO / "prioreplay" / "apps"

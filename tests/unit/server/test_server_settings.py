@@ -18,7 +18,7 @@ from prioreplay.errors import InvalidArgument
 from prioreplay.priority_server.config import ServerConfig, StoreConfig, StoreSettings
 from prioreplay.rules import PriorityParams
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SETTINGS_MODULES = [REPO / "prioreplay" / "config.py", *sorted((REPO / "services" / "priority_server").rglob("*.py"))]
 
 

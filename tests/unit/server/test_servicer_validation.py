@@ -1,9 +1,9 @@
-"""The servicer's request validation in-process: every malformed request of tests/rpc_cases.py is
+"""The servicer's request validation in-process: every malformed request of tests/support/rpc_cases.py is
 handed to :class:`PriorityServicer` over a memory store (no gRPC server, no Redis) and must end
 with the status code the proto documents, a message, and the store unchanged.
 
 Limits the gRPC transport enforces (message size: RESOURCE_EXHAUSTED) are left to
-tests/system/test_rpc_bad_input.py, which sends the same cases over the wire to both stores.
+tests/system/server/test_rpc_bad_input.py, which sends the same cases over the wire to both stores.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from prioreplay.priority_server.servicer import PriorityServicer, validate_outco
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.priority_server.wire import logprobs_all_valid
 from prioreplay.v1 import priority_service_pb2 as pb
-from tests.rpc_cases import EXHAUSTED, MAX_BATCH, MAX_LEASE_S, bad_request_cases, group, problem
+from tests.support.rpc_cases import EXHAUSTED, MAX_BATCH, MAX_LEASE_S, bad_request_cases, group, problem
 
 NAN, INF = math.nan, math.inf
 

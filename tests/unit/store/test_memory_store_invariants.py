@@ -1,4 +1,4 @@
-"""The memory store without Redis: every store invariant (tests/store_semantics.py) on the
+"""The memory store without Redis: every store invariant (tests/support/store_semantics.py) on the
 in-process store, then what only the memory store has: snapshot round trip, corrupt-snapshot
 refusal, a quarantined problem kept across a snapshot, the store factory, URL redaction.
 """
@@ -15,8 +15,8 @@ from prioreplay.priority_server.open_store import create_store
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.redact import redact_url
 from prioreplay.rules import Pool
-from tests.store_semantics import *  # noqa: F401,F403  (the invariant tests, collected here)
-from tests.store_semantics import FakeClock, make_problems, outcome
+from tests.support.store_semantics import *  # noqa: F401,F403  (the invariant tests, collected here)
+from tests.support.store_semantics import FakeClock, make_problems, outcome
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Every Redis error kind maps to one store error kind (redis_store.error_kind), no Redis needed:
-the errors are constructed, not provoked (tests/system/test_store_faults.py provokes them on a
+the errors are constructed, not provoked (tests/system/faults/test_redis_error_status.py provokes them on a
 real Redis and checks the status codes and health that follow).
 """
 

@@ -3,7 +3,7 @@
 For canonical reports it must give the same groups (ids, rewards, and payload bytes identical to
 rebuilding a ``TrajectoryGroup``) and refuse exactly what the per-field checks refuse; reports in
 another valid encoding (unpacked or split packed fields) must fall back to the per-field checks.
-The same reports over gRPC: ``tests/system/test_lean_report.py``.
+The same reports over gRPC: ``tests/system/server/test_report_bytes_over_grpc.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from prioreplay.priority_server import wire
 from prioreplay.priority_server.servicer import checked_groups
 from prioreplay.priority_server.wire import lean_report
 from prioreplay.v1 import priority_service_pb2 as pb
-from tests.wire_bytes import report_bytes, unpacked_completion
+from tests.support.wire_bytes import report_bytes, unpacked_completion
 
 NAN, INF = math.nan, math.inf
 
