@@ -28,7 +28,6 @@ import pytest
 import yaml
 
 from tests.conftest import self_signed
-from tests.system.security.test_auth_tls import _openssl
 from tests.system.deploy.test_deploy import (
     DASHBOARD_FILE,
     DEPLOY_DOC,
@@ -39,6 +38,7 @@ from tests.system.deploy.test_deploy import (
     _scrape_server,
     parse_command,
 )
+from tests.system.security.test_auth_tls import _openssl
 
 K8S = REPO / "deploy" / "k8s"
 OVERLAYS = ("cpu", "gpu", "tls", "shared-volume")

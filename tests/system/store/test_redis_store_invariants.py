@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.store_semantics import *  # noqa: F401,F403  (the invariant tests, collected here)
+from tests.support.store_semantics_run import *  # noqa: F401,F403
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from prioreplay.redact import redact_url
 from prioreplay.rules import Pool
 from tests.support.store_semantics import *  # noqa: F401,F403  (the invariant tests, collected here)
 from tests.support.store_semantics import FakeClock, make_problems, outcome
+from tests.support.store_semantics_run import *  # noqa: F401,F403
 
 
 @pytest.fixture
