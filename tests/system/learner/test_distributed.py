@@ -22,7 +22,6 @@ import torch
 from prioreplay import checkpoint_reader
 from prioreplay.learner import checkpoint as ckpt
 from tests.system.learner import test_learner as tl
-from tests.system.learner.test_learner import tiny_dir  # noqa: F401 - the fixture
 
 # torchrun jobs of 2 processes with torch: tens of seconds each; make test-fast leaves them out
 pytestmark = pytest.mark.slow
