@@ -14,7 +14,8 @@ import re
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.system.deploy.test_deploy import _METRIC_RE, _dashboard_exprs, _learner_exposition, _scrape_server, _worker_exposition
+from tests.system.deploy.test_deploy import _METRIC_RE, _dashboard_exprs
+from tests.system.deploy.test_metrics_exported import _learner_exposition, _scrape_server, _worker_exposition
 
 pytestmark = pytest.mark.slow
 

@@ -35,9 +35,9 @@ from tests.system.deploy.test_deploy import (
     METRICS_PORTS,
     PRIOREPLAY_SERVICES,
     REPO,
-    _scrape_server,
     parse_command,
 )
+from tests.system.deploy.test_metrics_exported import _scrape_server
 from tests.system.security.test_auth_tls import _openssl
 
 K8S = REPO / "deploy" / "k8s"
