@@ -49,7 +49,7 @@ compare: install
 compare-trl: install
 	$(BIN)/python -m prioreplay.apps.compare_trl $(ARGS)
 
-# k8s-tools: kubectl renders deploy/k8s in tests/system/test_k8s_manifests.py (installed once if missing)
+# k8s-tools: kubectl renders deploy/k8s in tests/system/deploy/test_k8s_manifests.py (installed once if missing)
 test: install lint k8s-tools
 	$(BIN)/python -m pytest -q $(ARGS)
 
@@ -57,10 +57,10 @@ test: install lint k8s-tools
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not soak" $(ARGS)
 
-# docker compose up of the CPU profile, checked live (tests/system/test_compose.py; needs a Docker
+# docker compose up of the CPU profile, checked live (tests/system/deploy/test_compose.py; needs a Docker
 # daemon with Compose v2 and the base images; fails, rather than skips, without them). <= 15 min.
 compose-smoke: install
-	PRIOREPLAY_COMPOSE_SMOKE=1 $(BIN)/python -m pytest -q -s -m compose tests/system/test_compose.py $(ARGS)
+	PRIOREPLAY_COMPOSE_SMOKE=1 $(BIN)/python -m pytest -q -s -m compose tests/system/deploy/test_compose.py $(ARGS)
 
 # the whole stack on this machine's GPUs, 5 learner steps, checked and timed (benchmarks/gpu_check.py; not in
 # CI; exits 2 without a GPU). ARGS="--device cpu" is a plumbing dry-run at tiny sizes. No install step: it uses
@@ -68,7 +68,7 @@ compose-smoke: install
 gpu-check:
 	$(if $(wildcard $(STAMP)),$(BIN)/python,$(PY)) -m benchmarks.gpu_check $(ARGS)
 
-# kubectl, whose `kubectl kustomize` renders deploy/k8s for tests/system/test_k8s_manifests.py (not a
+# kubectl, whose `kubectl kustomize` renders deploy/k8s for tests/system/deploy/test_k8s_manifests.py (not a
 # Python package, so `make install` leaves it out): Debian's kubernetes-client, installed as root.
 k8s-tools:
 	command -v kubectl >/dev/null || (apt-get update -q && apt-get install -y -q kubernetes-client)
