@@ -228,7 +228,10 @@ def server(request, redis_url, namespace):
 # -- reliability tests: real server processes and the --soak-seconds option ----------------------
 def pytest_addoption(parser):
     parser.addoption(
-        "--soak-seconds", type=float, default=15.0, help="duration of each soak test in tests/system/faults/test_soak.py, seconds (default 15)"
+        "--soak-seconds",
+        type=float,
+        default=15.0,
+        help="duration of each soak test in tests/system/faults/test_soak.py, seconds (default 15)",
     )
 
 

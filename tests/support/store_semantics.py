@@ -3,9 +3,10 @@
 The invariants of a run over time (versions, retests, bands, re-registration, run settings) are in
 ``store_semantics_run.py``. Not collected by itself (no ``test_`` file name):
 ``tests/unit/store/test_memory_store_invariants.py`` runs these tests on the in-process ``memory``
-store (no Redis), ``tests/system/store/test_redis_store_invariants.py`` on the ``redis`` store, each by defining the ``store_factory`` fixture for its store. Time is a fake
-clock (leases, the memory queue's redelivery); the Redis stream's redelivery uses Redis's own
-time, so there a short real ``redelivery_timeout_s`` is waited out instead.
+store (no Redis), ``tests/system/store/test_redis_store_invariants.py`` on the ``redis`` store,
+each by defining the ``store_factory`` fixture for its store. Time is a fake clock (leases, the
+memory queue's redelivery); the Redis stream's redelivery uses Redis's own time, so there a short
+real ``redelivery_timeout_s`` is waited out instead.
 """
 
 from __future__ import annotations
