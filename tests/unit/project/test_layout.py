@@ -268,3 +268,17 @@ def test_the_base_install_carries_no_model_stack():
         assert {"torch", "transformers", "safetensors"} <= {_name(r) for r in extras[extra]}
     assert "math-verify" in {_name(r) for r in extras["worker"]}
     assert "vllm" in {_name(r) for r in extras["gpu"]}
+
+
+# -- the tests' layout -----------------------------------------------------------------------------
+TESTS = REPO / "tests"
+
+
+def test_tests_live_in_a_folder_per_part_of_the_code():
+    """tests/unit/<part>/ and tests/system/<part>/ (README, "Development"); every folder is a package, so
+    two test files of one name in different folders import as different modules."""
+    flat = sorted(p.relative_to(REPO).as_posix() for top in ("unit", "system") for p in (TESTS / top).glob("test_*.py"))
+    assert not flat, f"move {flat} into the folder of the part of the code they test (tests/<unit|system>/<part>/)"
+    folders = {p.parent for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts}
+    bare = sorted(f.relative_to(REPO).as_posix() for f in folders if not (f / "__init__.py").is_file())
+    assert not bare, f"add an __init__.py to {bare}"
