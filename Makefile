@@ -86,10 +86,10 @@ test-vllm: install-vllm
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not soak" $(ARGS)
 
-# docker compose up of the CPU profile, checked live (tests/system/test_compose.py; needs a Docker
+# docker compose up of the CPU profile, checked live (tests/system/deploy/test_compose.py; needs a Docker
 # daemon with Compose v2 and the base images; fails, rather than skips, without them). <= 15 min.
 compose-smoke: install
-	PRIOREPLAY_COMPOSE_SMOKE=1 $(BIN)/python -m pytest -q -s -m compose tests/system/test_compose.py $(ARGS)
+	PRIOREPLAY_COMPOSE_SMOKE=1 $(BIN)/python -m pytest -q -s -m compose tests/system/deploy/test_compose.py $(ARGS)
 
 # the whole stack on this machine's GPUs, 5 learner steps, checked and timed (benchmarks/gpu_check.py; not in
 # CI; exits 2 without a GPU). ARGS="--device cpu" is a plumbing dry-run at tiny sizes. No install step: it uses
@@ -98,7 +98,7 @@ compose-smoke: install
 gpu-check:
 	$(if $(findstring --backend vllm,$(ARGS)),$(VLLM_VENV)/bin/python,$(if $(wildcard $(STAMP)),$(BIN)/python,$(PY))) -m benchmarks.gpu_check $(ARGS)
 
-# kubectl, whose `kubectl kustomize` renders deploy/k8s for tests/system/test_k8s_manifests.py (not a
+# kubectl, whose `kubectl kustomize` renders deploy/k8s for tests/system/deploy/test_k8s_manifests.py (not a
 # Python package, so `make install` leaves it out): Debian's kubernetes-client, installed as root.
 k8s-tools:
 	command -v kubectl >/dev/null || (apt-get update -q && apt-get install -y -q kubernetes-client)

@@ -1,8 +1,10 @@
 """Shared fixtures: a real Redis (never skipped), fresh namespaces, the GSM8K data path.
 
 Layout: ``tests/unit/`` holds pure tests (no processes, servers, Redis or models: seconds),
-``tests/system/`` everything that starts servers, processes, Redis or a model; each test gets
-the ``unit`` or ``system`` marker from its folder (``pytest -m unit``).
+``tests/system/`` everything that starts servers, processes, Redis or a model, each with one
+folder per part of the code (``store/``, ``server/``, ``learner/``, ...); helpers shared by both
+live in ``tests/support/``. Each test gets the ``unit`` or ``system`` marker from its top folder,
+however deep it sits (``pytest -m unit``).
 
 Redis: ``PRIOREPLAY_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). When nothing answers
 there, a throwaway ``redis-server`` is started on a free port for the session; when the binary
@@ -231,7 +233,10 @@ def server(request, redis_url, namespace):
 # -- reliability tests: real server processes and the --soak-seconds option ----------------------
 def pytest_addoption(parser):
     parser.addoption(
-        "--soak-seconds", type=float, default=15.0, help="duration of each soak test in tests/test_soak.py, seconds (default 15)"
+        "--soak-seconds",
+        type=float,
+        default=15.0,
+        help="duration of each soak test in tests/system/faults/test_soak.py, seconds (default 15)",
     )
 
 

@@ -1,0 +1,1 @@
+"""Tiny runs of every benchmark."""

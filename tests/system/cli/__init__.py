@@ -1,0 +1,1 @@
+"""The prioreplay command line: commands, compare, demo."""

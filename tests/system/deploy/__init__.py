@@ -1,0 +1,1 @@
+"""The deployment files: compose, Kubernetes, dashboards."""

@@ -1,0 +1,1 @@
+"""Faults: killed processes, Redis errors and failover, soak under random kills."""

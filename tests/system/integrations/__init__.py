@@ -1,0 +1,1 @@
+"""The integrations (torch, TRL, verl) against a real server."""

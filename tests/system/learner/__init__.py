@@ -1,0 +1,1 @@
+"""The learner against a real server: training, checkpoints, distributed, reporting."""

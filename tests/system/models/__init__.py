@@ -1,0 +1,1 @@
+"""Model resolution, weight I/O and the real small model."""

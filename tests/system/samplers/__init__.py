@@ -1,0 +1,1 @@
+"""Samplers whose choices travel over the wire to the worker."""

@@ -1,0 +1,1 @@
+"""Authentication, TLS, secrets and message limits."""

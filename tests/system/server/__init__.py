@@ -1,0 +1,1 @@
+"""The priority server over gRPC: RPCs, bad input, delivery, pulls, processes, metrics."""

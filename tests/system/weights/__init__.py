@@ -1,0 +1,1 @@
+"""Published policy versions and how workers fetch them."""

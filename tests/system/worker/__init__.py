@@ -1,0 +1,1 @@
+"""The rollout worker against a real server, its backends and device claims."""

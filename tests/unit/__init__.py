@@ -1,0 +1,1 @@
+"""Pure tests (no processes, servers, Redis or models), one folder per part of the code."""

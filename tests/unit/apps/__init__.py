@@ -1,0 +1,1 @@
+"""The entry points' summaries (demo, compare-trl), without running them."""

@@ -1,0 +1,1 @@
+"""The benchmarks' calibration and decision rule."""

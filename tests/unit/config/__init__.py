@@ -1,0 +1,1 @@
+"""Settings across every configuration model."""

@@ -1,0 +1,1 @@
+"""The project's layout: folders, layers, imports, the base install."""

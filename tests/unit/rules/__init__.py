@@ -1,0 +1,1 @@
+"""The pure group rules and the intervals of reports and comparisons."""

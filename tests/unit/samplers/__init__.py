@@ -1,0 +1,1 @@
+"""Each server sampler on a memory store, and the sampler registry."""

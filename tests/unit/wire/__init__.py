@@ -1,0 +1,1 @@
+"""The wire: conversions, the byte-level sample and report paths, report splitting."""

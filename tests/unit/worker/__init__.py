@@ -1,0 +1,1 @@
+"""The rollout worker's loop, lease renewal, stop strings and verifiers, without a model."""
