@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.overhead import merge_results
+from benchmarks.results import merge_results
 from prioreplay import models
 from prioreplay.learner.batch import token_logprobs
 from prioreplay.learner.loss import grpo_loss

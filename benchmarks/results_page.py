@@ -58,6 +58,20 @@ HEADLINES: tuple[tuple[str, str], ...] = (
 #: Groups of figures by name prefix (the longest matching prefix wins): (prefix, title, how it is measured).
 GROUPS: tuple[tuple[str, str, str], ...] = (
     (
+        "offpolicy",
+        "Off-policy correction: the behaviour/proximal mismatch of real workers",
+        "`python -m benchmarks.offpolicy` (docs/OFFPOLICY.md): SmolLM2-135M-Instruct on CPU, the transformers worker in "
+        "float32 and in bf16 generates, the learner recomputes the same tokens in float32 at staleness 0 and after 4 "
+        "optimizer steps; k3 KL(behaviour || proximal) per token and percentiles of |log w|. One seed: a size, not a comparison.",
+    ),
+    (
+        "vllm",
+        "vLLM's CPU build: the real engine beside the worker and the transformers backend",
+        "`OMP_NUM_THREADS=1 .venv-vllm/bin/python -m benchmarks.vllm_engine` (docs/VLLM.md): one engine, the same prompts and "
+        "sampling settings side by side in one run; backend vs raw engine tokens/s, vLLM vs transformers at G = 8, "
+        "in-place reload vs a restart, start-up and peak memory. The load average is in each record's note.",
+    ),
+    (
         "compare",
         "Real GRPO: the decision rule's runs on a difficulty mix",
         "`prioreplay compare` on `arithmetic:64:0:tiers` (a third each all-wrong, mixed and all-right on the base "

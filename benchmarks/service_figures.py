@@ -1,7 +1,7 @@
 """Parts 1, 1b, 1c, 1d and 1f of ``python -m benchmarks.run``: the priority service measured
 (:mod:`benchmarks.service`, :mod:`benchmarks.pull_latency`, :mod:`benchmarks.replica_acks`) and
 written as results.json figures (``service.*``, ``redis.*``, ``openloop.*``, ``reportpath.*``,
-``replicaacks.*``). docs/BENCHMARKS.md explains each figure.
+``replicaacks.*``). docs/METHOD.md, "How the figures are measured", explains each figure.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def _operand(rng: random.Random, digits: int) -> int:
 #: Difficulty levels of ``arithmetic:N:seed:LEVEL``.
 ARITH_LEVELS = ("mixed", "easy", "trivial", "hard", "tiers")
 #: The tiers of ``tiers``, drawn with equal chance per problem: aimed at all-right, mixed and
-#: all-wrong first-visit groups of the base model (docs/BENCHMARKS.md, "A realistic difficulty mix").
+#: all-wrong first-visit groups of the base model (``compare.*`` in benchmarks/RESULTS.md).
 TIER_LEVELS = ("trivial", "easy", "hard")
 #: Prompt styles of ``arithmetic:N:seed:LEVEL:STYLE`` (``{expr}`` is the expression).
 ARITH_STYLES = {
@@ -110,7 +110,7 @@ def arithmetic_problems(
     ``digits`` (per operand), ``max_digits`` and ``level``.
 
     ``level="easy"`` draws one +, − (1–2 digit operands) or × (1-digit operands): the level
-    at which a 135M-parameter model is right about half of the time (docs/BENCHMARKS.md, pass
+    at which a 135M-parameter model is right about half of the time (``demo_defaults.*`` in benchmarks/RESULTS.md, pass
     rates), so that many GRPO groups are mixed. ``level="tiers"`` is the realistic mix: each
     problem is ``trivial`` (a 1-digit sum), ``easy`` or ``hard`` (3-digit × 2-digit) with equal
     chance, so the base model's first-visit groups have both tails (all right, all wrong) beside

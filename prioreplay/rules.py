@@ -70,7 +70,7 @@ class GroupKind(enum.Enum):
 
 
 #: The statistics' decay λ per report every run starts from (``PriorityParams.decay``, the server's
-#: ``--decay``), defined here once: 0.5 by the simulator (docs/BENCHMARKS.md part 2b: never worse than
+#: ``--decay``), defined here once: 0.5 by the simulator (docs/METHOD.md, "How a default is chosen": never worse than
 #: λ = 1, 1–3% fewer rollouts under forgetting and dilution). λ = 1 (cumulative counts) is the
 #: paper's rule: ``--decay 1``.
 DEFAULT_DECAY = 0.5

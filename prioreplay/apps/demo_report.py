@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-#: The workers' token counters a run report sums (docs/BENCHMARKS.md, "What is counted").
+#: The workers' token counters a run report sums (docs/METHOD.md, "How the figures are measured").
 TOKEN_METRICS = {
     "completion_tokens": "prioreplay_worker_tokens_generated_total",
     "prompt_tokens": "prioreplay_worker_prompt_tokens_total",

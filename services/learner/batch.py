@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from prioreplay.learner.filters import group_sampling
+from .filters import group_sampling
 
 
 @dataclass

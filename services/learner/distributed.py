@@ -50,7 +50,8 @@ from typing import Any
 import torch
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.learner.batch import Batch
+
+from .batch import Batch
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class Distributed:
                 f"device ({device!r}) under torchrun: each rank takes cuda:LOCAL_RANK; "
                 "pass --device cuda (or auto), and CUDA_VISIBLE_DEVICES to choose the GPUs"
             )
-        from prioreplay.learner.policy import pick_device
+        from .policy import pick_device
 
         if pick_device(device) == "cuda":
             torch.cuda.set_device(self.local_rank)

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.learner.interfaces import TrajectorySource
+
+from .interfaces import TrajectorySource
 
 log = logging.getLogger(__name__)
 

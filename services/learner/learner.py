@@ -56,16 +56,17 @@ import torch
 
 from prioreplay.channel import timed_call
 from prioreplay.checkpoint_reader import latest_complete
-from prioreplay.learner import persistence, policy
-from prioreplay.learner.batch import Batch, collate
-from prioreplay.learner.config import LearnerConfig
-from prioreplay.learner.distributed import Distributed
-from prioreplay.learner.feed import TrajectoryFeed, retry_outages
-from prioreplay.learner.filters import Sorted, sort_groups
-from prioreplay.learner.interfaces import LearnerClient
-from prioreplay.learner.loss import default_normalizer, group_advantages, micro_batch_loss, mismatch_summary
-from prioreplay.learner.metrics import LearnerMetrics, step_sizes, step_summary
-from prioreplay.learner.publisher import BackgroundPublisher
+
+from . import persistence, policy
+from .batch import Batch, collate
+from .config import LearnerConfig
+from .distributed import Distributed
+from .feed import TrajectoryFeed, retry_outages
+from .filters import Sorted, sort_groups
+from .interfaces import LearnerClient
+from .loss import default_normalizer, group_advantages, micro_batch_loss, mismatch_summary
+from .metrics import LearnerMetrics, step_sizes, step_summary
+from .publisher import BackgroundPublisher
 
 log = logging.getLogger(__name__)
 

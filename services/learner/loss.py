@@ -15,8 +15,9 @@ from typing import Literal
 import torch
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.learner import policy
-from prioreplay.learner.batch import Batch, token_logprobs
+
+from . import policy
+from .batch import Batch, token_logprobs
 
 AdvantageMode = Literal["grpo", "drgrpo"]
 Aggregation = Literal["token-mean", "seq-mean"]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from prioreplay.learner.config import LearnerConfig
 from prioreplay.process import on_stop_signal, setup_logging
+
+from .config import LearnerConfig
 
 log = logging.getLogger("prioreplay.learner")
 
@@ -30,14 +31,15 @@ def run(config: LearnerConfig) -> int:
     """
     setup_logging(config.log_level)
     from prioreplay.devices import claim_for_role
-    from prioreplay.learner import distributed
+
+    from . import distributed
 
     dist = distributed.from_env()  # None outside torchrun
     if dist is not None and not dist.is_main:
         return _run_rank(config, dist)
     # Exactly learner_gpus, before torch touches CUDA; held until the process exits.
     claim_for_role(config, "learner", 0, config.device)
-    from prioreplay.learner.learner import Learner
+    from .learner import Learner
 
     metrics = _metrics(config)
     server = _serve_metrics(metrics, config.metrics_port)  # before the model loads: health checks and scrapes answer
@@ -77,8 +79,9 @@ def run(config: LearnerConfig) -> int:
 def _metrics(config: LearnerConfig):
     """The learner's metrics: Prometheus, the JSON lines of ``--log-file`` and the ``--report-to``
     targets (TensorBoard, wandb) under ``--report-dir`` (default CHECKPOINT_DIR/reports)."""
-    from prioreplay.learner.metrics import LearnerMetrics
     from prioreplay.reporting import open_reporter
+
+    from .metrics import LearnerMetrics
 
     report = open_reporter(
         config.report_to,
@@ -144,9 +147,9 @@ def _run_rank(config: LearnerConfig, dist) -> int:
     """A rank > 0 of a torchrun job: no feed, no client, no /metrics, no log file; it trains its
     shard of rank 0's groups and stops when rank 0 says so (a signal here only logs a line:
     torchrun signals every rank, and rank 0 finishes the step and stops the others)."""
-    from prioreplay.learner import distributed
-    from prioreplay.learner.learner import Learner
-    from prioreplay.learner.metrics import LearnerMetrics
+    from . import distributed
+    from .learner import Learner
+    from .metrics import LearnerMetrics
 
     if dist.local_rank > 0:
         distributed.follow_claim(config, config.device)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from prioreplay.learner.filters import FATES
+from .filters import FATES
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from prioreplay.channel import timed_call
 from prioreplay.checkpoint_reader import version_dir
-from prioreplay.learner import checkpoint as ckpt
-from prioreplay.learner import distributed, policy
 from prioreplay.weights_transport import published_uri
 
+from . import checkpoint as ckpt
+from . import distributed, policy
+
 if TYPE_CHECKING:
-    from prioreplay.learner.learner import Learner
+    from .learner import Learner
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.config import LoadConfig, StatsConfig
+
+from .config import LoadConfig, StatsConfig
 
 #: Width of the priority histogram's longest bar, characters.
 BAR_WIDTH = 40
@@ -128,7 +129,7 @@ def stats_dict(resp) -> dict:
 
     ``clients`` becomes a list of dicts whose ``source`` is the label (``worker``, ``trl``, ...).
     """
-    from prioreplay.priority_server.client_traffic import LABELS, normalize
+    from .client_traffic import LABELS, normalize
 
     out: dict = {}
     for f in resp.DESCRIPTOR.fields:

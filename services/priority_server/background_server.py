@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import grpc
 
-from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.runtime import SHUTDOWN_STEP_S, ServerRuntime, bounded
-from prioreplay.priority_server.server import create_server, runtime_of, stop_server
-from prioreplay.priority_server.store import Store
+from .config import ServerConfig
+from .runtime import SHUTDOWN_STEP_S, ServerRuntime, bounded
+from .server import create_server, runtime_of, stop_server
+from .store import Store
 
 
 class BackgroundServer:

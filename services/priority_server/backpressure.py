@@ -14,7 +14,7 @@ queue. No bound (the default): no read.
 
 from __future__ import annotations
 
-from prioreplay.priority_server.store import Store
+from .store import Store
 
 
 class Backpressure:

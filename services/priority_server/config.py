@@ -34,14 +34,17 @@ from pydantic_settings import CliPositionalArg
 
 from prioreplay.config import ChannelSettings, ClientSettings, LogLevel, PrioreplaySettings, Seed, explain_error
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.samplers import (
+from prioreplay.problems import MAX_NAME_BYTES, VerifierName
+from prioreplay.rules import DEFAULT_DECAY, PoolBands, PriorityParams
+
+from .samplers import (
     DEFAULT_SAMPLER,
     SAMPLER_HELP,
     SAMPLERS,
     SamplerName,
     SamplerParams,
 )
-from prioreplay.priority_server.samplers.params import (
+from .samplers.params import (
     alpha_field,
     gumbel_temperature_field,
     max_group_size_field,
@@ -50,8 +53,6 @@ from prioreplay.priority_server.samplers.params import (
     posterior_prior_field,
     probe_size_field,
 )
-from prioreplay.problems import MAX_NAME_BYTES, VerifierName
-from prioreplay.rules import DEFAULT_DECAY, PoolBands, PriorityParams
 
 #: Default backpressure bound, trajectory groups (docs/DEPLOY.md, "Bounded memory"): a group on
 #: the lean report path is G × T × (4 B token id + 4 B log-prob) + ~8 KiB of prompt, rewards and

@@ -10,8 +10,9 @@ from collections.abc import Callable
 import grpc
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.metrics import ServerMetrics
-from prioreplay.priority_server.servicer import SERVICE_NAME
+
+from .metrics import ServerMetrics
+from .servicer import SERVICE_NAME
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 _SERVICE_PREFIX = f"/{SERVICE_NAME}/"

@@ -12,8 +12,9 @@ import logging
 import signal
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.config import ServerConfig
 from prioreplay.process import setup_logging
+
+from .config import ServerConfig
 
 log = logging.getLogger("prioreplay.server")
 
@@ -42,7 +43,7 @@ def run(config: ServerConfig) -> int:
     """
     setup_logging(config.log_level)
     if config.processes > 1:
-        from prioreplay.priority_server.multiprocess import run_processes
+        from .multiprocess import run_processes
 
         return run_processes(config, _child)
     return asyncio.run(_serve(config))
@@ -136,9 +137,9 @@ def _log_start(config: ServerConfig, port: int, label: str, *, metrics_on: bool)
 
 
 async def _serve(config: ServerConfig, *, reuse_port: bool = False, label: str = "", metrics_host: str | None = None) -> int:
-    from prioreplay.priority_server.metrics import ServerMetrics
-    from prioreplay.priority_server.open_store import create_store
-    from prioreplay.priority_server.server import create_server, stop_server
+    from .metrics import ServerMetrics
+    from .open_store import create_store
+    from .server import create_server, stop_server
 
     store = create_store(
         config.store,

@@ -33,11 +33,12 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from prioreplay.errors import STORE_ERROR_KINDS
-from prioreplay.priority_server.client_traffic import ClientTally, ClientTallyCollector
 from prioreplay.v1 import priority_service_pb2 as pb
 
+from .client_traffic import ClientTally, ClientTallyCollector
+
 if TYPE_CHECKING:  # pragma: no cover
-    from prioreplay.priority_server.store.records import StoreStats
+    from .store.records import StoreStats
 
 log = logging.getLogger(__name__)
 

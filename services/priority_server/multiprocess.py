@@ -54,7 +54,8 @@ from prometheus_client.registry import Collector
 
 from prioreplay.channel import free_port
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.config import ServerConfig
+
+from .config import ServerConfig
 
 log = logging.getLogger("prioreplay.server")
 

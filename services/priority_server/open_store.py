@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.config import ReplicationSettings
-from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.redact import redact_url
+
+from .config import ReplicationSettings
+from .store import Store, StoreConfig
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
@@ -52,12 +53,12 @@ def create_store(
                 f"min_replica_acks ({replication.min_replica_acks}) needs a Redis store with "
                 "replicas; use a Redis URL or --min-replica-acks 0"
             )
-        from prioreplay.priority_server.store.memory_store import MemoryStore
+        from .store.memory_store import MemoryStore
 
         return MemoryStore(config, snapshot_path, clock=clock)
     scheme = spec.partition("://")[0].lower() if "://" in spec else ""
     if scheme in REDIS_SCHEMES:
-        from prioreplay.priority_server.store.redis import RedisStore
+        from .store.redis import RedisStore
 
         return RedisStore(config, spec, namespace, clock=clock, replication=replication)
     raise InvalidArgument(

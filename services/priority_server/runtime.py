@@ -18,10 +18,11 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
 from prioreplay.errors import StoreUnavailable
-from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.metrics import ServerMetrics
-from prioreplay.priority_server.servicer import SERVICE_NAME
-from prioreplay.priority_server.store import EXPIRE_LIMIT, Store
+
+from .config import ServerConfig
+from .metrics import ServerMetrics
+from .servicer import SERVICE_NAME
+from .store import EXPIRE_LIMIT, Store
 
 log = logging.getLogger(__name__)
 

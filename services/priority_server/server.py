@@ -18,13 +18,14 @@ from grpc_reflection.v1alpha import reflection
 
 from prioreplay.channel import channel_options
 from prioreplay.errors import InvalidArgument, StoreUnavailable
-from prioreplay.priority_server.backpressure import Backpressure
-from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.interceptors import AuthInterceptor, MetricsInterceptor
-from prioreplay.priority_server.metrics import ServerMetrics
-from prioreplay.priority_server.runtime import SHUTDOWN_STEP_S, ServerRuntime, bounded
-from prioreplay.priority_server.servicer import SERVICE_NAME, PriorityServicer
-from prioreplay.priority_server.store import Store
+
+from .backpressure import Backpressure
+from .config import ServerConfig
+from .interceptors import AuthInterceptor, MetricsInterceptor
+from .metrics import ServerMetrics
+from .runtime import SHUTDOWN_STEP_S, ServerRuntime, bounded
+from .servicer import SERVICE_NAME, PriorityServicer
+from .store import Store
 
 log = logging.getLogger(__name__)
 

@@ -21,18 +21,19 @@ from google.protobuf.message import DecodeError
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
 from prioreplay.convert import problem_from_proto, stats_to_proto
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
-from prioreplay.priority_server.client_traffic import ClientTally
-from prioreplay.priority_server.samplers import SAMPLERS
-from prioreplay.priority_server.store import Store
-from prioreplay.priority_server.store.records import Delivery
-from prioreplay.priority_server.wire import lease_response, pull_response, pulled_group, report_groups
 from prioreplay.problems import check_name, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
+from .client_traffic import ClientTally
+from .samplers import SAMPLERS
+from .store import Store
+from .store.records import Delivery
+from .wire import lease_response, pull_response, pulled_group, report_groups
+
 if TYPE_CHECKING:  # pragma: no cover
-    from prioreplay.priority_server.backpressure import Backpressure
-    from prioreplay.priority_server.metrics import ServerMetrics
+    from .backpressure import Backpressure
+    from .metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")

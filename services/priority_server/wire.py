@@ -22,11 +22,12 @@ import numpy as np
 from prioreplay import rules
 from prioreplay.convert import ReportedGroup, outcome_to_group, problem_bytes, trajectory_fields
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.v1 import priority_service_pb2 as pb
 
+from .store.records import GroupOutcome
+
 if TYPE_CHECKING:  # pragma: no cover
-    from prioreplay.priority_server.store.records import Lease
+    from .store.records import Lease
 
 #: A behaviour log-probability may exceed 0 by this much (float32 rounding of log-softmax), nats.
 LOGPROB_TOLERANCE = 1e-3

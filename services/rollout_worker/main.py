@@ -7,7 +7,8 @@ import logging
 import threading
 
 from prioreplay.process import on_stop_signal, setup_logging
-from prioreplay.rollout_worker.config import WorkerConfig
+
+from .config import WorkerConfig
 
 log = logging.getLogger("prioreplay.worker")
 
@@ -28,7 +29,8 @@ def build_backend(config: WorkerConfig):
         InvalidArgument: the model cannot be resolved or loaded; vllm is not installed.
     """
     from prioreplay.models import resolve_model
-    from prioreplay.rollout_worker.backends import create_backend
+
+    from .backends import create_backend
 
     model_dir = resolve_model(config.model, config.cache_dir)
     if config.backend == "vllm":
@@ -50,7 +52,8 @@ def serve_metrics(config: WorkerConfig):
         InvalidArgument: the port is taken.
     """
     from prioreplay.errors import InvalidArgument
-    from prioreplay.rollout_worker.metrics import WorkerMetrics
+
+    from .metrics import WorkerMetrics
 
     metrics = WorkerMetrics()
     try:
@@ -104,7 +107,8 @@ def run(config: WorkerConfig) -> int:
     # GPU(s) of this replica, before torch/vLLM touch CUDA; held until the process exits.
     claim_for_role(config, "worker", config.tensor_parallel_size if config.backend == "vllm" else 1, config.device)
     from prioreplay.client import PriorityClient
-    from prioreplay.rollout_worker.worker import RolloutWorker
+
+    from .worker import RolloutWorker
 
     metrics, server = serve_metrics(config)  # before the model loads, so a taken port fails at once
     backend = build_backend(config)

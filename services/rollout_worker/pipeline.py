@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from prioreplay.errors import PrioreplayError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prioreplay.rollout_worker.worker import BatchResult, GeneratedBatch, RolloutWorker
     from prioreplay.v1 import priority_service_pb2 as pb
+
+    from .worker import BatchResult, GeneratedBatch, RolloutWorker
 
 log = logging.getLogger("prioreplay.worker")
 

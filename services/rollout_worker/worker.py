@@ -45,15 +45,16 @@ from prioreplay.channel import timed_call
 from prioreplay.convert import leased_problems, outcome_to_proto
 from prioreplay.errors import InvalidArgument, PrioreplayError
 from prioreplay.problems import ProblemRecord
-from prioreplay.rollout_worker.backends.base import GeneratedCompletion, GenerationBackend, PartialWeightsLoad, SamplingParams
-from prioreplay.rollout_worker.config import WorkerConfig
-from prioreplay.rollout_worker.interfaces import WorkerClient
-from prioreplay.rollout_worker.metrics import WorkerMetrics
-from prioreplay.rollout_worker.pipeline import PipelinedLoop
-from prioreplay.rollout_worker.seeds import problem_seed
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import verify
 from prioreplay.weights_transport import WeightsFetcher, WeightsFetchError
+
+from .backends.base import GeneratedCompletion, GenerationBackend, PartialWeightsLoad, SamplingParams
+from .config import WorkerConfig
+from .interfaces import WorkerClient
+from .metrics import WorkerMetrics
+from .pipeline import PipelinedLoop
+from .seeds import problem_seed
 
 log = logging.getLogger("prioreplay.worker")
 

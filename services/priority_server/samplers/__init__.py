@@ -66,7 +66,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 from pydantic import Field
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.priority_server.samplers.base import (
+
+from .base import (
     MemorySampler,
     Pick,
     RetestThenHeap,
@@ -79,19 +80,19 @@ from prioreplay.priority_server.samplers.base import (
     take_from_pools,
     take_top_of_heap,
 )
-from prioreplay.priority_server.samplers.cost_aware import CostAwareHeap, CostAwareParams
-from prioreplay.priority_server.samplers.gumbel import GumbelHeap, GumbelParams
-from prioreplay.priority_server.samplers.heap import HeapParams, HeapSampler
-from prioreplay.priority_server.samplers.knapsack import KnapsackParams, KnapsackSampler, allocate_group_sizes
-from prioreplay.priority_server.samplers.params import SamplerParams
-from prioreplay.priority_server.samplers.posterior import PosteriorParams, PosteriorSampler, posterior_retests, posterior_variance
-from prioreplay.priority_server.samplers.predicted import PredictedParams, PredictedPriority
-from prioreplay.priority_server.samplers.screened import ScreenedParams, ScreenedSampler
-from prioreplay.priority_server.samplers.screened_pools import ScreenedPoolsParams, ScreenedPoolsSampler
-from prioreplay.priority_server.samplers.screened_posterior import ScreenedPosteriorParams, ScreenedPosteriorSampler
-from prioreplay.priority_server.samplers.thompson import ThompsonParams, ThompsonSampler
-from prioreplay.priority_server.samplers.uniform import UniformParams, UniformSampler
-from prioreplay.priority_server.samplers.weighted import WeightedParams, WeightedSampler
+from .cost_aware import CostAwareHeap, CostAwareParams
+from .gumbel import GumbelHeap, GumbelParams
+from .heap import HeapParams, HeapSampler
+from .knapsack import KnapsackParams, KnapsackSampler, allocate_group_sizes
+from .params import SamplerParams
+from .posterior import PosteriorParams, PosteriorSampler, posterior_retests, posterior_variance
+from .predicted import PredictedParams, PredictedPriority
+from .screened import ScreenedParams, ScreenedSampler
+from .screened_pools import ScreenedPoolsParams, ScreenedPoolsSampler
+from .screened_posterior import ScreenedPosteriorParams, ScreenedPosteriorSampler
+from .thompson import ThompsonParams, ThompsonSampler
+from .uniform import UniformParams, UniformSampler
+from .weighted import WeightedParams, WeightedSampler
 
 __all__ = [
     "DEFAULT_SAMPLER",

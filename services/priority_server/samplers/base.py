@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from prioreplay.rules import Pool, Stats
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prioreplay.priority_server.config import StoreConfig
+    from ..config import StoreConfig
 
 
 # -- the RNG and the retest quota ------------------------------------------------------------

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
-from prioreplay.priority_server.samplers.params import SamplerParams
+from .base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from .params import SamplerParams
 
 
 def window_costs(view: SamplerView, members: list[str]) -> list[float]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
-from prioreplay.priority_server.samplers.params import SamplerParams, gumbel_temperature_field
+from .base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from .params import SamplerParams, gumbel_temperature_field
 
 
 class GumbelHeap(RetestThenHeap):

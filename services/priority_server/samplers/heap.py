@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prioreplay.priority_server.samplers.base import RetestThenHeap
-from prioreplay.priority_server.samplers.params import SamplerParams
+from .base import RetestThenHeap
+from .params import SamplerParams
 
 
 class HeapSampler(RetestThenHeap):

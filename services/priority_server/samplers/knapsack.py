@@ -10,9 +10,10 @@ import heapq
 from dataclasses import replace
 from typing import Literal
 
-from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
-from prioreplay.priority_server.samplers.params import SamplerParams, max_group_size_field, mean_group_size_field
 from prioreplay.rules import PriorityParams, Stats
+
+from .base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from .params import SamplerParams, max_group_size_field, mean_group_size_field
 
 #: The smallest group a pick gets: two completions are the fewest with a GRPO signal.
 MIN_GROUP_SIZE = 2

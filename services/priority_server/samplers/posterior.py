@@ -9,15 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from prioreplay.priority_server.samplers.base import (
+from prioreplay.rules import Pool, Stats
+
+from .base import (
     Pick,
     RetestThenHeap,
     SampleRequest,
     SamplerView,
     due_window,
 )
-from prioreplay.priority_server.samplers.params import SamplerParams, posterior_decay_field, posterior_prior_field
-from prioreplay.rules import Pool, Stats
+from .params import SamplerParams, posterior_decay_field, posterior_prior_field
 
 #: A window entry: (last tested step or policy version, pool, index in its pool, member).
 WindowEntry = tuple[float, Pool, int, str]

@@ -16,15 +16,16 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING, Literal
 
-from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
-from prioreplay.priority_server.samplers.knapsack import pass_rate_estimate
-from prioreplay.priority_server.samplers.params import SamplerParams
 from prioreplay.rules import Pool
+
+from .base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from .knapsack import pass_rate_estimate
+from .params import SamplerParams
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from prioreplay.priority_server.config import StoreConfig
+    from ..config import StoreConfig
 
 #: Dimensions of the hashed n-gram embedding (float32: 1 KiB per problem in the cache).
 EMBED_DIM = 256

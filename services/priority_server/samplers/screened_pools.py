@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prioreplay.priority_server.samplers.base import RetestThenHeap
-from prioreplay.priority_server.samplers.params import SamplerParams, probe_size_field
+from .base import RetestThenHeap
+from .params import SamplerParams, probe_size_field
 
 
 class ScreenedPoolsSampler(RetestThenHeap):

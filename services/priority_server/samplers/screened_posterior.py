@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prioreplay.priority_server.samplers.params import (
+from .params import (
     SamplerParams,
     posterior_decay_field,
     posterior_prior_field,
     probe_size_field,
 )
-from prioreplay.priority_server.samplers.posterior import PosteriorSampler
+from .posterior import PosteriorSampler
 
 
 class ScreenedPosteriorSampler(PosteriorSampler):

@@ -8,9 +8,9 @@ from __future__ import annotations
 import random
 from typing import Literal
 
-from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
-from prioreplay.priority_server.samplers.params import SamplerParams, posterior_decay_field, posterior_prior_field
-from prioreplay.priority_server.samplers.posterior import WindowEntry, posterior_retests
+from .base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from .params import SamplerParams, posterior_decay_field, posterior_prior_field
+from .posterior import WindowEntry, posterior_retests
 
 
 class ThompsonSampler(RetestThenHeap):

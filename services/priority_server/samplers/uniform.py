@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from prioreplay.priority_server.samplers.base import MemorySampler, Pick, SampleRequest, SamplerView
-from prioreplay.priority_server.samplers.params import SamplerParams
 from prioreplay.rules import Pool
+
+from .base import MemorySampler, Pick, SampleRequest, SamplerView
+from .params import SamplerParams
 
 
 class UniformSampler(MemorySampler):

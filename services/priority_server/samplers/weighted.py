@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from prioreplay.priority_server.samplers.base import Pick, RetestThenHeap, SampleRequest, SamplerView
-from prioreplay.priority_server.samplers.params import SamplerParams, alpha_field
 from prioreplay.rules import MAX_PRIORITY
+
+from .base import Pick, RetestThenHeap, SampleRequest, SamplerView
+from .params import SamplerParams, alpha_field
 
 #: Rejection tries per slot before the slot takes the top of the heap.
 MAX_TRIES = 8

@@ -6,9 +6,9 @@ The contract (:mod:`.base`, its semantics in that module's docstring) and its re
 keys, errors, connection, scripts and the Lua files). The contract's names are re-exported here.
 """
 
-from prioreplay.priority_server.config import StoreConfig
-from prioreplay.priority_server.store.base import Store
-from prioreplay.priority_server.store.contract import (
+from ..config import StoreConfig
+from .base import Store
+from .contract import (
     EXPIRE_LIMIT,
     FIXED_SETTINGS,
     MAX_NAMED_CONFLICTS,

@@ -167,8 +167,10 @@ from collections.abc import Callable, Sequence
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument
-from prioreplay.priority_server.config import StoreConfig  # noqa: F401  (re-exported: the stores take it from here)
-from prioreplay.priority_server.store.contract import (
+from prioreplay.problems import ProblemRecord, check_name, validate_problem
+
+from ..config import StoreConfig  # noqa: F401  (re-exported: the stores take it from here)
+from .contract import (
     EXPIRE_LIMIT,
     FIXED_SETTINGS,
     MAX_REQUEST_KEY_BYTES,
@@ -178,7 +180,7 @@ from prioreplay.priority_server.store.contract import (
     same_text,
     setting_changes,
 )
-from prioreplay.priority_server.store.records import (
+from .records import (
     Delivery,
     GroupOutcome,
     Lease,
@@ -187,7 +189,6 @@ from prioreplay.priority_server.store.records import (
     ReportResult,
     StoreStats,
 )
-from prioreplay.problems import ProblemRecord, check_name, validate_problem
 
 
 class Store(abc.ABC):

@@ -14,8 +14,9 @@ from typing import Any
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
-from prioreplay.priority_server.config import StoreConfig
 from prioreplay.problems import ProblemRecord
+
+from ..config import StoreConfig
 
 #: Due leases one ``sample`` (or one reaper round) expires at most.
 EXPIRE_LIMIT = 64

@@ -44,11 +44,14 @@ from sortedcontainers import SortedDict, SortedList
 from prioreplay import rules
 from prioreplay.convert import problem_bytes
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
-from prioreplay.priority_server.config import StoreConfig
-from prioreplay.priority_server.samplers import SAMPLERS, Pick, SampleRequest, XorShift32, retest_quota, step_seed
-from prioreplay.priority_server.store import snapshot
-from prioreplay.priority_server.store.base import Store
-from prioreplay.priority_server.store.contract import (
+from prioreplay.problems import ProblemRecord
+from prioreplay.rules import GroupKind, Pool, Stats
+
+from ..config import StoreConfig
+from ..samplers import SAMPLERS, Pick, SampleRequest, XorShift32, retest_quota, step_seed
+from . import snapshot
+from .base import Store
+from .contract import (
     EXPIRE_LIMIT,
     TOMBSTONE_TTL_S,
     QueueWatch,
@@ -59,8 +62,8 @@ from prioreplay.priority_server.store.contract import (
     same_text,
     tie_member,
 )
-from prioreplay.priority_server.store.memory_view import MemorySamplerView
-from prioreplay.priority_server.store.records import (
+from .memory_view import MemorySamplerView
+from .records import (
     Delivery,
     GroupOutcome,
     Lease,
@@ -70,9 +73,7 @@ from prioreplay.priority_server.store.records import (
     SampledProblem,
     StoreStats,
 )
-from prioreplay.priority_server.store.snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState, QueuedGroup
-from prioreplay.problems import ProblemRecord
-from prioreplay.rules import GroupKind, Pool, Stats
+from .snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState, QueuedGroup
 
 _KIND_COUNTER = {
     GroupKind.MIXED: "groups_mixed",

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
-from prioreplay.priority_server.samplers import Pick
-from prioreplay.priority_server.store.contract import member_id
-from prioreplay.priority_server.store.snapshot import Entry
 from prioreplay.rules import Pool, Stats
+
+from ..samplers import Pick
+from .contract import member_id
+from .snapshot import Entry
 
 
 class MemorySamplerView:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.rollout_worker.backends.base import GenerationBackend
+
+from .base import GenerationBackend
 
 
 def create_backend(name: str, model_dir: Path, device: str = "cpu", **kwargs: Any) -> GenerationBackend:
@@ -20,11 +21,11 @@ def create_backend(name: str, model_dir: Path, device: str = "cpu", **kwargs: An
         InvalidArgument: unknown backend name; vllm not installed (for "vllm").
     """
     if name == "transformers":
-        from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
+        from .transformers_backend import TransformersBackend
 
         return TransformersBackend(model_dir, device=device, **kwargs)
     if name == "vllm":
-        from prioreplay.rollout_worker.backends.vllm_backend import VLLMBackend
+        from .vllm_backend import VLLMBackend
 
         return VLLMBackend(model_dir, **kwargs)
     raise InvalidArgument(f"backend ({name!r}) must be 'transformers' or 'vllm'")

@@ -26,7 +26,9 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopP
 
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.rollout_worker.backends.base import (
+
+from ..seeds import mix_seed
+from .base import (
     GeneratedCompletion,
     LoadedPolicy,
     SamplingParams,
@@ -35,7 +37,6 @@ from prioreplay.rollout_worker.backends.base import (
     validate_prompts,
     verified_weights_dir,
 )
-from prioreplay.rollout_worker.seeds import mix_seed
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.rollout_worker.backends.base import (
+
+from .base import (
     GeneratedCompletion,
     LoadedPolicy,
     PartialWeightsLoad,

@@ -285,3 +285,26 @@ def test_tests_live_in_a_folder_per_part_of_the_code():
     folders = {p.parent for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts}
     bare = sorted(f.relative_to(REPO).as_posix() for f in folders if not (f / "__init__.py").is_file())
     assert not bare, f"add an __init__.py to {bare}"
+
+
+def test_no_role_module_imports_its_own_role_by_the_installed_name():
+    """Inside ``services/<role>/`` modules import each other relatively (``from .store import …``),
+    so an editor or a static tool resolves them from the files alone; ``prioreplay.<role>`` exists
+    only through the installed mapping (setup.py). Other roles and ``prioreplay`` core stay absolute."""
+    import ast
+
+    repo = Path(__file__).resolve().parents[3]
+    offenders = []
+    for path in sorted((repo / "services").rglob("*.py")):
+        role = path.relative_to(repo / "services").parts[0]
+        own = f"prioreplay.{role}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if name == own or name.startswith(own + "."):
+                    offenders.append(f"{path.relative_to(repo)}:{node.lineno}: {name}")
+    assert not offenders, "import these relatively (from .module import name):\n" + "\n".join(offenders)

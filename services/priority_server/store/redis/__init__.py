@@ -6,7 +6,7 @@ arguments (:mod:`.scripts`, the files under ``lua/``), the plumbing every call g
 (:mod:`.client`) and the store's operations (:mod:`.store`, :class:`RedisStore`).
 """
 
-from prioreplay.priority_server.store.redis.keys import KEY_NAMES
-from prioreplay.priority_server.store.redis.store import REGISTER_CHUNK, RedisStore
+from .keys import KEY_NAMES
+from .store import REGISTER_CHUNK, RedisStore
 
 __all__ = ["KEY_NAMES", "REGISTER_CHUNK", "RedisStore"]

@@ -13,14 +13,15 @@ from redis import exceptions as redis_errors
 from redis.asyncio.sentinel import MasterNotFoundError
 
 from prioreplay.errors import InvalidArgument, PrioreplayError, StoreUnavailable
-from prioreplay.priority_server.config import NAMESPACE_RE, ReplicationSettings, StoreConfig
-from prioreplay.priority_server.store.base import Store
-from prioreplay.priority_server.store.redis.connection import RedisConnection
-from prioreplay.priority_server.store.redis.errors import store_error
-from prioreplay.priority_server.store.redis.keys import KEY_NAMES, float_arg, redis_key
-from prioreplay.priority_server.store.redis.scripts import SCRIPTS, WAITED_SCRIPTS
 from prioreplay.problems import MAX_NAME_BYTES
 from prioreplay.redact import redact_url
+
+from ...config import NAMESPACE_RE, ReplicationSettings, StoreConfig
+from ..base import Store
+from .connection import RedisConnection
+from .errors import store_error
+from .keys import KEY_NAMES, float_arg, redis_key
+from .scripts import SCRIPTS, WAITED_SCRIPTS
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prioreplay.priority_server.store.redis.keys import STATE_KEYS
+from .keys import STATE_KEYS
 
 #: The folder of the Lua files (shipped as package data).
 LUA_DIR = Path(__file__).with_name("lua")

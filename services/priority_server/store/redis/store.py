@@ -37,9 +37,12 @@ from typing import Any
 
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound, StoreUnavailable
-from prioreplay.priority_server.config import ReplicationSettings, StoreConfig
-from prioreplay.priority_server.samplers import SAMPLERS, step_seed
-from prioreplay.priority_server.store.contract import (
+from prioreplay.problems import ProblemRecord
+from prioreplay.rules import Pool
+
+from ...config import ReplicationSettings, StoreConfig
+from ...samplers import SAMPLERS, step_seed
+from ..contract import (
     EXPIRE_LIMIT,
     TOMBSTONE_TTL_S,
     QueueWatch,
@@ -50,7 +53,7 @@ from prioreplay.priority_server.store.contract import (
     same_text,
     tie_member,
 )
-from prioreplay.priority_server.store.records import (
+from ..records import (
     Delivery,
     GroupOutcome,
     Lease,
@@ -60,12 +63,10 @@ from prioreplay.priority_server.store.records import (
     SampledProblem,
     StoreStats,
 )
-from prioreplay.priority_server.store.redis.client import RedisClient
-from prioreplay.priority_server.store.redis.keys import decode_problem, encode_problem, float_arg, parse_stats, text
-from prioreplay.priority_server.store.redis.scripts import SCRIPT_ARGS
-from prioreplay.priority_server.store.snapshot import COUNTER_NAMES
-from prioreplay.problems import ProblemRecord
-from prioreplay.rules import Pool
+from ..snapshot import COUNTER_NAMES
+from .client import RedisClient
+from .keys import decode_problem, encode_problem, float_arg, parse_stats, text
+from .scripts import SCRIPT_ARGS
 
 REGISTER, SAMPLE, REPORT, RENEW = (SCRIPT_ARGS[n] for n in ("register", "sample", "report", "renew"))
 EXPIRE, PULL, ACK, PUBLISH, SEEN = (SCRIPT_ARGS[n] for n in ("expire", "pull", "ack", "publish", "seen"))

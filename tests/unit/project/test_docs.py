@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 METRICS_DOC = REPO / "docs" / "METRICS.md"
 README = REPO / "README.md"
 
@@ -45,7 +45,7 @@ def registered_metrics() -> dict[str, str]:
     from prioreplay.learner.metrics import LearnerMetrics
     from prioreplay.priority_server.metrics import ServerMetrics
     from prioreplay.priority_server.multiprocess import AggregateCollector
-    from prioreplay.priority_server.records import StoreStats
+    from prioreplay.priority_server.store.records import StoreStats
     from prioreplay.rollout_worker.metrics import WorkerMetrics
 
     server = ServerMetrics()
@@ -144,7 +144,7 @@ OUTSIDE = re.compile(
     r"(?<![\w.])/work/|\.\./shared\b|\.parent\s*/\s*[\"']shared[\"']|/Users/\w|/root/|/home/(?!prioreplay\b)\w|~/shared\b"
 )
 #: Files that must name the patterns to check for them.
-OUTSIDE_EXEMPT = {"tests/unit/test_docs.py"}
+OUTSIDE_EXEMPT = {"tests/unit/project/test_docs.py"}
 
 
 #: Folders a checkout holds that are not the project's (environments, build outputs, caches, runs, data).
@@ -236,7 +236,7 @@ def test_no_doc_or_comment_cites_the_removed_benchmarks_notebook():
     except to say where its history is (a line with ``git log``)."""
     hits = []
     for rel in tracked_files():
-        if rel == "tests/unit/test_docs.py" or not rel.endswith((".py", ".md", ".yml", ".yaml", ".toml", ".lua", "Makefile")):
+        if rel == "tests/unit/project/test_docs.py" or not rel.endswith((".py", ".md", ".yml", ".yaml", ".toml", ".lua", "Makefile")):
             continue
         if not (REPO / rel).is_file():  # deleted in the work tree, not yet committed
             continue
@@ -256,7 +256,7 @@ def test_cited_sections_exist():
     pending = {"SAMPLERS.md", "RUNBOOK.md", "VLLM.md"}
     missing, checked = [], 0
     for rel in tracked_files():
-        if not rel.endswith((".py", ".md")) or not (REPO / rel).is_file() or rel == "tests/unit/test_docs.py":
+        if not rel.endswith((".py", ".md")) or not (REPO / rel).is_file() or rel == "tests/unit/project/test_docs.py":
             continue
         for page, section in _SECTION_CITE.findall((REPO / rel).read_text(encoding="utf-8")):
             doc = REPO / "docs" / page

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from tests.system import test_learner as tl
-from tests.system.test_learner import client, server, tiny_dir  # noqa: F401 (fixtures)
 
 
 @pytest.mark.parametrize("correction", ["none", "tis", "mis-sequence"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "rules"
+RULES = Path(__file__).resolve().parents[3] / "deploy" / "prometheus" / "rules"
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")

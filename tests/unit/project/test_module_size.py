@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ROOTS = ("prioreplay", "services", "benchmarks", "tests", "examples")
 MAX_LINES = 600
 

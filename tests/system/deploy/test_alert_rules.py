@@ -21,7 +21,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.system.test_deploy import REPO, _scrape_server
+from tests.system.deploy.test_metrics_exported import REPO, _scrape_server
 
 RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "tests" / "alerts_test.yml"
@@ -161,7 +161,11 @@ def test_compose_prometheus_loads_the_rules():
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
     volumes = compose["services"]["prometheus"]["volumes"]
     for path in config["rule_files"]:
-        assert f"./deploy/prometheus/{RULES.name}:{path}:ro" in volumes, f"compose mounts no {RULES.name} at {path}"
+        mounted = [v for v in volumes if v.endswith(f":{path}:ro")]
+        assert mounted, f"compose mounts nothing at {path}"
+        source = REPO / mounted[0].split(":", 1)[0]
+        assert source.is_file() and source.suffix == ".yml", f"{mounted[0]}: no rules file there"
+    assert f"./deploy/prometheus/{RULES.name}:/etc/prometheus/{RULES.name}:ro" in volumes
 
 
 def _anchor(heading: str) -> str:

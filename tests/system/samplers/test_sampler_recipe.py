@@ -119,7 +119,7 @@ def test_docs_name_exactly_the_four_places():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "SAMPLERS.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[3] / "docs" / "SAMPLERS.md").read_text(encoding="utf-8")
     recipe = text.split("## Adding a sampler", 1)[1]
     places = re.findall(r"^\d\. \*\*[^*]+\*\*(?: in)? `([^`]+)`", recipe, re.M)
     assert places == [
@@ -128,7 +128,7 @@ def test_docs_name_exactly_the_four_places():
         "services/priority_server/samplers/__init__.py",
         "tests/unit/samplers/test_sampler_<name>.py",
     ]
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     assert (root / "services/priority_server/store/redis/lua/samplers").is_dir()
     assert (root / "services/priority_server/samplers/__init__.py").is_file()
 
