@@ -236,7 +236,8 @@ def test_no_doc_or_comment_cites_the_removed_benchmarks_notebook():
     except to say where its history is (a line with ``git log``)."""
     hits = []
     for rel in tracked_files():
-        if rel == "tests/unit/project/test_docs.py" or not rel.endswith((".py", ".md", ".yml", ".yaml", ".toml", ".lua", "Makefile")):
+        kinds = (".py", ".md", ".yml", ".yaml", ".toml", ".lua", "Makefile")
+        if rel == "tests/unit/project/test_docs.py" or not rel.endswith(kinds):
             continue
         if not (REPO / rel).is_file():  # deleted in the work tree, not yet committed
             continue
