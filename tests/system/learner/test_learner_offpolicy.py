@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.system import test_learner as tl
+from tests.system.learner import test_learner as tl
 
 
 @pytest.mark.parametrize("correction", ["none", "tis", "mis-sequence"])
