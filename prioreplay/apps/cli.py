@@ -32,7 +32,7 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "server": Command(
         "prioreplay.priority_server.config:ServerConfig",
-        "prioreplay.priority_server.main:run",
+        "prioreplay.priority_server.server:run",
         "run the priority server (gRPC + /metrics)",
     ),
     "load": Command(

@@ -1,14 +1,27 @@
-"""The priority server factory: servicer, health, reflection, interceptors, background tasks.
+"""The one place a priority server is built from its settings (``prioreplay server`` runs :func:`run`).
 
-:func:`create_server` builds and starts a ``grpc.aio`` server around a :class:`Store`; tests bind
-port 0 and stop it with :func:`stop_server`. Authentication and metrics are interceptors
-(:mod:`.interceptors`); the tasks beside the server live in :mod:`.runtime`. A server on its own
-thread for blocking callers (tests, benchmarks) is :class:`.background_server.BackgroundServer`.
+Read top to bottom:
+
+- :func:`create_server` builds and starts the ``grpc.aio`` server around a :class:`Store`: the
+  servicer (:mod:`.servicer`, decoding through :mod:`.wire`), the interceptors for metrics and
+  authentication (:mod:`.interceptors`), backpressure (:mod:`.backpressure`), health and
+  reflection, the run-settings check, and the background tasks (:mod:`.runtime`). Tests bind
+  port 0 and stop it with :func:`stop_server`.
+- :func:`serve` is one server process: the store (:mod:`.open_store`), the metrics registry
+  (:mod:`.metrics`), :func:`create_server`, ``/metrics`` over HTTP, and the signal handling.
+- :func:`run` is the command: one :func:`serve`, or ``--processes N`` of them under a supervising
+  parent that sums their metrics (:mod:`.multiprocess`).
+
+The parts it composes live in those modules; a server on its own thread for blocking callers
+(tests, benchmarks) is :class:`.background_server.BackgroundServer`; the client commands ``load``
+and ``stats`` are in :mod:`.admin`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import weakref
 
 import grpc
@@ -18,16 +31,18 @@ from grpc_reflection.v1alpha import reflection
 
 from prioreplay.channel import channel_options
 from prioreplay.errors import InvalidArgument, StoreUnavailable
+from prioreplay.process import setup_logging
 
 from .backpressure import Backpressure
 from .config import ServerConfig
 from .interceptors import AuthInterceptor, MetricsInterceptor
 from .metrics import ServerMetrics
+from .open_store import create_store
 from .runtime import SHUTDOWN_STEP_S, ServerRuntime, bounded
 from .servicer import SERVICE_NAME, PriorityServicer
 from .store import Store
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("prioreplay.server")
 
 _RUNTIMES: weakref.WeakKeyDictionary[grpc.aio.Server, ServerRuntime] = weakref.WeakKeyDictionary()
 
@@ -223,3 +238,170 @@ async def stop_server(server: grpc.aio.Server, grace_s: float | None = 0.0) -> N
     await bounded(server.stop(grace_s), None if grace_s is None else grace_s + SHUTDOWN_STEP_S, "server stop")
     if rt is not None:
         await rt.stop_tasks()
+
+
+def _grpc_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+# -- the process: settings -> store, metrics, server, /metrics, signals ----------------------
+def run(config: ServerConfig) -> int:
+    """Run the priority server until SIGTERM/SIGINT.
+
+    Logs where it listens (the bound port, also when ``--port 0``), the store with its password
+    hidden, and the sampler. With ``processes`` > 1, :func:`.processes.run_processes` runs that
+    many copies of this server on one port (SO_REUSEPORT) under a supervising parent. On a signal: health
+    turns NOT_SERVING, new RPCs are refused,
+    in-flight RPCs get ``grace_s`` seconds, then the store is closed (the memory store writes
+    its snapshot).
+
+    Returns:
+        0 after a clean shutdown.
+
+    Raises:
+        InvalidArgument: bad store URL, unreadable TLS/token files, corrupt snapshot, or the
+            port cannot be bound.
+    """
+    setup_logging(config.log_level)
+    if config.processes > 1:
+        from .multiprocess import run_processes
+
+        return run_processes(config, _child)
+    return asyncio.run(serve(config))
+
+
+def _child(config: ServerConfig, index: int) -> None:
+    """One process of ``--processes N`` (spawned): the same server, bound with SO_REUSEPORT, its
+    /metrics on a private 127.0.0.1 port that the parent aggregates."""
+    from prioreplay.errors import FailedPrecondition, InvalidArgument
+
+    setup_logging(config.log_level)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into one SIGTERM per process
+    try:
+        code = asyncio.run(
+            serve(config, reuse_port=True, label=f"process {index + 1}/{config.processes}", metrics_host="127.0.0.1")
+        )
+    except (InvalidArgument, FailedPrecondition) as e:  # a bad setting, or one the namespace refuses
+        log.error("%s", e)
+        code = 2
+    raise SystemExit(code)
+
+
+#: Hosts that bind only the loopback interface.
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _warn_about(config: ServerConfig) -> None:
+    """Log where the memory store's state goes, and warn about settings that expose or lose it."""
+    if config.store == "memory":
+        if config.snapshot_path is None:
+            log.warning(
+                "memory store without --snapshot-path: its state is lost when the server stops; "
+                "pass --snapshot-path FILE to keep it across restarts"
+            )
+        else:
+            log.info("memory store snapshots to %s", config.snapshot_path)
+    if not config.token() and config.host not in _LOOPBACK_HOSTS:
+        log.warning(
+            "listening on %s without a token: anyone who reaches this port can lease, report and "
+            "publish; set --auth-token-file (or PRIOREPLAY_AUTH_TOKEN), or --host 127.0.0.1",
+            config.host,
+        )
+
+
+def _serve_metrics(metrics, port: int, host: str):
+    """Serve ``metrics`` on ``host:port``/metrics; returns the HTTP server.
+
+    Raises:
+        InvalidArgument: the port is taken (or not ours to bind); the message names the flag.
+    """
+    try:
+        http, _ = metrics.serve(port, addr=host)
+    except OSError as e:
+        raise InvalidArgument(
+            f"cannot serve /metrics on port {port} ({e.strerror}); choose a free --metrics-port, or 0 to serve no metrics"
+        ) from e
+    return http
+
+
+def _log_start(config: ServerConfig, port: int, label: str, *, metrics_on: bool) -> None:
+    """Log where the server listens, its security and store settings, and the warnings about them."""
+    from prioreplay.redact import redact_url
+
+    log.info(
+        "prioreplay server%s listening on %s:%d (%s, auth %s); metrics %s",
+        f" {label}" if label else "",
+        config.host,
+        port,
+        "TLS" if config.tls_enabled else "plaintext",
+        "on" if config.token() else "off",
+        f"on :{config.metrics_port}/metrics" if metrics_on else "off",
+    )
+    _warn_about(config)
+    log.info(
+        "store %s (namespace %s), sampler %s (alpha %g, retest fraction %g every %d %s), "
+        "decay %g, prior (%g, %g), seed %d, lease %gs, max batch %d",
+        redact_url(config.store),
+        config.namespace,
+        config.sampler,
+        config.alpha,
+        config.retest_fraction,
+        config.retest_versions or config.retest_interval,
+        "policy versions" if config.retest_versions else "batches",
+        config.decay,
+        config.prior_alpha,
+        config.prior_beta,
+        config.seed,
+        config.lease_timeout_s,
+        config.max_batch_size,
+    )
+
+
+async def serve(config: ServerConfig, *, reuse_port: bool = False, label: str = "", metrics_host: str | None = None) -> int:
+    """Build everything one server process runs from its settings, serve until SIGTERM/SIGINT, then
+    stop in order: the store (:func:`.open_store.create_store`), the metrics registry, the gRPC
+    server with its servicer, interceptors, health and background tasks (:func:`create_server`),
+    and ``/metrics`` over HTTP. ``reuse_port``, ``label`` and ``metrics_host`` are set by a process
+    of ``--processes N`` (:func:`_child`).
+
+    Returns:
+        0 after a clean shutdown.
+
+    Raises:
+        InvalidArgument: bad store URL, unreadable TLS/token files, corrupt snapshot, or a port
+            that cannot be bound.
+        FailedPrecondition: the namespace was made with other run settings.
+    """
+    store = create_store(
+        config.store,
+        config.to_store_config(),
+        namespace=config.namespace,
+        snapshot_path=config.snapshot_path,
+        replication=config.replication(),
+    )
+    metrics = ServerMetrics()
+    try:
+        server, port = await create_server(
+            _grpc_address(config.host, config.port), store, config, metrics=metrics, reuse_port=reuse_port
+        )
+    except BaseException:
+        await store.close()
+        raise
+    http = None
+    try:
+        if config.metrics_port:
+            http = _serve_metrics(metrics, config.metrics_port, metrics_host or config.host)
+        _log_start(config, port, label, metrics_on=http is not None)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("shutting down: refusing new RPCs, draining in-flight ones for up to %gs", config.grace_s)
+    finally:
+        await stop_server(server, config.grace_s)
+        await store.close()  # not bounded: the memory store writes its final snapshot here
+        if http is not None:
+            http.shutdown()
+    log.info("stopped")
+    return 0

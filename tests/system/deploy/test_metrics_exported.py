@@ -117,7 +117,7 @@ def _learner_exposition() -> str:
 
 def test_every_referenced_metric_is_exported():
     """Scrape a real server and render the worker's and learner's registries."""
-    for module in ("prioreplay.priority_server.main", "prioreplay.rollout_worker.metrics", "prioreplay.learner.metrics"):
+    for module in ("prioreplay.priority_server.server", "prioreplay.rollout_worker.metrics", "prioreplay.learner.metrics"):
         if not _module_available(module):
             pytest.skip(f"{module} does not exist yet")
     server_text, _port = _scrape_server()
@@ -134,8 +134,8 @@ FAILURE_ONLY_METRICS = ("prioreplay_rpc_errors_total",)
 
 
 def test_failure_counters_have_a_zero_fallback_in_the_dashboard():
-    if not _module_available("prioreplay.priority_server.main"):
-        pytest.skip("prioreplay.priority_server.main does not exist yet")
+    if not _module_available("prioreplay.priority_server.server"):
+        pytest.skip("prioreplay.priority_server.server does not exist yet")
     server_text, _port = _scrape_server()
     samples = {
         s.name

@@ -7,7 +7,7 @@ import logging
 from pydantic import SecretStr
 
 from prioreplay.priority_server.config import ServerConfig
-from prioreplay.priority_server.main import _warn_about
+from prioreplay.priority_server.server import _warn_about
 
 
 def _messages(caplog, config: ServerConfig) -> list[str]:
