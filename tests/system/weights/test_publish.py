@@ -113,7 +113,8 @@ def test_vllm_reload_counts_the_tensors_each_engine_worker_applied(tmp_path, tin
 
     backend = vb.VLLMBackend.__new__(vb.VLLMBackend)
     backend.llm, backend._policy_version = Engine(), 0
-    backend._signature = vb.checkpoint_signature(v1)
+    backend.tied_embeddings = vb.ties_embeddings(v1)
+    backend._signature = vb.engine_view(vb.checkpoint_signature(v1), backend.tied_embeddings)
     with pytest.raises(InvalidArgument, match="0 of the model's"):
         backend.load_weights(str(v1), 1)
     assert backend.policy_version == 0
