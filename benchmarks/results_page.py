@@ -84,6 +84,19 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "would give a mixed group, or are solved, if tested with the final policy).",
     ),
     (
+        "method",
+        "The method against plain GRPO and DAPO: rollouts to a held-out target",
+        '`python -m benchmarks.method` (docs/METHOD.md, "How the figures are measured"): the simulator of `sim.*` with 400 '
+        "held-out problems (never trained on; they move by skill transfer only), arms `grpo` (plain GRPO as TRL runs it: "
+        "uniform problems, every group in the step, zero-variance groups diluting the token-mean loss), `dapo` (uniform, "
+        "zero-variance groups dropped, batches drawn until B mixed groups) and the prioritized samplers, each run for twice "
+        "grpo's budget R = 256,000 rollouts with held-out accuracy read at 17 evenly spaced evaluations. "
+        "`rollouts_to_target.<arm>_vs_<base>`: the base's rollouts over the arm's to reach the held-out accuracy grpo "
+        "reaches at R, interpolated on the curves (> 1: fewer rollouts), `ci_low`/`ci_high` a paired bootstrap over seeds; "
+        "`final_at_2x`: held-out accuracy at 2R; `misfiled`: the pool audit at the end. A simulator, not a language model: "
+        "it says how the samplers behave under its assumptions, not what a real run gains.",
+    ),
+    (
         "sim",
         "Simulated learner: the paper's samplers",
         "`benchmarks/simulate.py` drives the real `MemoryStore` (its samplers, pools and statistics) with latent success "

@@ -41,10 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.sim_stats import pool_misfiled_share, summarize
 from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
-from prioreplay.rules import Pool, PriorityParams
+from prioreplay.rules import PriorityParams
 
 #: The clock the simulated store reads starts here (unix seconds) and moves 1 s per batch.
 SIM_EPOCH_S = 1_700_000_000.0
@@ -71,6 +72,9 @@ class SimParams:
         dilute: zero-variance groups dilute the step: every update of a step is scaled by
             (completions in its mixed groups) / (completions in the step), as a token-mean loss
             over the whole batch does.
+        n_heldout: problems never trained on, spread over the K skills like the training set:
+            their logit is b'_j + z_c(j), so they move only by skill transfer. Their mean pass@1
+            is the held-out accuracy (``RunResult.curve_heldout``); 0: none.
     """
 
     n_problems: int = 2000
@@ -87,8 +91,11 @@ class SimParams:
     target_success: float = 0.65
     retest_interval: int = 4
     dilute: bool = False
+    n_heldout: int = 0
 
     def __post_init__(self) -> None:
+        if self.n_heldout < 0:
+            raise ValueError(f"n_heldout ({self.n_heldout}) must be >= 0")
         if self.n_problems < self.batch_size:
             raise ValueError(f"n_problems ({self.n_problems}) must be >= batch_size ({self.batch_size})")
         if self.n_skills < 1 or self.n_problems % self.n_skills:
@@ -112,6 +119,9 @@ class Method:
     dynamic_sampling: bool = False
     alpha: float = 1.0
     train_probes: bool = False  # mixed probe groups (fewer than G completions) go to the learner
+    #: zero-variance groups stay in the step's batch and dilute it (plain GRPO as TRL runs it: the
+    #: token-mean loss counts their tokens, which carry zero advantage); SimParams.dilute for all
+    dilute: bool = False
     store: tuple[tuple[str, Any], ...] = ()  # further StoreConfig fields (temperature, posterior_decay...)
 
 
@@ -200,6 +210,16 @@ class Population:
         self.skill_of = rng.permutation(np.repeat(np.arange(params.n_skills), per))  # (N,)
         self.base = rng.normal(params.logit_mean, params.problem_sd, params.n_problems)  # (N,)
         self.skill = rng.normal(0.0, params.skill_sd, params.n_skills)  # (K,)
+        held = np.random.default_rng([seed, 3])  # its own stream: the training population is unchanged
+        self.heldout_skill = held.integers(0, params.n_skills, params.n_heldout)  # (M,)
+        self.heldout_base = held.normal(params.logit_mean, params.problem_sd, params.n_heldout)  # (M,)
+
+    def heldout_success(self) -> float:
+        """Mean pass@1 of the held-out problems (NaN when there are none)."""
+        if not self.heldout_base.size:
+            return math.nan
+        logit = self.heldout_base + self.skill[self.heldout_skill]
+        return float(np.mean(1.0 / (1.0 + np.exp(-logit))))
 
     def success(self, idx: np.ndarray | None = None) -> np.ndarray:
         """pass@1 σ(b_j + z_c(j)) of the problems ``idx`` (all when None)."""
@@ -253,6 +273,7 @@ class RunResult:
     pool_misfiled_share: float = math.nan  # audit at the end (pool_misfiled_share); NaN: empty pools
     curve_rollouts: list[int] = field(default_factory=list)
     curve_success: list[float] = field(default_factory=list)
+    curve_heldout: list[float] = field(default_factory=list)  # held-out mean pass@1 (SimParams.n_heldout)
 
 
 async def _generate_batch(
@@ -376,7 +397,7 @@ async def run_one(
     learner = _Learner(pop, B, method.dynamic_sampling)
     rollouts, reached, probes, version = 0, math.nan, 0, 0
     peak = pop.success()
-    curve_r, curve_s = [0], [float(peak.mean())]
+    curve_r, curve_s, curve_h = [0], [float(peak.mean())], [pop.heldout_success()]
     while rollouts + B * G <= params.budget_rollouts:
         # -- generate: lease a batch, draw g_j rewards per problem, report them ---------------
         idx, sizes, groups = await _generate_batch(store, pop, rng, B, G)
@@ -394,7 +415,7 @@ async def run_one(
         rollouts += int(sizes.sum())
         probes += int(np.sum(sizes < G))
         clock.t += 1.0
-        mixed, update = _group_updates(groups, sizes, G, method.train_probes, params.dilute)
+        mixed, update = _group_updates(groups, sizes, G, method.train_probes, params.dilute or method.dilute)
         # -- learn: one optimizer step per batch (dynamic sampling: per B mixed groups) -------
         learner.learn(idx, sizes, mixed, update)
         if learner.steps > version:  # each optimizer step publishes a policy version (a sync learner)
@@ -405,6 +426,7 @@ async def run_one(
         mean = float(success.mean())
         curve_r.append(rollouts)
         curve_s.append(mean)
+        curve_h.append(pop.heldout_success())
         if math.isnan(reached) and mean >= params.target_success:
             reached = float(rollouts)
 
@@ -427,39 +449,8 @@ async def run_one(
         pool_misfiled_share=misfiled,
         curve_rollouts=curve_r,
         curve_success=curve_s,
+        curve_heldout=curve_h,
     )
-
-
-def pool_misfiled_share(dump: dict[str, Any], success: np.ndarray, G: int, rng: np.random.Generator) -> float:
-    """The pool audit (docs/METHOD.md, "How a default is chosen") on a simulated run's end state: every problem
-    in the solved or unsolved pool is scored with G fresh Bernoulli(p_j) draws of the final policy
-    (``success``, (N,)); misfiled: unsolved with p̂ >= 1/G, or solved with p̂ <= 1 − 1/G (the
-    problem would give a mixed group, or has been solved, if tested now). NaN when both pools
-    are empty. Ids are ``p<index>`` (:func:`problem_records`); ``rng`` is the audit's own."""
-    pooled = sorted((int(pid[1:]), pool) for pid, (pool, *_) in dump["problems"].items() if pool in (Pool.SOLVED, Pool.UNSOLVED))
-    if not pooled:
-        return math.nan
-    idx = np.array([j for j, _ in pooled])  # (P,)
-    unsolved = np.array([pool == Pool.UNSOLVED for _, pool in pooled])  # (P,)
-    phat = (rng.random((idx.size, G)) < success[idx][:, None]).mean(axis=1)  # (P,)
-    wrong = np.where(unsolved, phat >= 1.0 / G, phat <= 1.0 - 1.0 / G)
-    return float(wrong.mean())
-
-
-def summarize(values: Sequence[float], seed: int = 0, resamples: int = 10_000) -> dict[str, float]:
-    """Mean and 95% percentile-bootstrap interval of the mean (NaNs dropped; ``n`` counts the rest).
-
-    Returns:
-        {"mean", "lo", "hi", "n"}; mean/lo/hi are NaN when no value is finite.
-    """
-    x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return {"mean": math.nan, "lo": math.nan, "hi": math.nan, "n": 0}
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return {"mean": float(x.mean()), "lo": float(lo), "hi": float(hi), "n": int(x.size)}
 
 
 def run_simulation(

@@ -7,8 +7,8 @@ directory ``<sampler>-seed<k>`` under the compare directory, then writes
 * ``compare.json``: per run and per arm (mean and 95% Student-t interval across seeds) the
   effective-group fraction, mixed groups per 1,000 rollouts, useful (mixed-group) rollouts, mean
   reward, held-out accuracy change (with each run's Newcombe interval), forgetting events,
-  breakthroughs and unseen problems; per arm against the baseline (``uniform`` when compared,
-  else the last arm) the ratio of effective-group fractions with a paired bootstrap interval
+  breakthroughs and unseen problems; per arm against the baseline (``dapo``, i.e. ``uniform``,
+  when compared, else the last arm) the ratio of effective-group fractions with a paired bootstrap interval
   across seeds;
 * ``compare.png``: those figures over rollouts consumed, the served-priority distribution per
   arm, and the held-out changes with their intervals.
@@ -34,7 +34,18 @@ log = logging.getLogger("prioreplay.apps.compare")
 
 #: Settings that may differ between the runs of one comparison (they do not change what is measured,
 #: or they are what an arm is: the sampler and the settings of ``compare_config.SETTING_ARMS``).
-ARM_KEYS = ("sampler", "retest_versions", "seed", "run_dir", "timeout_s", "log_level", "threads", "report_to")
+ARM_KEYS = (
+    "sampler",
+    "retest_versions",
+    "queue_zero_variance",
+    "train_zero_variance",
+    "seed",
+    "run_dir",
+    "timeout_s",
+    "log_level",
+    "threads",
+    "report_to",
+)
 
 
 def check_arms(reports: list[dict[str, Any]]) -> None:
@@ -172,7 +183,7 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]
                 m, lo, hi = mean_interval(vals)
                 arm[key] = {"mean": m, "ci95": [lo, hi], "values": vals}
         arms[s] = arm
-    baseline = "uniform" if "uniform" in samplers else samplers[-1]
+    baseline = next((b for b in ("dapo", "uniform") if b in samplers), samplers[-1])
     ratios = {}
     for s in samplers:
         if s == baseline or not common:

@@ -14,12 +14,22 @@ from prioreplay.priority_server import samplers as _samplers
 #: retest settings the decision rule (docs/METHOD.md, "How a default is chosen") judges against the same sampler
 #: without them (``heap-version-retests``: the paper's heap with retests due one policy version
 #: after a problem's last test, ``--retest-versions 1``).
-SETTING_ARMS: dict[str, tuple[str, dict[str, int]]] = {
+#: The baselines (docs/METHOD.md, "How the figures are measured"): ``grpo`` is plain GRPO as TRL
+#: runs it, uniform problems with every group in the learner's batch, zero-variance ones included
+#: (the server queues them, the learner trains on their zero advantages); ``dapo`` is ``uniform`` as
+#: every other arm runs, zero-variance groups dropped and the batch filled with further mixed
+#: groups (DAPO's dynamic sampling). ``--samplers uniform`` names the ``dapo`` arm.
+SETTING_ARMS: dict[str, tuple[str, dict[str, int | bool]]] = {
     "heap-version-retests": ("heap", {"retest_versions": 1}),
+    "grpo": ("uniform", {"queue_zero_variance": True, "train_zero_variance": True}),
+    "dapo": ("uniform", {"queue_zero_variance": False, "train_zero_variance": False}),
 }
 
+#: Arm names that mean another arm (``uniform`` run by compare is DAPO-style filtering).
+ARM_ALIASES = {"uniform": "dapo"}
 
-def arm_settings(arm: str) -> tuple[str, dict[str, int]]:
+
+def arm_settings(arm: str) -> tuple[str, dict[str, int | bool]]:
     """The sampler and the server settings of arm ``arm`` (a sampler name: that sampler, no more)."""
     return SETTING_ARMS.get(arm, (arm, {}))
 
@@ -37,12 +47,12 @@ def arm_name(config: dict) -> str:
 
 
 def default_samplers() -> list[str]:
-    """The registry's default sampler, then ``heap`` and ``uniform`` (duplicates dropped), so a
-    new default sampler is compared with the paper's and the baseline without a flag."""
+    """The registry's default sampler, then ``heap``, ``dapo`` and ``grpo`` (duplicates dropped), so
+    a new default sampler is compared with the paper's and both baselines without a flag."""
     from prioreplay.priority_server.config import ServerConfig
 
     default = getattr(_samplers, "DEFAULT_SAMPLER", None) or ServerConfig.model_fields["sampler"].default
-    return list(dict.fromkeys([default, "heap", "uniform"]))
+    return list(dict.fromkeys([default, "heap", "dapo", "grpo"]))
 
 
 class CompareConfig(DemoRunSettings):
@@ -56,8 +66,9 @@ class CompareConfig(DemoRunSettings):
 
     samplers: list[str] = Field(
         default_factory=default_samplers,
-        description="samplers to compare (comma list or repeated flag; default: the registry's default, heap and uniform); "
-        f"also the arms {', '.join(SETTING_ARMS)} (a sampler with other retest settings)",
+        description="samplers to compare (comma list or repeated flag; default: the registry's default, heap, dapo and "
+        f"grpo); also the arms {', '.join(SETTING_ARMS)} (grpo: plain GRPO, zero-variance groups trained; dapo = uniform: "
+        "zero-variance groups dropped; others: a sampler with other retest settings)",
     )
     seeds: int = Field(3, ge=1, le=100, description="runs per sampler, seeds seed .. seed+N-1 (intervals across seeds)")
     parallel: int = Field(
@@ -82,9 +93,9 @@ class CompareConfig(DemoRunSettings):
             raise InvalidArgument(
                 f"unknown sampler(s) {', '.join(unknown)}; choose from {', '.join([*_samplers.SAMPLERS, *SETTING_ARMS])}"
             )
-        if len(set(names)) < 2 and not self.runs:
+        if len({ARM_ALIASES.get(n, n) for n in names}) < 2 and not self.runs:
             raise InvalidArgument(f"compare needs two or more different samplers (got {names})")
-        self.samplers = list(dict.fromkeys(names))
+        self.samplers = list(dict.fromkeys(ARM_ALIASES.get(n, n) for n in names))
         if worker_seed(self.seed + self.seeds - 1, self.workers - 1) > SEED_MAX:
             raise InvalidArgument(
                 f"seed ({self.seed}) with seeds ({self.seeds}) gives the last arm's workers seeds over "

@@ -319,6 +319,7 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
         str(cfg.retest_interval),
         "--retest-versions",
         str(cfg.retest_versions),
+        *(["--queue-zero-variance"] if cfg.queue_zero_variance else []),
         "--seed",
         str(cfg.seed),
         "--namespace",
@@ -366,6 +367,7 @@ def _learner_args(cfg: DemoConfig, run_dir: Path, address: str, model_dir: Path,
     """The ``prioreplay learner`` command line of a demo run."""
     return [
         "learner",
+        *(["--train-zero-variance"] if cfg.train_zero_variance else []),
         *_flags(
             server=address,
             model=model_dir,

@@ -70,6 +70,7 @@ class DemoRunSettings(PrioreplaySettings):
     retest_fraction: float = setting(ServerConfig, "retest_fraction")
     retest_interval: int = setting(ServerConfig, "retest_interval")
     retest_versions: int = setting(ServerConfig, "retest_versions")
+    queue_zero_variance: bool = setting(ServerConfig, "queue_zero_variance")
     # -- the workers' settings -----------------------------------------------------------------
     group_size: int = setting(WorkerConfig, "group_size", 4)
     batch_size: int = setting(WorkerConfig, "batch_size")
@@ -80,6 +81,7 @@ class DemoRunSettings(PrioreplaySettings):
     batch_groups: int = setting(LearnerConfig, "batch_groups", 4)
     lr: float = setting(LearnerConfig, "lr", 1e-5)
     max_staleness: int = setting(LearnerConfig, "max_staleness")
+    train_zero_variance: bool = setting(LearnerConfig, "train_zero_variance")
     publish_every: int = setting(LearnerConfig, "publish_every")
     report_to: ReportTo = setting(LearnerConfig, "report_to")
     # -- the run -------------------------------------------------------------------------------

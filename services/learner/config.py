@@ -114,6 +114,12 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         "the newest published policy version (counted, acknowledged); a group from the newest "
         "published version is never stale, whatever --publish-every is",
     )
+    train_zero_variance: bool = Field(
+        False,
+        description="train on zero-variance groups too (plain GRPO as TRL runs it: zero advantages, but their tokens "
+        "count in the loss normalizer and they fill batch places); needs a server with --queue-zero-variance. "
+        "Off: they are dropped, as DAPO's dynamic sampling does",
+    )
     pull_wait_s: float = Field(5.0, ge=0, le=60, description="seconds one PullTrajectories call waits for a group")
     batch_timeout_s: float = Field(
         60.0,

@@ -80,7 +80,7 @@ def count_truncated(group) -> int:
     return sum(1 for c in group.completions if c.truncated)
 
 
-def group_fate(group, age: int, max_staleness: int, max_tokens: int) -> tuple[str, str | None]:
+def group_fate(group, age: int, max_staleness: int, max_tokens: int, train_zero_variance: bool = False) -> tuple[str, str | None]:
     """``(fate, why)``: the first of invalid, stale, zero_variance that applies, else ``used``.
 
     Args:
@@ -88,6 +88,9 @@ def group_fate(group, age: int, max_staleness: int, max_tokens: int) -> tuple[st
         age: its staleness in policy versions (see :meth:`~.feed.Rollback.age`).
         max_staleness: groups older than this many versions are stale.
         max_tokens: see :func:`group_problem`.
+        train_zero_variance: a zero-variance group is ``used`` (plain GRPO as TRL runs it: its zero
+            advantages give no gradient, but its tokens count in the loss's normalizer and it
+            takes a place in the batch); False (the default): dropped, as DAPO does.
 
     Returns:
         The fate and, for ``invalid``, the reason (else None).
@@ -97,7 +100,7 @@ def group_fate(group, age: int, max_staleness: int, max_tokens: int) -> tuple[st
         return "invalid", problem
     if age > max_staleness:
         return "stale", None
-    if rules.classify([c.reward for c in group.completions]) is not rules.GroupKind.MIXED:
+    if not train_zero_variance and rules.classify([c.reward for c in group.completions]) is not rules.GroupKind.MIXED:
         return "zero_variance", None
     return "used", None
 
@@ -125,7 +128,9 @@ class Sorted:
     truncated: int = 0
 
 
-def sort_groups(groups: Sequence, age: Callable[[int], int], max_staleness: int, max_tokens: int) -> Sorted:
+def sort_groups(
+    groups: Sequence, age: Callable[[int], int], max_staleness: int, max_tokens: int, train_zero_variance: bool = False
+) -> Sorted:
     """Sort pulled groups by fate, so that one batch never mixes sampling distributions.
 
     The batch takes the sampling of the first group; a group sampled at another temperature or
@@ -135,7 +140,7 @@ def sort_groups(groups: Sequence, age: Callable[[int], int], max_staleness: int,
     Args:
         groups: ``TrajectoryGroup`` messages in pull order.
         age: a group's staleness in versions from its ``policy_version``.
-        max_staleness, max_tokens: see :func:`group_fate`.
+        max_staleness, max_tokens, train_zero_variance: see :func:`group_fate`.
     """
     out = Sorted(sampling=group_sampling(groups[0]) if groups else Sampling())
     for g in groups:
@@ -145,7 +150,7 @@ def sort_groups(groups: Sequence, age: Callable[[int], int], max_staleness: int,
             continue
         out.truncated += count_truncated(g)
         a = age(g.policy_version)
-        fate, why = group_fate(g, a, max_staleness, max_tokens)
+        fate, why = group_fate(g, a, max_staleness, max_tokens, train_zero_variance)
         out.counts[fate] += 1
         if fate == "used":
             out.used.append(g)

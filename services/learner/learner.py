@@ -348,7 +348,9 @@ class Learner:
         """Sort pulled groups by fate (:func:`~.filters.sort_groups`), count them, acknowledge the
         dropped ones at once (no update to lose) and give the deferred ones back to the feed."""
         cfg = self.config
-        out = sort_groups(groups, lambda v: self.feed.age(v, self.version), cfg.max_staleness, cfg.max_sequence_tokens)
+        out = sort_groups(
+            groups, lambda v: self.feed.age(v, self.version), cfg.max_staleness, cfg.max_sequence_tokens, cfg.train_zero_variance
+        )
         self.metrics.count_sorted(out)
         self.feed.drop([g.group_id for g in out.dropped])
         self.feed.put_back(out.deferred)

@@ -95,6 +95,12 @@ class StoreSettings(BaseModel):
         "added later; docs/SAMPLERS.md); checked against the sampler's parameter model",
     )
     retest_fraction: float = Field(0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests")
+    queue_zero_variance: bool = Field(
+        False,
+        description="queue zero-variance groups (all rewards equal) for the learner too, as plain GRPO trains on every "
+        "group (the `grpo` arm of `prioreplay compare`; the learner needs --train-zero-variance). Off: they are counted, "
+        "not queued, and the learner fills its batch with mixed groups, as DAPO's dynamic sampling does",
+    )
     retest_interval: int = Field(
         4, ge=0, le=1_000_000_000, description="batches a pooled problem waits before it may be retested"
     )

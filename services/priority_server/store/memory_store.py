@@ -370,20 +370,21 @@ class MemoryStore(Store):
             if not more_parts:
                 self._return_problems(lease, skip=reported)
             self._end_lease(lease, "already reported", now)
-        queued = sum(k is GroupKind.MIXED and bool(o.payload) for k, o in zip(kinds, fresh, strict=True))
+        queued = sum(self._queues(k) and bool(o.payload) for k, o in zip(kinds, fresh, strict=True))
         return ReportResult(
             True,
             "",
             queued,
-            sum(k is not GroupKind.MIXED for k in kinds),
+            sum(not self._queues(k) for k in kinds),
             skipped=len(outcomes) - len(fresh),
             quarantined=len(unservable),
             kinds=all_kinds,
         )
 
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
-        """One reported group: statistics, place, counters, and the queue when it is MIXED with a
-        payload (an empty payload: a rewards-only client, nothing to learn from). Returns its kind."""
+        """One reported group: statistics, place, counters, and the queue when it is MIXED (any kind
+        with ``queue_zero_variance``) with a payload (an empty payload: a rewards-only client,
+        nothing to learn from). Returns its kind."""
         params, bands, c = self.config.params, self._bands, self._s.counters
         e = self._s.problems[o.problem_id]
         source = e.home
@@ -403,9 +404,13 @@ class MemoryStore(Store):
             c["forgetting_events"] += 1
         if rules.is_breakthrough(source, o.rewards, bands):
             c["breakthroughs"] += 1
-        if kind is GroupKind.MIXED and o.payload:
+        if self._queues(kind) and o.payload:
             self._enqueue(o.payload, now)
         return kind
+
+    def _queues(self, kind: GroupKind) -> bool:
+        """Whether a group of ``kind`` goes to the learner: MIXED, or any with ``queue_zero_variance``."""
+        return kind is GroupKind.MIXED or self.config.queue_zero_variance
 
     async def _expire_leases(self, limit: int) -> int:
         now = self.clock()

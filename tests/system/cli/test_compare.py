@@ -96,15 +96,17 @@ def test_summary_gives_per_arm_intervals_and_a_paired_ratio():
     assert "no interval" in summary_lines(summarize(runs[:2], ["heap", "uniform"]))[-1]
 
 
-def test_default_arms_are_the_registry_default_then_heap_and_uniform():
+def test_default_arms_are_the_registry_default_then_heap_and_both_baselines():
     names = default_samplers()
-    assert names[-2:] == ["heap", "uniform"] or names[-1:] == ["uniform"]
-    assert len(names) == len(set(names)) and {"heap", "uniform"} <= set(names)
+    assert names[-3:] == ["heap", "dapo", "grpo"]
+    assert len(names) == len(set(names))
     with pytest.raises(InvalidArgument, match="unknown sampler"):
         parse("compare", ["--samplers", "heap,nope"])
     with pytest.raises(InvalidArgument, match="two or more"):
         parse("compare", ["--samplers", "heap"])
-    assert parse("compare", ["--samplers", "uniform,heap"]).samplers == ["uniform", "heap"]
+    assert parse("compare", ["--samplers", "uniform,heap"]).samplers == ["dapo", "heap"]  # uniform is DAPO-style
+    with pytest.raises(InvalidArgument, match="two or more"):
+        parse("compare", ["--samplers", "uniform,dapo"])
 
 
 @pytest.mark.slow
@@ -146,10 +148,10 @@ def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
     assert proc.returncode == 0, f"compare failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     out = json.loads((root / "compare.json").read_text())
     assert (root / "compare.png").stat().st_size > 10_000
-    assert out["samplers"] == ["heap", "uniform"] and out["paired_seeds"] == [0]
-    for s in ("heap", "uniform"):
+    assert out["samplers"] == ["heap", "dapo"] and out["paired_seeds"] == [0]
+    for s in ("heap", "dapo"):
         report = json.loads((root / f"{s}-seed0" / "report.json").read_text())  # a normal demo run directory
-        assert report["config"]["sampler"] == s and report["config"]["rollouts"] == 48
+        assert report["config"]["sampler"] == {"dapo": "uniform"}.get(s, s) and report["config"]["rollouts"] == 48
         assert report["final"]["completions_reported"] >= 48
         assert "accuracy_change_ci95" in report and report["final"]["unseen"] <= 24
     run = out["runs"][0]
@@ -168,19 +170,19 @@ def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
         assert key in run, key
     assert sum(run["served_priority"]["count"]) >= 12  # every served problem counted
     assert "heap" in out["effective_group_fraction_ratio"]
-    assert "heap / uniform effective-group fraction" in proc.stdout
+    assert "heap / dapo effective-group fraction" in proc.stdout
 
     # the finished runs compare again from their directories; a run with other settings is refused
     def compare_runs(out: str) -> subprocess.CompletedProcess:
-        runs = ["--runs", str(root / "heap-seed0"), "--runs", str(root / "uniform-seed0")]
+        runs = ["--runs", str(root / "heap-seed0"), "--runs", str(root / "dapo-seed0")]
         args = [*cli("compare"), *runs, "--run-dir", str(tmp_path / out)]
         return subprocess.run(args, capture_output=True, text=True, timeout=120)
 
     again = compare_runs("again")
     assert again.returncode == 0, again.stderr
-    changed = json.loads((root / "uniform-seed0" / "report.json").read_text())
+    changed = json.loads((root / "dapo-seed0" / "report.json").read_text())
     changed["config"]["lr"] = 1.0
-    (root / "uniform-seed0" / "report.json").write_text(json.dumps(changed))
+    (root / "dapo-seed0" / "report.json").write_text(json.dumps(changed))
     refused = compare_runs("refused")
     assert refused.returncode == 2 and "differ in lr" in refused.stderr
 
@@ -189,8 +191,8 @@ def test_a_concurrent_arm_gets_exactly_the_settings_of_its_sequential_twin(tmp_p
     from prioreplay.apps.compare import _arm_config, _demo_args
 
     cfg = parse("compare", ["--samplers", "heap,uniform", "--stop", "\\n", "--stop", "END", "--rollouts", "96"])
-    arm = _arm_config(cfg, "uniform", 2, tmp_path)
-    assert arm.stop == ["\n", "END"] and arm.run_dir == tmp_path / "uniform-seed2"
+    arm = _arm_config(cfg, "dapo", 2, tmp_path)
+    assert arm.stop == ["\n", "END"] and arm.run_dir == tmp_path / "dapo-seed2"
     assert parse("demo", _demo_args(arm)) == arm
 
 
@@ -198,7 +200,7 @@ def test_the_version_retest_arm_runs_heap_with_retest_versions_and_is_named_by_i
     from prioreplay.apps.compare import _arm_config, _demo_args
 
     cfg = parse("compare", ["--samplers", "heap,heap-version-retests,uniform", "--rollouts", "96"])
-    assert cfg.samplers == ["heap", "heap-version-retests", "uniform"]
+    assert cfg.samplers == ["heap", "heap-version-retests", "dapo"]
     arm = _arm_config(cfg, "heap-version-retests", 1, tmp_path)
     assert (arm.sampler, arm.retest_versions, arm.run_dir) == ("heap", 1, tmp_path / "heap-version-retests-seed1")
     assert parse("demo", _demo_args(arm)) == arm
@@ -212,3 +214,21 @@ def test_the_version_retest_arm_runs_heap_with_retest_versions_and_is_named_by_i
         check_arms([versions, copy.deepcopy(versions)])
     with pytest.raises(InvalidArgument, match="unknown sampler"):
         parse("compare", ["--samplers", "heap,heap-versions"])
+
+
+def test_the_grpo_arm_trains_zero_variance_groups_and_dapo_drops_them(tmp_path):
+    from prioreplay.apps.compare import _arm_config, _demo_args
+    from prioreplay.apps.demo import _learner_args
+
+    cfg = parse("compare", ["--samplers", "grpo,dapo,heap", "--rollouts", "96"])
+    grpo, dapo = _arm_config(cfg, "grpo", 0, tmp_path), _arm_config(cfg, "dapo", 0, tmp_path)
+    assert (grpo.sampler, grpo.queue_zero_variance, grpo.train_zero_variance) == ("uniform", True, True)
+    assert (dapo.sampler, dapo.queue_zero_variance, dapo.train_zero_variance) == ("uniform", False, False)
+    assert parse("demo", _demo_args(grpo)) == grpo
+    assert "--train-zero-variance" in _learner_args(grpo, tmp_path, "a:1", tmp_path, 1)
+    assert "--train-zero-variance" not in _learner_args(dapo, tmp_path, "a:1", tmp_path, 1)
+    # runs are told apart by the settings; a uniform run made before the settings existed stays "uniform"
+    g = _report("uniform", 0, 30, 100, queue_zero_variance=True, train_zero_variance=True)
+    d = _report("uniform", 0, 30, 100, queue_zero_variance=False, train_zero_variance=False)
+    check_arms([g, d])
+    assert [run_metrics(r)["sampler"] for r in (g, d, _report("uniform", 0, 30, 100))] == ["grpo", "dapo", "uniform"]

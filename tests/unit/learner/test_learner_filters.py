@@ -53,6 +53,15 @@ def test_fates_in_order_invalid_then_stale_then_zero_variance():
     assert group_fate(group(), age=4, max_staleness=4, max_tokens=12) == ("used", None)
 
 
+def test_plain_grpo_trains_zero_variance_groups_but_never_invalid_or_stale_ones():
+    kw = dict(max_staleness=4, max_tokens=12, train_zero_variance=True)
+    assert group_fate(group(rewards=(1.0, 1.0)), age=4, **kw) == ("used", None)
+    assert group_fate(group(rewards=(0.0, 0.0)), age=5, **kw) == ("stale", None)
+    assert group_fate(group(n_logprobs=2), age=0, **kw)[0] == "invalid"
+    out = sort_groups([group("m"), group("z", (0.0, 0.0))], lambda v: 0, 4, 12, train_zero_variance=True)
+    assert [g.group_id for g in out.used] == ["m", "z"] and out.counts["zero_variance"] == 0
+
+
 def test_zero_variance_and_malformed_groups_are_not_trained_on():
     groups = [
         group("mixed"),

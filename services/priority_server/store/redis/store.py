@@ -133,6 +133,7 @@ class RedisStore(RedisClient):
                 "solved_at": self._bands.solved_at,
                 "unsolved_at": self._bands.unsolved_at,
                 "retest_versions": config.retest_versions,
+                "queue_zero_variance": config.queue_zero_variance,
             }
         )
         self._sampler_arg = json.dumps(self._sampler.lua_args(config.sampler_params))

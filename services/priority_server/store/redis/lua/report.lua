@@ -23,14 +23,15 @@
 -- ARGV[5]  run          JSON of the run's settings (scripts.report_run): decay (lambda), prior_alpha,
 --                       prior_beta, solved_at / unsolved_at (rules.PoolBands: 1 / 0 = all-correct /
 --                       all-wrong only), retest_versions (0: a pooled problem's score is the lease's
---                       step; k >= 1: the current policy version, rules.pool_score)
+--                       step; k >= 1: the current policy version, rules.pool_score), queue_zero_variance
+--                       (true: every group with a payload is queued, plain GRPO; false: mixed ones only)
 -- ARGV[6]  n_outcomes
 -- ARGV[7...] outcomes  2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
 --   ARGV[7 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough\ttokens" with kind one of
 --                 mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
 --                 repr strings), the two flags 0/1 (rules.is_forgetting / is_breakthrough from a pool, with the bands),
 --                 tokens = the group's completion tokens (0: none sent, the token sums stay)
---   ARGV[8 + 2j]  payload (bytes), queued when the group is mixed and the payload is not empty
+--   ARGV[8 + 2j]  payload (bytes), queued when the group is mixed (any, with run.queue_zero_variance) and not empty
 -- Outcomes for members reported by an earlier part are skipped (counted in the reply).
 -- then ARGV[7 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
 --   (problems to quarantine: stats pool 5 = rules.Pool.QUARANTINED, score kept, their home pool in KEYS[12]).
@@ -136,9 +137,11 @@ for j = 0, n_out - 1 do
   -- Python twins: rules.is_forgetting / rules.is_breakthrough (flags computed in Python)
   if source == '2' and o[6] == '1' then forgetting = forgetting + 1 end
   if source == '3' and o[7] == '1' then breakthroughs = breakthroughs + 1 end
-  if kind == 'mixed' and ARGV[8 + 2 * j] == '' then
+  -- Python twin: MemoryStore._queues: mixed groups, or every group with run.queue_zero_variance
+  local to_learner = kind == 'mixed' or run.queue_zero_variance
+  if to_learner and ARGV[8 + 2 * j] == '' then
     -- an empty payload: a rewards-only client, nothing to queue for the learner
-  elseif kind == 'mixed' then
+  elseif to_learner then
     if not stream_ready then
       if redis.call('EXISTS', k.stream) == 0 then
         redis.call('XGROUP', 'CREATE', k.stream, ARGV[4], '0', 'MKSTREAM')

@@ -1,0 +1,202 @@
+"""The method against plain GRPO and DAPO: rollouts to target on held-out learning curves.
+
+Every arm trains the same simulated populations (``benchmarks/simulate.py``, the real
+``MemoryStore``) for TWICE the budget R; held-out accuracy (the mean pass@1 of ``n_heldout``
+problems never trained on, which move only by skill transfer) is evaluated at ``eval_points``
+evenly spaced points of each run. Then, per seed (paired):
+
+* the target is the held-out accuracy ``grpo`` reaches at R (its curve cut at R, the last point);
+* ``method.rollouts_to_target.<arm>_vs_grpo``: grpo's rollouts to that target over the arm's, by
+  interpolation (:mod:`prioreplay.curves`), with a paired bootstrap interval over seeds
+  (> 1: the arm needs fewer rollouts);
+* ``method.rollouts_to_target.<arm>_vs_dapo``: the same against ``dapo``, at grpo's target;
+* ``method.final_at_2x.<arm>``: held-out accuracy at 2R (a plateau below grpo's shows there);
+* ``method.misfiled.<arm>``: the simulator's pool audit at the end (every pooled problem scored
+  with G fresh draws of the final policy; misfiled: it would give a mixed group, or is solved).
+
+The arms are :data:`BASELINES` plus ``--arms`` of the candidate list. Usage::
+
+    nice -n 10 python -m benchmarks.method --seeds 8 --out benchmarks/results.json --note "load ..."
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.simulate import CANDIDATES, METHODS, Method, SimParams, run_one, summarize
+from prioreplay.curves import Curve, accuracy_at, rollouts_to_target_ratio
+
+#: The three baselines of the method comparison (``benchmarks/method.py``): plain GRPO as TRL runs it
+#: (uniform problems, every group of a batch in its step, zero-variance groups diluting it), DAPO's
+#: dynamic sampling (zero-variance groups dropped, batches drawn until B mixed groups), and the paper's heap.
+BASELINES: tuple[Method, ...] = (
+    Method("grpo", "plain GRPO (TRL): uniform, every group in the step", "uniform", 0.0, dilute=True),
+    Method("dapo", "DAPO: uniform + dynamic sampling", "uniform", 0.0, dynamic_sampling=True),
+    Method("heap", "heap + retest (the paper, retest_fraction=0.1)", "heap", 0.1),
+)
+
+#: The simulator's population for this comparison: the default one, a held-out set of 400
+#: problems, and a budget R of 256,000 rollouts (the arms run 2R).
+PARAMS = SimParams(n_heldout=400)
+QUICK_PARAMS = SimParams(n_problems=400, n_skills=10, batch_size=16, budget_rollouts=16 * 8 * 80, n_heldout=100)
+
+
+def eval_curve(rollouts: list[int], heldout: list[float], points: int, upto: float) -> Curve:
+    """The curve as an evaluation every ``upto / (points − 1)`` rollouts would see it: the
+    simulator's per-batch curve read (interpolated) at ``points`` evenly spaced rollout counts in
+    [0, ``upto``]."""
+    xs = np.linspace(0.0, upto, points)
+    ys = np.interp(xs, np.asarray(rollouts, float), np.asarray(heldout, float))
+    return Curve(tuple(float(x) for x in xs), tuple(float(y) for y in ys))
+
+
+def run(params: SimParams, seeds: list[int], arms: list[Method], points: int) -> dict[str, Any]:
+    """Run every arm at 2R on every seed; return the figures (see the module docstring)."""
+    budget = params.budget_rollouts
+    long = replace(params, budget_rollouts=2 * budget)
+    t0 = time.perf_counter()
+    full: dict[str, dict[int, Curve]] = {}
+    misfiled: dict[str, list[float]] = {}
+    for m in arms:
+        full[m.name], misfiled[m.name] = {}, []
+        for s in seeds:
+            r = asyncio.run(run_one(long, m, s))
+            full[m.name][s] = eval_curve(r.curve_rollouts, r.curve_heldout, 2 * points - 1, 2 * budget)
+            misfiled[m.name].append(r.pool_misfiled_share)
+        print(f"method: {m.name} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    # the baseline at its own budget R: the first half of its evaluations
+    grpo_r = {s: Curve(c.rollouts[:points], c.accuracy[:points]) for s, c in full["grpo"].items()}
+    out: dict[str, Any] = {"budget": budget, "seeds": seeds, "points_per_run": 2 * points - 1, "arms": {}}
+    for m in arms:
+        entry: dict[str, Any] = {"label": m.label}
+        for base_name, base in (("grpo", grpo_r), ("dapo", full.get("dapo"))):
+            if base is None or m.name == base_name:
+                continue
+            entry[f"vs_{base_name}"] = rollouts_to_target_ratio(full[m.name], base, target_from=grpo_r)
+        entry["final_at_2x"] = summarize(accuracy_at(full[m.name], 2 * budget))
+        entry["at_budget"] = summarize(accuracy_at(full[m.name], budget))
+        entry["misfiled"] = summarize(misfiled[m.name])
+        out["arms"][m.name] = entry
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def result_items(out: dict[str, Any], command: str, note: str) -> list[dict[str, Any]]:
+    """results.json entries ``method.*`` of one :func:`run`."""
+    from benchmarks.results import Results
+
+    res = Results(command, note=note, prefix="method.")
+    seeds = out["seeds"]
+    for arm, e in out["arms"].items():
+        for base in ("grpo", "dapo"):
+            r = e.get(f"vs_{base}")
+            if r is None:
+                continue
+            target = 1.5 if base == "grpo" else 1.2
+            res.add(
+                f"rollouts_to_target.{arm}_vs_{base}",
+                r.ratio,
+                "ratio",
+                ci_low=r.ci_low,
+                ci_high=r.ci_high,
+                ci95=[r.ci_low, r.ci_high],
+                values=list(r.per_seed),
+                seeds=seeds,
+                censored=r.censored,
+                how=(
+                    f"{base}'s rollouts / the arm's to reach grpo's held-out accuracy at its budget "
+                    f"({out['budget']:,} rollouts), interpolated on {out['points_per_run']} evaluations per run; "
+                    "paired bootstrap over seeds (> 1: fewer rollouts than the baseline)"
+                ),
+                target=f">= {target} with the interval above 1",
+                met=bool(r.ratio >= target and r.ci_low > 1.0),
+            )
+        f2 = e["final_at_2x"]
+        res.add(
+            f"final_at_2x.{arm}",
+            f2["mean"],
+            "pass@1",
+            ci95=[f2["lo"], f2["hi"]],
+            seeds=seeds,
+            how=f"held-out accuracy at twice the budget ({2 * out['budget']:,} rollouts); mean over seeds, bootstrap",
+        )
+        mf = e["misfiled"]
+        if mf["n"]:
+            res.add(
+                f"misfiled.{arm}",
+                mf["mean"],
+                "fraction",
+                ci95=[mf["lo"], mf["hi"]],
+                seeds=seeds,
+                how="simulator's pool audit at the end of the 2R run: pooled problems a fresh group of G would misfile",
+                target="<= 0.10",
+                met=bool(mf["mean"] <= 0.10),
+            )
+    return res.items
+
+
+def lines(out: dict[str, Any]) -> list[str]:
+    """One line per arm."""
+    text = []
+    for arm, e in out["arms"].items():
+        parts = [f"{arm:<16}"]
+        for base in ("grpo", "dapo"):
+            r = e.get(f"vs_{base}")
+            if r is not None:
+                parts.append(f"vs {base} {r.ratio:.2f}x [{r.ci_low:.2f}, {r.ci_high:.2f}] (censored {r.censored})")
+        f2, mf = e["final_at_2x"], e["misfiled"]
+        parts.append(f"held-out at 2R {f2['mean']:.3f} [{f2['lo']:.3f}, {f2['hi']:.3f}]")
+        if mf["n"]:
+            parts.append(f"misfiled {mf['mean']:.1%}")
+        text.append("; ".join(parts))
+    return text
+
+
+def arms_named(names: list[str]) -> list[Method]:
+    """The baselines, then the named candidates (``benchmarks.simulate`` METHODS / CANDIDATES)."""
+    known = {m.name: m for m in (*METHODS, *CANDIDATES)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {unknown}; choose from {sorted(known)}")
+    return [*BASELINES, *(known[n] for n in names if n not in {b.name for b in BASELINES})]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison, print one line per arm; with ``--out`` merge the figures into it."""
+    from benchmarks.results import merge_results
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.method", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=8, help="paired seeds 0 .. N-1")
+    ap.add_argument("--points", type=int, default=9, help="evaluations up to the budget R (2·points − 1 up to 2R; >= 5)")
+    ap.add_argument("--arms", nargs="*", default=[], help="further simulator methods beyond grpo, dapo and heap")
+    ap.add_argument("--quick", action="store_true", help="a tiny population (seconds; for a smoke test)")
+    ap.add_argument("--out", type=Path, help="results.json to merge the figures into")
+    ap.add_argument("--note", default="", help="the load and anything a reader of results.json should know")
+    a = ap.parse_args(argv)
+    if a.points < 5:
+        raise SystemExit(f"--points ({a.points}) must be >= 5: rollouts to target reads a curve of >= 5 evaluations")
+    out = run(QUICK_PARAMS if a.quick else PARAMS, list(range(a.seeds)), arms_named(a.arms), a.points)
+    for line in lines(out):
+        print(line)
+    print(f"wall {out['wall_s']:.0f} s", file=sys.stderr)
+    if a.out:
+        command = "python -m benchmarks.method " + " ".join(sys.argv[1:] if argv is None else argv)
+        merge_results(a.out, [i for i in result_items(out, command, a.note) if not _nan(i["value"])])
+    return 0
+
+
+def _nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""benchmarks/method.py: the three baselines and rollouts to target on a tiny simulated population."""
+
+from __future__ import annotations
+
+import math
+
+from benchmarks.method import QUICK_PARAMS, arms_named, eval_curve, result_items, run
+
+
+def test_eval_curve_reads_the_per_batch_curve_at_even_points():
+    c = eval_curve([0, 10, 20, 30, 40], [0.0, 0.1, 0.2, 0.3, 0.4], 5, 40.0)
+    assert c.rollouts == (0.0, 10.0, 20.0, 30.0, 40.0) and c.accuracy[2] == 0.2
+
+
+def test_every_arm_gets_both_ratios_and_a_figure_per_name():
+    out = run(QUICK_PARAMS, [0, 1], arms_named([]), points=5)
+    assert list(out["arms"]) == ["grpo", "dapo", "heap"]
+    assert "vs_grpo" not in out["arms"]["grpo"] and "vs_dapo" not in out["arms"]["dapo"]
+    heap = out["arms"]["heap"]
+    assert heap["vs_grpo"].seeds == (0, 1) and heap["vs_grpo"].ratio > 0
+    assert heap["vs_grpo"].targets == heap["vs_dapo"].targets  # both at grpo's accuracy at its budget
+    names = {i["name"] for i in result_items(out, "cmd", "note")}
+    assert {"method.rollouts_to_target.heap_vs_grpo", "method.rollouts_to_target.heap_vs_dapo"} <= names
+    assert {"method.rollouts_to_target.dapo_vs_grpo", "method.final_at_2x.grpo", "method.misfiled.heap"} <= names
+    item = next(i for i in result_items(out, "cmd", "note") if i["name"] == "method.rollouts_to_target.heap_vs_grpo")
+    assert item["ci_low"] <= item["value"] <= item["ci_high"] and not math.isnan(item["ci_low"])

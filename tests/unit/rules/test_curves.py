@@ -1,0 +1,85 @@
+"""Rollouts to target on learning curves (prioreplay.curves): interpolation, censoring, pairing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from prioreplay.curves import Curve, accuracy_at, first_crossing, rollouts_to_target_ratio
+
+X = (0.0, 100.0, 200.0, 300.0, 400.0)
+
+
+def curve(*acc: float) -> Curve:
+    return Curve(X, tuple(acc))
+
+
+def test_first_crossing_interpolates_between_points():
+    c = curve(0.1, 0.2, 0.4, 0.5, 0.6)
+    assert first_crossing(c, 0.3) == (150.0, True)
+    assert first_crossing(c, 0.1) == (0.0, True)
+    assert first_crossing(c, 0.6) == (400.0, True)
+
+
+def test_first_crossing_censored_when_never_reached():
+    assert first_crossing(curve(0.1, 0.2, 0.2, 0.2, 0.25), 0.5) == (400.0, False)
+
+
+def test_first_crossing_takes_the_first_of_several():
+    assert first_crossing(curve(0.1, 0.5, 0.2, 0.6, 0.6), 0.5)[0] == 100.0
+
+
+def test_curve_refuses_too_few_points_and_disorder():
+    with pytest.raises(ValueError, match=">= 5"):
+        Curve((0.0, 1.0), (0.1, 0.2))
+    with pytest.raises(ValueError, match="ascending"):
+        Curve((0.0, 2.0, 1.0, 3.0, 4.0), (0.1,) * 5)
+    with pytest.raises(ValueError, match="non-finite"):
+        Curve(X, (0.1, math.nan, 0.1, 0.1, 0.1))
+
+
+def test_ratio_above_one_when_the_arm_is_faster():
+    base = {s: curve(0.1, 0.2, 0.3, 0.4, 0.5) for s in range(3)}  # reaches 0.5 at 400
+    arm = {s: curve(0.1, 0.3, 0.5, 0.5, 0.5) for s in range(3)}  # at 200
+    r = rollouts_to_target_ratio(arm, base)
+    assert r.ratio == pytest.approx(2.0)
+    assert r.per_seed == (2.0, 2.0, 2.0)
+    assert r.censored == 0
+    assert r.ci_low == pytest.approx(2.0) and r.ci_high == pytest.approx(2.0)
+
+
+def test_ratio_pairs_seeds_and_bootstraps_an_interval():
+    base = {0: curve(0.1, 0.2, 0.3, 0.4, 0.5), 1: curve(0.1, 0.2, 0.3, 0.4, 0.6), 2: curve(0.0, 0.1, 0.2, 0.3, 0.4)}
+    arm = {0: curve(0.1, 0.5, 0.5, 0.5, 0.5), 1: curve(0.1, 0.2, 0.3, 0.6, 0.6), 2: curve(0.0, 0.1, 0.4, 0.4, 0.4), 9: base[0]}
+    r = rollouts_to_target_ratio(arm, base, resamples=2000)
+    assert r.seeds == (0, 1, 2)
+    assert r.per_seed == pytest.approx((4.0, 400 / 300, 2.0))
+    assert r.ratio == pytest.approx(1200 / 600)
+    assert r.ci_low < r.ratio < r.ci_high
+
+
+def test_censored_arm_gives_an_upper_bound_and_is_counted():
+    base = {0: curve(0.1, 0.2, 0.3, 0.4, 0.5)}
+    arm = {0: curve(0.1, 0.1, 0.1, 0.1, 0.2)}
+    r = rollouts_to_target_ratio(arm, base)
+    assert r.censored == 1 and r.ratio == 1.0
+    assert math.isnan(r.ci_low)  # one seed: no interval
+
+
+def test_target_from_another_arm():
+    grpo = {0: curve(0.1, 0.2, 0.3, 0.4, 0.4)}
+    dapo = {0: curve(0.1, 0.2, 0.4, 0.5, 0.6)}  # reaches grpo's 0.4 at 200
+    heap = {0: curve(0.1, 0.4, 0.5, 0.6, 0.6)}  # at 100
+    r = rollouts_to_target_ratio(heap, dapo, target_from=grpo)
+    assert r.targets == (0.4,) and r.ratio == pytest.approx(2.0)
+
+
+def test_no_common_seed_is_refused():
+    with pytest.raises(ValueError, match="no common seed"):
+        rollouts_to_target_ratio({0: curve(*(0.1,) * 5)}, {1: curve(*(0.1,) * 5)})
+
+
+def test_accuracy_at_interpolates():
+    assert accuracy_at({0: curve(0.0, 0.2, 0.4, 0.6, 0.8)}, 250.0) == [pytest.approx(0.5)]
+    assert accuracy_at({0: curve(0.0, 0.2, 0.4, 0.6, 0.8)}, 900.0) == [0.8]
