@@ -45,7 +45,7 @@ from benchmarks.sim_stats import pool_misfiled_share, summarize
 from prioreplay.priority_server.store import Store, StoreConfig
 from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
-from prioreplay.rules import PriorityParams
+from prioreplay.rules import Pool, PriorityParams
 
 #: The clock the simulated store reads starts here (unix seconds) and moves 1 s per batch.
 SIM_EPOCH_S = 1_700_000_000.0
@@ -271,6 +271,7 @@ class RunResult:
     useful_rollout_fraction: float = 0.0  # completions in groups the learner trained on / generated
     probes: int = 0  # probe groups generated (fewer than G completions)
     pool_misfiled_share: float = math.nan  # audit at the end (pool_misfiled_share); NaN: empty pools
+    pooled_at_end: int = 0  # problems in the solved or unsolved pool at the end
     curve_rollouts: list[int] = field(default_factory=list)
     curve_success: list[float] = field(default_factory=list)
     curve_heldout: list[float] = field(default_factory=list)  # held-out mean pass@1 (SimParams.n_heldout)
@@ -432,7 +433,9 @@ async def run_one(
 
     st = await store.stats()
     final = pop.success()
-    misfiled = pool_misfiled_share(await store.dump(), final, G, np.random.default_rng([seed, 2]))
+    dump = await store.dump()
+    misfiled = pool_misfiled_share(dump, final, G, np.random.default_rng([seed, 2]))
+    pooled = sum(1 for pool, *_ in dump["problems"].values() if pool in (Pool.SOLVED, Pool.UNSOLVED))
     await store.close()
     return RunResult(
         method=method.name,
@@ -447,6 +450,7 @@ async def run_one(
         useful_rollout_fraction=learner.trained_rollouts / max(rollouts, 1),
         probes=probes,
         pool_misfiled_share=misfiled,
+        pooled_at_end=pooled,
         curve_rollouts=curve_r,
         curve_success=curve_s,
         curve_heldout=curve_h,

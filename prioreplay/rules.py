@@ -27,6 +27,12 @@ Python                     Lua twin (``services/priority_server/lua/``)
 :func:`pool_score`         ``report.lua``: ``local pool_score = f[1]`` (the version with ARGV
                            ``retest_versions``); ``sample.lua``: ``pool_now``
 :class:`Pool`              the numbers 1–4 in ``lib.lua`` and ``report.lua``
+:func:`evidence_groups`    ARGV ``run.pool_evidence`` of ``report.lua`` (k computed in Python per G: the
+                           outcome's 9th field)
+:func:`confirm_pool`,      ``report.lua``: ``-- Python twin: rules.confirm_pool``
+:func:`place_group`
+:data:`PENDING_PRIORITY`  ``report.lua``: ``score = fmt(0.25)`` (a pool verdict short of k)
+:func:`aged_decay`         ``report.lua``: ``local lam_s = lam * gamma ^ age``
 =========================  =========================================================================
 
 :func:`classify` runs in Python only (the Redis store passes its result to the script).
@@ -316,3 +322,105 @@ def pool_score(lease_step: int, policy_version: int, retest_versions: int) -> fl
         The pool score (a float, as every sorted-set score).
     """
     return float(policy_version if retest_versions > 0 else lease_step)
+
+
+# -- pools from evidence, statistics that age ---------------------------------------------------
+#: The largest chance, at the boundary success rate 1/G (or 1 − 1/G), that k zero-variance groups
+#: in a row pool a problem that still gives mixed groups (:func:`evidence_groups`).
+EVIDENCE_MISFILE_RATE = 0.1
+
+
+def evidence_groups(group_size: int, setting: int) -> int:
+    """k: zero-variance groups of one kind in a row before a problem leaves the heap for a pool.
+
+    ``setting`` k >= 1 is used as given (1: the paper, one group). ``setting`` 0 chooses k by the
+    group size G: the smallest k with ((1 − 1/G)^G)^k <= :data:`EVIDENCE_MISFILE_RATE`, i.e.
+
+        k(G) = ⌈ln 0.1 / (G · ln(1 − 1/G))⌉,
+
+    so a problem whose success rate is 1/G — the smallest at which a group of G is mixed about
+    two times in three — is pooled as unsolved with probability at most 10% (the same holds for
+    solved problems at 1 − 1/G by symmetry). (1 − 1/G)^G rises from 0.25 (G = 2) toward
+    e⁻¹ ≈ 0.37, so k(G) = 2 for G = 2, 3 and 3 for every G >= 4 (G = 4: 0.316² = 0.1001, just
+    above 0.1); G = 1 (no group can be mixed) gives k = 1.
+
+    Raises:
+        InvalidArgument: G < 1 or a negative setting.
+    """
+    if group_size < 1:
+        raise InvalidArgument(f"group size ({group_size}) must be >= 1")
+    if setting < 0:
+        raise InvalidArgument(f"pool_evidence ({setting}) must be >= 0 (0: chosen by the group size)")
+    if setting > 0:
+        return setting
+    if group_size == 1:
+        return 1
+    per_group = group_size * math.log1p(-1.0 / group_size)  # ln P(G wrong | p = 1/G), < 0
+    return max(1, math.ceil(math.log(EVIDENCE_MISFILE_RATE) / per_group - 1e-9))
+
+
+def confirm_pool(dest: Pool, streak_pool: int, streak: int, k: int) -> tuple[Pool, int, int]:
+    """Where a problem goes after a report when pooling needs k groups of evidence in a row.
+
+    Args:
+        dest: :func:`destination` of this group.
+        streak_pool, streak: the problem's run of pool verdicts before this group: the pool
+            (2 solved, 3 unsolved; 0: none) its latest groups pointed to, and how many in a row.
+        k: :func:`evidence_groups`.
+
+    Returns:
+        (where it goes, the new streak pool, the new streak). A HEAP verdict ends the run
+        (0, 0); a pool verdict extends a run toward the same pool or starts one of 1; the problem
+        goes to that pool once the run reaches k, else stays in the heap (k = 1: the paper's rule,
+        :func:`destination` unchanged).
+    """
+    if dest is Pool.HEAP:
+        return Pool.HEAP, 0, 0
+    count = streak + 1 if streak_pool == int(dest) else 1
+    return (dest if count >= k else Pool.HEAP), int(dest), count
+
+
+#: The heap priority of a problem whose groups point to a pool but whose run of them is shorter than
+#: k (:func:`confirm_pool`): the top, :data:`MAX_PRIORITY`, so it is tested again at once and the
+#: run is confirmed or broken under (nearly) the same policy. Its point estimate would not do:
+#: after one all-wrong group p̂ = 0 gives priority 0, and even a Laplace prior (variance 0.09 after
+#: 8 wrong) ranks it below every mixed problem, so the heap parks it untested — the starvation the
+#: pools' retests exist to prevent (measured: with 400 problems, B = 16, G = 8 in the simulator, no
+#: problem reached a second verdict in 100 batches). The evidence costs k − 1 groups per pooled
+#: problem, spent when they are cheapest to interpret.
+PENDING_PRIORITY = MAX_PRIORITY
+
+
+def place_group(
+    verdict: Pool, streak_pool: int, streak: int, k: int, stats: Stats, params: PriorityParams
+) -> tuple[Pool, float | None, int, int]:
+    """Where a reported problem goes and its heap score, with pools from evidence.
+
+    Args:
+        verdict: :func:`destination` of the group; streak_pool, streak, k: see :func:`confirm_pool`.
+        stats: the problem's statistics after the report; params: the priority's.
+
+    Returns:
+        (pool, heap score or None for a pool — the store puts its :func:`pool_score` —, new
+        streak pool, new streak): a HEAP verdict scores :func:`priority`, a pool verdict short of
+        k scores :data:`PENDING_PRIORITY`.
+    """
+    dest, streak_pool, streak = confirm_pool(verdict, streak_pool, streak, k)
+    if dest is not Pool.HEAP:
+        return dest, None, streak_pool, streak
+    return dest, priority(stats, params) if verdict is Pool.HEAP else PENDING_PRIORITY, streak_pool, streak
+
+
+def aged_decay(decay: float, age_decay: float, versions: int) -> float:
+    """λ · γ^a: the factor a report applies to a problem's old statistics when the policy has
+    moved ``versions`` = a >= 0 versions since its previous report (FreshPER: evidence about an
+    older policy counts less; γ = ``age_decay`` in (0, 1], 1: the per-report λ alone).
+
+    Raises:
+        InvalidArgument: ``versions`` < 0.
+    """
+    if versions < 0:
+        raise InvalidArgument(f"versions since the last report ({versions}) must be >= 0")
+    if age_decay == 1.0 or versions == 0:
+        return decay
+    return decay * age_decay**versions

@@ -39,6 +39,8 @@ ARM_KEYS = (
     "retest_versions",
     "queue_zero_variance",
     "train_zero_variance",
+    "pool_evidence",
+    "age_decay",
     "seed",
     "run_dir",
     "timeout_s",
@@ -129,6 +131,7 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
         "wall_clock_s": report.get("duration_s"),
         **_token_metrics(tokens),
         "pool_misfiled_share": audit.get("misfiled_share"),
+        "pool_lost_opportunity_share": audit.get("lost_opportunity_share"),
         "pool_audit": audit or None,
         "accuracy_after_each": report.get("eval_correct_after"),
         "curve": curve,
@@ -163,6 +166,7 @@ _SUMMED = (
     "useful_token_fraction",
     "wall_clock_s",
     "pool_misfiled_share",
+    "pool_lost_opportunity_share",
     "accuracy_after",
 )
 

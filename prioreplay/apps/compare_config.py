@@ -19,17 +19,19 @@ from prioreplay.priority_server import samplers as _samplers
 #: (the server queues them, the learner trains on their zero advantages); ``dapo`` is ``uniform`` as
 #: every other arm runs, zero-variance groups dropped and the batch filled with further mixed
 #: groups (DAPO's dynamic sampling). ``--samplers uniform`` names the ``dapo`` arm.
-SETTING_ARMS: dict[str, tuple[str, dict[str, int | bool]]] = {
+SETTING_ARMS: dict[str, tuple[str, dict[str, int | bool | float]]] = {
     "heap-version-retests": ("heap", {"retest_versions": 1}),
     "grpo": ("uniform", {"queue_zero_variance": True, "train_zero_variance": True}),
     "dapo": ("uniform", {"queue_zero_variance": False, "train_zero_variance": False}),
+    # pools from evidence (rules.evidence_groups: k by G) with retests by policy version, and without
+    "heap-evidence": ("heap", {"pool_evidence": 0, "retest_versions": 1}),
 }
 
 #: Arm names that mean another arm (``uniform`` run by compare is DAPO-style filtering).
 ARM_ALIASES = {"uniform": "dapo"}
 
 
-def arm_settings(arm: str) -> tuple[str, dict[str, int | bool]]:
+def arm_settings(arm: str) -> tuple[str, dict[str, int | bool | float]]:
     """The sampler and the server settings of arm ``arm`` (a sampler name: that sampler, no more)."""
     return SETTING_ARMS.get(arm, (arm, {}))
 
@@ -37,13 +39,19 @@ def arm_settings(arm: str) -> tuple[str, dict[str, int | bool]]:
 def arm_name(config: dict) -> str:
     """The arm a demo run's ``config`` belongs to: a :data:`SETTING_ARMS` row whose sampler and
     settings it has, else its sampler (``<sampler>-retest-versions-<k>`` when it ran with retests by
-    policy version that no row names). Runs made before the setting existed lack it: the sampler."""
+    policy version that no row names, ``-pool-evidence-<k>`` / ``-age-decay-<g>`` likewise). The row
+    naming the most settings wins. Runs made before a setting existed lack it: as its default."""
     sampler = config["sampler"]
-    for name, (arm_sampler, settings) in SETTING_ARMS.items():
+    for name, (arm_sampler, settings) in sorted(SETTING_ARMS.items(), key=lambda kv: -len(kv[1][1])):
         if sampler == arm_sampler and all(config.get(k) == v for k, v in settings.items()):
             return name
     k = config.get("retest_versions") or 0
-    return f"{sampler}-retest-versions-{k}" if k else sampler
+    name = f"{sampler}-retest-versions-{k}" if k else sampler
+    if config.get("pool_evidence", 1) != 1:
+        name += f"-pool-evidence-{config['pool_evidence']}"
+    if config.get("age_decay", 1.0) != 1.0:
+        name += f"-age-decay-{config['age_decay']:g}"
+    return name
 
 
 def default_samplers() -> list[str]:

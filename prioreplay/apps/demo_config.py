@@ -71,6 +71,8 @@ class DemoRunSettings(PrioreplaySettings):
     retest_interval: int = setting(ServerConfig, "retest_interval")
     retest_versions: int = setting(ServerConfig, "retest_versions")
     queue_zero_variance: bool = setting(ServerConfig, "queue_zero_variance")
+    pool_evidence: int = setting(ServerConfig, "pool_evidence")
+    age_decay: float = setting(ServerConfig, "age_decay")
     # -- the workers' settings -----------------------------------------------------------------
     group_size: int = setting(WorkerConfig, "group_size", 4)
     batch_size: int = setting(WorkerConfig, "batch_size")

@@ -12,6 +12,13 @@ worker's backend, chat template and verifier), and counts a problem **misfiled**
 
 where p̂ is the share of its G completions rewarded 1. Pools are read from the memory store's
 final snapshot (a leased problem counts in the pool it returns to).
+
+The misfiled share comes with its 95% Wilson interval over the pooled problems. Never pooling
+would score 0 misfiled, so the audit also reports what misfiling cost: the **lost opportunity
+share**, Σ over misfiled problems of the time since their last test (the pools' clock: batches, or
+policy versions with ``--retest-versions``), over problems × the clock at the end — the share of
+the run's problem-time during which a problem that would now give a gradient (or is solved) sat
+in the wrong pool, at most (it may have become solvable later than its last test).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool
 
 #: Fields of a snapshot's problem row (``snapshot.encode``) the audit reads.
-_ID, _PROMPT, _ANSWER, _VERIFIER, _METADATA, _HOME = 0, 1, 2, 3, 4, 9
+_ID, _PROMPT, _ANSWER, _VERIFIER, _METADATA, _HOME, _SCORE = 0, 1, 2, 3, 4, 9, 10
 
 
 def pooled_problems(snapshot_path: Path) -> dict[str, list[ProblemRecord]]:
@@ -56,6 +63,24 @@ def pooled_problems(snapshot_path: Path) -> dict[str, list[ProblemRecord]]:
     return out
 
 
+def pool_clock(snapshot_path: Path) -> tuple[dict[str, float], int, float]:
+    """Each pooled problem's time since its last test, the number of problems, and the pools'
+    clock at the end (the step, or the policy version when the run had ``retest_versions`` >= 1).
+
+    Raises:
+        InvalidArgument: the file is missing or not a snapshot.
+    """
+    try:
+        doc = json.loads(Path(snapshot_path).read_text())
+        rows = doc["problems"]
+        by_version = int((doc.get("settings") or {}).get("retest_versions") or 0) > 0
+        now = float(doc["policy"][0] if by_version else doc["step"])
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        raise InvalidArgument(f"{snapshot_path}: not a memory-store snapshot ({e}); audit a run of the memory store") from None
+    ages = {row[_ID]: max(0.0, now - float(row[_SCORE])) for row in rows if Pool(int(row[_HOME])) in (Pool.SOLVED, Pool.UNSOLVED)}
+    return ages, len(rows), now
+
+
 def misfiled(pool: str, rewards: Sequence[float]) -> bool:
     """Whether a problem of ``pool`` ("solved" / "unsolved") with these G rewards is misfiled.
 
@@ -72,14 +97,24 @@ def misfiled(pool: str, rewards: Sequence[float]) -> bool:
     raise InvalidArgument(f"pool ({pool!r}) must be 'solved' or 'unsolved'")
 
 
-def summarize(pools: dict[str, list[ProblemRecord]], rewards: dict[str, list[float]]) -> dict[str, Any]:
+def summarize(
+    pools: dict[str, list[ProblemRecord]],
+    rewards: dict[str, list[float]],
+    clock: tuple[dict[str, float], int, float] | None = None,
+) -> dict[str, Any]:
     """The audit's figures from each pooled problem's G rewards (keyed by problem id).
 
+    Args:
+        clock: :func:`pool_clock`'s (ages, problems, now), for the lost opportunity share.
+
     Returns:
-        ``pooled``, ``misfiled``, ``misfiled_share`` (None when no problem is pooled) overall and
-        per pool (``solved`` / ``unsolved``: ``pooled``, ``misfiled``, ``misfiled_share``,
-        ``mean_pass_rate``), and ``misfiled_ids``.
+        ``pooled``, ``misfiled``, ``misfiled_share`` (None when no problem is pooled) with
+        ``misfiled_ci95`` (Wilson) overall and per pool (``solved`` / ``unsolved``: ``pooled``,
+        ``misfiled``, ``misfiled_share``, ``mean_pass_rate``), ``misfiled_ids``, and with ``clock``
+        ``lost_opportunity_share`` (module docstring; None when the clock is still 0).
     """
+    from prioreplay.intervals import wilson
+
     out: dict[str, Any] = {"misfiled_ids": []}
     total = bad = 0
     for pool, problems in pools.items():
@@ -94,6 +129,11 @@ def summarize(pools: dict[str, list[ProblemRecord]], rewards: dict[str, list[flo
         }
         total, bad = total + len(problems), bad + sum(flags)
     out.update(pooled=total, misfiled=bad, misfiled_share=bad / total if total else None)
+    out["misfiled_ci95"] = list(wilson(bad, total)) if total else None
+    if clock is not None:
+        ages, n_problems, now = clock
+        lost = sum(ages.get(pid, 0.0) for pid in out["misfiled_ids"])
+        out["lost_opportunity_share"] = lost / (n_problems * now) if n_problems and now > 0 else None
     return out
 
 
@@ -139,7 +179,7 @@ def audit(
             ids = [apply_chat_template(backend.tokenizer, p.prompt) for p in chunk]
             for p, group in zip(chunk, backend.generate(ids, group_size, params), strict=True):
                 rewards[p.id] = [verify(p.verifier, c.text, p.answer).reward for c in group]
-    out = summarize(pools, rewards)
+    out = summarize(pools, rewards, pool_clock(snapshot_path))
     out.update(group_size=group_size, temperature=temperature, completions=group_size * len(problems))
     return out
 
@@ -151,8 +191,14 @@ def audit_line(report_audit: dict[str, Any] | None) -> str:
     if not report_audit["pooled"]:
         return "pool audit: no problem in the solved or unsolved pool"
     u, s = report_audit["unsolved"], report_audit["solved"]
+    ci = report_audit.get("misfiled_ci95")
+    lost = report_audit.get("lost_opportunity_share")
     return (
         f"pool audit (final policy, G = {report_audit['group_size']}): {report_audit['misfiled']} of "
-        f"{report_audit['pooled']} pooled problems misfiled ({report_audit['misfiled_share']:.0%}); unsolved "
-        f"{u['misfiled']}/{u['pooled']} answered at least once, solved {s['misfiled']}/{s['pooled']} failed at least once"
+        f"{report_audit['pooled']} pooled problems misfiled ({report_audit['misfiled_share']:.0%}"
+        + (f", 95% CI [{ci[0]:.0%}, {ci[1]:.0%}]" if ci else "")
+        + ")"
+        + (f", {lost:.1%} of the run's problem-time lost to them" if lost is not None else "")
+        + f"; unsolved {u['misfiled']}/{u['pooled']} answered at least once, solved {s['misfiled']}/{s['pooled']} "
+        "failed at least once"
     )

@@ -95,6 +95,23 @@ class StoreSettings(BaseModel):
         "added later; docs/SAMPLERS.md); checked against the sampler's parameter model",
     )
     retest_fraction: float = Field(0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests")
+    pool_evidence: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="zero-variance groups of one kind in a row (all-correct, all-wrong, or the --solved-at / --unsolved-at "
+        "bands) before a problem leaves the heap for a pool: 1, one group (the paper); 0, chosen by the group size G, "
+        "k = ceil(ln 0.1 / (G ln(1 - 1/G))) (2 for G <= 3, 3 for G >= 4: a problem with success rate 1/G is pooled "
+        "with probability <= one in ten); until then it stays at the top of the heap, to be tested again at once "
+        "(rules.evidence_groups)",
+    )
+    age_decay: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="gamma: a report multiplies a problem's old statistics by decay x gamma^a, a = policy versions "
+        "published since its previous report (FreshPER: evidence about an older policy counts less); 1: off",
+    )
     queue_zero_variance: bool = Field(
         False,
         description="queue zero-variance groups (all rewards equal) for the learner too, as plain GRPO trains on every "

@@ -41,6 +41,12 @@ def tie_member(problem_id: str, seed: int) -> str:
     return tie + problem_id
 
 
+def queues_group(kind: rules.GroupKind, queue_zero_variance: bool) -> bool:
+    """Whether a reported group of ``kind`` (with a payload) goes to the learner: MIXED, or any kind
+    with ``queue_zero_variance`` (plain GRPO). The Lua twin: ``report.lua``, ``to_learner``."""
+    return kind is rules.GroupKind.MIXED or queue_zero_variance
+
+
 def member_id(member: str) -> str:
     """The problem id inside a sorted-set member (inverse of :func:`tie_member`)."""
     return member[TIE_HEX_CHARS:]
@@ -62,6 +68,8 @@ RUN_SETTINGS = (
     "retest_versions",
     "solved_at",
     "unsolved_at",
+    "pool_evidence",
+    "age_decay",
     "decay",
     "prior_alpha",
     "prior_beta",

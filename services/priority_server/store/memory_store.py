@@ -37,6 +37,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from pathlib import Path
 
 from sortedcontainers import SortedDict, SortedList
@@ -58,6 +59,7 @@ from .contract import (
     conflict_error,
     histogram_edges,
     member_id,
+    queues_group,
     renew_refusal,
     same_text,
     tie_member,
@@ -370,33 +372,36 @@ class MemoryStore(Store):
             if not more_parts:
                 self._return_problems(lease, skip=reported)
             self._end_lease(lease, "already reported", now)
-        queued = sum(self._queues(k) and bool(o.payload) for k, o in zip(kinds, fresh, strict=True))
+        zv = self.config.queue_zero_variance
         return ReportResult(
             True,
             "",
-            queued,
-            sum(not self._queues(k) for k in kinds),
+            sum(queues_group(k, zv) and bool(o.payload) for k, o in zip(kinds, fresh, strict=True)),
+            sum(not queues_group(k, zv) for k in kinds),
             skipped=len(outcomes) - len(fresh),
             quarantined=len(unservable),
             kinds=all_kinds,
         )
 
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
-        """One reported group: statistics, place, counters, and the queue when it is MIXED (any kind
-        with ``queue_zero_variance``) with a payload (an empty payload: a rewards-only client,
-        nothing to learn from). Returns its kind."""
-        params, bands, c = self.config.params, self._bands, self._s.counters
-        e = self._s.problems[o.problem_id]
+        """One reported group: statistics, place, counters, and the queue (:func:`.contract.queues_group`) when it
+        has a payload (an empty payload: a rewards-only client, nothing to learn from). Returns its kind."""
+        cfg, bands, c, e = self.config, self._bands, self._s.counters, self._s.problems[o.problem_id]
+        params = cfg.params
         source = e.home
         kind = rules.classify(o.rewards)
         self._seen += e.stats.n == 0
-        e.stats = rules.update_stats(e.stats, o.rewards, params)
-        if o.completion_tokens > 0:  # the token mean decays like the statistics (lua/report.lua)
+        run = self._s.evidence.get(o.problem_id, (0, 0, version := self._s.policy[0]))  # (streak pool, streak, last version)
+        lam = rules.aged_decay(params.decay, cfg.age_decay, max(0, version - run[2]))
+        e.stats = rules.update_stats(e.stats, o.rewards, replace(params, decay=lam))
+        if o.completion_tokens > 0:  # the token mean decays like the statistics, by λ per report (lua/report.lua)
             tn, tt = self._s.tokens.get(o.problem_id, (0.0, 0.0))
             self._s.tokens[o.problem_id] = (params.decay * tn + len(o.rewards), params.decay * tt + o.completion_tokens)
-        dest = rules.destination(kind, rules.pass_rate(o.rewards), bands)
-        pooled = rules.pool_score(lease_step, self._s.policy[0], self.config.retest_versions)
-        self._place(e, dest, rules.priority(e.stats, params) if dest is Pool.HEAP else pooled)
+        k = rules.evidence_groups(len(o.rewards), cfg.pool_evidence)
+        verdict = rules.destination(kind, rules.pass_rate(o.rewards), bands)
+        dest, heap_score, streak_pool, streak = rules.place_group(verdict, run[0], run[1], k, e.stats, params)
+        self._s.evidence[o.problem_id] = (streak_pool, streak, version)
+        self._place(e, dest, rules.pool_score(lease_step, version, cfg.retest_versions) if heap_score is None else heap_score)
         c[_KIND_COUNTER[kind]] += 1
         c["completions_reported"] += len(o.rewards)
         c["reward_sum"] = c["reward_sum"] + rules.reward_sums(o.rewards)[0]
@@ -404,17 +409,12 @@ class MemoryStore(Store):
             c["forgetting_events"] += 1
         if rules.is_breakthrough(source, o.rewards, bands):
             c["breakthroughs"] += 1
-        if self._queues(kind) and o.payload:
+        if queues_group(kind, cfg.queue_zero_variance) and o.payload:
             self._enqueue(o.payload, now)
         return kind
 
-    def _queues(self, kind: GroupKind) -> bool:
-        """Whether a group of ``kind`` goes to the learner: MIXED, or any with ``queue_zero_variance``."""
-        return kind is GroupKind.MIXED or self.config.queue_zero_variance
-
     async def _expire_leases(self, limit: int) -> int:
-        now = self.clock()
-        return self._expire_due(now, limit)
+        return self._expire_due(self.clock(), limit)
 
     # -- trajectory queue -----------------------------------------------------------------
     def _enqueue(self, payload: bytes, now: float) -> None:
@@ -577,6 +577,7 @@ class MemoryStore(Store):
             "policy": s.policy,
             "leases": sorted(sorted(lease.problem_ids) for lease in s.leases.values()),
             "queue": [g.payload for g in s.new.values()],
+            "evidence": dict(sorted(s.evidence.items())),
         }
 
     # -- persistence ----------------------------------------------------------------------

@@ -120,6 +120,10 @@ class MemoryState:
     #: problem id -> (decayed completions, decayed completion tokens) of the reports that carried
     #: token ids: the running mean of completion tokens is tokens / completions.
     tokens: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: problem id -> (streak pool, streak, policy version at its latest report): the run of pool
+    #: verdicts ``rules.confirm_pool`` extends (pool 2 / 3, 0: none) and the version ``age_decay``
+    #: counts from. Absent: no report yet (streak 0; the first report ages nothing).
+    evidence: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def group_id(key: GroupKey) -> str:
@@ -165,6 +169,7 @@ def encode(state: MemoryState) -> dict[str, Any]:
         "tombstones": [[lid, reason, ended] for lid, (reason, ended) in state.tombstones.items()],
         "settings": dict(state.settings) if state.settings is not None else None,
         "tokens": [[pid, n, t] for pid, (n, t) in state.tokens.items()],
+        "evidence": [[pid, sp, k, v] for pid, (sp, k, v) in state.evidence.items()],
         "queue": {
             "last_id": list(state.last_key),
             "new": [[group_id(g.key), b64(g.payload)] for g in state.new.values()],
@@ -267,6 +272,12 @@ def decode(doc: Any, member_of) -> MemoryState:
         if pid not in state.problems:
             raise InvalidArgument(f"token mean of problem {pid!r}, which is not registered")
         state.tokens[pid] = (_number(n, "token completions"), _number(t, "tokens"))
+    for row in doc.get("evidence", []):  # absent in snapshots older than pools from evidence: none
+        if not (isinstance(row, list) and len(row) == 4 and all(isinstance(x, int) for x in row[1:])):
+            raise InvalidArgument(f"evidence row {row!r} must be [problem id, streak pool, streak, policy version]")
+        if row[0] not in state.problems:
+            raise InvalidArgument(f"evidence of problem {row[0]!r}, which is not registered")
+        state.evidence[row[0]] = (row[1], row[2], row[3])
     return state
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from prioreplay.apps.compare import against_baseline, run_metrics, summarize, summary_lines
 from prioreplay.apps.demo_report import token_totals, tokens_line
-from prioreplay.apps.pool_audit import audit_line, misfiled, pooled_problems
+from prioreplay.apps.pool_audit import audit_line, misfiled, pool_clock, pooled_problems
 from prioreplay.apps.pool_audit import summarize as audit_summary
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import ProblemRecord
@@ -52,7 +52,18 @@ def test_the_audit_reads_the_pools_from_a_snapshot_and_counts_per_pool(tmp_path)
     assert out["unsolved"]["misfiled"] == 1 and out["solved"]["misfiled_share"] == 1.0
     assert sorted(out["misfiled_ids"]) == ["a", "c"]
     out.update(group_size=4)
-    assert "2 of 3 pooled problems misfiled (67%)" in audit_line(out)
+    assert "2 of 3 pooled problems misfiled (67%, 95% CI [" in audit_line(out)
+    lo, hi = out["misfiled_ci95"]
+    assert lo < 2 / 3 < hi
+    # the lost opportunity share: misfiled problems' time since their last test over problems x clock
+    state.step = 10
+    state.problems["a"].score = 4.0  # solved at step 4, misfiled: 6 steps lost
+    state.problems["c"].score = 9.0  # 1 step
+    snapshot.write_atomic(path, snapshot.encode(state))
+    ages, n, now = pool_clock(path)
+    assert (ages, n, now) == ({"a": 6.0, "b": 10.0, "c": 1.0}, 4, 10.0)
+    lost = audit_summary(pools, {"a": [1, 1, 1, 0], "b": [0, 0, 0, 0], "c": [0, 1, 0, 0]}, (ages, n, now))
+    assert lost["lost_opportunity_share"] == pytest.approx(7 / 40)
     assert "not run (Redis)" in audit_line({"skipped": "Redis"})
     with pytest.raises(InvalidArgument, match="not a memory-store snapshot"):
         pooled_problems(tmp_path / "missing.json")

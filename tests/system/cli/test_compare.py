@@ -232,3 +232,12 @@ def test_the_grpo_arm_trains_zero_variance_groups_and_dapo_drops_them(tmp_path):
     d = _report("uniform", 0, 30, 100, queue_zero_variance=False, train_zero_variance=False)
     check_arms([g, d])
     assert [run_metrics(r)["sampler"] for r in (g, d, _report("uniform", 0, 30, 100))] == ["grpo", "dapo", "uniform"]
+
+
+def test_the_evidence_arm_is_told_apart_from_version_retests():
+    base = dict(retest_versions=1, queue_zero_variance=False, train_zero_variance=False, age_decay=1.0)
+    ev = _report("heap", 0, 30, 100, **{**base, "pool_evidence": 0})
+    vr = _report("heap", 0, 30, 100, **{**base, "pool_evidence": 1})
+    assert [run_metrics(r)["sampler"] for r in (ev, vr)] == ["heap-evidence", "heap-version-retests"]
+    odd = _report("heap", 0, 30, 100, pool_evidence=2, age_decay=0.9)
+    assert run_metrics(odd)["sampler"] == "heap-pool-evidence-2-age-decay-0.9"

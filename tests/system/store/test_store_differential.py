@@ -42,6 +42,8 @@ configs = st.builds(
     retest_fraction=st.sampled_from([0.0, 0.25, 0.5]),
     retest_interval=st.sampled_from([0, 1, 3]),
     retest_versions=st.sampled_from([0, 0, 1, 2]),  # 0: the step clock; k: pools by policy version
+    pool_evidence=st.sampled_from([1, 1, 0, 2]),  # 1: the paper; 0: k by G; 2: two verdicts in a row
+    age_decay=st.sampled_from([1.0, 1.0, 0.7]),  # 0.7: statistics age by the policy versions between reports
     params=st.builds(
         rules.PriorityParams,
         decay=st.sampled_from([1.0, 0.8, 0.0]),

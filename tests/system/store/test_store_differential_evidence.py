@@ -2,6 +2,11 @@
 clock, the memory store the oracle), as in test_store_differential.py:
 
 * ``queue_zero_variance`` (plain GRPO): every group with a payload is queued for the learner;
+* ``pool_evidence``: a problem is pooled only after k pool verdicts of one kind in a row, and waits
+  at the top of the heap until then (``rules.confirm_pool``, ``rules.PENDING_PRIORITY``);
+* ``age_decay``: a report ages the old statistics by the policy versions since the latest one.
+
+(test_store_differential.py draws both settings too, over random operations.)
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ import uuid
 
 import pytest
 
+from prioreplay import rules
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.priority_server.store.memory_store import MemoryStore
 from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.priority_server.store.redis import KEY_NAMES, RedisStore
 from prioreplay.problems import ProblemRecord
+from prioreplay.rules import Pool
 from tests.system.store.test_store_differential import _assert_dumps_equal, _lease_view
 
 #: Groups of 4: all-correct, mixed, all-wrong, constant non-binary, mixed.
@@ -23,7 +30,13 @@ PATTERNS = [(1.0,) * 4, (0.0, 1.0, 1.0, 0.0), (0.0,) * 4, (0.5,) * 4, (0.0, 0.0,
 
 
 def _pattern(j: int, step: int, pid: str) -> tuple[float, ...]:
-    return PATTERNS[(j * 3 + step + int(pid[1:])) % len(PATTERNS)]
+    """q0-q7 always all-wrong, q8-q15 all-correct but every fifth step, the rest in turn."""
+    i = int(pid[1:])
+    if i < 8:
+        return PATTERNS[2]
+    if i < 16:
+        return PATTERNS[1] if step % 5 == 4 else PATTERNS[0]
+    return PATTERNS[(j * 3 + step + i) % len(PATTERNS)]
 
 
 async def _run_both(config: StoreConfig, redis_url: str, namespace: str, steps: int, batch: int = 8, problems: int = 40):
@@ -69,3 +82,21 @@ def test_zero_variance_groups_are_queued_only_for_plain_grpo(redis_url, namespac
         assert queued == 6 * 8 and sum(r.groups_filtered for r in results) == 0
     else:
         assert queued == mixed < 6 * 8
+
+
+@pytest.mark.parametrize(("evidence", "gamma"), [(0, 1.0), (2, 1.0), (3, 0.6), (1, 0.6)])
+def test_pools_from_evidence_and_aged_statistics_agree_on_a_longer_run(redis_url, namespace, evidence, gamma):
+    config = StoreConfig(sampler="heap", retest_fraction=0.25, retest_interval=1, seed=9, pool_evidence=evidence, age_decay=gamma)
+    dump, _ = asyncio.run(_run_both(config, redis_url, namespace, steps=24))
+    k = rules.evidence_groups(4, evidence)
+    streaks = dump["evidence"]
+    pooled = [pid for pid, row in dump["problems"].items() if row[0] in (int(Pool.SOLVED), int(Pool.UNSOLVED))]
+    assert pooled and all(streaks[pid][1] >= k for pid in pooled)  # every pooled problem had k verdicts in a row
+    if k > 1:  # some problem waited in the heap on a shorter run
+        assert any(row[0] == int(Pool.HEAP) and streaks.get(pid, (0, 0, 0))[1] for pid, row in dump["problems"].items())
+
+
+def test_aged_statistics_change_the_state(redis_url, namespace):
+    fresh, _ = asyncio.run(_run_both(StoreConfig(sampler="heap", seed=9), redis_url, namespace, steps=12))
+    aged, _ = asyncio.run(_run_both(StoreConfig(sampler="heap", seed=9, age_decay=0.5), redis_url, namespace, steps=12))
+    assert aged["problems"] != fresh["problems"]  # the sampling paths part; the factor itself: tests/unit/rules

@@ -30,6 +30,9 @@ settings       string  JSON of the run settings the namespace was made with (``s
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
 tokens         hash    id → ``"completions tokens"``: decayed sums of the reports that carried token
                        ids (the running mean of completion tokens; ``cost-aware``, ``knapsack``)
+evidence       hash    id → ``"streak_pool streak version"``: the run of pool verdicts
+                       (``rules.confirm_pool``; pool 2 / 3, 0 none) and the policy version at the
+                       problem's latest report (``age_decay``); written by ``report``
 ============== ======= ========================================================================
 """
 
@@ -62,6 +65,7 @@ KEY_NAMES = (
     "settings",
     "tokens",
     "owners",
+    "evidence",
 )
 #: The keys every lease-changing script gets first, in this order (their KEYS[1..9]).
 STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters", "tomb:reported", "tomb:expired")

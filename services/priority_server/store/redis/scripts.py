@@ -87,7 +87,7 @@ SCRIPT_ARGS = {
         ),
         ScriptArgs(
             "report",
-            (*STATE_KEYS, "stream", "parts", "quarantine", "tokens", "policy", "owners"),
+            (*STATE_KEYS, "stream", "parts", "quarantine", "tokens", "policy", "owners", "evidence"),
             ("now", "lease_id", "more_parts", "group", "run", "n_outcomes"),
             rest="outcomes",
         ),

@@ -134,6 +134,7 @@ class RedisStore(RedisClient):
                 "unsolved_at": self._bands.unsolved_at,
                 "retest_versions": config.retest_versions,
                 "queue_zero_variance": config.queue_zero_variance,
+                "age_decay": config.age_decay,
             }
         )
         self._sampler_arg = json.dumps(self._sampler.lua_args(config.sampler_params))
@@ -306,7 +307,8 @@ class RedisStore(RedisClient):
             breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards, self._bands)
             rest += [
                 f"{tie_member(o.problem_id, seed)}\t{kinds[-1].value}\t{len(rewards)}\t"
-                f"{float_arg(sr)}\t{float_arg(sq)}\t{int(forgetting)}\t{int(breakthrough)}\t{max(0, int(o.completion_tokens))}",
+                f"{float_arg(sr)}\t{float_arg(sq)}\t{int(forgetting)}\t{int(breakthrough)}\t{max(0, int(o.completion_tokens))}\t"
+                f"{rules.evidence_groups(len(rewards), self.config.pool_evidence)}",
                 bytes(o.payload),
             ]
         rest += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
@@ -560,12 +562,13 @@ class RedisStore(RedisClient):
     async def dump(self) -> dict:
         """Canonical state (see :meth:`Store.dump`); reads everything, for tests and debugging."""
         k = self._keys
-        stats, counters, step_policy, leases = await self._pipe(
+        stats, counters, step_policy, leases, evidence = await self._pipe(
             lambda p: (
                 p.hgetall(k["stats"]),
                 p.hgetall(k["counters"]),
                 p.hmget(k["policy"], "version", "uri"),
                 p.hvals(k["leases"]),
+                p.hgetall(k["evidence"]),
             )
         )
         problems = {}
@@ -583,6 +586,7 @@ class RedisStore(RedisClient):
             "policy": (int(step_policy[0] or 0), text(step_policy[1])),
             "leases": lease_lists,
             "queue": await self._undelivered(),
+            "evidence": {text(pid): tuple(int(x) for x in text(v).split()) for pid, v in sorted(evidence.items())},
         }
 
     async def _undelivered(self) -> list[bytes]:

@@ -15,6 +15,7 @@
 -- KEYS[13] tokens       hash   id -> "completions tokens" (decayed sums of reports with token ids)
 -- KEYS[14] policy       hash   version, uri (the pools' clock with run.retest_versions > 0)
 -- KEYS[15] owners       hash   lease id -> JSON [worker id, request id] (dropped when the lease ends)
+-- KEYS[16] evidence     hash   id -> "streak_pool streak version" (rules.confirm_pool, the version of the latest report)
 -- ARGV[1]  now          unix seconds from the store's clock
 -- ARGV[2]  lease_id
 -- ARGV[3]  more_parts   '1': a part; the lease stays live for the problems not yet reported, each
@@ -25,12 +26,14 @@
 --                       all-wrong only), retest_versions (0: a pooled problem's score is the lease's
 --                       step; k >= 1: the current policy version, rules.pool_score), queue_zero_variance
 --                       (true: every group with a payload is queued, plain GRPO; false: mixed ones only)
+--                       age_decay (gamma: old statistics x decay x gamma^(versions since the latest report))
 -- ARGV[6]  n_outcomes
 -- ARGV[7...] outcomes  2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
 --   ARGV[7 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough\ttokens" with kind one of
 --                 mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
 --                 repr strings), the two flags 0/1 (rules.is_forgetting / is_breakthrough from a pool, with the bands),
---                 tokens = the group's completion tokens (0: none sent, the token sums stay)
+--                 tokens = the group's completion tokens (0: none sent, the token sums stay), then k =
+--                 rules.evidence_groups(G, pool_evidence): pool verdicts in a row a pool needs (1: the paper)
 --   ARGV[8 + 2j]  payload (bytes), queued when the group is mixed (any, with run.queue_zero_variance) and not empty
 -- Outcomes for members reported by an earlier part are skipped (counted in the reply).
 -- then ARGV[7 + 2 * n_outcomes] = n_unservable and one member per unservable problem after it
@@ -42,7 +45,7 @@
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
             stream = KEYS[10], parts = KEYS[11], quarantine = KEYS[12], tokens = KEYS[13], policy = KEYS[14],
-            owners = KEYS[15] }
+            owners = KEYS[15], evidence = KEYS[16] }
 local more = ARGV[3] == '1'
 local sets = { k.heap, k.solved, k.unsolved }
 local now_s, lease_id = ARGV[1], ARGV[2]
@@ -87,8 +90,11 @@ local run = cjson.decode(ARGV[5])
 local lam, pa, pb = run.decay, run.prior_alpha, run.prior_beta
 local solved_at, unsolved_at = run.solved_at, run.unsolved_at
 -- Python twin: rules.pool_score: the lease's step, or the current policy version
+local version_s = redis.call('HGET', k.policy, 'version') or '0'
+local version = tonumber(version_s)
 local pool_score = f[1]
-if run.retest_versions > 0 then pool_score = redis.call('HGET', k.policy, 'version') or '0' end
+if run.retest_versions > 0 then pool_score = version_s end
+local gamma = run.age_decay
 local queued, filtered = 0, 0
 local completions = 0
 local kinds = { mixed = 0, all_correct = 0, all_wrong = 0, constant = 0 }
@@ -105,20 +111,45 @@ for j = 0, n_out - 1 do
   local id = member_id(member)
   local n, s1, s2 = split_stats(redis.call('HGET', k.stats, id))
   if tonumber(n) == 0 then first_seen = first_seen + 1 end
+  local streak_pool, streak, last_version = 0, 0, version
+  local ev = redis.call('HGET', k.evidence, id)
+  if ev then
+    local a, b, c = string.match(ev, '^(%S+) (%S+) (%S+)$')
+    streak_pool, streak, last_version = tonumber(a), tonumber(b), tonumber(c)
+  end
+  -- Python twin: rules.aged_decay: lam x gamma^(versions since the latest report), lam itself when
+  -- gamma is 1 or no version passed
+  local lam_s = lam
+  local age = math.max(0, version - last_version)
+  if gamma ~= 1 and age > 0 then lam_s = lam * gamma ^ age end
   -- Python twin: rules.update_stats (prioreplay/rules.py): n <- lam*n + G, s1 <- lam*s1 + sum r,
   -- s2 <- lam*s2 + sum r^2 (the sums come from rules.reward_sums)
-  n = lam * tonumber(n) + G
-  s1 = lam * tonumber(s1) + sr
-  s2 = lam * tonumber(s2) + sq
-  local prio = priority(n, s1, s2, pa, pb)
+  n = lam_s * tonumber(n) + G
+  s1 = lam_s * tonumber(s1) + sr
+  s2 = lam_s * tonumber(s2) + sq
   -- Python twin: rules.pass_rate: p = sum r / G (one IEEE division)
   local rate = sr / G
   -- Python twin: rules.destination: all-correct or p >= solved_at (< 1) -> solved, all-wrong or
   -- p <= unsolved_at (> 0) -> unsolved, else the heap
-  local dest, score
-  if kind == 'all_correct' or (solved_at < 1 and rate >= solved_at) then dest, score = 2, pool_score
-  elseif kind == 'all_wrong' or (unsolved_at > 0 and rate <= unsolved_at) then dest, score = 3, pool_score
-  else dest, score = 1, fmt(prio) end
+  local verdict
+  if kind == 'all_correct' or (solved_at < 1 and rate >= solved_at) then verdict = 2
+  elseif kind == 'all_wrong' or (unsolved_at > 0 and rate <= unsolved_at) then verdict = 3
+  else verdict = 1 end
+  -- Python twin: rules.confirm_pool: a pool verdict extends a run toward the same pool (or starts
+  -- one of 1); the problem is pooled once the run reaches k (o[9]), else stays in the heap
+  local dest, score = verdict, nil
+  if verdict == 1 then
+    streak_pool, streak = 0, 0
+  else
+    if streak_pool == verdict then streak = streak + 1 else streak = 1 end
+    streak_pool = verdict
+    if streak < tonumber(o[9] or '1') then dest = 1 end
+  end
+  if dest ~= 1 then score = pool_score
+  elseif verdict == 1 then score = fmt(priority(n, s1, s2, pa, pb))
+  -- Python twin: rules.PENDING_PRIORITY: the top of the heap, tested again at once
+  else score = fmt(0.25) end
+  redis.call('HSET', k.evidence, id, streak_pool .. ' ' .. streak .. ' ' .. version)
   redis.call('HSET', k.stats, id, fmt(n) .. ' ' .. fmt(s1) .. ' ' .. fmt(s2) .. ' ' .. dest .. ' ' .. score)
   -- Python twin: MemoryStore._apply_group: the token sums decay like the statistics
   local tok = tonumber(o[8] or '0')
