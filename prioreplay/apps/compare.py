@@ -134,6 +134,7 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
         "pool_lost_opportunity_share": audit.get("lost_opportunity_share"),
         "pool_audit": audit or None,
         "accuracy_after_each": report.get("eval_correct_after"),
+        "heldout_curve": report.get("heldout_curve"),
         "curve": curve,
     }
 
@@ -203,12 +204,50 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]
             "above_1": lo > 1.0 if len(common) > 1 else None,
         }  # one seed: no spread, no interval
     return {
+        "rollouts_to_target": rollouts_to_target(by_arm, samplers),
         "arms": arms,
         "baseline": baseline,
         "paired_seeds": common,
         "effective_group_fraction_ratio": ratios,
         "vs_baseline": {s: against_baseline(by_arm[s], by_arm[baseline], common) for s in samplers if s != baseline},
     }
+
+
+def rollouts_to_target(by_arm: dict[str, dict[int, dict]], samplers: list[str]) -> dict[str, Any]:
+    """Each arm's rollouts to the held-out accuracy ``grpo`` reaches at its full budget, against
+    ``grpo`` and ``dapo`` (:mod:`prioreplay.curves`: interpolated on the runs' ``heldout_curve``,
+    paired bootstrap over seeds; > 1: fewer rollouts). Empty without a ``grpo`` arm or without
+    curves of >= 5 points (``--eval-points 3`` or more)."""
+    from prioreplay.curves import MIN_EVAL_POINTS, curves_from_points, rollouts_to_target_ratio
+
+    def curves(arm: str) -> dict:
+        out = {}
+        for seed, run in by_arm.get(arm, {}).items():
+            pts = [(p["rollouts"], p["accuracy"]) for p in run.get("heldout_curve") or [] if p.get("accuracy") is not None]
+            if len(pts) >= MIN_EVAL_POINTS:
+                out[seed] = curves_from_points(pts)
+        return out
+
+    grpo = curves("grpo")
+    if "grpo" not in samplers or not grpo:
+        return {}
+    out: dict[str, Any] = {}
+    for arm in samplers:
+        for base in ("grpo", "dapo"):
+            mine, theirs = curves(arm), curves(base)
+            if arm == base or not theirs or not (set(mine) & set(theirs) & set(grpo)):
+                continue
+            r = rollouts_to_target_ratio(mine, theirs, target_from=grpo)
+            out[f"{arm}_vs_{base}"] = {
+                "ratio": r.ratio,
+                "ci_low": r.ci_low,
+                "ci_high": r.ci_high,
+                "per_seed": list(r.per_seed),
+                "seeds": list(r.seeds),
+                "censored": r.censored,
+                "targets": list(r.targets),
+            }
+    return out
 
 
 def against_baseline(arm: dict[int, dict], base: dict[int, dict], seeds: list[int]) -> dict[str, Any]:
@@ -274,6 +313,11 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             line += f", held-out change {a['mean'] * 100:+.1f} pts [{a['ci95'][0] * 100:+.1f}, {a['ci95'][1] * 100:+.1f}]"
         lines.append(line)
     lines += _baseline_lines(summary)
+    for name, r in summary.get("rollouts_to_target", {}).items():
+        lines.append(
+            f"rollouts to grpo's held-out target, {name.replace('_vs_', ' vs ')}: {r['ratio']:.2f}x "
+            f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}] over seeds {r['seeds']} (censored {r['censored']}; > 1: fewer rollouts)"
+        )
     for s, r in summary["effective_group_fraction_ratio"].items():
         if r["ci95"] is None:
             lines.append(

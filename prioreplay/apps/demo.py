@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from prioreplay.apps.demo_config import DemoConfig, escape_stop, worker_seed
+from prioreplay.apps.demo_curve import CurveKeeper, curve_points
 from prioreplay.apps.demo_report import (
     OUTCOMES_FILE,
     OUTCOMES_PART,
@@ -227,13 +228,15 @@ def _run(demo: Demo, name: str) -> int:
     log.info("scoring %d held-out problems before training", len(eval_problems))
     right_before = _evaluate(cfg, model_dir, None, eval_problems)
     learner, workers = _start_trainers(demo, client.settings.server, model_dir)
-    worker_metrics = _follow_learner(demo, client, learner, workers)
+    keeper = _curve_keeper(demo)
+    worker_metrics = _follow_learner(demo, client, learner, workers, keeper)
     final, server_metrics = _stop_children(demo, client, server, workers, worker_metrics)
     groups_recorded = collect_outcomes(demo.run_dir, cfg.sampler, cfg.seed)
     _prune_run(demo.run_dir)
     final_ckpt = latest_complete(demo.run_dir / "checkpoints")
     log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
     right_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
+    curve = keeper.score(lambda w: _evaluate(cfg, model_dir, w, eval_problems)) if keeper else []
     pool_audit = _pool_audit(demo, model_dir, final_ckpt)
     report = _report(
         demo,
@@ -248,9 +251,19 @@ def _run(demo: Demo, name: str) -> int:
     held = {k: report.get(k) for k in ("accuracy_before", "accuracy_after", "accuracy_change")}
     demo.reporter.scalars("eval", held, demo.steps[-1]["step"] if demo.steps else 0)
     report["pool_audit"] = pool_audit
+    if keeper:
+        spent = report["tokens"].get("completion_tokens") or 0
+        report["heldout_curve"] = curve_points(right_before, curve, right_after, final.completions_reported, spent)
     report["outcomes"] = {"file": OUTCOMES_FILE, "groups": groups_recorded}
     write_report(demo.run_dir, report, final)
     return 0
+
+
+def _curve_keeper(demo: Demo) -> CurveKeeper | None:
+    """The keeper of ``--eval-points`` versions, by the run's budget (None when off or unbudgeted)."""
+    cfg = demo.cfg
+    budget = cfg.rollouts or cfg.completion_tokens
+    return CurveKeeper(demo.run_dir, float(budget), cfg.eval_points) if cfg.eval_points and budget else None
 
 
 def _pool_audit(demo: Demo, model_dir: Path, final_ckpt: Path | None) -> dict[str, Any]:
@@ -428,7 +441,9 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
     return learner, workers
 
 
-def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) -> dict[str, dict[str, float]]:
+def _follow_learner(
+    demo: Demo, client, learner: Child, workers: list[Child], keeper: CurveKeeper | None = None
+) -> dict[str, dict[str, float]]:
     """Record a step (server stats) per line of the learner's log until it exits; show a progress
     bar. Returns each worker's latest /metrics scrape."""
     from tqdm import tqdm
@@ -460,13 +475,16 @@ def _follow_learner(demo: Demo, client, learner: Child, workers: list[Child]) ->
         seen_lines = len(lines)
         if learner.proc.poll() is not None:
             break
+        done = client.stats(histogram_buckets=1).completions_reported
+        tokens = token_totals(last_metrics)["completion_tokens"]
+        if keeper:
+            keeper.observe(done if cfg.rollouts else tokens, done, tokens)
         if by_rollouts:
-            done = client.stats(histogram_buckets=1).completions_reported
             bar.update(max(0, min(done, cfg.rollouts) - bar.n))
             if done >= cfg.rollouts:
                 _end_at_budget(demo, client, learner, workers, last_metrics)
                 break
-        if cfg.completion_tokens and token_totals(last_metrics)["completion_tokens"] >= cfg.completion_tokens:
+        if cfg.completion_tokens and tokens >= cfg.completion_tokens:
             _end_at_budget(demo, client, learner, workers, last_metrics)
             break
         if time.time() - demo.t0 > cfg.timeout_s:

@@ -62,6 +62,13 @@ class DemoRunSettings(PrioreplaySettings):
         le=10**15,
         description="end the run once the workers generated this many completion tokens (the token budget; 0: none)",
     )
+    eval_points: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="held-out evaluations during the run at N evenly spaced marks of the budget, besides before and after "
+        "(the report's heldout_curve; compare reads rollouts to target off it with N >= 3: >= 5 points a run)",
+    )
     pool_audit: bool = Field(
         True, description="at the end, score every pooled problem with the final policy (G samples) and report the misfiled share"
     )

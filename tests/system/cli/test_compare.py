@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from prioreplay.apps.cli import parse
-from prioreplay.apps.compare import check_arms, run_metrics, summarize, summary_lines
+from prioreplay.apps.compare import check_arms, rollouts_to_target, run_metrics, summarize, summary_lines
 from prioreplay.apps.compare_config import default_samplers
 from prioreplay.errors import InvalidArgument
 from prioreplay.tiny_model import make_tiny_model
@@ -241,3 +241,20 @@ def test_the_evidence_arm_is_told_apart_from_version_retests():
     assert [run_metrics(r)["sampler"] for r in (ev, vr)] == ["heap-evidence", "heap-version-retests"]
     odd = _report("heap", 0, 30, 100, pool_evidence=2, age_decay=0.9)
     assert run_metrics(odd)["sampler"] == "heap-pool-evidence-2-age-decay-0.9"
+
+
+def test_rollouts_to_target_is_read_off_the_held_out_curves_against_grpo_and_dapo():
+    def run(arm, seed, accs):
+        curve = [{"rollouts": 100 * i, "accuracy": a} for i, a in enumerate(accs)]
+        return {"sampler": arm, "seed": seed, "heldout_curve": curve}
+
+    by_arm = {
+        "grpo": {s: run("grpo", s, [0.1, 0.2, 0.3, 0.4, 0.5]) for s in (0, 1)},  # target 0.5 at 400
+        "dapo": {s: run("dapo", s, [0.1, 0.3, 0.4, 0.5, 0.5]) for s in (0, 1)},  # at 300
+        "heap": {s: run("heap", s, [0.1, 0.5, 0.5, 0.5, 0.5]) for s in (0, 1)},  # at 100
+        "old": {0: run("old", 0, [0.1, 0.5])},  # too few points: left out
+    }
+    out = rollouts_to_target(by_arm, ["grpo", "dapo", "heap", "old"])
+    assert out["heap_vs_grpo"]["ratio"] == pytest.approx(4.0) and out["heap_vs_dapo"]["ratio"] == pytest.approx(3.0)
+    assert out["dapo_vs_grpo"]["ratio"] == pytest.approx(4 / 3) and "old_vs_grpo" not in out
+    assert rollouts_to_target(by_arm, ["dapo", "heap"]) == {}  # no grpo arm: no target
