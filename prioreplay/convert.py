@@ -198,13 +198,16 @@ def trajectory_payload(o: pb.ProblemOutcome, reported_unix_s: float) -> bytes:
     return pb.TrajectoryGroup(**trajectory_fields(o, reported_unix_s)).SerializeToString()
 
 
-def outcome_to_group(o: pb.ProblemOutcome, reported_unix_s: float, queue: bool = True) -> ReportedGroup:
+def outcome_to_group(
+    o: pb.ProblemOutcome, reported_unix_s: float, queue: bool = True, zero_variance: bool = False
+) -> ReportedGroup:
     """The store's view of a reported outcome: its rewards, and a payload only for a mixed group
-    (the only kind the store queues, :func:`prioreplay.rules.classify`) when ``queue`` (False for
-    a ``rewards_only`` report). Rewards are not validated here (the store does, for both stores)."""
+    (the only kind the store queues, :func:`prioreplay.rules.classify`; any group with
+    ``zero_variance``, the server's ``--queue-zero-variance``) when ``queue`` (False for a
+    ``rewards_only`` report). Rewards are not validated here (the store does, for both stores)."""
     rewards = tuple(c.reward for c in o.completions)
     payload = b""
-    if queue and rewards and rules.classify(rewards) is rules.GroupKind.MIXED:
+    if queue and rewards and (zero_variance or rules.classify(rewards) is rules.GroupKind.MIXED):
         payload = trajectory_payload(o, reported_unix_s)
     return ReportedGroup(o.problem_id, rewards, payload, sum(len(c.token_ids) for c in o.completions))
 

@@ -213,7 +213,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             raise InvalidArgument("lease_id is empty; quote the lease_id returned by SampleProblems")
         now = self.store.clock()
         queue = not request.rewards_only
-        groups = report_groups(raw, request, now, queue)
+        groups = report_groups(raw, request, now, queue, zero_variance=self.store.config.queue_zero_variance)
         unservable = list(request.unservable_problem_ids)
         result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts, unservable=unservable)
         if result.quarantined:

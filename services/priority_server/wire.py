@@ -236,7 +236,7 @@ def _per_completion(
 
 
 def canonical_groups(
-    raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool
+    raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool, zero_variance: bool = False
 ) -> list[ReportedGroup] | None:
     """The fast half of :func:`report_groups`: a valid report's groups read from its bytes, or None.
 
@@ -251,8 +251,8 @@ def canonical_groups(
     ``TrajectoryGroup``, byte for byte what :func:`prioreplay.convert.trajectory_payload` gives).
 
     Returns:
-        [(problem_id, rewards, payload)] in report order (payload b"" unless the group is mixed and
-        ``queue``), or None when the report is under :data:`COLUMN_MIN_BYTES`, the encoding is not
+        [(problem_id, rewards, payload)] in report order (payload b"" unless the group is mixed, or
+        any with ``zero_variance``, and ``queue``), or None when the report is under :data:`COLUMN_MIN_BYTES`, the encoding is not
         canonical or any message-level check fails: the caller then runs the per-field checks,
         which name the bad value.
     """
@@ -285,7 +285,7 @@ def canonical_groups(
             return None  # NaN fails too
         group_rewards = tuple(all_rewards[a0:a1])
         payload = b""
-        if queue and group_rewards and rules.classify(group_rewards) is rules.GroupKind.MIXED:
+        if queue and group_rewards and (zero_variance or rules.classify(group_rewards) is rules.GroupKind.MIXED):
             payload = group(**trajectory_fields(o, reported_unix_s)).SerializeToString()
         out.append(ReportedGroup(o.problem_id, group_rewards, payload, int(n_group)))
     return out
@@ -330,7 +330,9 @@ def validate_outcome(o: pb.ProblemOutcome, index: int, check_values: bool = True
                     )
 
 
-def _checked_groups(request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool) -> list[GroupOutcome]:
+def _checked_groups(
+    request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool, zero_variance: bool = False
+) -> list[GroupOutcome]:
     """The per-field half of :func:`report_groups`: :func:`validate_outcome` and
     :func:`~prioreplay.convert.outcome_to_group` for each outcome.
 
@@ -342,11 +344,17 @@ def _checked_groups(request: pb.ReportOutcomesRequest, reported_unix_s: float, q
     if not logprobs_all_valid(request.outcomes):
         for i, o in enumerate(request.outcomes):  # find the bad value for the message
             validate_outcome(o, i)
-    return [GroupOutcome(*outcome_to_group(o, reported_unix_s, queue=queue)) for o in request.outcomes]
+    return [GroupOutcome(*outcome_to_group(o, reported_unix_s, queue, zero_variance)) for o in request.outcomes]
 
 
 def report_groups(
-    raw: bytes, request: pb.ReportOutcomesRequest, reported_unix_s: float, queue: bool, *, fast: bool = True
+    raw: bytes,
+    request: pb.ReportOutcomesRequest,
+    reported_unix_s: float,
+    queue: bool,
+    *,
+    fast: bool = True,
+    zero_variance: bool = False,
 ) -> list[GroupOutcome]:
     """The store's groups of one ReportOutcomes request: the one report decode of the server.
 
@@ -359,6 +367,7 @@ def report_groups(
     Args:
         reported_unix_s: the store clock when the report arrived, seconds (stamped on payloads).
         queue: False for ``rewards_only`` reports (no payloads are made).
+        zero_variance: payloads for every group, not only mixed ones (``--queue-zero-variance``).
 
     Returns:
         One :class:`GroupOutcome` per outcome, in report order.
@@ -366,10 +375,10 @@ def report_groups(
     Raises:
         InvalidArgument: the first bad outcome, named by index (see :func:`validate_outcome`).
     """
-    fast_groups = canonical_groups(raw, request, reported_unix_s, queue) if fast else None
+    fast_groups = canonical_groups(raw, request, reported_unix_s, queue, zero_variance) if fast else None
     if fast_groups is not None:
         return [GroupOutcome(*g) for g in fast_groups]
-    return _checked_groups(request, reported_unix_s, queue)
+    return _checked_groups(request, reported_unix_s, queue, zero_variance)
 
 
 # -- the lean PullTrajectories path -------------------------------------------------------------

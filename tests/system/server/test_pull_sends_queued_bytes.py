@@ -120,3 +120,18 @@ def test_the_size_limits_hold_on_the_lean_path(srv):
         back = stub.PullTrajectories(own, timeout=10)
         assert [g.problem_id for g in back.groups] == [two.groups[0].problem_id]  # stayed queued
         stub.AckTrajectories(pb.AckTrajectoriesRequest(group_ids=[back.groups[0].group_id]), timeout=10)
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_plain_grpo_queues_zero_variance_groups_over_grpc(kind, redis_url):
+    """--queue-zero-variance: an all-correct group reaches the learner (the grpo arm)."""
+    cfg = ServerConfig(metrics_port=0, snapshot_interval_s=0, stats_interval_s=0.5, queue_zero_variance=True)
+    with server_in_namespace(kind, redis_url, "zv", cfg) as s, grpc.insecure_channel(s.address) as ch:
+        stub = pb_grpc.PriorityServiceStub(ch)
+        same = outcome("z0")
+        for c in same.completions:
+            c.reward = 1.0
+        _report(stub, [same, outcome("z1")])
+        r = stub.PullTrajectories(pb.PullTrajectoriesRequest(max_groups=8, consumer="c"), timeout=10)
+        assert sorted(g.problem_id for g in r.groups) == ["z0", "z1"]
+        assert [c.reward for g in r.groups if g.problem_id == "z0" for c in g.completions] == [1.0, 1.0]

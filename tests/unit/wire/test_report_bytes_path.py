@@ -141,3 +141,20 @@ def test_a_report_with_left_out_fields_takes_the_lean_path_and_agrees(monkeypatc
     assert got is not None and len(raw) > wire.COLUMN_MIN_BYTES
     assert [tuple(g) for g in got] == _per_field(req, 99.5)
     assert any(math.copysign(1.0, r) < 0 for g in got for r in g.rewards)  # -0.0 kept as sent
+
+
+def test_plain_grpo_gets_a_payload_for_every_group_on_both_paths(monkeypatch):
+    """``--queue-zero-variance``: zero-variance groups get their payload too, byte for byte alike."""
+    monkeypatch.setattr(wire, "COLUMN_MIN_BYTES", 0)
+    rng = random.Random(5)
+    checked = 0
+    for _ in range(60):
+        req = _random_report(rng, bad=False)
+        raw = req.SerializeToString()
+        queue = not req.rewards_only
+        fast = canonical_groups(raw, pb.ReportOutcomesRequest.FromString(raw), 1.0, queue, zero_variance=True)
+        slow = report_groups(raw, req, 1.0, queue, fast=False, zero_variance=True)
+        assert fast == [(g.problem_id, g.rewards, g.payload, g.completion_tokens) for g in slow]
+        assert all(bool(g.payload) == queue for g in slow)  # every group, zero variance or not
+        checked += sum(1 for g in slow if len(set(g.rewards)) == 1 and queue)
+    assert checked > 5  # zero-variance groups were among them
