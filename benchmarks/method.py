@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import sys
 import time
@@ -169,6 +170,56 @@ def result_items(out: dict[str, Any], command: str, note: str) -> list[dict[str,
     return res.items
 
 
+def compare_items(compare: dict[str, Any], command: str, note: str) -> list[dict[str, Any]]:
+    """results.json entries of a real ``prioreplay compare`` (its ``compare.json``): per arm
+    ``method.misfiled.demo_<arm>`` (the pool audit's misfiled share over every pooled problem
+    of the arm's seeds, Wilson interval; ``lost_opportunity_share`` and the per-seed shares
+    alongside), and ``method.rollouts_to_target.demo_<arm>_vs_<base>`` when the runs had curves."""
+    from benchmarks.results import Results
+    from prioreplay.intervals import wilson
+
+    res = Results(command, note=note, prefix="method.")
+    for arm in compare["samplers"]:
+        runs = [r for r in compare["runs"] if r["sampler"] == arm and (r.get("pool_audit") or {}).get("pooled")]
+        if not runs:
+            continue
+        pooled = sum(r["pool_audit"]["pooled"] for r in runs)
+        bad = sum(r["pool_audit"]["misfiled"] for r in runs)
+        lo, hi = wilson(bad, pooled)
+        lost = [r["pool_audit"].get("lost_opportunity_share") for r in runs]
+        res.add(
+            f"misfiled.demo_{arm.replace('-', '_')}",
+            bad / pooled,
+            "fraction",
+            ci_low=lo,
+            ci_high=hi,
+            ci95=[lo, hi],
+            pooled=pooled,
+            misfiled=bad,
+            values=[r["pool_audit"]["misfiled_share"] for r in runs],
+            lost_opportunity_share=lost,
+            seeds=[r["seed"] for r in runs],
+            how="pool audit of `prioreplay demo` runs (final policy, G samples per pooled problem), pooled over seeds; "
+            "Wilson interval over the pooled problems",
+            target="<= 0.10",
+            met=bad / pooled <= 0.10,
+        )
+    for name, r in (compare.get("rollouts_to_target") or {}).items():
+        res.add(
+            f"rollouts_to_target.demo_{name.replace('-', '_')}",
+            r["ratio"],
+            "ratio",
+            ci_low=r["ci_low"],
+            ci_high=r["ci_high"],
+            ci95=[r["ci_low"], r["ci_high"]],
+            values=r["per_seed"],
+            seeds=r["seeds"],
+            censored=r["censored"],
+            how="real runs: rollouts to grpo's held-out accuracy at its budget, interpolated on --eval-points curves",
+        )
+    return res.items
+
+
 def lines(out: dict[str, Any]) -> list[str]:
     """One line per arm."""
     text = []
@@ -203,9 +254,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--points", type=int, default=9, help="evaluations up to the budget R (2·points − 1 up to 2R; >= 5)")
     ap.add_argument("--arms", nargs="*", default=[], help="further simulator methods beyond grpo, dapo and heap")
     ap.add_argument("--quick", action="store_true", help="a tiny population (seconds; for a smoke test)")
+    ap.add_argument("--from-compare", type=Path, help="instead: the figures of a finished `prioreplay compare` directory")
     ap.add_argument("--out", type=Path, help="results.json to merge the figures into")
     ap.add_argument("--note", default="", help="the load and anything a reader of results.json should know")
     a = ap.parse_args(argv)
+    command = "python -m benchmarks.method " + " ".join(sys.argv[1:] if argv is None else argv)
+    if a.from_compare:
+        items = compare_items(json.loads((a.from_compare / "compare.json").read_text()), command, a.note)
+        for i in items:
+            print(i["name"], f"{i['value']:.3f}", f"[{i['ci_low']:.3f}, {i['ci_high']:.3f}]")
+        if a.out:
+            merge_results(a.out, items)
+        return 0
     if a.points < 5:
         raise SystemExit(f"--points ({a.points}) must be >= 5: rollouts to target reads a curve of >= 5 evaluations")
     out = run(QUICK_PARAMS if a.quick else PARAMS, list(range(a.seeds)), arms_named(a.arms), a.points)
@@ -213,7 +273,6 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"wall {out['wall_s']:.0f} s", file=sys.stderr)
     if a.out:
-        command = "python -m benchmarks.method " + " ".join(sys.argv[1:] if argv is None else argv)
         merge_results(a.out, [i for i in result_items(out, command, a.note) if not _nan(i["value"])])
     return 0
 

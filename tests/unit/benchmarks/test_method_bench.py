@@ -24,3 +24,27 @@ def test_every_arm_gets_both_ratios_and_a_figure_per_name():
     assert {"method.rollouts_to_target.dapo_vs_grpo", "method.final_at_2x.grpo", "method.misfiled.heap"} <= names
     item = next(i for i in result_items(out, "cmd", "note") if i["name"] == "method.rollouts_to_target.heap_vs_grpo")
     assert item["ci_low"] <= item["value"] <= item["ci_high"] and not math.isnan(item["ci_low"])
+
+
+def test_real_compare_figures_pool_the_audit_over_seeds():
+    from benchmarks.method import compare_items
+
+    def run(arm, seed, pooled, bad):
+        audit = {"pooled": pooled, "misfiled": bad, "misfiled_share": bad / pooled, "lost_opportunity_share": 0.01}
+        return {"sampler": arm, "seed": seed, "pool_audit": audit}
+
+    cmp = {
+        "samplers": ["heap", "heap-evidence", "dapo"],
+        "runs": [run("heap", 0, 40, 12), run("heap", 1, 60, 18), run("heap-evidence", 0, 30, 3), {"sampler": "dapo", "seed": 0}],
+        "rollouts_to_target": {
+            "heap_vs_grpo": {"ratio": 1.2, "ci_low": 0.9, "ci_high": 1.5, "per_seed": [1.2], "seeds": [0], "censored": 0}
+        },
+    }
+    items = {i["name"]: i for i in compare_items(cmp, "cmd", "")}
+    assert set(items) == {
+        "method.misfiled.demo_heap",
+        "method.misfiled.demo_heap_evidence",
+        "method.rollouts_to_target.demo_heap_vs_grpo",
+    }
+    heap = items["method.misfiled.demo_heap"]
+    assert heap["value"] == 0.3 and heap["pooled"] == 100 and heap["ci_low"] < 0.3 < heap["ci_high"]
