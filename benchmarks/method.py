@@ -114,6 +114,30 @@ def run(params: SimParams, seeds: list[int], arms: list[Method], points: int) ->
     return out
 
 
+def warm_start_run(params: SimParams, seeds: list[int], shrink: float, tmp: Path) -> dict[str, Any]:
+    """Priority memory across runs in the simulator: per seed, run A (``heap``) trains for the
+    budget R and its statistics are exported; runs B (warm: A's statistics × ``shrink``) and C
+    (cold) then train the same population from the same starting logits with other draws, for
+    one epoch (N·G rollouts). Returns each arm's first-epoch useful-rollout fraction (rollouts in
+    groups the learner trained on / generated), per seed, and the paired ratio warm / cold."""
+    from prioreplay import warm_start
+
+    heap = Method("heap", "heap", "heap", 0.1)
+    epoch = replace(params, budget_rollouts=params.n_problems * params.group_size)
+    warm_f, cold_f = [], []
+    for s in seeds:
+        dump: dict[str, Any] = {}
+        asyncio.run(run_one(params, heap, s, final_dump=dump))
+        path = tmp / f"warm-{s}.json"
+        warm_start.write(path, {pid: (row[1], row[2], row[3]) for pid, row in dump["problems"].items() if row[1] > 0})
+        warm = replace(heap, name="heap_warm", store=(("warm_start", str(path)), ("warm_start_shrink", shrink)))
+        other = 1000 + s  # the second run's own draws, on population s
+        warm_f.append(asyncio.run(run_one(epoch, warm, other, pop_seed=s)).useful_rollout_fraction)
+        cold_f.append(asyncio.run(run_one(epoch, heap, other, pop_seed=s)).useful_rollout_fraction)
+    ratios = [w / c for w, c in zip(warm_f, cold_f, strict=True) if c > 0]
+    return {"warm": summarize(warm_f), "cold": summarize(cold_f), "ratio": summarize(ratios), "seeds": seeds, "shrink": shrink}
+
+
 def result_items(out: dict[str, Any], command: str, note: str) -> list[dict[str, Any]]:
     """results.json entries ``method.*`` of one :func:`run`."""
     from benchmarks.results import Results
@@ -247,13 +271,15 @@ def arms_named(names: list[str]) -> list[Method]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison, print one line per arm; with ``--out`` merge the figures into it."""
-    from benchmarks.results import merge_results
+    from benchmarks.results import Results, merge_results
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.method", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=8, help="paired seeds 0 .. N-1")
     ap.add_argument("--points", type=int, default=9, help="evaluations up to the budget R (2·points − 1 up to 2R; >= 5)")
     ap.add_argument("--arms", nargs="*", default=[], help="further simulator methods beyond grpo, dapo and heap")
     ap.add_argument("--quick", action="store_true", help="a tiny population (seconds; for a smoke test)")
+    ap.add_argument("--warm-start", action="store_true", help="instead: warm vs cold first epochs (priority memory)")
+    ap.add_argument("--shrink", type=float, default=0.5, help="--warm-start: the shrink factor rho")
     ap.add_argument("--from-compare", type=Path, help="instead: the figures of a finished `prioreplay compare` directory")
     ap.add_argument("--out", type=Path, help="results.json to merge the figures into")
     ap.add_argument("--note", default="", help="the load and anything a reader of results.json should know")
@@ -265,6 +291,37 @@ def main(argv: list[str] | None = None) -> int:
             print(i["name"], f"{i['value']:.3f}", f"[{i['ci_low']:.3f}, {i['ci_high']:.3f}]")
         if a.out:
             merge_results(a.out, items)
+        return 0
+    if a.warm_start:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            w = warm_start_run(QUICK_PARAMS if a.quick else PARAMS, list(range(a.seeds)), a.shrink, Path(tmp))
+        r = w["ratio"]
+        print(
+            f"first-epoch useful-rollout fraction: warm {w['warm']['mean']:.3f}, cold {w['cold']['mean']:.3f}; "
+            f"warm/cold {r['mean']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] over {len(w['seeds'])} seeds (rho {a.shrink})"
+        )
+        if a.out:
+            res = Results(command, note=a.note, prefix="method.")
+            res.add(
+                "warm_start.first_epoch_useful_ratio",
+                r["mean"],
+                "ratio",
+                ci_low=r["lo"],
+                ci_high=r["hi"],
+                ci95=[r["lo"], r["hi"]],
+                warm=w["warm"]["mean"],
+                cold=w["cold"]["mean"],
+                shrink=a.shrink,
+                seeds=w["seeds"],
+                how="simulator: useful-rollout fraction of the first epoch (N·G rollouts) of a run warm-started from a heap "
+                "run's statistics (same population and starting logits, other draws) over a cold run's; per-seed ratios, "
+                "bootstrap",
+                target=">= 1.3",
+                met=bool(r["mean"] >= 1.3),
+            )
+            merge_results(a.out, res.items)
         return 0
     if a.points < 5:
         raise SystemExit(f"--points ({a.points}) must be >= 5: rollouts to target reads a curve of >= 5 evaluations")

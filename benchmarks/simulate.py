@@ -382,6 +382,8 @@ async def run_one(
     seed: int,
     store_factory: Callable[[StoreConfig, Callable[[], float]], Store] = memory_store_factory,
     history: list[dict[str, Any]] | None = None,
+    pop_seed: int | None = None,
+    final_dump: dict[str, Any] | None = None,
 ) -> RunResult:
     """Train one simulated population with one method until the rollout budget is spent.
 
@@ -389,8 +391,11 @@ async def run_one(
         history: when given, receives one row per generated group in the format of a demo run's
             ``outcomes.jsonl`` (``problem_id``, ``policy_version`` = optimizer steps before the
             group's batch, ``rewards``, ``sampler``, ``seed``): what ``benchmarks/calibrate.py`` fits.
+        pop_seed: the population's seed when it differs from ``seed`` (a second run on the same
+            problems and starting model, with its own draws).
+        final_dump: when given, receives the store's ``dump()`` at the end (its statistics).
     """
-    pop = Population(params, seed)
+    pop = Population(params, seed if pop_seed is None else pop_seed)  # pop_seed: the same "base model", another run
     rng = np.random.default_rng([seed, 1])
     clock = _Clock()
     store = await _open_store(pop, method, seed, store_factory, clock)
@@ -434,6 +439,8 @@ async def run_one(
     st = await store.stats()
     final = pop.success()
     dump = await store.dump()
+    if final_dump is not None:
+        final_dump.update(dump)
     misfiled = pool_misfiled_share(dump, final, G, np.random.default_rng([seed, 2]))
     pooled = sum(1 for pool, *_ in dump["problems"].values() if pool in (Pool.SOLVED, Pool.UNSOLVED))
     await store.close()

@@ -69,6 +69,11 @@ COMMANDS: dict[str, Command] = {
         "prepare a model folder (convert an alias such as smollm2-135m once) and print its path",
         extra="worker",
     ),
+    "export-stats": Command(
+        "prioreplay.apps.export_stats:ExportStatsConfig",
+        "prioreplay.apps.export_stats:run",
+        "a run's per-problem statistics as a warm-start file for a new run (--warm-start)",
+    ),
     "compare": Command(
         "prioreplay.apps.compare_config:CompareConfig",
         "prioreplay.apps.compare:run",

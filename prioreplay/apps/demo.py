@@ -337,6 +337,7 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
         str(cfg.pool_evidence),
         "--age-decay",
         str(cfg.age_decay),
+        *(["--warm-start", cfg.warm_start, "--warm-start-shrink", str(cfg.warm_start_shrink)] if cfg.warm_start else []),
         "--seed",
         str(cfg.seed),
         "--namespace",

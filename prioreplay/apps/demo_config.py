@@ -79,6 +79,8 @@ class DemoRunSettings(PrioreplaySettings):
     retest_versions: int = setting(ServerConfig, "retest_versions")
     queue_zero_variance: bool = setting(ServerConfig, "queue_zero_variance")
     pool_evidence: int = setting(ServerConfig, "pool_evidence")
+    warm_start: str = setting(ServerConfig, "warm_start")
+    warm_start_shrink: float = setting(ServerConfig, "warm_start_shrink")
     age_decay: float = setting(ServerConfig, "age_decay")
     # -- the workers' settings -----------------------------------------------------------------
     group_size: int = setting(WorkerConfig, "group_size", 4)

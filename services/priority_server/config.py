@@ -112,6 +112,18 @@ class StoreSettings(BaseModel):
         description="gamma: a report multiplies a problem's old statistics by decay x gamma^a, a = policy versions "
         "published since its previous report (FreshPER: evidence about an older policy counts less); 1: off",
     )
+    warm_start: str = Field(
+        "",
+        description="a warm-start file (`prioreplay export-stats`): a newly registered problem in it starts with the "
+        "exported statistics times --warm-start-shrink, in the heap at their priority (prioreplay/warm_start.py); '': cold",
+    )
+    warm_start_shrink: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="rho: a warm-started problem's statistics are rho x the exported ones (its success-rate estimate kept, "
+        "its weight cut toward the prior); 0: a cold start, 1: as if the old run went on",
+    )
     queue_zero_variance: bool = Field(
         False,
         description="queue zero-variance groups (all rewards equal) for the learner too, as plain GRPO trains on every "

@@ -200,8 +200,15 @@ class Store(abc.ABC):
     """
 
     def __init__(self, config: StoreConfig, clock: Callable[[], float] = time.time):
+        from prioreplay import warm_start
+
         self.config = config
         self.clock = clock
+        #: A new problem's starting statistics from ``config.warm_start``, already shrunk.
+        self._warm = {
+            pid: warm_start.shrink(st, config.warm_start_shrink)
+            for pid, st in (warm_start.read(config.warm_start) if config.warm_start else {}).items()
+        }
 
     # -- problems -------------------------------------------------------------------------
     async def register(self, problems: Sequence[ProblemRecord], *, replace: bool = True) -> tuple[int, int, int]:

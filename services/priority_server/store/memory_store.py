@@ -232,17 +232,11 @@ class MemoryStore(Store):
                     self._quarantined.discard(p.id)
                     self._place(e, e.home, e.score)
                 continue
-            e = Entry(
-                record=p,
-                member=tie_member(p.id, self.config.seed),
-                stats=Stats(),
-                pool=Pool.HEAP,
-                home=Pool.HEAP,
-                score=initial,
-                wire=problem_bytes(p),
-            )
+            st = self._warm.get(p.id, Stats())  # prioreplay/warm_start.py: in the heap at its shrunk statistics
+            score = rules.priority(st, self.config.params) if p.id in self._warm else initial
+            e = Entry(p, tie_member(p.id, self.config.seed), st, Pool.HEAP, Pool.HEAP, score, problem_bytes(p))
             known[p.id] = e
-            added.append((initial, e.member))
+            added.append((score, e.member))
         self._heap.update(added)  # one sort + merge: O(k log k + N) for k new problems
         return len(added), updated, len(known)
 

@@ -4,7 +4,8 @@ clock, the memory store the oracle), as in test_store_differential.py:
 * ``queue_zero_variance`` (plain GRPO): every group with a payload is queued for the learner;
 * ``pool_evidence``: a problem is pooled only after k pool verdicts of one kind in a row, and waits
   at the top of the heap until then (``rules.confirm_pool``, ``rules.PENDING_PRIORITY``);
-* ``age_decay``: a report ages the old statistics by the policy versions since the latest one.
+* ``age_decay``: a report ages the old statistics by the policy versions since the latest one;
+* ``warm_start``: new problems start from a previous run's statistics, shrunk.
 
 (test_store_differential.py draws both settings too, over random operations.)
 """
@@ -50,6 +51,7 @@ async def _run_both(config: StoreConfig, redis_url: str, namespace: str, steps: 
     try:
         probs = [ProblemRecord(f"q{i}", f"prompt {i}", str(i)) for i in range(problems)]
         assert await red.register(probs) == await mem.register(probs)
+        _assert_dumps_equal(await mem.dump(), await red.dump())
         for step in range(steps):
             a, b = await mem.sample(batch), await red.sample(batch)
             assert _lease_view(b) == _lease_view(a)
@@ -100,3 +102,18 @@ def test_aged_statistics_change_the_state(redis_url, namespace):
     fresh, _ = asyncio.run(_run_both(StoreConfig(sampler="heap", seed=9), redis_url, namespace, steps=12))
     aged, _ = asyncio.run(_run_both(StoreConfig(sampler="heap", seed=9, age_decay=0.5), redis_url, namespace, steps=12))
     assert aged["problems"] != fresh["problems"]  # the sampling paths part; the factor itself: tests/unit/rules
+
+
+@pytest.mark.parametrize("shrink", [0.5, 1 / 3, 0.0])
+def test_a_warm_start_registers_alike_in_both_stores(redis_url, namespace, tmp_path, shrink):
+    from prioreplay import warm_start
+
+    path = tmp_path / "warm.json"
+    warm_start.write(path, {"q1": (8.0, 0.0, 0.0), "q2": (12.0, 6.0, 6.0), "q3": (4.0, 4.0, 4.0), "gone": (4.0, 1.0, 1.0)})
+    config = StoreConfig(sampler="heap", seed=4, warm_start=str(path), warm_start_shrink=shrink, retest_fraction=0.25)
+    dump, _ = asyncio.run(_run_both(config, redis_url, namespace, steps=0, problems=6))
+    q2 = rules.Stats(12.0 * shrink, 6.0 * shrink, 6.0 * shrink)
+    assert dump["problems"]["q2"] == (int(Pool.HEAP), q2.n, q2.s1, q2.s2, rules.priority(q2, rules.PriorityParams()))
+    assert dump["problems"]["q1"][0] == int(Pool.HEAP)  # never straight to a pool, whatever the old verdict
+    assert dump["problems"]["q5"] == (int(Pool.HEAP), 0.0, 0.0, 0.0, rules.MAX_PRIORITY)  # not in the file: cold
+    asyncio.run(_run_both(config, redis_url, namespace, steps=10, batch=4, problems=6))  # then runs alike

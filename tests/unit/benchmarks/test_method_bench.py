@@ -48,3 +48,11 @@ def test_real_compare_figures_pool_the_audit_over_seeds():
     }
     heap = items["method.misfiled.demo_heap"]
     assert heap["value"] == 0.3 and heap["pooled"] == 100 and heap["ci_low"] < 0.3 < heap["ci_high"]
+
+
+def test_warm_start_run_measures_the_first_epoch_warm_and_cold(tmp_path):
+    from benchmarks.method import warm_start_run
+
+    out = warm_start_run(QUICK_PARAMS, [0, 1], 0.5, tmp_path)
+    assert out["ratio"]["n"] == 2 and 0 < out["cold"]["mean"] < 1 and 0 < out["warm"]["mean"] <= 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["warm-0.json", "warm-1.json"]

@@ -39,6 +39,7 @@ evidence       hash    id → ``"streak_pool streak version"``: the run of pool 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 
 from prioreplay import rules
 from prioreplay.problems import ProblemRecord
@@ -106,3 +107,15 @@ def decode_problem(pid: str, value: bytes | str) -> ProblemRecord:
     """The problem ``pid`` of a ``problems`` hash value (:func:`encode_problem`)."""
     prompt, answer, verifier, metadata = json.loads(text(value))
     return ProblemRecord(id=pid, prompt=prompt, answer=answer, verifier=verifier, metadata=metadata)
+
+
+def warm_arg(problems: Sequence[ProblemRecord], warm: Mapping[str, rules.Stats], params: rules.PriorityParams) -> str:
+    """register.lua's ``warm`` argument: "id\tn s1 s2 1 priority" per problem of ``problems`` with
+    warm-start statistics in ``warm`` (shrunk already; :mod:`prioreplay.warm_start`), joined by "\n"."""
+    lines = []
+    for p in problems:
+        st = warm.get(p.id)
+        if st is not None:
+            score = float_arg(rules.priority(st, params))
+            lines.append(f"{p.id}\t{float_arg(st.n)} {float_arg(st.s1)} {float_arg(st.s2)} {int(Pool.HEAP)} {score}")
+    return "\n".join(lines)

@@ -78,7 +78,7 @@ SCRIPT_ARGS = {
         ScriptArgs(
             "register",
             ("stats", "heap", "problems", "solved", "unsolved", "quarantine"),
-            ("initial", "priority", "chunk", "replace"),
+            ("initial", "priority", "chunk", "replace", "warm"),
         ),
         ScriptArgs(
             "sample",

@@ -65,7 +65,7 @@ from ..records import (
 )
 from ..snapshot import COUNTER_NAMES
 from .client import RedisClient
-from .keys import decode_problem, encode_problem, float_arg, parse_stats, text
+from .keys import decode_problem, encode_problem, float_arg, parse_stats, text, warm_arg
 from .scripts import SCRIPT_ARGS
 
 REGISTER, SAMPLE, REPORT, RENEW = (SCRIPT_ARGS[n] for n in ("register", "sample", "report", "renew"))
@@ -165,12 +165,12 @@ class RedisStore(RedisClient):
 
         async def fill(pipe):
             for start in range(0, len(problems), REGISTER_CHUNK):
-                chunk = "\n".join(
-                    f"{p.id}\t{tie_member(p.id, seed)}\t{encode_problem(p)}" for p in problems[start : start + REGISTER_CHUNK]
-                )
+                part = problems[start : start + REGISTER_CHUNK]
+                chunk = "\n".join(f"{p.id}\t{tie_member(p.id, seed)}\t{encode_problem(p)}" for p in part)
+                warm = warm_arg(part, self._warm, self.config.params)
                 await script(
                     keys=keys,
-                    args=REGISTER.arg_list(initial=initial, priority=prio, chunk=chunk, replace=int(replace)),
+                    args=REGISTER.arg_list(initial=initial, priority=prio, chunk=chunk, replace=int(replace), warm=warm),
                     client=pipe,
                 )
             pipe.hlen(self._keys["problems"])

@@ -12,10 +12,15 @@
 --                       exact; one argument keeps the client's packing cheap). Ids are unique.
 -- ARGV[4]  replace      '1': another prompt or answer replaces the registered one; '0': a chunk
 --                       holding such an id is refused whole (store/base.py docstring, "register")
+-- ARGV[5]  warm         one line per problem of the chunk in the warm-start file (prioreplay/warm_start.py),
+--                       "id\tn s1 s2 1 priority": a NEW such problem starts with these statistics and heap
+--                       score instead of ARGV[1] / ARGV[2] (Python twin: MemoryStore._register); '' for none
 -- A quarantined problem registered again returns to its pool with its score (stats unchanged).
 -- Returns {created, updated}, or {-1, id, ...} (every clashing id, chunk order) when refused:
 -- nothing changed.
 local sets = { KEYS[2], KEYS[4], KEYS[5] }
+local warm = {}
+for id, st in string.gmatch(ARGV[5] or '', '([^\t\n]+)\t([^\n]+)') do warm[id] = st end
 local created, updated = 0, 0
 local pattern = '([^\t\n]+)\t([^\t\n]+)\t([^\n]+)'
 
@@ -36,8 +41,11 @@ if ARGV[4] == '0' then
 end
 for id, member, record in string.gmatch(ARGV[3], pattern) do
   redis.call('HSET', KEYS[3], id, record)
-  if redis.call('HSETNX', KEYS[1], id, ARGV[1]) == 1 then
-    redis.call('ZADD', KEYS[2], ARGV[2], member)
+  local st = warm[id]
+  if redis.call('HSETNX', KEYS[1], id, st or ARGV[1]) == 1 then
+    local score = ARGV[2]
+    if st then score = string.match(st, '(%S+)$') end
+    redis.call('ZADD', KEYS[2], score, member)
     created = created + 1
   else
     updated = updated + 1
