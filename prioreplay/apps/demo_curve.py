@@ -59,12 +59,13 @@ class CurveKeeper:
         if not versions:
             return None
         version, src = versions[-1]
-        dst = self.run_dir / "curve" / f"v-{version}-at-{rollouts}"
+        dst = self.run_dir / "curve" / f"mark-{len(self.kept) + 1}-v-{version}"  # one per mark, never reused
+        shutil.rmtree(dst, ignore_errors=True)  # a failed attempt's leftovers
         try:
-            dst.mkdir(parents=True, exist_ok=False)
+            dst.mkdir(parents=True)
             for f in src.iterdir():
                 os.link(f, dst / f.name)
-        except OSError as e:  # pruned while linking, or linked already: not this one
+        except OSError as e:  # pruned while linking: try again at the next call
             log.info("could not keep published version %s for the curve (%s)", src, e)
             shutil.rmtree(dst, ignore_errors=True)
             return None

@@ -22,12 +22,14 @@ def test_a_version_is_kept_at_each_mark_and_survives_the_learners_prune(tmp_path
     publish(tmp_path, 2)
     keeper.observe(60, 60, 600)
     keeper.observe(61, 61, 610)  # no new mark
-    assert [(r, v) for r, _, v, _ in keeper.kept] == [(40, 1), (60, 2)]
+    keeper.observe(80, 60, 600)  # a mark passed with no newer version: the same version kept again, the first one intact
+    assert [(r, v) for r, _, v, _ in keeper.kept] == [(40, 1), (60, 2), (60, 2)]
+    assert all(p.is_dir() for *_, p in keeper.kept)
     for v in (1, 2):  # the learner prunes its versions: the kept links still hold the files
         for f in (tmp_path / "checkpoints" / "published" / f"v-{v}").iterdir():
             f.unlink()
     scored = keeper.score(lambda w: [True, (w / "model.safetensors").read_bytes() == b"w2"])
-    assert [p["accuracy"] for p in scored] == [0.5, 1.0] and [p["policy_version"] for p in scored] == [1, 2]
+    assert [p["accuracy"] for p in scored] == [0.5, 1.0, 1.0] and [p["policy_version"] for p in scored] == [1, 2, 2]
     assert not any((tmp_path / "curve").iterdir())  # deleted once scored
 
 
