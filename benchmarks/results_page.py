@@ -94,7 +94,11 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "`rollouts_to_target.<arm>_vs_<base>`: the base's rollouts over the arm's to reach the held-out accuracy grpo "
         "reaches at R, interpolated on the curves (> 1: fewer rollouts), `ci_low`/`ci_high` a paired bootstrap over seeds; "
         "`final_at_2x`: held-out accuracy at 2R; `misfiled`: the pool audit at the end. A simulator, not a language model: "
-        "it says how the samplers behave under its assumptions, not what a real run gains.",
+        "it says how the samplers behave under its assumptions, not what a real run gains. `misfiled.demo_<arm>`: the pool "
+        "audit of real `prioreplay compare` runs (SmolLM2-135M-Instruct on CPU, the default demo task), pooled over seeds "
+        "with a Wilson interval (`python -m benchmarks.method --from-compare DIR`). `warm_start.first_epoch_useful_ratio`: "
+        "in the simulator, the first epoch's useful-rollout fraction of a run started from a previous heap run's statistics "
+        "shrunk by 0.5, over a cold run's, same population and starting logits (`--warm-start`).",
     ),
     (
         "sim",
