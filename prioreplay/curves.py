@@ -108,6 +108,8 @@ class RatioResult:
         seeds: the paired seeds, ascending.
         censored: seeds where the arm never reached the target (its ratio is an upper bound).
         targets: the target accuracy of each seed.
+        no_gain: seeds left out because the baseline reached the target before training (its
+            accuracy at its budget is no better than at its first evaluation: nothing to reach).
     """
 
     ratio: float
@@ -117,6 +119,7 @@ class RatioResult:
     seeds: tuple[int, ...]
     censored: int
     targets: tuple[float, ...]
+    no_gain: tuple[int, ...] = ()
 
 
 def rollouts_to_target_ratio(
@@ -140,6 +143,9 @@ def rollouts_to_target_ratio(
         :class:`RatioResult`. Its ratio is Σ base / Σ arm (the ratio of mean rollouts), which is
         not dominated by one seed's small denominator as a mean of per-seed ratios would be.
 
+    A seed whose baseline reaches the target at its first evaluation (no gain over the start) is
+    left out and listed in ``no_gain``; with none left the figures are NaN.
+
     Raises:
         ValueError: no seed is common to ``arm``, ``base`` and ``target_from``.
     """
@@ -147,14 +153,21 @@ def rollouts_to_target_ratio(
     seeds = tuple(sorted(set(arm) & set(base) & set(ref)))
     if not seeds:
         raise ValueError(f"no common seed: arm {sorted(arm)}, baseline {sorted(base)}, target {sorted(ref)}")
-    targets = tuple(ref[s].final for s in seeds)
-    a_r, b_r, censored = [], [], 0
-    for s, t in zip(seeds, targets, strict=True):
-        ra, reached = first_crossing(arm[s], t)
+    a_r, b_r, censored, kept, no_gain = [], [], 0, [], []
+    for s in seeds:
+        t = ref[s].final
         rb, _ = first_crossing(base[s], t)
+        if rb <= 0.0:  # the baseline was there before training: no rollouts to compare
+            no_gain.append(s)
+            continue
+        ra, reached = first_crossing(arm[s], t)
         censored += not reached
         a_r.append(max(ra, 1e-9))
         b_r.append(rb)
+        kept.append(s)
+    seeds, targets = tuple(kept), tuple(ref[s].final for s in kept)
+    if not seeds:
+        return RatioResult(math.nan, math.nan, math.nan, (), (), 0, (), tuple(no_gain))
     ratio = sum(b_r) / sum(a_r)
     lo = hi = math.nan
     if len(seeds) > 1:
@@ -174,6 +187,7 @@ def rollouts_to_target_ratio(
         seeds=seeds,
         censored=censored,
         targets=targets,
+        no_gain=tuple(no_gain),
     )
 
 

@@ -246,6 +246,7 @@ def rollouts_to_target(by_arm: dict[str, dict[int, dict]], samplers: list[str]) 
                 "seeds": list(r.seeds),
                 "censored": r.censored,
                 "targets": list(r.targets),
+                "no_gain": list(r.no_gain),
             }
     return out
 
@@ -316,7 +317,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     for name, r in summary.get("rollouts_to_target", {}).items():
         lines.append(
             f"rollouts to grpo's held-out target, {name.replace('_vs_', ' vs ')}: {r['ratio']:.2f}x "
-            f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}] over seeds {r['seeds']} (censored {r['censored']}; > 1: fewer rollouts)"
+            f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}] over seeds {r['seeds']} (censored {r['censored']}; > 1: fewer rollouts; "
+            f"left out, grpo no better than at its start: {r['no_gain'] or 'none'})"
         )
     for s, r in summary["effective_group_fraction_ratio"].items():
         if r["ci95"] is None:

@@ -83,3 +83,12 @@ def test_no_common_seed_is_refused():
 def test_accuracy_at_interpolates():
     assert accuracy_at({0: curve(0.0, 0.2, 0.4, 0.6, 0.8)}, 250.0) == [pytest.approx(0.5)]
     assert accuracy_at({0: curve(0.0, 0.2, 0.4, 0.6, 0.8)}, 900.0) == [0.8]
+
+
+def test_a_seed_whose_baseline_never_improved_is_left_out():
+    flat = {0: curve(0.0, 0.0, 0.0, 0.0, 0.0), 1: curve(0.1, 0.2, 0.3, 0.4, 0.5)}
+    arm = {0: curve(0.0, 0.1, 0.1, 0.1, 0.1), 1: curve(0.1, 0.5, 0.5, 0.5, 0.5)}
+    r = rollouts_to_target_ratio(arm, flat)
+    assert r.no_gain == (0,) and r.seeds == (1,) and r.ratio == pytest.approx(4.0)
+    none = rollouts_to_target_ratio({0: arm[0]}, {0: flat[0]})
+    assert none.no_gain == (0,) and math.isnan(none.ratio)
