@@ -53,18 +53,24 @@ ARM_KEYS = (
 def check_arms(reports: list[dict[str, Any]]) -> None:
     """Refuse runs that are not the same experiment but for the arm (``compare_config.arm_name``) and the seed.
 
+    A setting one run lacks (made before the setting existed) counts as its default.
+
     Raises:
         InvalidArgument: two runs differ in a setting outside :data:`ARM_KEYS` (the message names
             the setting, both values and both runs), or an arm's runs repeat a seed.
     """
     if not reports:
         raise InvalidArgument("compare needs at least one run")
+    from prioreplay.apps.demo_config import DemoConfig
+
+    # a setting a run lacks (made before the setting existed) ran as its default
+    defaults = {k: f.default for k, f in DemoConfig.model_fields.items() if isinstance(f.default, (bool, int, float, str))}
     ref = reports[0]
     ref_cfg = {k: v for k, v in ref["config"].items() if k not in ARM_KEYS}
     for rep in reports[1:]:
         cfg = {k: v for k, v in rep["config"].items() if k not in ARM_KEYS}
         for key in sorted(set(ref_cfg) | set(cfg)):
-            if ref_cfg.get(key) != cfg.get(key):
+            if ref_cfg.get(key, defaults.get(key)) != cfg.get(key, defaults.get(key)):
                 raise InvalidArgument(
                     f"runs {ref.get('name')!r} and {rep.get('name')!r} differ in {key} ({ref_cfg.get(key)!r} vs "
                     f"{cfg.get(key)!r}); a comparison changes only the sampler (and the seed)"

@@ -258,3 +258,10 @@ def test_rollouts_to_target_is_read_off_the_held_out_curves_against_grpo_and_dap
     assert out["heap_vs_grpo"]["ratio"] == pytest.approx(4.0) and out["heap_vs_dapo"]["ratio"] == pytest.approx(3.0)
     assert out["dapo_vs_grpo"]["ratio"] == pytest.approx(4 / 3) and "old_vs_grpo" not in out
     assert rollouts_to_target(by_arm, ["dapo", "heap"]) == {}  # no grpo arm: no target
+
+
+def test_a_run_made_before_a_setting_existed_compares_with_one_at_its_default():
+    old = _report("heap", 0, 30, 100)  # no eval_points key
+    check_arms([old, _report("heap", 1, 30, 100, eval_points=0)])
+    with pytest.raises(InvalidArgument, match="differ in eval_points"):
+        check_arms([old, _report("heap", 1, 30, 100, eval_points=3)])
