@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prioreplay.apps.demo_config import DemoConfig, escape_stop, worker_seed
+from prioreplay.apps.demo_config import DemoConfig, escape_stop, resolve_worker_python, worker_seed
 from prioreplay.apps.demo_curve import CurveKeeper, curve_points
 from prioreplay.apps.demo_report import (
     OUTCOMES_FILE,
@@ -77,9 +77,10 @@ class Demo:
     namespace: str = ""
     t0: float = 0.0
     reporter: Reporter = field(default_factory=Reporter)  # --report-to: TensorBoard / wandb
+    worker_python: str = sys.executable  # --worker-python / vLLM's environment (resolve_worker_python)
 
     # -- processes ------------------------------------------------------------------------
-    def spawn(self, name: str, args: list[str], metrics_port: int, threads: int) -> Child:
+    def spawn(self, name: str, args: list[str], metrics_port: int, threads: int, python: str = sys.executable) -> Child:
         log_path = self.run_dir / "logs" / f"{name}.log"
         env = dict(
             os.environ,
@@ -92,7 +93,7 @@ class Demo:
         )
         env.pop("PRIOREPLAY_CONFIG", None)
         fh = open(log_path, "ab")
-        cmd = [sys.executable, "-m", "prioreplay.apps.cli", *args]
+        cmd = [python, "-m", "prioreplay.apps.cli", *args]
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         fh.close()
         child = Child(name, proc, log_path, metrics_port)
@@ -188,10 +189,15 @@ def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, proble
 def run(cfg: DemoConfig) -> int:
     """Run the demo; returns the exit code (0 when every child finished cleanly)."""
     setup_logging("INFO")
+    try:
+        worker_python = resolve_worker_python(cfg)
+    except PrioreplayError as e:
+        print(f"prioreplay demo: {e}", file=sys.stderr)
+        return 2
     name = f"{cfg.sampler}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / name
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    demo = Demo(cfg, run_dir)
+    demo = Demo(cfg, run_dir, worker_python=worker_python)
     demo.t0 = time.time()
 
     def _on_sigterm(signum, frame):  # children run in their own sessions: stop them like on Ctrl-C
@@ -415,6 +421,7 @@ def _worker_args(cfg: DemoConfig, w: int, address: str, model_dir: Path, port: i
             server=address,
             outcomes_file=run_dir / f"{OUTCOMES_PART}{w}.jsonl",
             model=model_dir,
+            backend=cfg.backend,
             group_size=cfg.group_size,
             batch_size=cfg.batch_size,
             max_new_tokens=cfg.max_new_tokens,
@@ -438,7 +445,8 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
     workers = []
     for w in range(cfg.workers):
         wport = free_port()
-        workers.append(demo.spawn(f"worker-{w}", _worker_args(cfg, w, address, model_dir, wport, run_dir), wport, threads))
+        args = _worker_args(cfg, w, address, model_dir, wport, run_dir)
+        workers.append(demo.spawn(f"worker-{w}", args, wport, threads, python=demo.worker_python))
     return learner, workers
 
 

@@ -9,7 +9,7 @@ field and the reason are in :attr:`DemoConfig.own_defaults`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -27,6 +27,11 @@ WORKER_SEED_STRIDE = 1000
 def worker_seed(seed: int, worker: int) -> int:
     """The generation seed of worker ``worker`` (0-based) in a demo run with ``seed``."""
     return seed * WORKER_SEED_STRIDE + worker
+
+
+#: The interpreter of vLLM's environment (``make install-vllm``, docs/VLLM.md), relative to the working
+#: directory: the demo's workers run there with ``--backend vllm`` unless ``--worker-python`` names another.
+VLLM_PYTHON = Path(".venv-vllm/bin/python")
 
 
 class DemoRunSettings(PrioreplaySettings):
@@ -83,6 +88,12 @@ class DemoRunSettings(PrioreplaySettings):
     warm_start_shrink: float = setting(ServerConfig, "warm_start_shrink")
     age_decay: float = setting(ServerConfig, "age_decay")
     # -- the workers' settings -----------------------------------------------------------------
+    backend: Literal["transformers", "vllm"] = setting(WorkerConfig, "backend")
+    worker_python: Path | None = Field(
+        None,
+        description="the Python that runs the workers (default: this one; with --backend vllm: "
+        f"{VLLM_PYTHON}, the environment `make install-vllm` builds, where vLLM's own pins live)",
+    )
     group_size: int = setting(WorkerConfig, "group_size", 4)
     batch_size: int = setting(WorkerConfig, "batch_size")
     max_new_tokens: int = setting(WorkerConfig, "max_new_tokens", 24)
@@ -131,3 +142,41 @@ class DemoConfig(DemoRunSettings):
     """
 
     sampler: SamplerName = setting(ServerConfig, "sampler")
+
+
+def resolve_worker_python(cfg: DemoRunSettings) -> str:
+    """The interpreter the demo's workers run under: ``--worker-python``, else :data:`VLLM_PYTHON`
+    with ``--backend vllm`` (vLLM's CPU build pins another transformers than ours, so it lives in its
+    own environment, docs/VLLM.md), else this one.
+
+    Raises:
+        InvalidArgument: ``--backend vllm`` and that interpreter is missing or has no ``vllm`` package
+            (the message names the path and the fix: ``make install-vllm`` or ``--worker-python``).
+    """
+    import subprocess
+    import sys
+
+    from prioreplay.errors import InvalidArgument
+
+    if cfg.worker_python is None and cfg.backend != "vllm":
+        return sys.executable
+    python = cfg.worker_python or VLLM_PYTHON
+    if cfg.backend == "vllm":
+        has_vllm = python.exists() and (
+            subprocess.run(
+                [str(python), "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"],
+                capture_output=True,
+                timeout=120,
+            ).returncode
+            == 0
+        )
+        if not has_vllm:
+            raise InvalidArgument(
+                f"--backend vllm: the worker Python {str(python)!r} "
+                + ("has no vllm package" if python.exists() else "does not exist")
+                + f"; run `make install-vllm` (vLLM's CPU build in {VLLM_PYTHON.parent.parent}), or pass "
+                "--worker-python PATH to an interpreter where vllm and prioreplay are installed (docs/VLLM.md)"
+            )
+    elif not python.exists():
+        raise InvalidArgument(f"worker_python ({str(python)!r}) does not exist; give the path of a Python interpreter")
+    return str(python)
