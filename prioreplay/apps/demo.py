@@ -189,11 +189,7 @@ def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, proble
 def run(cfg: DemoConfig) -> int:
     """Run the demo; returns the exit code (0 when every child finished cleanly)."""
     setup_logging("INFO")
-    try:
-        worker_python = resolve_worker_python(cfg)
-    except PrioreplayError as e:
-        print(f"prioreplay demo: {e}", file=sys.stderr)
-        return 2
+    worker_python = resolve_worker_python(cfg)  # InvalidArgument (exit 2, the fix) before any work
     name = f"{cfg.sampler}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / name
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
