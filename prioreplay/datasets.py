@@ -7,6 +7,8 @@ One entry point, :func:`iter_problems`, reads
 * Parquet files (``*.parquet``, read in record batches with pyarrow),
 * ``arithmetic:N[:seed[:level[:style]]]``: N generated arithmetic problems (no file needed;
   level ``mixed``, ``easy``, ``trivial``, ``hard`` or ``tiers``, prompt style ``plain``, ``line`` or ``short``),
+* ``reasoning-gym:<task>[,<task>...]:N[:seed][:key=value...]``: N generated reasoning-gym problems
+  scored by the library's own scorer (grammar and answer format in :mod:`prioreplay.tasks`),
 * a local dataset directory (saved with ``Dataset.save_to_disk``, or a folder of data files),
   or a Hugging Face ``datasets`` name ``name`` / ``name:config`` (loaded with
   ``datasets.load_dataset``; names already in the local cache work offline).
@@ -60,6 +62,7 @@ from prioreplay.answers import last_boxed
 from prioreplay.arithmetic import ARITH_LEVELS, ARITH_STYLES, arithmetic_problems
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import KNOWN_VERIFIERS, MAX_ID_BYTES, ProblemRecord
+from prioreplay.tasks import PREFIX, reasoning_gym_problems
 
 __all__ = [
     "iter_problems",
@@ -448,6 +451,18 @@ def _iter_all(
     m = _ARITH_RE.match(source.strip())
     if m:
         for p in arithmetic_problems(int(m.group(1)), int(m.group(2) or 0), **_arith_kw(m)):
+            if verifier or id_prefix:
+                p = ProblemRecord(
+                    id=f"{id_prefix}-{p.id}" if id_prefix else p.id,
+                    prompt=p.prompt,
+                    answer=p.answer,
+                    verifier=verifier or p.verifier,
+                    metadata=p.metadata,
+                )
+            yield p
+        return
+    if source.strip().startswith(PREFIX):
+        for p in reasoning_gym_problems(source):
             if verifier or id_prefix:
                 p = ProblemRecord(
                     id=f"{id_prefix}-{p.id}" if id_prefix else p.id,

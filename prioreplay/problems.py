@@ -18,7 +18,7 @@ from typing import Literal
 from prioreplay.errors import InvalidArgument
 
 #: The verifier names a problem may carry (scorers in :mod:`prioreplay.verifiers`).
-KNOWN_VERIFIERS = ("math", "gsm8k", "exact")
+KNOWN_VERIFIERS = ("math", "gsm8k", "exact", "reasoning-gym")
 #: The same names as a type, for typed settings (``--verifier``).
 VerifierName = Literal[KNOWN_VERIFIERS]  # type: ignore[valid-type]
 

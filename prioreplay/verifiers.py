@@ -1,6 +1,6 @@
 """Verifiers: score one completion against a problem's reference answer with a binary reward.
 
-Three verifiers, named as in :data:`prioreplay.problems.KNOWN_VERIFIERS`:
+Four verifiers, named as in :data:`prioreplay.problems.KNOWN_VERIFIERS`:
 
 ``math``
     math-verify (Hugging Face): the reference and the completion are parsed (LaTeX, ``\\boxed``,
@@ -17,6 +17,14 @@ Three verifiers, named as in :data:`prioreplay.problems.KNOWN_VERIFIERS`:
 ``exact``
     Normalised string match: strip, casefold, collapse whitespace, strip one trailing period,
     minus/dash characters read as "-".
+``reasoning-gym``
+    The reasoning-gym library's own scorer for the problem's task (extra ``prioreplay[tasks]``).
+    The reference is the JSON ``{"task", "answer", "metadata"}`` the ``reasoning-gym:`` source
+    writes (:mod:`prioreplay.tasks`). The completion's answer is what the library's own
+    ``reasoning_gym.utils.extract_answer`` reads: the text of the last ``<answer>...</answer>``
+    (stripped), as the library's prompt asks; no tags give 0. That text goes to the task's
+    ``score_answer(answer, entry)``; its score (0..1, partial credit possible) counts as correct
+    only when it is 1.0. Runs in the same killable process pool as ``math``.
 
 Rewards are 1.0 (correct) or 0.0. :func:`verify` never raises for bad completions or references:
 an exception or a time-out gives reward 0.0 and an ``error`` string (the worker counts these in
@@ -322,6 +330,11 @@ def _child_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which kills us
     import math_verify  # noqa: F401 - paid once, before "ready"
 
+    try:  # reasoning-gym (optional extra) is paid here too, so its first score meets the time-out
+        import reasoning_gym  # noqa: F401
+    except ImportError:
+        pass
+
     out.write('{"ready": true}\n')
     out.flush()
     for line in sys.stdin:
@@ -329,6 +342,8 @@ def _child_main() -> None:
             req = json.loads(line)
             if req["op"] == "score":
                 value: object = _score_math_with(req["completion"], req["reference"], None)
+            elif req["op"] == "rg":
+                value = _score_rg_with(req["completion"], req["reference"])
             else:
                 value = _parses_with(req["text"])
             answer = {"value": value}
@@ -336,6 +351,24 @@ def _child_main() -> None:
             answer = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         out.write(json.dumps(answer) + "\n")
         out.flush()
+
+
+def _score_rg_with(completion: str, reference: str) -> float:
+    """reasoning-gym's own score of the ``<answer>`` text of ``completion`` (0..1), in a pool process."""
+    import reasoning_gym
+    from reasoning_gym.utils import extract_answer
+
+    ref = json.loads(reference)
+    answer = extract_answer(completion)
+    if answer is None:
+        return 0.0
+    score_fn = reasoning_gym.get_score_answer_fn(ref["metadata"]["source_dataset"])
+    return float(score_fn(answer, {"answer": ref["answer"], "metadata": ref["metadata"]}))
+
+
+def _score_rg(completion: str, reference: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
+    """reasoning-gym's scorer in a pool process, bounded by ``timeout_s`` seconds (errors as :func:`_score_math`)."""
+    return float(_pool().call({"op": "rg", "completion": completion, "reference": reference}, timeout_s))  # type: ignore[arg-type]  # the value is a number
 
 
 def _parses_with(text: str) -> bool:
@@ -450,6 +483,7 @@ _SCORERS: dict[str, Callable[..., float]] = {
     "math": _score_math,
     "gsm8k": lambda completion, reference, timeout_s=DEFAULT_TIMEOUT_S: _score_gsm8k(completion, reference),
     "exact": lambda completion, reference, timeout_s=DEFAULT_TIMEOUT_S: _score_exact(completion, reference),
+    "reasoning-gym": _score_rg,
 }
 assert tuple(sorted(_SCORERS)) == tuple(sorted(KNOWN_VERIFIERS)), "keep in sync with problems.KNOWN_VERIFIERS"
 
@@ -468,7 +502,7 @@ def verify(name: str, completion: str, reference: str, timeout_s: float = DEFAUL
     """Score ``completion`` against ``reference`` with verifier ``name``; never raises for bad input.
 
     Args:
-        name: ``math``, ``gsm8k`` or ``exact``.
+        name: ``math``, ``gsm8k``, ``exact`` or ``reasoning-gym``.
         completion: the model's generated text (a marked answer anywhere, else its last
             ``MAX_COMPLETION_CHARS`` characters, is read).
         reference: the problem's reference answer.
