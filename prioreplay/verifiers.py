@@ -48,6 +48,7 @@ without one is the final answer searched in the last ``MAX_COMPLETION_CHARS`` ch
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import logging
 import math
@@ -330,11 +331,6 @@ def _child_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which kills us
     import math_verify  # noqa: F401 - paid once, before "ready"
 
-    try:  # reasoning-gym (optional extra) is paid here too, so its first score meets the time-out
-        import reasoning_gym  # noqa: F401
-    except ImportError:
-        pass
-
     out.write('{"ready": true}\n')
     out.flush()
     for line in sys.stdin:
@@ -344,6 +340,9 @@ def _child_main() -> None:
                 value: object = _score_math_with(req["completion"], req["reference"], None)
             elif req["op"] == "rg":
                 value = _score_rg_with(req["completion"], req["reference"])
+            elif req["op"] == "import":  # an optional scorer's library, paid once per process (_Pool.call)
+                importlib.import_module(req["module"])
+                value = True
             else:
                 value = _parses_with(req["text"])
             answer = {"value": value}
@@ -368,7 +367,8 @@ def _score_rg_with(completion: str, reference: str) -> float:
 
 def _score_rg(completion: str, reference: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
     """reasoning-gym's scorer in a pool process, bounded by ``timeout_s`` seconds (errors as :func:`_score_math`)."""
-    return float(_pool().call({"op": "rg", "completion": completion, "reference": reference}, timeout_s))  # type: ignore[arg-type]  # the value is a number
+    request = {"op": "rg", "completion": completion, "reference": reference}
+    return float(_pool().call(request, timeout_s, needs="reasoning_gym"))  # type: ignore[arg-type]  # the value is a number
 
 
 def _parses_with(text: str) -> bool:
@@ -398,6 +398,7 @@ class _PoolProcess:
         assert self.proc.stdin is not None and self.proc.stdout is not None  # both PIPE above
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self._buf = b""
+        self.imported: set[str] = set()  # optional libraries this process has imported (_Pool.call's needs)
         ready = self.read(time.monotonic() + STARTUP_TIMEOUT_S)
         if ready is None or not ready.get("ready"):
             self.kill()
@@ -435,13 +436,24 @@ class _Pool:
         self._idle: list[_PoolProcess] = []
         self._lock = threading.Lock()
 
-    def call(self, request: dict, timeout_s: float) -> object:
+    def call(self, request: dict, timeout_s: float, needs: str | None = None) -> object:
+        """Run ``request`` in an idle process within ``timeout_s`` seconds. ``needs``: a library the
+        request imports (reasoning-gym's: seconds to import), imported first in a process that lacks
+        it, under :data:`STARTUP_TIMEOUT_S`, so the request's own time-out is for the work alone and
+        only pools that score such problems pay the import."""
         with self._slots:
             with self._lock:
                 proc = self._idle.pop() if self._idle else None
             if proc is None or proc.proc.poll() is not None:
                 proc = _PoolProcess()
             try:
+                if needs and needs not in proc.imported:
+                    proc.stdin.write((json.dumps({"op": "import", "module": needs}) + "\n").encode())
+                    proc.stdin.flush()
+                    loaded = proc.read(time.monotonic() + STARTUP_TIMEOUT_S)
+                    if loaded is None or "error" in loaded:  # the except below kills the process
+                        raise RuntimeError(f"importing {needs} failed: {(loaded or {}).get('error', 'timed out')}")
+                    proc.imported.add(needs)
                 proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
                 answer = proc.read(time.monotonic() + timeout_s)
