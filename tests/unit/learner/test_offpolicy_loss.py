@@ -165,3 +165,37 @@ def test_the_mismatch_gauges_follow_the_step_record():
     assert get("prioreplay_learner_offpolicy_abs_log_w", {"quantile": "0.9"}) == 0.4
     assert get("prioreplay_learner_offpolicy_correction_fraction", {"kind": "masked"}) == 0.1
     assert get("prioreplay_learner_offpolicy_correction_fraction", {"kind": "truncated"}) == 0.0
+
+
+@pytest.mark.parametrize("correction", ["none", "tis", "mis-token", "mis-sequence", "icepop"])
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean"])
+def test_every_correction_sums_over_sequence_shards_as_the_distributed_learner_needs(correction, aggregation):
+    """The distributed learner runs the same micro_batch_loss on each rank's contiguous shard of
+    sequences with the whole batch's normaliser and sums the gradients: that is the one-process loss
+    only if each correction (mis-sequence included) is additive over sequence shards."""
+    g = torch.Generator().manual_seed(3)
+    prox = -torch.rand(4, 5, generator=g) * 3  # (B, T) π_prox log-probs
+    log_w = torch.rand(4, 5, generator=g) * 3 - 1.5  # (B, T) in [−1.5, 1.5]: the token bands are crossed
+    log_w[0] = log_w[0] / 20  # sequence 0 stays inside mis-sequence's band (its sum of log w is small)
+    behaviour = prox - log_w
+    logprobs = prox + torch.randn(4, 5, generator=g) * 0.2  # (B, T) π_θ, some ratios clipped
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    mask = torch.ones(4, 5)
+    mask[1, 3:] = 0.0
+    mask[3, 1:] = 0.0
+    norm = float(mask.sum()) if aggregation == "token-mean" else 4.0
+
+    def loss(rows):
+        lp = logprobs[rows].clone().requires_grad_(True)
+        out, _ = grpo_loss(
+            lp, behaviour[rows], adv[rows], mask[rows], aggregation=aggregation, normalizer=norm,
+            prox_logprobs=prox[rows], correction=correction,
+        )  # fmt: skip
+        out.backward()
+        return out.detach(), lp.grad
+
+    whole, whole_grad = loss(slice(0, 4))
+    (a, grad_a), (b, grad_b) = loss(slice(0, 2)), loss(slice(2, 4))
+    torch.testing.assert_close(a + b, whole)
+    torch.testing.assert_close(torch.cat([grad_a, grad_b]), whole_grad)
+    assert whole.abs().item() > 0
