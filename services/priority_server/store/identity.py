@@ -152,8 +152,8 @@ class NamespaceLost(FailedPrecondition):
             detail = CAUSES[how]
         super().__init__(
             f"namespace {namespace!r} in {where} is not the one this server was serving ({seen}): it {holds}; "
-            f"{detail}. Its problems, statistics, leases and queued groups are not there, so nothing is served "
-            f"(no lease, no report) until you decide: restore the namespace's data (from a backup or the old "
+            f"{detail}. What it holds is not that run's problems, statistics, leases and queued groups, so nothing is "
+            f"served (no lease, no report) until you decide: restore the namespace's data (from a backup or the old "
             f"primary; the servers resume by themselves once {seen} is back), or start anew from what the store "
             f"holds now by restarting one server with {ACCEPT_FLAG} (the others follow). See {RUNBOOK}"
         )
