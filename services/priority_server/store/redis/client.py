@@ -100,16 +100,23 @@ class RedisClient(Store):
         Raises:
             FailedPrecondition: a loss marker names another identity and ``accept_loss`` is false
                 (:func:`..identity.startup_refusal`), or the identity key holds a malformed value.
-            StoreUnavailable: Redis cannot be reached (the server checks again before the first RPC).
+            StoreUnavailable: Redis cannot be reached, or fewer replicas than ``min_replica_acks``
+                acknowledged the claim (the server claims again before the first RPC).
         """
         keys, args = self._script_call(
             CLAIM.key_list(self._keys), CLAIM.arg_list(run_id=secrets.token_hex(8), accept_loss=int(accept_loss)), check=False
         )
-        try:
-            res = await self._scripts["claim"](keys=keys, args=args)
-        except (redis_errors.RedisError, OSError) as e:
-            await self._after_error(e)
-            raise self._error(e) from None
+        script = self._scripts["claim"]
+        if self._replication.min_replica_acks:  # a failover right after a creation keeps the identity
+
+            async def fill(pipe):
+                await script(keys=keys, args=args, client=pipe)
+                self._wait(pipe)
+
+            res, acks = await self._pipe(fill, transaction=False)
+            self._check_acks("the namespace claim", acks)
+        else:
+            res = await self._do(script(keys=keys, args=args))
         status, stored, marker_text = text(res[0]), text(res[1]), text(res[2])
         where = f"Redis at {self.redacted_url}"
         marker = LossMarker.parse(marker_text) if marker_text else None
