@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -33,6 +34,7 @@ from prioreplay.priority_server.open_store import create_store
 from prioreplay.priority_server.store.identity import ACCEPT_FLAG, RUNBOOK, Identity, LossMarker
 from prioreplay.problems import ProblemRecord
 from prioreplay.v1 import priority_service_pb2 as pb
+from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from tests.conftest import free_port, start_redis_server
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -263,3 +265,30 @@ def test_servers_on_one_namespace_claim_one_identity_and_a_restart_keeps_it(redi
             for srv in (a, b2):
                 _wait(lambda srv=srv: _health(srv.address) == NOT_SERVING, "every server NOT_SERVING")
             assert "holds no identity" in str(_refused(cb2))
+
+
+def _scrape(mport: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
+
+
+@pytest.mark.slow  # two spawned server processes: about 5 s
+def test_every_process_of_a_multiprocess_server_finds_the_loss_and_the_restore(two_processes, redis_url, namespace):
+    """``--processes 2``: both processes claimed one identity; when it vanishes both find it (the
+    parent's /metrics sums prioreplay_namespace_lost to 2) and an RPC is refused; when the identity
+    is put back (the data restored) both serve again without a restart."""
+    address, mport, _ = two_processes
+    r = redis.Redis.from_url(redis_url)
+    key = f"prioreplay:{{{namespace}}}:identity"
+    identity = r.get(key)
+    assert Identity.parse(identity) is not None and Identity.parse(identity).generation == 1  # type: ignore[union-attr]
+    r.delete(key)
+    _wait(lambda: "prioreplay_namespace_lost 2.0" in _scrape(mport), "both processes finding the loss", timeout_s=20)
+    with grpc.insecure_channel(address) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.PriorityServiceStub(ch).SampleProblems(pb.SampleProblemsRequest(batch_size=2), timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "holds no identity" in err.value.details()
+    assert "prioreplay_store_healthy 0.0" in _scrape(mport)
+    r.set(key, identity)  # the data restored (here: the one key it lacked)
+    _wait(lambda: "prioreplay_namespace_lost 0.0" in _scrape(mport), "both processes serving again", timeout_s=20)
+    assert r.get(f"prioreplay:{{{namespace}}}:lost") is None
+    r.close()
