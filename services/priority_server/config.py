@@ -320,6 +320,13 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
         description="start on a namespace (or snapshot) made with other sampler, retest, decay, prior or band "
         "settings, storing the new ones (without it such a start is refused, naming each change)",
     )
+    accept_namespace_loss: bool = Field(
+        False,
+        description="Redis store: start on a namespace that a server found lost (flushed, an empty replica promoted, "
+        "an older snapshot restored), going on from what Redis holds now as the namespace's next generation "
+        "(without it such a start is refused; servers still running on the old generation follow). "
+        "Remove it once the server runs: restoring the data instead needs no flag",
+    )
     snapshot_path: Path | None = Field(
         None, description="memory store: file the state is loaded from at start and snapshotted to (none: not kept)"
     )
@@ -413,6 +420,11 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
             raise ValueError(
                 f"min_replica_acks ({self.min_replica_acks}) needs a Redis store with replicas: use --store "
                 "redis://HOST:PORT/DB or redis+sentinel://..., or --min-replica-acks 0"
+            )
+        if self.accept_namespace_loss and self.store == "memory":
+            raise ValueError(
+                "accept_namespace_loss applies to a Redis store only: the memory store's state is its own process's "
+                "(and the snapshot it loads at start), which no other server can lose; drop --accept-namespace-loss"
             )
         if self.auth_token is not None and self.auth_token_file is not None:
             raise ValueError("give auth_token or auth_token_file, not both")

@@ -222,6 +222,17 @@ class ServerMetrics:
             "--max-queue-depth: leases are refused while this many groups wait undelivered (0: no bound)",
             registry=self.registry,
         )
+        self.namespace_lost = Gauge(
+            "prioreplay_namespace_lost",
+            "1 while the run namespace this server claimed is gone, older or another run's in the store "
+            "(health NOT_SERVING, every RPC FAILED_PRECONDITION); summed over the processes of --processes N",
+            registry=self.registry,
+        )
+        self.namespace_losses = Counter(
+            "prioreplay_namespace_losses",
+            "times this server found its run namespace lost (flushed, an empty replica promoted, an older snapshot)",
+            registry=self.registry,
+        )
         self.problems_quarantined = Counter(
             "prioreplay_problems_quarantined",
             "problems reported unservable (prompt over a worker's model context) "

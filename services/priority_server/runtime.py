@@ -38,6 +38,7 @@ class ServerRuntime:
     port: int
     tasks: list[asyncio.Task] = field(default_factory=list)
     _outage_task: asyncio.Future | None = None
+    _losses_counted: int = 0
 
     async def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -47,8 +48,9 @@ class ServerRuntime:
     async def refresh(self) -> None:
         """Poll ``store.healthy()`` and ``store.stats()``; update health status and metrics.
 
-        Health follows availability only: NOT_SERVING while the store refuses writes or cannot be
-        reached (a :class:`StoreUnavailable` from ``stats`` too); a logic error of ``stats`` (an
+        Health follows availability and the namespace: NOT_SERVING while the store refuses writes or
+        cannot be reached (a :class:`StoreUnavailable` from ``stats`` too), or while its namespace
+        is lost (``store.namespace_lost``: found by ``healthy``); a logic error of ``stats`` (an
         :class:`Internal`: a bug, or a key changed by someone else) is logged and the previous
         statistics stay, with health SERVING.
         """
@@ -56,6 +58,8 @@ class ServerRuntime:
             healthy = bool(await self.store.healthy())
         except Exception as e:  # noqa: BLE001 - an unreachable store is "not serving"
             log.warning("store health check failed: %s", e)
+            healthy = False
+        if self._namespace_lost():
             healthy = False
         stats = None
         if healthy:
@@ -69,15 +73,30 @@ class ServerRuntime:
         self.metrics.update(stats, healthy)
         await self.set_serving(healthy)
 
+    def _namespace_lost(self) -> bool:
+        """Export the store's namespace state (``prioreplay_namespace_lost``, and each new loss in
+        ``prioreplay_namespace_losses_total``); True while it is lost."""
+        new = self.store.namespace_losses - self._losses_counted
+        if new > 0:
+            self.metrics.namespace_losses.inc(new)
+            self._losses_counted += new
+        lost = self.store.namespace_lost is not None
+        self.metrics.namespace_lost.set(1 if lost else 0)
+        return lost
+
     def store_unavailable(self) -> None:
-        """An RPC met a store outage: health NOT_SERVING now (the next :meth:`refresh` that finds the
-        store writable again turns it back to SERVING). Call it on the server's event loop."""
+        """An RPC met a store outage or a lost namespace: health NOT_SERVING now (the next
+        :meth:`refresh` that finds the store writable, and its namespace the claimed one, turns it
+        back to SERVING). Call it on the server's event loop."""
+        self._namespace_lost()
         self.metrics.update(None, False)
         if self._outage_task is None or self._outage_task.done():
             self._outage_task = asyncio.ensure_future(self.set_serving(False))
 
     async def reap(self) -> None:
-        """Expire every overdue lease (in rounds of ``EXPIRE_LIMIT``)."""
+        """Expire every overdue lease (in rounds of ``EXPIRE_LIMIT``); nothing while the namespace is lost."""
+        if self.store.namespace_lost is not None:
+            return
         total = 0
         while True:
             n = await self.store.expire_leases(EXPIRE_LIMIT)

@@ -117,16 +117,19 @@ async def create_server(
 
 
 async def check_run_settings(store: Store, config: ServerConfig, servicer: PriorityServicer) -> None:
-    """Claim or check the namespace's run settings (:meth:`Store.claim_settings`) before serving.
+    """Claim the namespace's identity (:meth:`Store.claim_namespace`, with ``--accept-namespace-loss``)
+    and claim or check its run settings (:meth:`Store.claim_settings`) before serving.
 
     A store that cannot be reached now is checked before the first RPC it answers (every RPC
     awaits ``servicer.pending_check`` until one check passes), so a server may start before Redis.
 
     Raises:
-        FailedPrecondition: the namespace was made with other settings (the message names each).
+        FailedPrecondition: the namespace was made with other settings (the message names each), or a
+            server found it lost and nothing restored it (without ``--accept-namespace-loss``).
     """
 
     async def check() -> None:
+        await store.claim_namespace(config.accept_namespace_loss)  # logs what it claimed
         changes = await store.claim_settings(config.accept_setting_changes)
         servicer.pending_check = None
         if changes:

@@ -28,6 +28,7 @@ from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 from .client_traffic import ClientTally
 from .samplers import SAMPLERS
 from .store import Store
+from .store.identity import NamespaceLost
 from .store.records import Delivery
 from .wire import lease_response, pull_response, pulled_group, report_groups
 
@@ -56,7 +57,9 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 
     A :mod:`prioreplay.errors` class ends the call with its ``GRPC_CODE`` and its message as
     details (a store outage, UNAVAILABLE, and a store logic error, INTERNAL, also go to
-    :meth:`PriorityServicer.store_failed`: counted, logged, health NOT_SERVING on an outage);
+    :meth:`PriorityServicer.store_failed`: counted, logged, health NOT_SERVING on an outage).
+    While the store's namespace is lost (``Store.namespace_lost``) every call ends with that
+    error, FAILED_PRECONDITION, before the method runs;
     undecodable bytes of a streamed request with INVALID_ARGUMENT; anything else is logged with its traceback
     and answered INTERNAL.
     Cancellation and an abort the method made itself pass through unchanged.
@@ -68,11 +71,14 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         try:
             if self.pending_check is not None:  # run settings not checked yet (the store was down at start)
                 await self.pending_check()
+            lost = self.store.namespace_lost
+            if lost is not None:  # nothing is served from a lost namespace (no empty lease)
+                raise lost.copy()
             return await method(self, request, context)
         except grpc.aio.AbortError:
             raise
         except PrioreplayError as e:
-            if isinstance(e, (StoreUnavailable, Internal)):
+            if isinstance(e, (StoreUnavailable, Internal, NamespaceLost)):
                 self.store_failed(e, name)
             await context.abort(getattr(grpc.StatusCode, e.GRPC_CODE, grpc.StatusCode.UNKNOWN), str(e))
         except DecodeError as e:  # undecodable bytes of a streamed chunk: the client's fault
@@ -124,8 +130,14 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         """A store error ended ``method``: count it by kind, log one line, report an outage.
 
         An outage (:class:`StoreUnavailable`) is a warning and calls :attr:`on_store_unavailable`;
-        a logic error (:class:`Internal`) is an error line naming the store's answer.
+        a logic error (:class:`Internal`) is an error line naming the store's answer. A lost namespace
+        (:class:`.store.identity.NamespaceLost`, logged by the store when found) calls
+        :attr:`on_store_unavailable` only (health NOT_SERVING at once; counted as a loss, not a store error).
         """
+        if isinstance(e, NamespaceLost):  # logged and counted by the store and the runtime
+            if self.on_store_unavailable is not None:
+                self.on_store_unavailable()
+            return
         kind = getattr(e, "kind", "logic") if isinstance(e, StoreUnavailable) else "logic"
         if self.metrics is not None:
             self.metrics.store_errors.labels(kind).inc()

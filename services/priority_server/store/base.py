@@ -116,6 +116,24 @@ Run settings (``claim_settings(accept_changes)``, called once by every server at
     changes returned (logged). A changed ``seed`` is refused even then: it is part of every
     sorted-set member. A setting the stored set lacks (added by a later version) counts as
     changed only when the new value differs from its default.
+Namespace identity (``claim_namespace(accept_loss)``, called by every server at start, before the settings)
+    Redis: the namespace carries an identity (key ``identity``, ``"<generation>:<run id>"``,
+    :mod:`.identity`), written by the first claim (generation 1) and otherwise only by a deliberate
+    reset. A server that claimed one and then finds it gone, older or another run's, or a loss
+    marker (key ``lost``) in the namespace, serves nothing: ``namespace_lost`` holds a
+    :class:`.identity.NamespaceLost` (FAILED_PRECONDITION: what was lost and how to recover), every
+    script refuses to run (the check of ``lua/namespace_check.lua``), health is NOT_SERVING. The
+    first server to find the loss writes the marker, so a server started later refuses to start on
+    the namespace (FailedPrecondition) unless ``accept_loss`` (``--accept-namespace-loss``): then the
+    namespace goes on from what Redis holds, as the next generation with a new run id, and the
+    servers still running follow it. When the lost identity comes back (the data restored), the
+    marker is deleted and the servers serve again. A newer generation found by a running server
+    is such a deliberate reset: followed. Never re-claimed silently: only a claim writes the
+    identity, and only a claim with ``accept_loss`` replaces one a marker names.
+    Memory: no identity (``claim_namespace`` returns "", ``namespace_lost`` stays None). Its state
+    lives in the server's own process, which no one else can flush or fail over; the snapshot it
+    loads at start is the state the operator gives it (an older snapshot is a deliberate restore,
+    and the server has no memory of a newer one).
 publish(version, uri): version >= 1; lower than current → FailedPrecondition; equal with another
     uri → FailedPrecondition; equal with the same uri → idempotent.
 
@@ -180,6 +198,7 @@ from .contract import (
     same_text,
     setting_changes,
 )
+from .identity import NamespaceLost
 from .records import (
     Delivery,
     GroupOutcome,
@@ -198,6 +217,12 @@ class Store(abc.ABC):
     validation, so a bad request fails identically and changes nothing. All methods are
     coroutines. ``clock`` returns unix seconds (injected for deterministic tests).
     """
+
+    #: While the namespace this server claimed is lost (see "Namespace identity"): the error every
+    #: RPC answers (FAILED_PRECONDITION); None while it is the claimed one (always, in memory).
+    namespace_lost: NamespaceLost | None = None
+    #: Times this store found its namespace lost (each change from None to an error), since it was made.
+    namespace_losses: int = 0
 
     def __init__(self, config: StoreConfig, clock: Callable[[], float] = time.time):
         from prioreplay import warm_start
@@ -325,6 +350,18 @@ class Store(abc.ABC):
                 raise InvalidArgument(f"unservable[{i}]: problem {pid!r} is reported twice in one report")
             seen.add(pid)
         return await self._report(lease_id, list(outcomes), unservable=list(unservable), more_parts=bool(more_parts))
+
+    async def claim_namespace(self, accept_loss: bool = False) -> str:
+        """Claim the namespace's identity (see "Namespace identity"; before :meth:`claim_settings`).
+
+        Returns:
+            A line saying what was claimed, also logged ("" for a store without identities: memory).
+
+        Raises:
+            FailedPrecondition: a server found this namespace lost and nothing restored it, and
+                ``accept_loss`` is false (the message names the loss and both ways out).
+        """
+        return ""
 
     async def claim_settings(self, accept_changes: bool = False) -> dict[str, tuple]:
         """Store this run's settings in the namespace, or check them against the stored ones

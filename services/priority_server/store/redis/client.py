@@ -1,10 +1,13 @@
 """The Redis store's plumbing: the connection, the scripts, the keys of a run, and the one path every
 Redis call goes through (errors mapped by :mod:`.errors`; ``WAIT`` for replica acknowledgements),
-plus the health probe and close. :class:`~.store.RedisStore` adds the store's operations."""
+the namespace identity (claimed at start, checked by every script, by the health probe and by
+``stats``: :mod:`..identity`), plus the health probe and close. :class:`~.store.RedisStore` adds
+the store's operations."""
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -12,18 +15,28 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.asyncio.sentinel import MasterNotFoundError
 
-from prioreplay.errors import InvalidArgument, PrioreplayError, StoreUnavailable
+from prioreplay.errors import FailedPrecondition, InvalidArgument, PrioreplayError, StoreUnavailable
 from prioreplay.problems import MAX_NAME_BYTES
 from prioreplay.redact import redact_url
 
 from ...config import NAMESPACE_RE, ReplicationSettings, StoreConfig
 from ..base import Store
+from ..identity import ACCEPT_FLAG, Identity, LossMarker, NamespaceLost, assess, startup_refusal
+from ..records import StoreStats
 from .connection import RedisConnection
 from .errors import store_error
-from .keys import KEY_NAMES, float_arg, redis_key
-from .scripts import SCRIPTS, WAITED_SCRIPTS
+from .keys import KEY_NAMES, float_arg, redis_key, text
+from .scripts import CHECK_KEYS, SCRIPT_ARGS, SCRIPTS, WAITED_SCRIPTS
 
 log = logging.getLogger(__name__)
+#: The error reply of the namespace check (``lua/namespace_check.lua``).
+NAMESPACE_CHANGED = "NAMESPACE_CHANGED"
+CLAIM = SCRIPT_ARGS["claim"]
+
+
+def namespace_changed(e: BaseException) -> bool:
+    """Whether a Redis error is the namespace check's refusal (also inside a pipeline's error text)."""
+    return isinstance(e, redis_errors.ResponseError) and NAMESPACE_CHANGED in str(e)
 
 
 class RedisClient(Store):
@@ -55,6 +68,8 @@ class RedisClient(Store):
         self._scripts = {name: self._r.register_script(src) for name, src in SCRIPTS.items()}
         self._keys = {name: self.key(name) for name in KEY_NAMES}
         self._health_error = ""
+        #: The identity this server claimed (:meth:`claim_namespace`); None before: no check.
+        self.identity: Identity | None = None
 
     def key(self, name: str) -> str:
         """The Redis key of ``name`` in this run: ``prioreplay:{<namespace>}:<name>``."""
@@ -62,10 +77,120 @@ class RedisClient(Store):
 
     # -- plumbing -------------------------------------------------------------------------
     def _error(self, e: Exception) -> PrioreplayError:
-        """Our error for a Redis error (the one place every Redis call goes through; :func:`.errors.store_error`)."""
+        """Our error for a Redis error (the one place every Redis call goes through; :func:`.errors.store_error`).
+
+        The namespace check's refusal is :attr:`namespace_lost` (a fresh copy), or, when the
+        identity read after it was a reset this server now follows (or the data came back),
+        StoreUnavailable: retry.
+        """
+        if namespace_changed(e):
+            if self.namespace_lost is not None:
+                return self.namespace_lost.copy()
+            return StoreUnavailable(
+                f"namespace {self.namespace!r} in Redis at {self.redacted_url} changed during this call "
+                f"(now {self.identity}); retry",
+                kind="busy",
+            )
         return store_error(e, self.redacted_url)
 
+    # -- namespace identity ---------------------------------------------------------------
+    async def claim_namespace(self, accept_loss: bool = False) -> str:
+        """Claim the namespace's identity with ``lua/claim.lua`` (see ``Store.claim_namespace``).
+
+        Raises:
+            FailedPrecondition: a loss marker names another identity and ``accept_loss`` is false
+                (:func:`..identity.startup_refusal`), or the identity key holds a malformed value.
+            StoreUnavailable: Redis cannot be reached, or fewer replicas than ``min_replica_acks``
+                acknowledged the claim (the server claims again before the first RPC).
+        """
+        keys, args = self._script_call(
+            CLAIM.key_list(self._keys), CLAIM.arg_list(run_id=secrets.token_hex(8), accept_loss=int(accept_loss)), check=False
+        )
+        script = self._scripts["claim"]
+        if self._replication.min_replica_acks:  # a failover right after a creation keeps the identity
+
+            async def fill(pipe):
+                await script(keys=keys, args=args, client=pipe)
+                self._wait(pipe)
+
+            res, acks = await self._pipe(fill, transaction=False)
+            self._check_acks("the namespace claim", acks)
+        else:
+            res = await self._do(script(keys=keys, args=args))
+        status, stored, marker_text = text(res[0]), text(res[1]), text(res[2])
+        where = f"Redis at {self.redacted_url}"
+        marker = LossMarker.parse(marker_text) if marker_text else None
+        if status == "LOST":
+            assert marker is not None  # claim.lua answers LOST only with a marker
+            raise startup_refusal(self.namespace, where, Identity.parse(stored), marker)
+        identity = Identity.parse(stored)
+        if identity is None:
+            raise FailedPrecondition(
+                f"namespace {self.namespace!r} in {where}: key {self._keys['identity']!r} holds {stored!r}, not "
+                "'<generation>:<run id>' (written by someone else); restore it, or delete it and start again"
+            )
+        self.identity, self.namespace_lost = identity, None
+        lost = f"{Identity.parse(marker.identity) or 'an unreadable identity'} ({marker.how})" if marker else ""
+        line = {
+            "CREATED": f"namespace {self.namespace!r}: created as {identity}",
+            "ADOPTED": f"namespace {self.namespace!r}: made before namespace identities; it is now {identity}",
+            "JOINED": f"namespace {self.namespace!r}: serving {identity}",
+            "RESTORED": f"namespace {self.namespace!r}: the lost {identity} is back (restored); loss marker deleted",
+            "ACCEPTED": f"namespace {self.namespace!r}: {ACCEPT_FLAG}: the loss of {lost} is accepted; going on from "
+            f"what Redis holds now as {identity}",
+        }[status]
+        (log.info if status in ("CREATED", "JOINED") else log.warning)("%s", line)
+        return line
+
+    async def check_namespace(self) -> None:
+        """Read the stored identity and loss marker and compare them with the claimed identity
+        (:func:`..identity.assess`): the same one clears :attr:`namespace_lost` (and deletes a marker
+        naming it: the data came back); a newer generation (a reset by another server) is followed;
+        anything else sets :attr:`namespace_lost` and writes the loss marker (``SET NX``: the first
+        server's stays). No-op before the claim.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        if self.identity is None:
+            return
+        k = self._keys
+        found_text, marker_text = await self._pipe(lambda p: (p.get(k["identity"]), p.get(k["lost"])))
+        found, marker = Identity.parse(found_text), LossMarker.parse(marker_text)
+        how = assess(self.identity, found, marker)
+        if how in ("same", "newer"):
+            if how == "newer":
+                log.warning(
+                    "namespace %r was reset by another server (%s): this server served %s and follows it now",
+                    self.namespace,
+                    found,
+                    self.identity,
+                )
+                self.identity = found
+            elif marker is not None:  # it names this identity: the data came back
+                await self._do(self._r.delete(k["lost"]))
+            if self.namespace_lost is not None:
+                log.warning("namespace %r: serving %s again", self.namespace, self.identity)
+            self.namespace_lost = None
+            return
+        lost = NamespaceLost(self.namespace, f"Redis at {self.redacted_url}", self.identity, found, how, marker)
+        if self.namespace_lost is None or str(self.namespace_lost) != str(lost):
+            if self.namespace_lost is None:
+                self.namespace_losses += 1
+            log.error("%s", lost)
+        self.namespace_lost = lost
+        if marker is None:
+            mark = LossMarker(self.identity.encode(), text(found_text), how, float(self.clock()))
+            await self._do(self._r.set(k["lost"], mark.encode(), nx=True))
+
+    def _script_call(self, keys: Sequence[str], args: Sequence[Any], check: bool = True) -> tuple[list[str], list[Any]]:
+        """A script's KEYS and ARGV with the namespace check's in front (:data:`.scripts.CHECK_KEYS`,
+        then the claimed identity: "" before the claim, or with ``check`` false, for no check)."""
+        claimed = self.identity.encode() if check and self.identity is not None else ""
+        return [*(self._keys[k] for k in CHECK_KEYS), *keys], [claimed, *args]
+
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        keys, args = self._script_call(keys, args)
         if self._replication.min_replica_acks and name in WAITED_SCRIPTS:
 
             async def fill(pipe):
@@ -82,9 +207,17 @@ class RedisClient(Store):
             raise self._error(e) from None
 
     async def _after_error(self, e: BaseException) -> None:
-        """After no sentinel named a primary, the sentinels' pooled connections are dropped (at most
-        once a second), so the next call discovers the primary over new ones
+        """After the namespace check refused a script, the identity is read again
+        (:meth:`check_namespace`: ``namespace_lost`` is set, or a reset is followed). After no
+        sentinel named a primary, the sentinels' pooled connections are dropped (at most once a
+        second), so the next call discovers the primary over new ones
         (:meth:`RedisConnection.reset_sentinels`)."""
+        if namespace_changed(e):
+            try:
+                await self.check_namespace()
+            except PrioreplayError as check_error:  # the call's own error is the one to report
+                log.warning("reading the namespace identity failed: %s", check_error)
+            return
         if isinstance(e, MasterNotFoundError) and time.monotonic() - self._sentinels_reset_at >= 1.0:
             self._sentinels_reset_at = time.monotonic()
             try:
@@ -127,12 +260,28 @@ class RedisClient(Store):
 
         return await self._do(go())
 
+    async def stats(self, histogram_buckets: int = 10) -> StoreStats:
+        """``Store.stats``, then the identity check (:meth:`check_namespace`, one more round trip): the
+        counts of a namespace that is not the claimed one are never answered.
+
+        Raises:
+            NamespaceLost: the namespace is lost (as ``Store.stats`` otherwise).
+        """
+        out = await super().stats(histogram_buckets)
+        if self.identity is not None:
+            await self.check_namespace()
+            if self.namespace_lost is not None:
+                raise self.namespace_lost.copy()
+        return out
+
     # -- lifecycle ------------------------------------------------------------------------
     async def healthy(self) -> bool:
         """True when Redis accepts a write: a small ``SET`` with a 60 s expiry (key ``health``).
 
         PING alone answers while Redis refuses every write (out of memory, a read-only
-        replica), so the probe writes; the reason of a failure is logged once per change.
+        replica), so the probe writes; the reason of a failure is logged once per change. Then
+        the namespace identity is checked (:meth:`check_namespace`): a lost namespace is
+        :attr:`namespace_lost`, not an unhealthy store.
         """
         try:
             if self._replication.min_replica_acks:
@@ -142,6 +291,7 @@ class RedisClient(Store):
                 self._check_acks("the health probe", acks)
             else:
                 await self._do(self._r.set(self._keys["health"], float_arg(self.clock()), px=60_000))
+            await self.check_namespace()
         except PrioreplayError as e:
             reason = str(e)
             if reason != self._health_error:

@@ -33,6 +33,12 @@ tokens         hash    id → ``"completions tokens"``: decayed sums of the repo
 evidence       hash    id → ``"streak_pool streak version"``: the run of pool verdicts
                        (``rules.confirm_pool``; pool 2 / 3, 0 none) and the policy version at the
                        problem's latest report (``age_decay``); written by ``report``
+identity       string  ``"<generation>:<run id>"``: the namespace's identity (:mod:`..identity`), written
+                       by ``claim`` only: at creation (generation 1) or a deliberate reset
+                       (``--accept-namespace-loss``: the next generation); every script checks it
+lost           string  JSON loss marker (:class:`..identity.LossMarker`): written (SET NX) by the first
+                       server that finds the namespace lost; deleted by ``claim`` with
+                       ``--accept-namespace-loss``, or when the lost identity is back (data restored)
 ============== ======= ========================================================================
 """
 
@@ -67,6 +73,8 @@ KEY_NAMES = (
     "tokens",
     "owners",
     "evidence",
+    "identity",
+    "lost",
 )
 #: The keys every lease-changing script gets first, in this order (their KEYS[1..9]).
 STATE_KEYS = ("stats", "heap", "solved", "unsolved", "leases", "deadlines", "counters", "tomb:reported", "tomb:expired")

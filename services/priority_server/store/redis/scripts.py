@@ -1,5 +1,12 @@
 """The Redis store's Lua scripts: where they are, which are followed by ``WAIT``, and their sources
-(each ``lua/<name>.lua`` with the shared library ``lua/lib.lua`` prepended)."""
+(each ``lua/<name>.lua`` with the shared library ``lua/lib.lua`` and the namespace identity check
+``lua/namespace_check.lua`` prepended).
+
+The check takes two KEYS and one ARGV in front of every script's own (:data:`CHECK_KEYS`, then the
+identity the server claimed, "" for no check) and refuses the call with the error reply
+``NAMESPACE_CHANGED <stored identity>`` when the namespace's identity is not the claimed one or a
+loss marker exists (:mod:`..identity`); the store adds them to every call (``RedisClient._script_call``),
+so the scripts' own KEYS and ARGV, and their headers, are numbered as if it were not there."""
 
 from __future__ import annotations
 
@@ -13,7 +20,9 @@ from .keys import STATE_KEYS
 #: The folder of the Lua files (shipped as package data).
 LUA_DIR = Path(__file__).with_name("lua")
 #: The store's scripts, each ``lua/<name>.lua``.
-SCRIPT_NAMES = ("register", "sample", "report", "renew", "expire", "publish", "pull", "ack", "seen")
+SCRIPT_NAMES = ("register", "sample", "report", "renew", "expire", "publish", "pull", "ack", "seen", "claim")
+#: The keys the namespace check (``lua/namespace_check.lua``) takes in front of every script's KEYS.
+CHECK_KEYS = ("identity", "lost")
 #: Scripts whose change a client is told is done: with ``min_replica_acks`` each is followed by WAIT.
 #: (A lost lease of ``sample`` or a lost expiry changes nothing a client was promised: a report of
 #: that lease is answered ``unknown lease``, the problems are leased again. A lost renewal leaves the
@@ -101,6 +110,7 @@ SCRIPT_ARGS = {
         ScriptArgs("pull", ("stream",), ("group", "consumer", "max", "own", "min_idle_ms", "watch")),
         ScriptArgs("ack", ("stream", "counters"), ("group",), rest="group_ids"),
         ScriptArgs("seen", ("counters", "stats"), ()),
+        ScriptArgs("claim", ("identity", "lost", "settings"), ("run_id", "accept_loss")),
     )
 }
 
@@ -120,13 +130,14 @@ def sampler_files() -> dict[str, Path]:
 
 
 def load_scripts() -> dict[str, str]:
-    """{script name: its source}: ``lua/lib.lua``, then ``lua/<name>.lua``; in ``sample.lua`` the line
-    :data:`SAMPLERS_MARK` is replaced by every ``lua/samplers/<name>.lua`` (name order).
+    """{script name: its source}: ``lua/lib.lua``, ``lua/namespace_check.lua``, then ``lua/<name>.lua``;
+    in ``sample.lua`` the line :data:`SAMPLERS_MARK` is replaced by every ``lua/samplers/<name>.lua``
+    (name order).
 
     Raises:
         RuntimeError: sample.lua lacks the mark (its samplers would be missing).
     """
-    lib = lua_library()
+    lib = lua_library() + "\n" + (LUA_DIR / "namespace_check.lua").read_text(encoding="utf-8")
     out = {n: lib + "\n" + (LUA_DIR / f"{n}.lua").read_text(encoding="utf-8") for n in SCRIPT_NAMES}
     if SAMPLERS_MARK + "\n" not in out["sample"]:
         raise RuntimeError(f"lua/sample.lua has no line {SAMPLERS_MARK!r} for the samplers' files")

@@ -168,11 +168,10 @@ class RedisStore(RedisClient):
                 part = problems[start : start + REGISTER_CHUNK]
                 chunk = "\n".join(f"{p.id}\t{tie_member(p.id, seed)}\t{encode_problem(p)}" for p in part)
                 warm = warm_arg(part, self._warm, self.config.params)
-                await script(
-                    keys=keys,
-                    args=REGISTER.arg_list(initial=initial, priority=prio, chunk=chunk, replace=int(replace), warm=warm),
-                    client=pipe,
+                call_keys, args = self._script_call(
+                    keys, REGISTER.arg_list(initial=initial, priority=prio, chunk=chunk, replace=int(replace), warm=warm)
                 )
+                await script(keys=call_keys, args=args, client=pipe)
             pipe.hlen(self._keys["problems"])
             if self._replication.min_replica_acks:
                 self._wait(pipe)
