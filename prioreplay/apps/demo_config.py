@@ -87,6 +87,7 @@ class DemoRunSettings(PrioreplaySettings):
     warm_start: str = setting(ServerConfig, "warm_start")
     warm_start_shrink: float = setting(ServerConfig, "warm_start_shrink")
     age_decay: float = setting(ServerConfig, "age_decay")
+    heap_age_decay: float = setting(ServerConfig, "heap_age_decay")
     # -- the workers' settings -----------------------------------------------------------------
     backend: Literal["transformers", "vllm"] = setting(WorkerConfig, "backend")
     worker_python: Path | None = Field(

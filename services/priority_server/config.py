@@ -112,6 +112,14 @@ class StoreSettings(BaseModel):
         description="gamma: a report multiplies a problem's old statistics by decay x gamma^a, a = policy versions "
         "published since its previous report (FreshPER: evidence about an older policy counts less); 1: off",
     )
+    heap_age_decay: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="gamma_h: between reports a heap problem's priority decays toward the prior's, "
+        "prior + (priority - prior) x gamma_h^a, a = policy versions since its latest report (FreshPER; "
+        "rules.fresh_priority_now), so stale estimates neither dominate nor starve; 1: off. Sampler heap only",
+    )
     warm_start: str = Field(
         "",
         description="a warm-start file (`prioreplay export-stats`): a newly registered problem in it starts with the "
@@ -228,6 +236,11 @@ class StoreSettings(BaseModel):
             raise ValueError(
                 f"max_group_size ({self.max_group_size}) must be >= mean_group_size ({self.mean_group_size}); "
                 "raise --max-group-size or lower --mean-group-size"
+            )
+        if self.heap_age_decay < 1 and self.sampler != "heap":
+            raise ValueError(
+                f"heap_age_decay ({self.heap_age_decay}) ages the heap's order, which only --sampler heap reads "
+                f"as an order alone (not {self.sampler!r}); use --sampler heap or --heap-age-decay 1"
             )
         try:
             self.bands  # noqa: B018 - the bands' own check (unsolved_at below solved_at), once
