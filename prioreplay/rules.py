@@ -33,6 +33,8 @@ Python                     Lua twin (``services/priority_server/lua/``)
 :func:`place_group`
 :data:`PENDING_PRIORITY`  ``report.lua``: ``score = fmt(0.25)`` (a pool verdict short of k)
 :func:`aged_decay`         ``report.lua``: ``local lam_s = lam * gamma ^ age``
+:func:`fresh_key`          ``lib.lua``: ``local function fresh_key`` (called by ``report.lua`` with
+                           ARGV ``run.heap_age_decay`` < 1)
 =========================  =========================================================================
 
 :func:`classify` runs in Python only (the Redis store passes its result to the script).
