@@ -98,7 +98,11 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "audit of real `prioreplay compare` runs (SmolLM2-135M-Instruct on CPU, the default demo task), pooled over seeds "
         "with a Wilson interval (`python -m benchmarks.method --from-compare DIR`). `warm_start.first_epoch_useful_ratio`: "
         "in the simulator, the first epoch's useful-rollout fraction of a run started from a previous heap run's statistics "
-        "shrunk by 0.5, over a cold run's, same population and starting logits (`--warm-start`).",
+        "shrunk by 0.5, over a cold run's, same population and starting logits (`--warm-start`). "
+        "`warm_start.demo_first_epoch_useful_ratio`: the same on real `prioreplay demo` runs (SmolLM2-135M-Instruct, "
+        "one epoch of the default task each), warm from another seed's `prioreplay export-stats`, over cold, per seed "
+        "(`--demo-warm-start COLD:WARM ...`). Arms `heap_fresh` and `heap_evidence_fresh_heap`: heap priorities aged "
+        "between reports toward the prior's (`--heap-age-decay` 0.95, FreshPER).",
     ),
     (
         "sim",
