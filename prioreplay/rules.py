@@ -490,8 +490,8 @@ def fresh_key(priority_then: float, prior: float, version: int, heap_age_decay: 
 def fresh_key_priority(key: float, prior: float, version: int, heap_age_decay: float) -> float:
     """ω_eff at policy ``version`` V of a heap member scored :func:`fresh_key`: ω₀ + sign(key) ·
     exp(|key| − offset − V · ln(1/γ_h)) (the inverse of :func:`fresh_key` composed with
-    :func:`fresh_priority_now`; exact up to the ~1e−13 of the log scale)."""
+    :func:`fresh_priority_now`; exact up to the ~1e−13 of the log scale, kept in [0, 0.25])."""
     if key == 0.0:
         return prior
     mag = math.exp(abs(key) - FRESH_OFFSET - version * -math.log(heap_age_decay))
-    return prior + mag if key > 0.0 else prior - mag
+    return min(MAX_PRIORITY, prior + mag) if key > 0.0 else max(0.0, prior - mag)
