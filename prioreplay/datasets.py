@@ -9,6 +9,8 @@ One entry point, :func:`iter_problems`, reads
   level ``mixed``, ``easy``, ``trivial``, ``hard`` or ``tiers``, prompt style ``plain``, ``line`` or ``short``),
 * ``reasoning-gym:<task>[,<task>...]:N[:seed][:key=value...]``: N generated reasoning-gym problems
   scored by the library's own scorer (grammar and answer format in :mod:`prioreplay.tasks`),
+* ``mix:<name>`` or ``mix:<file>.toml``: a fixed multi-task mix of the sources above, each
+  problem labelled with its component's ``task`` (:mod:`prioreplay.mixes`),
 * a local dataset directory (saved with ``Dataset.save_to_disk``, or a folder of data files),
   or a Hugging Face ``datasets`` name ``name`` / ``name:config`` (loaded with
   ``datasets.load_dataset``; names already in the local cache work offline).
@@ -63,6 +65,9 @@ from prioreplay.arithmetic import ARITH_LEVELS, ARITH_STYLES, arithmetic_problem
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import KNOWN_VERIFIERS, MAX_ID_BYTES, ProblemRecord
 from prioreplay.tasks import PREFIX, reasoning_gym_problems
+
+#: The spec prefix of a multi-task mix (:mod:`prioreplay.mixes`, which imports this module).
+MIX_PREFIX = "mix:"
 
 __all__ = [
     "iter_problems",
@@ -461,6 +466,11 @@ def _iter_all(
                 )
             yield p
         return
+    if source.strip().startswith(MIX_PREFIX):
+        from prioreplay.mixes import mix_problems  # the mix reads its components through iter_problems
+
+        yield from mix_problems(source)
+        return
     if source.strip().startswith(PREFIX):
         for p in reasoning_gym_problems(source):
             if verifier or id_prefix:
@@ -531,6 +541,8 @@ def evaluation_slice(source: str, n: int, seed: int = 0, *, split: str | None = 
       ``test``/``validation`` file (``train.jsonl`` → ``test.jsonl``); from the held-out file a
       seeded sample of n problems (reservoir sampling, returned in file order).
     * a ``datasets`` name or directory: the same sample from ``split`` (default ``test``).
+    * ``mix:``: each component's share from its held-out source
+      (:func:`prioreplay.mixes.mix_evaluation_slice`).
 
     The same (source, n, seed) always gives the same slice. ``columns`` are passed to
     :func:`iter_problems` (id_column, prompt_column, answer_column, verifier, id_prefix).
@@ -541,6 +553,10 @@ def evaluation_slice(source: str, n: int, seed: int = 0, *, split: str | None = 
     source = str(source)
     if n < 1:
         raise InvalidArgument(f"evaluation slice size n ({n}) must be >= 1")
+    if source.strip().startswith(MIX_PREFIX):
+        from prioreplay.mixes import mix_evaluation_slice
+
+        return mix_evaluation_slice(source.strip(), n, seed)
     m = _ARITH_RE.match(source.strip())
     if m:
         kw = _arith_kw(m)
