@@ -33,11 +33,11 @@ from pathlib import Path
 
 from prioreplay.datasets import MIX_PREFIX, evaluation_slice, iter_problems
 from prioreplay.errors import InvalidArgument
-from prioreplay.problems import ProblemRecord
+from prioreplay.problems import MAX_TASK_CHARS, ProblemRecord
 
 __all__ = ["MIXES", "MIX_PREFIX", "MixComponent", "mix_components", "mix_evaluation_slice", "mix_problems"]
 
-_MAX_LABEL = 64
+_MAX_LABEL = MAX_TASK_CHARS
 
 
 @dataclass(frozen=True)

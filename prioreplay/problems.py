@@ -83,6 +83,8 @@ DEFAULT_TASK = "default"
 OTHER_TASK = "other"
 #: Distinct task labels a metric or report keeps by default (:class:`TaskLabels`).
 MAX_TASK_LABELS = 16
+#: Longest task label kept, characters (a longer one is folded into :data:`OTHER_TASK`).
+MAX_TASK_CHARS = 64
 
 
 def problem_task(p: ProblemRecord) -> str:
@@ -95,7 +97,8 @@ def problem_task(p: ProblemRecord) -> str:
 class TaskLabels:
     """A bounded set of task labels, for a metric label or a report key.
 
-    The first ``limit`` distinct tasks seen keep their own name; every later one is folded into
+    The first ``limit`` distinct tasks seen keep their own name; every later one, and any name
+    over :data:`MAX_TASK_CHARS` characters or with non-printable characters, is folded into
     :data:`OTHER_TASK`, so a dataset of thousands of tasks (or ids mistaken for tasks) adds at
     most ``limit + 1`` label values to a metric. Deterministic for the same order of calls.
 
@@ -113,7 +116,7 @@ class TaskLabels:
         """``task`` itself while fewer than ``limit`` tasks are kept (or it is one of them), else ``"other"``."""
         if task in self._kept:
             return task
-        if len(self._kept) < self.limit and task != OTHER_TASK:
+        if len(self._kept) < self.limit and task != OTHER_TASK and len(task) <= MAX_TASK_CHARS and task.isprintable():
             self._kept.add(task)
             return task
         return OTHER_TASK

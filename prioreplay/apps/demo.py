@@ -32,7 +32,7 @@ from prioreplay.apps.demo_report import (
     OUTCOMES_PART,
     collect_outcomes,
     held_out_summary,
-    scrape_histogram,
+    scrape_served,
     token_totals,
     write_report,
 )
@@ -545,7 +545,7 @@ def _stop_children(demo: Demo, client, server: Child, workers: list[Child], work
     server_metrics = demo.scrape(server)
     try:
         text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
-        server_metrics["served_priority"] = scrape_histogram(text, "prioreplay_sampled_priority")  # type: ignore[assignment]  # the report dict mixes values
+        server_metrics["served_priority"] = scrape_served(text)  # type: ignore[assignment]  # the report dict mixes values
     except OSError:
         pass
     demo.stop(server)

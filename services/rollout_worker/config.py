@@ -155,7 +155,7 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     # -- observability -------------------------------------------------------------------------
     outcomes_file: Path | None = Field(
         None,
-        description="append one JSON line per group of an accepted report to this file: problem_id, "
+        description="append one JSON line per group of an accepted report to this file: problem_id, task, "
         "policy_version, rewards, lease_id, worker_id, time_unix_s (per-problem outcome histories, e.g. to "
         "calibrate benchmarks/simulate.py; None: no file)",
     )

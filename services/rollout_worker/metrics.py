@@ -5,7 +5,11 @@ Names are listed in docs/METRICS.md (``prioreplay_worker_*``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from prioreplay.problems import TaskLabels
 
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 GROUP_KINDS = ("mixed", "all_correct", "all_wrong", "constant")
@@ -69,6 +73,29 @@ class WorkerMetrics:
         for m in RPC_METHODS:
             self.rpc_seconds.labels(m)
         self.tokens_per_second = Gauge(p + "tokens_per_second", "completion tokens per generation second, last batch", registry=r)
+        self.task_labels = TaskLabels()
+        self.task_completions = Counter(
+            p + "task_completions",
+            f"completions scored, by task (problem metadata 'task', else its source or verifier; at most "
+            f"{self.task_labels.limit} tasks, the rest 'other')",
+            ["task"],
+            registry=r,
+        )
+        self.task_passed = Counter(
+            p + "task_passed", "completions rewarded 1, by task (over task_completions: the pass rate)", ["task"], registry=r
+        )
+
+    def observe_tasks(self, tasks: Sequence[str], rewards: Sequence[Sequence[float]]) -> None:
+        """Count one batch's completions and passes (reward == 1) per task label.
+
+        Args:
+            tasks: each group's task (:func:`~prioreplay.problems.problem_task`), in batch order.
+            rewards: each group's G rewards, the same order.
+        """
+        for task, group in zip(tasks, rewards, strict=True):
+            label = self.task_labels.label(task)
+            self.task_completions.labels(label).inc(len(group))
+            self.task_passed.labels(label).inc(sum(1 for x in group if x == 1.0))
 
     def serve(self, port: int, addr: str = "0.0.0.0"):
         """Start ``/metrics`` on ``port`` (a daemon thread). Returns the server, or None when port is 0."""

@@ -44,7 +44,7 @@ from prioreplay import models, rules
 from prioreplay.channel import timed_call
 from prioreplay.convert import leased_problems, outcome_to_proto
 from prioreplay.errors import InvalidArgument, PrioreplayError
-from prioreplay.problems import ProblemRecord
+from prioreplay.problems import ProblemRecord, problem_task
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import verify
 from prioreplay.weights_transport import WeightsFetcher, WeightsFetchError
@@ -305,7 +305,7 @@ class RolloutWorker:
         self.metrics.batches.inc()
         self._log_report(lease.lease_id, resp, len(outcomes), result)
         if resp.accepted and self.config.outcomes_file is not None:
-            self._record_outcomes(lease.lease_id, outcomes)
+            self._record_outcomes(lease.lease_id, outcomes, [problem_task(p) for p, _ in batch.leased])
         return BatchResult(
             reported=True,
             accepted=resp.accepted,
@@ -315,10 +315,11 @@ class RolloutWorker:
             **result,
         )
 
-    def _record_outcomes(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome]) -> None:
+    def _record_outcomes(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], tasks: Sequence[str]) -> None:
         """Append one JSON line per reported group to ``config.outcomes_file`` (the file and its
-        folders are created): ``problem_id``, ``policy_version``, ``rewards`` (G floats, in
-        completion order), ``lease_id``, ``worker_id``, ``time_unix_s``. Rewards-only: no tokens."""
+        folders are created): ``problem_id``, ``task`` (:func:`problem_task`, same order as
+        ``outcomes``), ``policy_version``, ``rewards`` (G floats, in completion order),
+        ``lease_id``, ``worker_id``, ``time_unix_s``. Rewards-only: no tokens."""
         path = self.config.outcomes_file
         assert path is not None
         now = round(time.time(), 3)
@@ -326,6 +327,7 @@ class RolloutWorker:
             json.dumps(
                 {
                     "problem_id": o.problem_id,
+                    "task": task,
                     "policy_version": int(o.policy_version),
                     "rewards": [c.reward for c in o.completions],
                     "lease_id": lease_id,
@@ -333,7 +335,7 @@ class RolloutWorker:
                     "time_unix_s": now,
                 }
             )
-            for o in outcomes
+            for o, task in zip(outcomes, tasks, strict=True)
         ]
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
@@ -413,6 +415,7 @@ class RolloutWorker:
         self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
         self._observe(rewards, tokens, batch.generation_s, verification_s)
         self._observe_tokens(batch.prompts, groups, rewards)
+        self.metrics.observe_tasks([problem_task(p) for p, _ in leased], rewards)
         return outcomes, dict(
             completions=len(flat),
             tokens=tokens,
