@@ -212,6 +212,13 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "10 learner steps), one seed: too short to tell the samplers apart.",
     ),
     (
+        "mix",
+        "The multi-task mix `mix:smollm2-tails`: first-visit groups of SmolLM2-135M-Instruct per task",
+        "`python -m benchmarks.passrate --dataset mix:smollm2-tails` before any sampler runs: G completions of every "
+        "problem with the base model at the demo's temperature, stop and token limit; the shares of all-wrong, mixed and "
+        'all-right groups over the mix and per task (`task.<task>.*`). docs/USAGE.md, "Multi-task mixes".',
+    ),
+    (
         "demo_defaults",
         "The demo's defaults: pass rate of SmolLM2-135M-Instruct on generated arithmetic",
         "`python -m benchmarks.passrate` per level, prompt style and stop: the model's pass rate, from which the demo's "

@@ -62,11 +62,13 @@ class MixComponent:
 
 #: The mixes shipped with prioreplay, by name (``mix:<name>``).
 #:
-#: ``smollm2-tails``: 96 problems aimed at SmolLM2-135M-Instruct's first visit (G = 4, T = 0.7,
-#: newline stop, 24 tokens) giving all-wrong, mixed and all-right groups each >= 20%
-#: (measured: ``mix.first_visit.*`` in benchmarks/RESULTS.md): 1-digit sums it nearly always
-#: answers, easy arithmetic it answers sometimes, 3-digit by 2-digit products and reasoning-gym
-#: tasks (leg counting, 1-digit reasoning-gym arithmetic in its ``<answer>`` format) it fails.
+#: ``smollm2-tails``: 96 problems of five tasks for SmolLM2-135M-Instruct at the demo's settings
+#: (G = 4, T = 0.7, newline stop, 24 tokens): 1-digit sums, easy arithmetic, 3-digit by 2-digit
+#: products, and two reasoning-gym tasks at their easiest (leg counting, 1-digit arithmetic in the
+#: library's ``<answer>`` format). Measured before any sampler ran (``mix.*`` in
+#: benchmarks/RESULTS.md): first-visit groups 52% all-wrong, 48% mixed, 0% all-right. The model
+#: answers no task reliably enough at T = 0.7 for an all-right share (its 1-digit sums pass 32%), so
+#: the mix has the all-wrong tail and the mixed middle but no all-right tail.
 MIXES: dict[str, tuple[MixComponent, ...]] = {
     "smollm2-tails": (
         MixComponent("arith-trivial", "arithmetic:28:0:trivial"),
