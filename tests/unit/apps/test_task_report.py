@@ -117,3 +117,24 @@ def test_pool_audit_breaks_misfiled_problems_down_by_task():
         "sums": {"solved": {"pooled": 2, "misfiled": 1}},
         "puzzles": {"unsolved": {"pooled": 1, "misfiled": 0}},
     }
+
+
+def test_the_run_report_gains_by_task_from_the_outcomes_and_the_served_scrape(tmp_path, monkeypatch, capsys):
+    import json
+    from types import SimpleNamespace
+
+    from prioreplay.apps import report_figure
+    from prioreplay.apps.demo_report import OUTCOMES_FILE, write_report
+
+    monkeypatch.setattr(report_figure, "render", lambda report, path: path)  # the picture is tested elsewhere
+    (tmp_path / OUTCOMES_FILE).write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    served = {"le": [0.25], "count": [3.0], "by_task": {"sums": {"served": 2.0, "priority_sum": 0.3}}}
+    final = SimpleNamespace(
+        effective_group_fraction=0.5, completions_reported=18, heap_size=1, solved=1, unsolved=1, unseen=0, problems=3
+    )
+    final.forgetting_events = 0
+    write_report(tmp_path, {"served_priority": served, "eval_size": 0}, final)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["by_task"]["sums"]["pass_rate"] == 8 / 12
+    assert report["by_task"]["sums"]["mean_served_priority"] == pytest.approx(0.15)
+    assert "  sums" in capsys.readouterr().out
