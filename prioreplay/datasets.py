@@ -63,11 +63,9 @@ from typing import Any
 from prioreplay.answers import last_boxed
 from prioreplay.arithmetic import ARITH_LEVELS, ARITH_STYLES, arithmetic_problems
 from prioreplay.errors import InvalidArgument
+from prioreplay.mixes import MIX_PREFIX, mix_evaluation_slice, mix_problems
 from prioreplay.problems import KNOWN_VERIFIERS, MAX_ID_BYTES, ProblemRecord
 from prioreplay.tasks import PREFIX, reasoning_gym_problems
-
-#: The spec prefix of a multi-task mix (:mod:`prioreplay.mixes`, which imports this module).
-MIX_PREFIX = "mix:"
 
 __all__ = [
     "iter_problems",
@@ -467,9 +465,7 @@ def _iter_all(
             yield p
         return
     if source.strip().startswith(MIX_PREFIX):
-        from prioreplay.mixes import mix_problems  # the mix reads its components through iter_problems
-
-        yield from mix_problems(source)
+        yield from mix_problems(source, iter_problems)  # the mix reads its components through iter_problems
         return
     if source.strip().startswith(PREFIX):
         for p in reasoning_gym_problems(source):
@@ -554,9 +550,7 @@ def evaluation_slice(source: str, n: int, seed: int = 0, *, split: str | None = 
     if n < 1:
         raise InvalidArgument(f"evaluation slice size n ({n}) must be >= 1")
     if source.strip().startswith(MIX_PREFIX):
-        from prioreplay.mixes import mix_evaluation_slice
-
-        return mix_evaluation_slice(source.strip(), n, seed)
+        return mix_evaluation_slice(source.strip(), n, seed, iter_problems, evaluation_slice)
     m = _ARITH_RE.match(source.strip())
     if m:
         kw = _arith_kw(m)

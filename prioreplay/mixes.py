@@ -27,13 +27,15 @@ is the way to a held-out set of such a task.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from prioreplay.datasets import MIX_PREFIX, evaluation_slice, iter_problems
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import MAX_TASK_CHARS, ProblemRecord
+
+#: The spec prefix of this source.
+MIX_PREFIX = "mix:"
 
 __all__ = ["MIXES", "MIX_PREFIX", "MixComponent", "mix_components", "mix_evaluation_slice", "mix_problems"]
 
@@ -163,21 +165,32 @@ def _combine(spec: str, name: str, parts: list[tuple[MixComponent, list[ProblemR
     return _interleave([[_labelled(p, comp.task, name) for p in problems] for comp, problems in parts])
 
 
-def mix_problems(spec: str) -> Iterator[ProblemRecord]:
+def mix_problems(spec: str, load: Callable[[str], Iterable[ProblemRecord]]) -> Iterator[ProblemRecord]:
     """The problems of a ``mix:`` spec, interleaved (module docstring); the same spec, the same list.
+
+    Args:
+        load: reads one component's source (:func:`prioreplay.datasets.iter_problems`, which
+            passes itself: this module never imports the loaders that dispatch to it).
 
     Raises:
         InvalidArgument: :func:`mix_components`' errors, a component source's own errors, or
             two components giving the same problem id.
     """
     name, components = mix_components(spec)
-    yield from _combine(spec, name, [(c, list(iter_problems(c.source))) for c in components])
+    yield from _combine(spec, name, [(c, list(load(c.source))) for c in components])
 
 
-def mix_evaluation_slice(spec: str, n: int, seed: int = 0) -> list[ProblemRecord]:
+def mix_evaluation_slice(
+    spec: str,
+    n: int,
+    seed: int,
+    load: Callable[[str], Iterable[ProblemRecord]],
+    held_out: Callable[[str, int, int], list[ProblemRecord]],
+) -> list[ProblemRecord]:
     """A held-out slice of ``n`` problems of a mix: component k gives its share of n (in proportion
-    to its training count, largest remainders first) from ``held_out`` or its own source's
-    :func:`prioreplay.datasets.evaluation_slice`, interleaved as the mix is.
+    to its training count, largest remainders first) from ``held_out(source, share, seed)``
+    (:func:`prioreplay.datasets.evaluation_slice`) of its ``held_out`` source or its own,
+    interleaved as the mix is; ``load`` reads a source (:func:`prioreplay.datasets.iter_problems`).
 
     Raises:
         InvalidArgument: n < 1, :func:`mix_problems`' errors.
@@ -185,7 +198,7 @@ def mix_evaluation_slice(spec: str, n: int, seed: int = 0) -> list[ProblemRecord
     if n < 1:
         raise InvalidArgument(f"evaluation slice size n ({n}) must be >= 1")
     name, components = mix_components(spec)
-    sizes = [sum(1 for _ in iter_problems(c.source)) for c in components]
+    sizes = [sum(1 for _ in load(c.source)) for c in components]
     exact = [n * s / sum(sizes) for s in sizes]
     shares = [int(x) for x in exact]
     for k in sorted(range(len(exact)), key=lambda k: shares[k] - exact[k])[: n - sum(shares)]:
@@ -193,5 +206,5 @@ def mix_evaluation_slice(spec: str, n: int, seed: int = 0) -> list[ProblemRecord
     parts = []
     for comp, share in zip(components, shares, strict=True):
         if share:
-            parts.append((comp, evaluation_slice(comp.held_out or comp.source, share, seed)))
+            parts.append((comp, held_out(comp.held_out or comp.source, share, seed)))
     return _combine(spec, name, parts)
