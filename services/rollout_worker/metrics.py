@@ -47,6 +47,13 @@ class WorkerMetrics:
         )
         self.policy_version = Gauge(p + "policy_version", "policy version of the loaded weights", registry=r)
         self.verifier_errors = Counter(p + "verifier_errors", "verifications that raised or timed out (reward 0)", registry=r)
+        self.reward_errors = Counter(
+            p + "reward_errors",
+            "reward plugin calls that failed (that reward 0, not passed), by --reward name and kind: "
+            "error (raised), timeout (killed at --verify-timeout-s), invalid (not a number in [0, 1])",
+            ["reward", "kind"],
+            registry=r,
+        )
         self.batches = Counter(p + "batches", "leases reported", registry=r)
         self.unservable_problems = Counter(
             p + "unservable_problems",
