@@ -245,7 +245,8 @@ class RewardSet:
         specs: from :func:`parse_specs`.
         pass_threshold: a number-returning reward passes at ``r >= pass_threshold`` (0 < t ≤ 1).
         timeout_s: bound on one plugin or verifier call, seconds.
-        call: runs a pool request (default :func:`prioreplay.verifiers.pool_call`; tests pass a fake).
+        call: runs a pool request (default :func:`prioreplay.verifiers.pool_call`).
+        verify: scores the ``verifier`` reward (default :func:`prioreplay.verifiers.verify`).
 
     Raises:
         InvalidArgument: ``pass_threshold`` outside (0, 1].
@@ -257,6 +258,7 @@ class RewardSet:
         pass_threshold: float = PASS_THRESHOLD,
         timeout_s: float = 5.0,
         call: Callable[..., object] | None = None,
+        verify: Callable[..., Any] | None = None,
     ):
         if not 0.0 < pass_threshold <= 1.0:
             raise InvalidArgument(f"pass_threshold ({pass_threshold}) must be in (0, 1]")
@@ -266,6 +268,7 @@ class RewardSet:
         self.pass_threshold = pass_threshold
         self.timeout_s = timeout_s
         self._call = call or verifiers.pool_call
+        self._verify = verify or verifiers.verify
         self._total = sum(s.weight for s in self.specs)
 
     @property
@@ -299,9 +302,7 @@ class RewardSet:
 
     def _one(self, s: RewardSpec, text: str, reference: str, verifier: str, metadata: Mapping[str, str]):
         if not s.target:
-            from prioreplay.verifiers import verify
-
-            res = verify(verifier, text, reference, timeout_s=self.timeout_s)
+            res = self._verify(verifier, text, reference, timeout_s=self.timeout_s)
             if res.error:
                 raise RuntimeError(res.error)
             return res.reward, res.reward >= 1.0

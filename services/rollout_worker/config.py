@@ -174,7 +174,7 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     outcomes_file: Path | None = Field(
         None,
         description="append one JSON line per group of an accepted report to this file: problem_id, "
-        "policy_version, rewards, lease_id, worker_id, time_unix_s (per-problem outcome histories, e.g. to "
+        "policy_version, rewards, passed (with --reward plugins), lease_id, worker_id, time_unix_s (per-problem outcome histories, e.g. to "
         "calibrate benchmarks/simulate.py; None: no file)",
     )
     metrics_port: int = Field(9101, ge=0, le=65535, description="port of /metrics (0 disables)")
@@ -194,9 +194,11 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
         parse_specs(self.reward, self.reward_weights)  # names, counts and weights; imports are checked at start
         return self
 
-    def reward_set(self):
+    def reward_set(self, verify=None):
         """The worker's :class:`prioreplay.rewards.RewardSet` (``--reward``, ``--reward-weights``,
-        ``--pass-threshold``, ``--verify-timeout-s``); plugins are not imported yet."""
+        ``--pass-threshold``, ``--verify-timeout-s``; ``verify``: the ``verifier`` reward's scorer,
+        default :func:`prioreplay.verifiers.verify`); plugins are not imported yet."""
         from prioreplay.rewards import RewardSet, parse_specs
 
-        return RewardSet(parse_specs(self.reward, self.reward_weights), self.pass_threshold, self.verify_timeout_s)
+        specs = parse_specs(self.reward, self.reward_weights)
+        return RewardSet(specs, self.pass_threshold, self.verify_timeout_s, verify=verify)

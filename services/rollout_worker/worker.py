@@ -48,6 +48,7 @@ from prioreplay.errors import InvalidArgument, PrioreplayError
 from prioreplay.problems import ProblemRecord
 from prioreplay.rewards import ERROR_KINDS, VERIFIER
 from prioreplay.v1 import priority_service_pb2 as pb
+from prioreplay.verifiers import verify
 from prioreplay.weights_transport import WeightsFetcher, WeightsFetchError
 
 from .backends.base import GeneratedCompletion, GenerationBackend, PartialWeightsLoad, SamplingParams
@@ -168,7 +169,7 @@ class RolloutWorker:
         self.batches_done = 0
         self.metrics.policy_version.set(backend.policy_version)
         self.fetcher = fetcher or weights_fetcher(config)
-        self.rewards = config.reward_set()
+        self.rewards = config.reward_set(verify=lambda *a, **kw: verify(*a, **kw))  # the module's, looked up per call
         for spec in self.rewards.specs:
             if spec.target:
                 for kind in ERROR_KINDS:
@@ -324,7 +325,8 @@ class RolloutWorker:
     def _record_outcomes(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome]) -> None:
         """Append one JSON line per reported group to ``config.outcomes_file`` (the file and its
         folders are created): ``problem_id``, ``policy_version``, ``rewards`` (G floats, in
-        completion order), ``lease_id``, ``worker_id``, ``time_unix_s``. Rewards-only: no tokens."""
+        completion order), ``passed`` (G bools; only with ``--reward`` plugins), ``lease_id``,
+        ``worker_id``, ``time_unix_s``. Rewards-only: no tokens."""
         path = self.config.outcomes_file
         assert path is not None
         now = round(time.time(), 3)
@@ -334,6 +336,7 @@ class RolloutWorker:
                     "problem_id": o.problem_id,
                     "policy_version": int(o.policy_version),
                     "rewards": [c.reward for c in o.completions],
+                    **({"passed": [c.passed for c in o.completions]} if o.completions[0].HasField("passed") else {}),
                     "lease_id": lease_id,
                     "worker_id": self.config.worker_id,
                     "time_unix_s": now,
