@@ -189,17 +189,17 @@ def check_value(value: object) -> tuple[float, bool | None]:
     Raises:
         InvalidReward: not a number or a ``(number, bool)`` pair; NaN or inf; outside [0, 1].
     """
-    passed = None
+    passed, number = None, value
     if isinstance(value, (tuple, list)):
         if len(value) != 2 or type(value[1]).__name__ not in ("bool", "bool_"):  # a bool, numpy's included
             raise InvalidReward(f"returned {value!r:.80}; return a reward, or a pair (reward, passed) with passed a bool")
-        value, passed = value[0], bool(value[1])
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
-        raise InvalidReward(f"returned {type(value).__name__} {value!r:.80}; return a number in [0, 1]")
+        number, passed = value[0], bool(value[1])
+    if isinstance(number, (str, bytes)) or not hasattr(number, "__float__"):
+        raise InvalidReward(f"returned {type(number).__name__} {number!r:.80}; return a number in [0, 1]")
     try:
-        reward = float(value)  # type: ignore[arg-type]  # ints, floats, bools, numpy and torch scalars
+        reward = float(number)  # ints, floats, bools, numpy and torch scalars
     except (TypeError, ValueError):
-        raise InvalidReward(f"returned {type(value).__name__} {value!r:.80}; return one number in [0, 1]") from None
+        raise InvalidReward(f"returned {type(number).__name__} {number!r:.80}; return one number in [0, 1]") from None
     if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
         raise InvalidReward(f"returned {reward}; a reward must be a finite number in [0, 1]")
     return reward, passed
@@ -300,7 +300,9 @@ class RewardSet:
             passed = passed and (flag if flag is not None else r >= self.pass_threshold)
         return Scored(min(1.0, total / self._total), passed, failures)
 
-    def _one(self, s: RewardSpec, text: str, reference: str, verifier: str, metadata: Mapping[str, str]):
+    def _one(
+        self, s: RewardSpec, text: str, reference: str, verifier: str, metadata: Mapping[str, str]
+    ) -> tuple[float, bool | None]:
         if not s.target:
             res = self._verify(verifier, text, reference, timeout_s=self.timeout_s)
             if res.error:
@@ -309,8 +311,8 @@ class RewardSet:
         kwargs = {"target": s.target, "completion": text, "reference": reference, "metadata": dict(metadata)}
         request = {"op": "call", "target": "prioreplay.rewards:score_in_pool", "kwargs": kwargs}
         needs = {"op": "call", "target": "prioreplay.rewards:prepare_in_pool", "kwargs": {"target": s.target}}
-        reward, flag = self._call(request, self.timeout_s, needs)  # type: ignore[misc]  # [reward, passed] from score_in_pool
-        return float(reward), flag
+        answer: Any = self._call(request, self.timeout_s, needs)  # [reward, passed or None] from score_in_pool
+        return float(answer[0]), answer[1]
 
 
 class PluginReward:
