@@ -215,3 +215,15 @@ def test_a_plugin_as_a_trl_reward_function_returns_rewards_and_keeps_pass_flags(
     assert bad(completions=["x"], answer=["1"]) == [0.0] and bad.last_passed == [False] and bad.errors["invalid"] == 1
     with pytest.raises(InvalidArgument, match="no 'answer' column"):
         fn(completions=["x"], solution=["1"])
+
+
+def test_worker_flags_name_rewards_and_weights_as_trl_does(plug):
+    from prioreplay.apps.cli import parse
+
+    cfg = parse(
+        "worker", ["--reward", plug("half"), "--reward", "verifier", "--reward-weights", "1,0.5", "--pass-threshold", "0.5"]
+    )
+    assert (cfg.reward, cfg.reward_weights, cfg.pass_threshold) == ([plug("half"), "verifier"], [1.0, 0.5], 0.5)
+    assert [(s.name, s.weight) for s in cfg.reward_set().specs] == [(plug("half"), 1.0), ("verifier", 0.5)]
+    with pytest.raises(InvalidArgument, match=r"pass_threshold"):
+        parse("worker", ["--pass-threshold", "0"])
