@@ -122,7 +122,7 @@ def test_demo_with_reward_plugins_from_a_file_and_the_examples(tmp_path):
     (tmp_path / "parity.py").write_text("def score(c, r, m):\n    return float(len(c) % 2 == 0)\n", encoding="utf-8")
     example = Path(__file__).resolve().parents[3] / "examples" / "rewards.py"
     report = _run_demo(tmp_path, "--reward", "parity.py:score", "--reward", f"{example}:answer_format", "--reward-weights", "3,1")
-    _check_report(report)
+    assert [s["step"] for s in report["steps"]] == [1, 2, 3]  # the learner trained on the plugins' mixed groups
     assert report["config"]["reward"] == ["parity.py:score", f"{example}:answer_format"]
     outcomes = [json.loads(line) for f in (tmp_path / "run").glob("outcomes*.jsonl") for line in f.read_text().splitlines()]
     assert outcomes and all(len(o["passed"]) == len(o["rewards"]) for o in outcomes)
