@@ -29,7 +29,8 @@ it back (a format reward on top of the answer check).
 Combination (TRL's ``reward_weights``, normalised so that the reward stays in the [0, 1] the
 server's statistics take): ``reward = Σ_i w_i r_i / Σ_i w_i`` with weights ``--reward-weights``
 (default all 1). TRL sums ``Σ w_i r_i``; the two differ by the constant factor ``Σ w_i``, which
-the GRPO advantage ``(r − mean) / std`` cancels.
+the learner's default advantage ``(r − mean) / std`` (``--advantage grpo``) cancels; under
+``--advantage drgrpo`` (``r − mean``) it scales the advantages by ``1 / Σ w_i``.
 
 Pass rule: reward ``i`` passes when the function returned ``(r, passed)`` with ``passed`` true, or,
 when it returned a number, when ``r >= pass_threshold`` (default 1.0: a plugin's reward passes
@@ -167,6 +168,7 @@ def load_plugin(target: str) -> Callable[..., Any]:
             if spec is None or spec.loader is None:
                 raise FileNotFoundError(f"no Python file at {where!r}")
             module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # as an import does (dataclasses, pickling look it up there)
             spec.loader.exec_module(module)
         else:
             if "" not in sys.path and os.getcwd() not in sys.path:
