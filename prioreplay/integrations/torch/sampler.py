@@ -376,17 +376,16 @@ class PrioritySampler(Sampler[int]):
             The number of leases sent to the server by this call.
 
         Raises:
-            InvalidArgument: lengths differ; an id that is not in a lease of this sampler (not
+            InvalidArgument: lengths differ (ids, rewards, pass flags); an id that is not in a lease of this sampler (not
                 served, or its lease already sent); a reward that is NaN, infinite or outside
                 [0, 1] (map it first, e.g. ``float(r > 0)``); more than G rewards for a problem.
                 Nothing is recorded when any entry is bad.
         """
         t0 = time.perf_counter()
-        if len(ids) != len(rewards) or (passed is not None and len(passed) != len(rewards)):
-            raise InvalidArgument(
-                f"report: {len(ids)} ids, {len(rewards)} rewards, {'no' if passed is None else len(passed)} pass flags; "
-                "give one of each per completion"
-            )
+        if len(ids) != len(rewards):
+            raise InvalidArgument(f"report: {len(ids)} ids for {len(rewards)} rewards; give one id per reward")
+        if passed is not None and len(passed) != len(rewards):
+            raise InvalidArgument(f"report: {len(passed)} pass flags for {len(rewards)} rewards; give one per reward")
         flags = list(passed) if passed is not None else [None] * len(rewards)
         with self._lock:
             pids = [self.table.ids[k] if isinstance(k, int) else str(k) for k in ids]
