@@ -174,8 +174,8 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     outcomes_file: Path | None = Field(
         None,
         description="append one JSON line per group of an accepted report to this file: problem_id, "
-        "policy_version, rewards, passed (with --reward plugins), lease_id, worker_id, time_unix_s (per-problem outcome histories, e.g. to "
-        "calibrate benchmarks/simulate.py; None: no file)",
+        "policy_version, rewards, passed (with --reward plugins), lease_id, worker_id, time_unix_s "
+        "(per-problem outcome histories, e.g. to calibrate benchmarks/simulate.py; None: no file)",
     )
     metrics_port: int = Field(9101, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_level: LogLevel = "INFO"

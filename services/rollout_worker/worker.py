@@ -508,7 +508,8 @@ class RolloutWorker:
         (:class:`prioreplay.rewards.RewardSet`); 0 and not passed for a truncated one under
         ``--truncated-reward zero``. Failures are counted and logged once per reward and group."""
         meta = {"problem_id": problem.id, "verifier": problem.verifier, **problem.metadata}
-        out, failed = [], {}  # type: ignore[var-annotated]  # reward name -> (kind, message, count)
+        out: list[tuple[float, bool]] = []
+        failed: dict[str, tuple[str, str, int]] = {}  # reward name -> (kind, first message, count)
         for comp in group:
             if comp.truncated and self.config.truncated_reward == "zero":
                 out.append((0.0, False))
@@ -520,7 +521,8 @@ class RolloutWorker:
                     self.metrics.verifier_errors.inc()
                 else:
                     self.metrics.reward_errors.labels(name, kind).inc()
-                failed[name] = (kind, message, failed.get(name, ("", "", 0))[2] + 1)
+                first = failed.get(name, (kind, message, 0))
+                failed[name] = (first[0], first[1], first[2] + 1)
         for name, (kind, message, count) in failed.items():
             how = "problem %s: reward %s failed on %d of %d completions (%s, scored 0): %s"
             (log.debug if name == VERIFIER else log.warning)(how, problem.id, name, count, len(group), kind, message)
