@@ -370,7 +370,7 @@ class PluginReward:
                 f"reward {self.__name__}: no {self.reference!r} column among {sorted(columns)}; "
                 "name the dataset's reference column with PluginReward(..., reference=...)"
             )
-        refs, skip = columns[self.reference], {self.reference, "completion_ids"}  # the rest: the row's columns
+        refs, skip = columns[self.reference], {self.reference, "completion_ids", "environments"}  # not row columns
         out = []
         for i, comp in enumerate(completions):
             text = comp if isinstance(comp, str) else "".join(m.get("content", "") for m in comp)  # conversational
