@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prioreplay.apps.demo_config import DemoConfig, escape_stop, resolve_worker_python, worker_seed
+from prioreplay.apps.demo_config import DemoConfig, resolve_worker_python, worker_list_flags, worker_seed
 from prioreplay.apps.demo_curve import CurveKeeper, curve_points
 from prioreplay.apps.demo_report import (
     OUTCOMES_FILE,
@@ -427,7 +427,7 @@ def _worker_args(cfg: DemoConfig, w: int, address: str, model_dir: Path, port: i
             metrics_port=port,
             log_level=cfg.log_level,
         ),
-        *[a for s in cfg.stop for a in ("--stop", escape_stop(s))],
+        *worker_list_flags(cfg),
     ]
 
 

@@ -4,7 +4,8 @@ A run on a multi-task mix (``mix:``, ``reasoning-gym:``) asks where the budget w
 task gave: ``report.json``'s ``by_task`` holds, per task (:func:`prioreplay.problems.problem_task`,
 as the worker records it in each outcome line):
 
-* ``groups``, ``completions``, ``pass_rate`` (completions rewarded 1 over completions) and the
+* ``groups``, ``completions``, ``pass_rate`` (completions that passed over completions: a line's
+  ``passed`` flags where ``--reward`` plugins wrote them, else reward 1) and the
   shares of ``mixed`` / ``all_wrong`` / ``all_correct`` groups over every group of the run;
 * ``first_visit``: the same three shares over each problem's first group only (what the base
   policy gave before any training on it), with its ``groups``;
@@ -57,8 +58,8 @@ def task_breakdown(
     """The ``by_task`` table (module docstring) of a run's outcome lines, in report-time order.
 
     Args:
-        rows: outcome lines (``problem_id``, ``rewards``, optional ``task``: a line without one
-            counts under :data:`~prioreplay.problems.DEFAULT_TASK`).
+        rows: outcome lines (``problem_id``, ``rewards``, optional ``passed``, optional ``task``: a
+            line without one counts under :data:`~prioreplay.problems.DEFAULT_TASK`).
         served: :func:`scrape_served_by_task` of the server's last /metrics (None: no served figures).
         limit: distinct task labels kept; the rest fold into ``other``.
 
@@ -80,7 +81,7 @@ def task_breakdown(
         kind = _KINDS.get(rules.classify(rewards), "constant")
         a["groups"] += 1
         a["completions"] += len(rewards)
-        a["passed"] += sum(1 for r in rewards if r == 1.0)
+        a["passed"] += sum(1 for ok in row.get("passed") or [r == 1.0 for r in rewards] if ok)
         a["kinds"][kind] = a["kinds"].get(kind, 0) + 1
         if row["problem_id"] not in seen:
             seen.add(row["problem_id"])

@@ -51,6 +51,13 @@ class WorkerMetrics:
         )
         self.policy_version = Gauge(p + "policy_version", "policy version of the loaded weights", registry=r)
         self.verifier_errors = Counter(p + "verifier_errors", "verifications that raised or timed out (reward 0)", registry=r)
+        self.reward_errors = Counter(
+            p + "reward_errors",
+            "reward plugin calls that failed (that reward 0, not passed), by --reward name and kind: "
+            "error (raised), timeout (killed at --verify-timeout-s), invalid (not a number in [0, 1])",
+            ["reward", "kind"],
+            registry=r,
+        )
         self.batches = Counter(p + "batches", "leases reported", registry=r)
         self.unservable_problems = Counter(
             p + "unservable_problems",
@@ -82,20 +89,33 @@ class WorkerMetrics:
             registry=r,
         )
         self.task_passed = Counter(
-            p + "task_passed", "completions rewarded 1, by task (over task_completions: the pass rate)", ["task"], registry=r
+            p + "task_passed",
+            "completions that passed (reward 1, or the plugins' pass flag), by task (over task_completions: the pass rate)",
+            ["task"],
+            registry=r,
         )
 
-    def observe_tasks(self, tasks: Sequence[str], rewards: Sequence[Sequence[float]]) -> None:
-        """Count one batch's completions and passes (reward == 1) per task label.
+    def observe_tasks(
+        self, tasks: Sequence[str], rewards: Sequence[Sequence[float]], passed: Sequence[Sequence[bool]] | None = None
+    ) -> None:
+        """Count one batch's completions and passes per task label.
 
         Args:
             tasks: each group's task (:func:`~prioreplay.problems.problem_task`), in batch order.
             rewards: each group's G rewards, the same order.
+            passed: each group's G pass flags (``--reward`` plugins, docs/REWARDS.md); None: a
+                completion passes when its reward is 1.
+
+        Raises:
+            ValueError: ``tasks``, ``rewards`` and ``passed`` differ in length (nothing counted).
         """
-        for task, group in zip(tasks, rewards, strict=True):
+        if len(tasks) != len(rewards) or (passed is not None and len(passed) != len(rewards)):
+            raise ValueError(f"{len(tasks)} tasks for {len(rewards)} groups of rewards; give one task per group")
+        flags = passed if passed is not None else [[x == 1.0 for x in group] for group in rewards]
+        for task, group, ok in zip(tasks, rewards, flags, strict=True):
             label = self.task_labels.label(task)
             self.task_completions.labels(label).inc(len(group))
-            self.task_passed.labels(label).inc(sum(1 for x in group if x == 1.0))
+            self.task_passed.labels(label).inc(sum(1 for x in ok if x))
 
     def serve(self, port: int, addr: str = "0.0.0.0"):
         """Start ``/metrics`` on ``port`` (a daemon thread). Returns the server, or None when port is 0."""

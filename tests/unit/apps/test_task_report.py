@@ -93,6 +93,13 @@ def test_worker_counts_completions_and_passes_per_capped_task():
     assert 'task="puzzles"' not in text
     with pytest.raises(ValueError):
         m.observe_tasks(["sums"], [[1.0], [0.0]])  # one task per group
+    m.observe_tasks(["sums"], [[0.7, 0.2]], [[True, False]])  # plugin rewards: their pass flags count
+    assert m.registry.get_sample_value("prioreplay_worker_task_passed_total", {"task": "sums"}) == 4.0
+
+
+def test_plugin_pass_flags_decide_the_report_pass_rate():
+    rows = [{"problem_id": "a", "task": "fmt", "rewards": [0.7, 0.7, 0.2], "passed": [True, True, False]}]
+    assert task_breakdown(rows)["fmt"]["pass_rate"] == 2 / 3
 
 
 def test_server_counts_served_problems_and_their_priority_per_task():
