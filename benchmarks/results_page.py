@@ -74,8 +74,9 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
     (
         "compare",
         "Real GRPO: the decision rule's runs on a difficulty mix",
-        "`prioreplay compare` on `arithmetic:64:0:tiers` (a third each all-wrong, mixed and all-right on the base "
-        "model's first visit), SmolLM2-135M-Instruct on CPU, arms `uniform`, `heap`, `posterior`, `heap-version-retests`, "
+        "`prioreplay compare` on `arithmetic:64:0:tiers` (three tiers aimed at all-wrong, mixed and all-right, drawn "
+        "with equal chance; measured on the base model's first visit: 66% all-wrong, 33% mixed, 2% all-right, "
+        "`mix.arithmetic_tiers.*`), SmolLM2-135M-Instruct on CPU, arms `uniform`, `heap`, `posterior`, `heap-version-retests`, "
         "equal completion tokens (`--rollouts 0 --completion-tokens 16000`), seeds 0-4; then `python -m benchmarks.decision` "
         'applies the decision rule written before the runs (docs/METHOD.md, "How a default is chosen"). `uniform` already drops '
         "zero-variance groups, as DAPO's dynamic sampling does. Useful tokens: completion tokens in mixed groups. Held-out: "
