@@ -28,7 +28,9 @@ report's number in its token ids). A report is acknowledged when the server answ
 or ``already reported`` to a resend after an error (the worker then knows it is done).
 
 Figures per run: acknowledged, found, lost, duplicated (groups in the stream more than once) and the
-time without service: the longest gap between two acknowledgements.
+time without service: the longest gap between two acknowledgements. ``main`` writes, per fault and
+setting, ``failover.lost.<fault>.<setting>`` (the most lost in a run; ``min`` and every run's count
+beside it) and the medians ``....acknowledged`` and ``....no_service_s`` to ``benchmarks/results.json``.
 
     python -m benchmarks.failover_loss --runs 3                       # every fault and setting
     python -m benchmarks.failover_loss --fault pause --min-replica-acks 1 --runs 1
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -182,7 +185,7 @@ def _server(cluster: SentinelCluster, setting: str):
     url = cluster.url
     return BackgroundServer(
         lambda: create_store(url, config.to_store_config(), namespace=NAMESPACE, replication=config.replication()), config
-    ).start()
+    )
 
 
 def _register(stub) -> None:
@@ -201,7 +204,7 @@ def _try(call) -> bool:
         return False
 
 
-def _fault(cluster: SentinelCluster, fault: str, clients: Clients, bound_s: float) -> str:
+def _fault(cluster: SentinelCluster, fault: str, bound_s: float) -> str:
     """Cause ``fault`` and return the name of the primary the sentinels promoted ("" for none)."""
     old = cluster.current_primary()
     switched = lambda: cluster.switched_from(old)  # noqa: E731
@@ -256,6 +259,22 @@ def _look_up(cluster: SentinelCluster, acked: list) -> tuple[int, int]:
     return found, sum(1 for n in groups.values() if n > 1)
 
 
+def _load_and_fault(
+    cluster: SentinelCluster, fault: str, load: Clients, warmup_acks: int, after_acks: int, bound_s: float
+) -> str:
+    """Register, start the clients, wait for ``warmup_acks``, cause ``fault``, wait for the recovery and
+    ``after_acks`` more; returns the promoted primary's name."""
+    _register(load.stub)
+    cluster.wait_replicated()  # the problems are on every replica before any fault
+    load.start()
+    until("reports acknowledged before the fault", lambda: len(load.acked) >= warmup_acks, bound_s)
+    promoted = _fault(cluster, fault, bound_s)
+    until(f"{promoted} followed by the replicas", lambda: _recovered(cluster, promoted), bound_s)
+    t_recovered = time.monotonic()
+    until("reports acknowledged after the recovery", lambda: load.acked_since(t_recovered) >= after_acks, bound_s)
+    return promoted
+
+
 def run_fault(
     fault: str,
     setting: str = "all",
@@ -282,32 +301,21 @@ def run_fault(
     if fault not in FAULTS:
         raise ValueError(f"fault ({fault!r}) must be one of {', '.join(FAULTS)}")
     with tempfile.TemporaryDirectory(prefix="failover-loss-") as tmp:
-        cluster = SentinelCluster(Path(workdir or tmp)).start()
-        srv = None
-        load = None
-        try:
+        cluster = SentinelCluster(Path(workdir or tmp))
+        try:  # every process is stopped whatever happens (a phase past its bound, an interrupt)
+            cluster.start()
             t0 = time.monotonic()
-            srv = _server(cluster, setting)
-            load = Clients(srv.address, clients)
-            _register(load.stub)
-            cluster.wait_replicated()  # the problems are on every replica before any fault
-            load.start()
-            until("reports acknowledged before the fault", lambda: len(load.acked) >= warmup_acks, bound_s)
-            promoted = _fault(cluster, fault, load, bound_s)
-            until(f"{promoted} followed by the replicas", lambda: _recovered(cluster, promoted), bound_s)
-            t_recovered = time.monotonic()
-            until("reports acknowledged after the recovery", lambda: load.acked_since(t_recovered) >= after_acks, bound_s)
-        finally:
-            if load is not None:
-                load.close()
-            if srv is not None:
-                srv.stop()
-        try:
+            with _server(cluster, setting) as srv:
+                load = Clients(srv.address, clients)
+                try:
+                    promoted = _load_and_fault(cluster, fault, load, warmup_acks, after_acks, bound_s)
+                finally:
+                    load.close()
             elapsed = time.monotonic() - t0
-            times = sorted(t for t, *_ in load.acked)
             found, duplicated = _look_up(cluster, load.acked)
         finally:
             cluster.stop()
+    times = sorted(t for t, *_ in load.acked)
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     return LossResult(
         fault=fault,
@@ -332,9 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-replica-acks", dest="settings", choices=SETTINGS, action="append", help="default: all, 1, 0")
     ap.add_argument("--runs", type=int, default=3, help="runs of each fault and setting")
     ap.add_argument("--clients", type=int, default=3)
+    ap.add_argument("--warmup-acks", type=int, default=200, help="reports acknowledged before the fault")
     ap.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/results.json as it is")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)  # the server's warnings while the fault lasts are expected
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the Redis processes are stopped too
     if a.runs < 1:
         ap.error(f"--runs ({a.runs}) must be >= 1")
     command = "python -m benchmarks.failover_loss " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -344,15 +354,15 @@ def main(argv: list[str] | None = None) -> int:
         for setting in a.settings or SETTINGS:
             runs = []
             for i in range(a.runs):
-                r = run_fault(fault, setting, clients=a.clients)
+                r = run_fault(fault, setting, clients=a.clients, warmup_acks=a.warmup_acks)
                 runs.append(r)
                 log(f"{fault} --min-replica-acks {setting} run {i + 1}: {asdict(r)}")
             lost = [r.lost for r in runs]
-            key = f"failover.{{}}.{fault}.{setting}"
+            key = f"failover.lost.{fault}.{setting}"
             per_run = dict(runs=a.runs, per_run=[asdict(r) for r in runs])
-            results.add(key.format("lost"), max(lost), "reports", min=min(lost), **per_run)
-            results.add(key.format("acknowledged"), statistics.median(r.acknowledged for r in runs), "reports")
-            results.add(key.format("no_service_s"), statistics.median(r.no_service_s for r in runs), "s")
+            results.add(key, max(lost), "reports", min=min(lost), **per_run)
+            results.add(f"{key}.acknowledged", statistics.median(r.acknowledged for r in runs), "reports")
+            results.add(f"{key}.no_service_s", statistics.median(r.no_service_s for r in runs), "s")
             print(
                 f"{fault:16s} {setting:>4s}  lost {min(lost)}-{max(lost)} of ~{runs[0].acknowledged}; "
                 f"duplicated {max(r.duplicated for r in runs)}; without service (median) "

@@ -96,7 +96,18 @@ class SentinelCluster:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> SentinelCluster:
-        """Start every process; return when every replica holds the data and every sentinel knows them all."""
+        """Start every process; return when every replica holds the data and every sentinel knows them all.
+
+        Raises:
+            TimeoutError: a step did not happen in time (every process started is stopped).
+        """
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> SentinelCluster:
         for name in self.redis_names:
             self.start_redis(name)
         self.wait_replicated()
