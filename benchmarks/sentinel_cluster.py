@@ -30,11 +30,13 @@ from prioreplay.channel import free_port
 SERVICE = "prio"
 
 
-def until(what: str, check: Callable[[], Any], timeout_s: float = 20.0, every_s: float = 0.05) -> Any:
+def until(
+    what: str, check: Callable[[], Any], timeout_s: float = 20.0, every_s: float = 0.05, why: Callable[[], str] = lambda: ""
+) -> Any:
     """``check()``'s first truthy value within ``timeout_s`` seconds (Redis errors count as falsy).
 
     Raises:
-        TimeoutError: not within ``timeout_s``; the message names ``what``.
+        TimeoutError: not within ``timeout_s``; the message names ``what`` and adds ``why()``.
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -45,7 +47,7 @@ def until(what: str, check: Callable[[], Any], timeout_s: float = 20.0, every_s:
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s} s")
+            raise TimeoutError(f"{what}: not within {timeout_s} s {why()}")
         time.sleep(every_s)
 
 

@@ -97,12 +97,10 @@ class RedisStore(RedisClient):
         namespace: the run's name; 1–MAX_NAME_BYTES (128) characters of ``[A-Za-z0-9_.:-]`` (no
             braces: it is the hash tag).
         clock: unix seconds; injected for deterministic tests.
-        replication: with ``min_replica_acks`` ``all`` (the default: every replica a failover could
-            promote, counted by :mod:`.replicas`; none: no wait) or N > 0, each script of
-            :data:`.scripts.WAITED_SCRIPTS` is followed by a small write and ``WAIT n timeout`` on its
-            connection, and a shortfall raises
-            StoreUnavailable (kind ``read_only``; the change is applied on the primary but not known
-            to survive a failover: a retry is answered as for a lost answer).
+        replication: ``min_replica_acks`` ``all`` (the default; counted by :mod:`.replicas`) or N:
+            each script of :data:`.scripts.WAITED_SCRIPTS` is followed by a small write and ``WAIT n
+            timeout``; a shortfall raises StoreUnavailable (kind ``read_only``; the change is applied
+            on the primary but not known to survive a failover: a retry is answered as for a lost answer).
 
     Raises:
         InvalidArgument: a malformed URL or namespace, or a sampler without a Lua branch.
@@ -181,9 +179,8 @@ class RedisStore(RedisClient):
         want = await self._replicas.wanted()
         res = await self._pipe(fill, transaction=False)
         if want:
-            tail = res[-WAIT_REPLIES:]
+            await self._check_acks("register", res[-WAIT_REPLIES:], want)
             del res[-WAIT_REPLIES:]
-            await self._check_acks("register", tail, want)
         clashes = [text(pid) for r in res[:-1] if int(r[0]) == -1 for pid in r[1:]]
         if clashes:  # only a registration racing another one gets here with several chunks
             raise conflict_error(clashes)
