@@ -1,5 +1,6 @@
 """The Redis store's plumbing: the connection, the scripts, the keys of a run, and the one path every
-Redis call goes through (errors mapped by :mod:`.errors`; ``WAIT`` for replica acknowledgements),
+Redis call goes through (errors mapped by :mod:`.errors`; ``WAIT`` for replica acknowledgements, as
+many as :mod:`.replicas` counts),
 the namespace identity (claimed at start, checked by every script, by the health probe and by
 ``stats``: :mod:`..identity`), plus the health probe and close. :class:`~.store.RedisStore` adds
 the store's operations."""
@@ -33,8 +34,8 @@ log = logging.getLogger(__name__)
 #: The error reply of the namespace check (``lua/namespace_check.lua``).
 NAMESPACE_CHANGED = "NAMESPACE_CHANGED"
 CLAIM = SCRIPT_ARGS["claim"]
-#: Replies :meth:`RedisClient._wait` adds to a pipeline: the small write's, then WAIT's count.
-WAIT_REPLIES = 2
+#: Replies :meth:`RedisClient._wait` adds to a pipeline: the small write's, WAIT's count, ``INFO replication``.
+WAIT_REPLIES = 3
 
 
 def namespace_changed(e: BaseException) -> bool:
@@ -232,19 +233,26 @@ class RedisClient(Store):
                 log.warning("resetting the sentinel connections failed: %s", reset_error)
 
     def _wait(self, pipe, want: int) -> Any:
-        """Queue a small write (the ``health`` key) and ``WAIT want timeout`` (on the pipeline's one
-        connection, after its writes): :data:`WAIT_REPLIES` replies, the last WAIT's count. The write
+        """Queue a small write (the ``health`` key), ``WAIT want timeout`` and ``INFO replication`` (on
+        the pipeline's one connection, after its writes): :data:`WAIT_REPLIES` replies. The write
         moves the connection's replication offset to the primary's: a script that wrote nothing (a
         retried report answered ``already reported``) then still waits for the earlier write, made
-        on another connection, that it answers for. Returns the pipeline, as its queued commands do."""
+        on another connection, that it answers for. ``INFO`` tells :meth:`_check_acks` how many
+        replicas were connected then (the count of ``all`` may be up to 0.5 s old). Returns the
+        pipeline, as its queued commands do."""
         pipe.set(self._keys["health"], float_arg(self.clock()), px=60_000)
-        return pipe.execute_command("WAIT", want, self._replication.min_replica_acks_timeout_ms)
+        pipe.execute_command("WAIT", want, self._replication.min_replica_acks_timeout_ms)
+        return pipe.info("replication")
 
     async def _check_acks(self, what: str, tail: Sequence[Any], want: int) -> None:
-        """Raise StoreUnavailable (kind ``read_only``) when WAIT (the last of the ``tail`` replies that
+        """Raise StoreUnavailable (kind ``read_only``) when WAIT (in the ``tail`` replies that
         :meth:`_wait` queued) counted fewer than ``want`` replicas, and ``want`` stands once the
-        replicas are counted again (``all``: one that went down since is no longer waited for)."""
-        acks, ms = int(tail[-1]), self._replication.min_replica_acks_timeout_ms
+        replicas are counted again (``all``: one that went down since is no longer waited for). With
+        ``all``, a replica connected since the last count (``INFO`` after the WAIT) raises ``want``
+        first: the loss harness lost reports that one replica acknowledged while the count, still
+        one, missed the other (just restarted and synced), and the lagging one was promoted."""
+        acks, ms = int(tail[-2]), self._replication.min_replica_acks_timeout_ms
+        want = self._replicas.saw_connected(int(tail[-1].get("connected_slaves", 0)), want)
         if acks >= want or acks >= (want := await self._replicas.recount()):
             return
         setting = self._replication.min_replica_acks

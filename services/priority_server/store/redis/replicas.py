@@ -101,6 +101,14 @@ class ReplicaTarget:
             await self.refresh(REFRESH_S)
         return self._count if self.setting == "all" else int(self.setting)
 
+    def saw_connected(self, connected: int, want: int) -> int:
+        """``want`` after ``connected`` replicas were seen connected to the primary (``INFO`` after a WAIT):
+        with ``all`` never fewer (and the count is raised until the next refresh); N stays N."""
+        if self.setting != "all":
+            return want
+        self._count = max(self._count, connected)
+        return max(want, connected)
+
     async def recount(self) -> int:
         """:meth:`wanted` after a WAIT fell short: counted again unless counted within :data:`SHORT_REFRESH_S`."""
         await self.refresh(SHORT_REFRESH_S)
