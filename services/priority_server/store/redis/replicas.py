@@ -21,8 +21,9 @@ restarted, the old primary demoted into a replica after a failover):
   primary still takes writes and its other replica still acknowledges them, and a change
   acknowledged then by that replica alone would be lost when it is moved to the new primary;
 * and never fewer than the replicas connected to the primary now (``INFO replication``,
-  ``connected_slaves``): a replica that has just reconnected, or that the sentinels have not
-  discovered yet (they read ``INFO`` every 10 s), can already be promoted.
+  ``connected_slaves``, read at each count and after every WAIT: :meth:`ReplicaTarget.saw_connected`):
+  a replica that has just reconnected, or that the sentinels have not discovered yet (they read
+  ``INFO`` every 10 s), can already be promoted.
 
 Counting only the connected replicas is not enough: the loss harness (``benchmarks/failover_loss.py``)
 lost acknowledged reports when a replica restarted mid-run reconnected (listed by the sentinels,
