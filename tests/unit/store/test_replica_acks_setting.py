@@ -9,7 +9,8 @@ from pydantic import ValidationError
 from prioreplay.priority_server.config import ReplicationSettings, ServerConfig
 from prioreplay.priority_server.open_store import create_store
 from prioreplay.priority_server.store import StoreConfig
-from prioreplay.priority_server.store.redis.replicas import promotable
+from prioreplay.priority_server.store.redis.connection import RedisConnection
+from prioreplay.priority_server.store.redis.replicas import ReplicaTarget, promotable
 
 
 def test_the_default_waits_for_every_promotable_replica_and_accepts_the_memory_store():
@@ -47,3 +48,10 @@ def _replica(**kw):
 )
 def test_all_counts_the_replicas_a_failover_could_promote_and_that_can_acknowledge(replica, counts):
     assert promotable(replica) is counts
+
+
+@pytest.mark.parametrize(("setting", "want", "connected", "waited"), [("all", 1, 2, 2), ("all", 2, 1, 2), (1, 1, 2, 1)])
+def test_a_replica_seen_connected_after_a_wait_is_waited_for_at_once_with_all(setting, want, connected, waited):
+    """The count of ``all`` may be 0.5 s old; a replica connected since (INFO after the WAIT) raises it."""
+    target = ReplicaTarget(RedisConnection("redis://127.0.0.1:1/0"), ReplicationSettings(min_replica_acks=setting))
+    assert target.saw_connected(connected, want) == waited
