@@ -170,6 +170,16 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         '"Known limits".',
     ),
     (
+        "failover.lost",
+        "Acknowledged reports lost in a Redis failover, per fault and --min-replica-acks",
+        "`python -m benchmarks.failover_loss`: a primary, two replicas and three sentinels (quorum 2, "
+        "`down-after-milliseconds 1000`) on local ports; the gRPC server on `redis+sentinel://` with the setting; three "
+        "clients lease and report at full rate (a report is resent while UNAVAILABLE); one fault once 30 reports are "
+        "acknowledged; the run ends 30 acknowledgements after the recovery. Then every acknowledged report is looked up "
+        "on the new primary. `failover.lost.<fault>.<setting>`: the most lost in a run (`min` and each run beside it); "
+        "`.acknowledged`, `.no_service_s` (the longest gap between two acknowledgements): medians.",
+    ),
+    (
         "sampler_cost",
         "Sampler cost in the service",
         "One client, SampleProblems(256) -> ReportOutcomes over gRPC to a server holding 100,000 problems, 10 s after 2 s "
