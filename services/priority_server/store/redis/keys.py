@@ -19,7 +19,7 @@ tomb:reported  zset    lease id → time it was reported (kept ``TOMBSTONE_TTL_S
 tomb:expired   zset    lease id → time it expired (kept ``TOMBSTONE_TTL_S``)
 counters       hash    ``step`` and the StoreStats counters (``reward_sum`` as ``%.17g``)
 policy         hash    ``version``, ``uri``
-health         string  the health probe's last write (expires after 60 s)
+health         string  the last write of the health probe, or the one before a WAIT (expires after 60 s)
 quarantine     hash    id → the pool (1..3) a quarantined problem returns to (stats pool = 5)
 requests       hash    request id → the lease a sample with that id made (retried requests)
 requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)

@@ -64,7 +64,7 @@ from ..records import (
     StoreStats,
 )
 from ..snapshot import COUNTER_NAMES
-from .client import RedisClient
+from .client import WAIT_REPLIES, RedisClient
 from .keys import decode_problem, encode_problem, float_arg, parse_stats, text, warm_arg
 from .scripts import SCRIPT_ARGS
 
@@ -97,10 +97,10 @@ class RedisStore(RedisClient):
         namespace: the run's name; 1–MAX_NAME_BYTES (128) characters of ``[A-Za-z0-9_.:-]`` (no
             braces: it is the hash tag).
         clock: unix seconds; injected for deterministic tests.
-        replication: with ``min_replica_acks`` N > 0, each script of :data:`.scripts.WAITED_SCRIPTS` is
-            followed by ``WAIT N timeout`` on its connection, and a shortfall raises
-            StoreUnavailable (kind ``read_only``; the change is applied on the primary but not known
-            to survive a failover: a retry is answered as for a lost answer).
+        replication: ``min_replica_acks`` ``all`` (the default; counted by :mod:`.replicas`) or N:
+            each script of :data:`.scripts.WAITED_SCRIPTS` is followed by a small write and ``WAIT n
+            timeout``; a shortfall raises StoreUnavailable (kind ``read_only``; the change is applied
+            on the primary but not known to survive a failover: a retry is answered as for a lost answer).
 
     Raises:
         InvalidArgument: a malformed URL or namespace, or a sampler without a Lua branch.
@@ -174,12 +174,14 @@ class RedisStore(RedisClient):
                 )
                 await script(keys=call_keys, args=args, client=pipe)
             pipe.hlen(self._keys["problems"])
-            if self._replication.min_replica_acks:
-                self._wait(pipe)
+            if want:
+                self._wait(pipe, want)
 
+        want = await self._replicas.wanted()
         res = await self._pipe(fill, transaction=False)
-        if self._replication.min_replica_acks:
-            self._check_acks("register", res.pop())
+        if want:
+            await self._check_acks("register", res[-WAIT_REPLIES:], want)
+            del res[-WAIT_REPLIES:]
         clashes = [text(pid) for r in res[:-1] if int(r[0]) == -1 for pid in r[1:]]
         if clashes:  # only a registration racing another one gets here with several chunks
             raise conflict_error(clashes)
@@ -277,18 +279,10 @@ class RedisStore(RedisClient):
         from index 6 (member, source pool, statistics value, problem record, group size or 0)."""
         problems: list[SampledProblem] = []
         for i in range(6, 6 + 5 * n, 5):
-            member, source, stats_value, record = text(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
-            group_size = int(res[i + 4]) or None
-            pid = member_id(member)
+            member, source, stats_value, record = text(res[i]), Pool(int(res[i + 1])), res[i + 2], res[i + 3]
             stats, _, score = parse_stats(stats_value)
-            problems.append(
-                SampledProblem(
-                    problem=decode_problem(pid, record),
-                    priority=self.leased_priority(Pool(source), score, stats, version),
-                    source=Pool(source),
-                    group_size=group_size,
-                )
-            )
+            prio = self.leased_priority(source, score, stats, version)
+            problems.append(SampledProblem(decode_problem(member_id(member), record), prio, source, int(res[i + 4]) or None))
         return problems
 
     async def _report(
