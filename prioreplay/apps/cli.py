@@ -127,7 +127,10 @@ def parse(name: str, argv: list[str]):
             message names each field, the value given and the allowed range).
         SystemExit: for ``--help`` (exit 0) or unparsable flags (exit 2), as argparse does.
     """
+    import re
+
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from prioreplay.config import read_config_file, renamed_flags
     from prioreplay.errors import InvalidArgument
@@ -142,6 +145,14 @@ def parse(name: str, argv: list[str]):
     except ValidationError as e:
         problems = "; ".join(_problem(err) for err in e.errors())
         raise InvalidArgument(f"invalid configuration for 'prioreplay {name}': {problems}") from None
+    except SettingsError as e:  # a value the flag parser cannot read as JSON, e.g. a list with nan
+        field = re.search(r'field "(\w+)"', str(e))
+        flag = f"--{field.group(1).replace('_', '-')}" if field else "a setting"
+        value = getattr(e.__cause__, "doc", None)  # the text read as JSON, e.g. '[nan]'
+        raise InvalidArgument(
+            f"invalid configuration for 'prioreplay {name}': {flag} ({value!r}) cannot be read "
+            f"({e.__cause__ or e}); give finite numbers (not nan or inf), comma-separated for a list (e.g. 1,0.5)"
+        ) from None
 
 
 def _problem(err: Mapping[str, Any]) -> str:

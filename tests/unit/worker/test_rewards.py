@@ -47,6 +47,21 @@ PLUGINS = textwrap.dedent(
 
     def too_big(completion, reference, metadata):
         return 1.5
+
+    async def awaits(completion, reference, metadata):
+        return 1.0
+
+    def yields(completion, reference, metadata):
+        yield 1.0
+
+    def two_args(completion, reference):
+        return 1.0
+
+    class Scorer:
+        def __call__(self, completion, reference, metadata):
+            return 0.25
+
+    scorer = Scorer()
     """
 )
 
@@ -122,6 +137,36 @@ def test_a_plugin_that_cannot_be_imported_names_the_error_and_the_fix(plug):
     assert "install its package" in str(e.value)
     with pytest.raises(InvalidArgument, match="has no function 'missing'"):
         RewardSet(parse_specs([plug("missing")])).check_imports()
+
+
+@pytest.mark.parametrize(
+    "name, fix",
+    [
+        ("awaits", "is an async function"),
+        ("yields", "is a generator function"),
+        ("two_args", "cannot be called as f(completion, reference, metadata)"),
+        ("Scorer", "name an instance"),
+    ],
+)
+def test_a_plugin_whose_every_call_would_fail_is_refused_at_start(plug, name, fix):
+    with pytest.raises(InvalidArgument) as e:
+        RewardSet(parse_specs([plug(name)])).check_imports()
+    assert fix in str(e.value) and name in str(e.value)
+    with pytest.raises(InvalidArgument, match="async function"):
+        PluginReward(lambda_async)
+
+
+async def lambda_async(completion, reference, metadata):  # PluginReward is handed the function itself
+    return 1.0
+
+
+def test_a_callable_instance_is_a_plugin_and_a_missing_file_names_the_path(plug, tmp_path):
+    assert PluginReward(plug("scorer")).score("x", "y") == (0.25, False)
+    with pytest.raises(InvalidArgument, match="check the file's path") as e:
+        RewardSet(parse_specs([f"{tmp_path / 'nope.py'}:score"])).check_imports()
+    assert "install its package" not in str(e.value)
+    with pytest.raises(InvalidArgument, match="'verifier' names a worker's problem verifier"):
+        PluginReward("verifier")
 
 
 # -- combination and pass rule (in the pool) ------------------------------------------------------
@@ -227,3 +272,11 @@ def test_worker_flags_name_rewards_and_weights_as_trl_does(plug):
     assert [(s.name, s.weight) for s in cfg.reward_set().specs] == [(plug("half"), 1.0), ("verifier", 0.5)]
     with pytest.raises(InvalidArgument, match=r"pass_threshold"):
         parse("worker", ["--pass-threshold", "0"])
+
+
+@pytest.mark.parametrize("weights", ["nan", "1,inf"])
+def test_a_weight_the_flag_parser_cannot_read_is_refused_with_the_value(plug, weights):
+    from prioreplay.apps.cli import parse
+
+    with pytest.raises(InvalidArgument, match=r"--reward-weights \('\[.*(nan|inf)\]'\) cannot be read.*e\.g\. 1,0\.5"):
+        parse("worker", ["--reward", plug("half"), "--reward", plug("exact"), "--reward-weights", weights])
