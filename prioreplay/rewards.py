@@ -326,7 +326,9 @@ class RewardSet:
             try:
                 r, flag = self._one(s, text, reference, verifier, metadata)
             except Exception as exc:  # noqa: BLE001 - one bad plugin gives 0, never stops the worker
-                failures.append((s.name, _kind(exc), f"{exc}"[:300]))
+                kind = _kind(exc)
+                fix = "; make the function faster or raise --verify-timeout-s" if kind == "timeout" else ""
+                failures.append((s.name, kind, f"{exc}"[:300] + fix))
                 passed = False
                 continue
             total += s.weight * r

@@ -195,7 +195,7 @@ def test_a_completion_passes_when_every_reward_passes(plug):
     "name, kind, text",
     [
         ("raises", "error", "KeyError"),
-        ("hangs", "timeout", "timed out after 1s"),
+        ("hangs", "timeout", "timed out after 1s; make the function faster or raise --verify-timeout-s"),
         ("nan", "invalid", "nan"),
         ("text", "invalid", "str"),
         ("too_big", "invalid", "1.5"),
