@@ -147,11 +147,12 @@ def parse(name: str, argv: list[str]):
         raise InvalidArgument(f"invalid configuration for 'prioreplay {name}': {problems}") from None
     except SettingsError as e:  # a value the flag parser cannot read as JSON, e.g. a list with nan
         field = re.search(r'field "(\w+)"', str(e))
-        flag = f"--{field.group(1).replace('_', '-')}" if field else "a setting"
+        key = field.group(1) if field else "setting"
         value = getattr(e.__cause__, "doc", None)  # the text read as JSON, e.g. '[nan]'
         raise InvalidArgument(
-            f"invalid configuration for 'prioreplay {name}': {flag} ({value!r}) cannot be read "
-            f"({e.__cause__ or e}); give finite numbers (not nan or inf), comma-separated for a list (e.g. 1,0.5)"
+            f"invalid configuration for 'prioreplay {name}': --{key.replace('_', '-')} / PRIOREPLAY_{key.upper()} "
+            f"({value!r}) cannot be read ({e.__cause__ or e}); a list is comma-separated after its flag (1,0.5) and "
+            f'a JSON list in the environment (\'["a", "b"]\'); numbers must be finite (no nan or inf)'
         ) from None
 
 

@@ -278,5 +278,15 @@ def test_worker_flags_name_rewards_and_weights_as_trl_does(plug):
 def test_a_weight_the_flag_parser_cannot_read_is_refused_with_the_value(plug, weights):
     from prioreplay.apps.cli import parse
 
-    with pytest.raises(InvalidArgument, match=r"--reward-weights \('\[.*(nan|inf)\]'\) cannot be read.*e\.g\. 1,0\.5"):
+    with pytest.raises(InvalidArgument, match=r"--reward-weights / PRIOREPLAY_REWARD_WEIGHTS \('\[.*(nan|inf)\]'\) cannot"):
         parse("worker", ["--reward", plug("half"), "--reward", plug("exact"), "--reward-weights", weights])
+
+
+def test_a_reward_list_in_the_environment_that_is_not_json_says_how_to_write_it(plug, monkeypatch):
+    from prioreplay.apps.cli import parse
+
+    monkeypatch.setenv("PRIOREPLAY_REWARD", plug("half"))
+    with pytest.raises(InvalidArgument, match=r"PRIOREPLAY_REWARD \(.*plug\.py:half'\) cannot be read.*a JSON list"):
+        parse("worker", [])
+    monkeypatch.setenv("PRIOREPLAY_REWARD", f'["{plug("half")}"]')
+    assert parse("worker", []).reward == [plug("half")]
