@@ -163,8 +163,12 @@ def load_plugin(target: str) -> Callable[..., Any]:
             message), or it has no such callable.
     """
     where, _, fn = target.rpartition(":")
+    is_file = where.endswith(".py") or os.sep in where or "/" in where
     try:
-        if where.endswith(".py") or os.sep in where or "/" in where:
+        if is_file:
+            folder = os.path.dirname(os.path.abspath(where))
+            if os.path.isdir(folder) and folder not in sys.path:
+                sys.path.append(folder)  # as `python file.py`: its sibling modules import (appended: never shadows)
             spec = importlib.util.spec_from_file_location(f"prioreplay_reward_{abs(hash(where))}", where)
             if spec is None or spec.loader is None:
                 raise FileNotFoundError(f"no Python file at {where!r}")
@@ -176,12 +180,15 @@ def load_plugin(target: str) -> Callable[..., Any]:
                 sys.path.append(os.getcwd())  # as `python -m`: a module in the working directory imports
             module = importlib.import_module(where)
     except Exception as exc:  # noqa: BLE001 - any import failure is a configuration error
-        fix = (
-            f"check the file's path (a relative path starts at the working directory, {os.getcwd()})"
-            if isinstance(exc, FileNotFoundError) and not os.path.isfile(where)
-            else "install its package in this environment, run from the folder that holds the module, "
-            f"or give the file's path ('file.py:{fn}')"
-        )
+        if is_file and not os.path.isfile(where):
+            fix = f"check the file's path (a relative path starts at the working directory, {os.getcwd()})"
+        elif is_file:
+            fix = "install what the file imports in this environment (modules beside the file are found)"
+        else:
+            fix = (
+                "install its package in this environment, run from the folder that holds the module, "
+                f"or give the file's path ('file.py:{fn}')"
+            )
         raise InvalidArgument(f"reward plugin {target!r} cannot be imported ({type(exc).__name__}: {exc}); {fix}") from None
     func = getattr(module, fn, None)
     if not callable(func):

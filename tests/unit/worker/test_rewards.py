@@ -169,6 +169,15 @@ def test_a_callable_instance_is_a_plugin_and_a_missing_file_names_the_path(plug,
         PluginReward("verifier")
 
 
+def test_a_file_plugin_imports_modules_beside_it_and_names_what_it_could_not_import(tmp_path):
+    (tmp_path / "my_helpers_beside.py").write_text("def helper(c):\n    return 0.75\n", encoding="utf-8")
+    (tmp_path / "uses.py").write_text("from my_helpers_beside import helper\n\ndef score(c, r, m):\n    return helper(c)\n")
+    (tmp_path / "broken.py").write_text("import no_such_module_here\n\ndef score(c, r, m):\n    return 1.0\n")
+    assert PluginReward(f"{tmp_path / 'uses.py'}:score").score("x", "y") == (0.75, False)
+    with pytest.raises(InvalidArgument, match="No module named 'no_such_module_here'.*install what the file imports"):
+        PluginReward(f"{tmp_path / 'broken.py'}:score")
+
+
 # -- combination and pass rule (in the pool) ------------------------------------------------------
 def test_rewards_combine_as_a_weighted_mean(plug):
     rewards = reward_set(plug, ["half", "exact"], [1.0, 3.0])
