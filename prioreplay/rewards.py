@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import logging
 import math
 import os
@@ -162,8 +163,12 @@ def load_plugin(target: str) -> Callable[..., Any]:
             message), or it has no such callable.
     """
     where, _, fn = target.rpartition(":")
+    is_file = where.endswith(".py") or os.sep in where or "/" in where
     try:
-        if where.endswith(".py") or os.sep in where or "/" in where:
+        if is_file:
+            folder = os.path.dirname(os.path.abspath(where))
+            if os.path.isdir(folder) and folder not in sys.path:
+                sys.path.append(folder)  # as `python file.py`: its sibling modules import (appended: never shadows)
             spec = importlib.util.spec_from_file_location(f"prioreplay_reward_{abs(hash(where))}", where)
             if spec is None or spec.loader is None:
                 raise FileNotFoundError(f"no Python file at {where!r}")
@@ -175,14 +180,47 @@ def load_plugin(target: str) -> Callable[..., Any]:
                 sys.path.append(os.getcwd())  # as `python -m`: a module in the working directory imports
             module = importlib.import_module(where)
     except Exception as exc:  # noqa: BLE001 - any import failure is a configuration error
-        raise InvalidArgument(
-            f"reward plugin {target!r} cannot be imported ({type(exc).__name__}: {exc}); install its package "
-            f"in this environment, run from the folder that holds the module, or give the file's path ('file.py:{fn}')"
-        ) from None
+        if is_file and not os.path.isfile(where):
+            fix = f"check the file's path (a relative path starts at the working directory, {os.getcwd()})"
+        elif is_file:
+            fix = "install what the file imports in this environment (modules beside the file are found)"
+        else:
+            fix = (
+                "install its package in this environment, run from the folder that holds the module, "
+                f"or give the file's path ('file.py:{fn}')"
+            )
+        raise InvalidArgument(f"reward plugin {target!r} cannot be imported ({type(exc).__name__}: {exc}); {fix}") from None
     func = getattr(module, fn, None)
     if not callable(func):
         raise InvalidArgument(f"reward plugin {target!r}: {where} has no function {fn!r}; name a callable defined there")
+    _check_callable(target, func)
     return func
+
+
+def _check_callable(target: str, func: Callable[..., Any]) -> None:
+    """Refuse, at start, a callable whose every call would fail: a coroutine or generator function
+    (its call returns an awaitable or an iterator, not a reward) or one that cannot take
+    ``(completion, reference, metadata)`` (a class, a two-argument function).
+
+    Raises:
+        InvalidArgument: naming the plugin, what it is and the fix.
+    """
+    if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__):
+        raise InvalidArgument(
+            f"reward plugin {target!r} is an async function; a plugin returns its reward: make it a plain def "
+            "(run awaitable work inside it with asyncio.run, within --verify-timeout-s)"
+        )
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        raise InvalidArgument(f"reward plugin {target!r} is a generator function; return the reward instead of yielding it")
+    try:
+        inspect.signature(func).bind("completion", "reference", {})
+    except TypeError as exc:
+        raise InvalidArgument(
+            f"reward plugin {target!r} cannot be called as f(completion, reference, metadata) ({exc}); "
+            "take the three arguments (a class: name an instance, or a function)"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): the first call tells
+        pass
 
 
 def check_value(value: object) -> tuple[float, bool | None]:
@@ -295,7 +333,9 @@ class RewardSet:
             try:
                 r, flag = self._one(s, text, reference, verifier, metadata)
             except Exception as exc:  # noqa: BLE001 - one bad plugin gives 0, never stops the worker
-                failures.append((s.name, _kind(exc), f"{exc}"[:300]))
+                kind = _kind(exc)
+                fix = "; make the function faster or raise --verify-timeout-s" if kind == "timeout" else ""
+                failures.append((s.name, kind, f"{exc}"[:300] + fix))
                 passed = False
                 continue
             total += s.weight * r
@@ -340,7 +380,15 @@ class PluginReward:
 
     def __init__(self, plugin: Callable[..., Any] | str, reference: str = "answer", pass_threshold: float = PASS_THRESHOLD):
         if isinstance(plugin, str):
-            plugin = load_plugin(parse_specs([plugin])[0].target)
+            target = parse_specs([plugin])[0].target
+            if not target:
+                raise InvalidArgument(
+                    f"PluginReward({plugin!r}): 'verifier' names a worker's problem verifier, not a function; "
+                    "give a plugin function or its 'module:function' / 'file.py:function' spec"
+                )
+            plugin = load_plugin(target)
+        else:
+            _check_callable(getattr(plugin, "__name__", repr(plugin)), plugin)
         if not 0.0 < pass_threshold <= 1.0:
             raise InvalidArgument(f"pass_threshold ({pass_threshold}) must be in (0, 1]")
         self.plugin, self.reference, self.pass_threshold = plugin, reference, pass_threshold

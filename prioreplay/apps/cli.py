@@ -127,7 +127,10 @@ def parse(name: str, argv: list[str]):
             message names each field, the value given and the allowed range).
         SystemExit: for ``--help`` (exit 0) or unparsable flags (exit 2), as argparse does.
     """
+    import re
+
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from prioreplay.config import read_config_file, renamed_flags
     from prioreplay.errors import InvalidArgument
@@ -142,6 +145,15 @@ def parse(name: str, argv: list[str]):
     except ValidationError as e:
         problems = "; ".join(_problem(err) for err in e.errors())
         raise InvalidArgument(f"invalid configuration for 'prioreplay {name}': {problems}") from None
+    except SettingsError as e:  # a value the flag parser cannot read as JSON, e.g. a list with nan
+        field = re.search(r'field "(\w+)"', str(e))
+        key = field.group(1) if field else "setting"
+        value = getattr(e.__cause__, "doc", None)  # the text read as JSON, e.g. '[nan]'
+        raise InvalidArgument(
+            f"invalid configuration for 'prioreplay {name}': --{key.replace('_', '-')} / PRIOREPLAY_{key.upper()} "
+            f"({value!r}) cannot be read ({e.__cause__ or e}); a list is comma-separated after its flag (1,0.5) and "
+            f'a JSON list in the environment (\'["a", "b"]\'); numbers must be finite (no nan or inf)'
+        ) from None
 
 
 def _problem(err: Mapping[str, Any]) -> str:

@@ -131,10 +131,26 @@ def write_report(run_dir: Path, report: dict[str, Any], final) -> None:
     print(audit_line(report.get("pool_audit")))
     for line in by_task_lines(report["by_task"]):
         print(line)
+    if failures := scoring_failures_line(report):
+        print(failures)
     print(
         f"effective-group fraction {final.effective_group_fraction:.2f} over {final.completions_reported} rollouts; "
         f"pools heap={final.heap_size} solved={final.solved} unsolved={final.unsolved}; still unseen "
         f"{final.unseen} of {final.problems}; forgetting events {final.forgetting_events}"
+    )
+
+
+def scoring_failures_line(report: dict[str, Any]) -> str | None:
+    """A warning line when the workers' rewards failed (a plugin raised, timed out or returned a
+    non-reward; a verifier error), each such reward scored 0; None when none did."""
+    workers = (report.get("worker_metrics") or {}).values()
+    plugin = int(sum(m.get("prioreplay_worker_reward_errors_total", 0.0) for m in workers))
+    verifier = int(sum(m.get("prioreplay_worker_verifier_errors_total", 0.0) for m in workers))
+    if not plugin and not verifier:
+        return None
+    return (
+        f"WARNING scoring failures, each scored 0: {plugin} reward plugin call(s), {verifier} verifier call(s); "
+        "the workers' logs (logs/worker-*.log) name the reward, the problem and the error (docs/REWARDS.md)"
     )
 
 

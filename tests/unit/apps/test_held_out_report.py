@@ -55,3 +55,18 @@ def test_served_priority_histogram_is_read_per_bucket():
         "prioreplay_sampled_priority_sum 1.0\n"
     )
     assert scrape_histogram(text, "prioreplay_sampled_priority") == {"le": [0.1, 0.25, float("inf")], "count": [2.0, 5.0, 0.0]}
+
+
+def test_the_summary_warns_when_rewards_failed_and_is_silent_otherwise():
+    from prioreplay.apps.demo_report import scoring_failures_line
+
+    clean = {"worker_metrics": {"worker-0": {"prioreplay_worker_reward_errors_total": 0.0}}}
+    assert scoring_failures_line(clean) is None and scoring_failures_line({}) is None
+    failed = {
+        "worker_metrics": {
+            "worker-0": {"prioreplay_worker_reward_errors_total": 30.0, "prioreplay_worker_verifier_errors_total": 1.0},
+            "worker-1": {"prioreplay_worker_reward_errors_total": 2.0},
+        }
+    }
+    line = scoring_failures_line(failed)
+    assert line is not None and "32 reward plugin call(s), 1 verifier call(s)" in line and "logs/worker-*.log" in line

@@ -47,6 +47,21 @@ PLUGINS = textwrap.dedent(
 
     def too_big(completion, reference, metadata):
         return 1.5
+
+    async def awaits(completion, reference, metadata):
+        return 1.0
+
+    def yields(completion, reference, metadata):
+        yield 1.0
+
+    def two_args(completion, reference):
+        return 1.0
+
+    class Scorer:
+        def __call__(self, completion, reference, metadata):
+            return 0.25
+
+    scorer = Scorer()
     """
 )
 
@@ -124,6 +139,45 @@ def test_a_plugin_that_cannot_be_imported_names_the_error_and_the_fix(plug):
         RewardSet(parse_specs([plug("missing")])).check_imports()
 
 
+@pytest.mark.parametrize(
+    "name, fix",
+    [
+        ("awaits", "is an async function"),
+        ("yields", "is a generator function"),
+        ("two_args", "cannot be called as f(completion, reference, metadata)"),
+        ("Scorer", "name an instance"),
+    ],
+)
+def test_a_plugin_whose_every_call_would_fail_is_refused_at_start(plug, name, fix):
+    with pytest.raises(InvalidArgument) as e:
+        RewardSet(parse_specs([plug(name)])).check_imports()
+    assert fix in str(e.value) and name in str(e.value)
+    with pytest.raises(InvalidArgument, match="async function"):
+        PluginReward(lambda_async)
+
+
+async def lambda_async(completion, reference, metadata):  # PluginReward is handed the function itself
+    return 1.0
+
+
+def test_a_callable_instance_is_a_plugin_and_a_missing_file_names_the_path(plug, tmp_path):
+    assert PluginReward(plug("scorer")).score("x", "y") == (0.25, False)
+    with pytest.raises(InvalidArgument, match="check the file's path") as e:
+        RewardSet(parse_specs([f"{tmp_path / 'nope.py'}:score"])).check_imports()
+    assert "install its package" not in str(e.value)
+    with pytest.raises(InvalidArgument, match="'verifier' names a worker's problem verifier"):
+        PluginReward("verifier")
+
+
+def test_a_file_plugin_imports_modules_beside_it_and_names_what_it_could_not_import(tmp_path):
+    (tmp_path / "my_helpers_beside.py").write_text("def helper(c):\n    return 0.75\n", encoding="utf-8")
+    (tmp_path / "uses.py").write_text("from my_helpers_beside import helper\n\ndef score(c, r, m):\n    return helper(c)\n")
+    (tmp_path / "broken.py").write_text("import no_such_module_here\n\ndef score(c, r, m):\n    return 1.0\n")
+    assert PluginReward(f"{tmp_path / 'uses.py'}:score").score("x", "y") == (0.75, False)
+    with pytest.raises(InvalidArgument, match="No module named 'no_such_module_here'.*install what the file imports"):
+        PluginReward(f"{tmp_path / 'broken.py'}:score")
+
+
 # -- combination and pass rule (in the pool) ------------------------------------------------------
 def test_rewards_combine_as_a_weighted_mean(plug):
     rewards = reward_set(plug, ["half", "exact"], [1.0, 3.0])
@@ -150,7 +204,7 @@ def test_a_completion_passes_when_every_reward_passes(plug):
     "name, kind, text",
     [
         ("raises", "error", "KeyError"),
-        ("hangs", "timeout", "timed out after 1s"),
+        ("hangs", "timeout", "timed out after 1s; make the function faster or raise --verify-timeout-s"),
         ("nan", "invalid", "nan"),
         ("text", "invalid", "str"),
         ("too_big", "invalid", "1.5"),
@@ -227,3 +281,21 @@ def test_worker_flags_name_rewards_and_weights_as_trl_does(plug):
     assert [(s.name, s.weight) for s in cfg.reward_set().specs] == [(plug("half"), 1.0), ("verifier", 0.5)]
     with pytest.raises(InvalidArgument, match=r"pass_threshold"):
         parse("worker", ["--pass-threshold", "0"])
+
+
+@pytest.mark.parametrize("weights", ["nan", "1,inf"])
+def test_a_weight_the_flag_parser_cannot_read_is_refused_with_the_value(plug, weights):
+    from prioreplay.apps.cli import parse
+
+    with pytest.raises(InvalidArgument, match=r"--reward-weights / PRIOREPLAY_REWARD_WEIGHTS \('\[.*(nan|inf)\]'\) cannot"):
+        parse("worker", ["--reward", plug("half"), "--reward", plug("exact"), "--reward-weights", weights])
+
+
+def test_a_reward_list_in_the_environment_that_is_not_json_says_how_to_write_it(plug, monkeypatch):
+    from prioreplay.apps.cli import parse
+
+    monkeypatch.setenv("PRIOREPLAY_REWARD", plug("half"))
+    with pytest.raises(InvalidArgument, match=r"PRIOREPLAY_REWARD \(.*plug\.py:half'\) cannot be read.*a JSON list"):
+        parse("worker", [])
+    monkeypatch.setenv("PRIOREPLAY_REWARD", f'["{plug("half")}"]')
+    assert parse("worker", []).reward == [plug("half")]
