@@ -41,6 +41,7 @@ ARM_KEYS = (
     "train_zero_variance",
     "pool_evidence",
     "age_decay",
+    "off_policy_correction",
     "seed",
     "run_dir",
     "timeout_s",

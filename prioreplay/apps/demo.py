@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -317,7 +318,7 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
 
     cfg, run_dir = demo.cfg, demo.run_dir
     port, mport = free_port(), free_port()
-    demo.namespace = f"demo-{run_dir.name}-{os.urandom(4).hex()}"  # a fresh Redis namespace per run
+    demo.namespace = namespace_for(run_dir)
     server_args = [
         "server",
         "--port",
@@ -378,6 +379,12 @@ def _register_dataset(demo: Demo, client) -> list:
     return evaluation_slice(cfg.eval_dataset or cfg.dataset, cfg.eval_size, seed=cfg.seed + 1)
 
 
+def namespace_for(run_dir: Path) -> str:
+    """A fresh store namespace for a run in ``run_dir``: ``demo-<dir name>-<8 hex>``, the characters a
+    namespace may not hold (the ``+`` of a compare arm ``heap+tis``) as ``_``, at most 114 characters."""
+    return f"demo-{re.sub(r'[^A-Za-z0-9_.:-]', '_', run_dir.name)[:100]}-{os.urandom(4).hex()}"
+
+
 def _flags(**values: object) -> list[str]:
     """``--kebab-case value`` pairs of a child's command line, in the order given."""
     return [a for name, value in values.items() for a in (f"--{name.replace('_', '-')}", str(value))]
@@ -395,6 +402,9 @@ def _learner_args(cfg: DemoConfig, run_dir: Path, address: str, model_dir: Path,
             batch_groups=cfg.batch_groups,
             lr=cfg.lr,
             max_staleness=cfg.max_staleness,
+            off_policy_correction=cfg.off_policy_correction,
+            correction_cap=cfg.correction_cap,
+            kl_coef=cfg.kl_coef,
             publish_every=cfg.publish_every,
             max_steps=cfg.steps,
             # disk: a published version of SmolLM2 is ~0.5 GB and a checkpoint with its optimizer state
@@ -418,6 +428,7 @@ def _worker_args(cfg: DemoConfig, w: int, address: str, model_dir: Path, port: i
             outcomes_file=run_dir / f"{OUTCOMES_PART}{w}.jsonl",
             model=model_dir,
             backend=cfg.backend,
+            dtype=cfg.dtype,
             group_size=cfg.group_size,
             batch_size=cfg.batch_size,
             max_new_tokens=cfg.max_new_tokens,

@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from prioreplay.config import SEED_MAX, LogLevel, PrioreplaySettings, Seed, setting
-from prioreplay.learner.config import LearnerConfig
+from prioreplay.learner.config import LearnerConfig, OffPolicyCorrection
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.samplers import SamplerName
 from prioreplay.reporting import ReportTo
@@ -94,6 +94,7 @@ class DemoRunSettings(PrioreplaySettings):
         description="the Python that runs the workers (default: this one; with --backend vllm: "
         f"{VLLM_PYTHON}, the environment `make install-vllm` builds, where vLLM's own pins live)",
     )
+    dtype: Literal["auto", "float32", "bfloat16"] = setting(WorkerConfig, "dtype")
     group_size: int = setting(WorkerConfig, "group_size", 4)
     batch_size: int = setting(WorkerConfig, "batch_size")
     max_new_tokens: int = setting(WorkerConfig, "max_new_tokens", 24)
@@ -103,6 +104,9 @@ class DemoRunSettings(PrioreplaySettings):
     batch_groups: int = setting(LearnerConfig, "batch_groups", 4)
     lr: float = setting(LearnerConfig, "lr", 1e-5)
     max_staleness: int = setting(LearnerConfig, "max_staleness")
+    off_policy_correction: OffPolicyCorrection = setting(LearnerConfig, "off_policy_correction")
+    correction_cap: float = setting(LearnerConfig, "correction_cap")
+    kl_coef: float = setting(LearnerConfig, "kl_coef")
     train_zero_variance: bool = setting(LearnerConfig, "train_zero_variance")
     publish_every: int = setting(LearnerConfig, "publish_every")
     report_to: ReportTo = setting(LearnerConfig, "report_to")
