@@ -481,7 +481,7 @@ def _follow_learner(
         for c in workers:  # before the steps: each step records the workers' token counts of now
             last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
         lines = learner_log.read_text().splitlines() if learner_log.exists() else []
-        for rec in _step_lines(lines[seen_lines:]):
+        for rec in step_lines(lines[seen_lines:]):
             prev = _record_step(demo, int(rec["step"]), client.stats(histogram_buckets=HIST_BUCKETS), prev, rec)
             prev.update(token_totals(last_metrics))
             demo.reporter.demo_step(prev)
@@ -524,7 +524,7 @@ def _end_at_budget(demo: Demo, client, learner: Child, workers: list[Child], las
     demo.stop(learner, grace_s=120.0)
 
 
-def _step_lines(lines: list[str]) -> list[dict[str, Any]]:
+def step_lines(lines: list[str]) -> list[dict[str, Any]]:
     """The learner log's JSON lines that record a step (partial or other lines are skipped)."""
     out = []
     for line in lines:
