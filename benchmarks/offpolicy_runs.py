@@ -6,7 +6,8 @@ Per arm (mean, Student-t interval over seeds, :func:`prioreplay.intervals.mean_i
 
 * ``heldout_point<k>``: held-out accuracy at the run's k-th evaluation (its ``heldout_curve``:
   before training, the ``--eval-points`` marks, after), with the rollouts of each seed's point;
-* from each run's learner log (``learner.jsonl``, one JSON line per step): ``kl_ref_last`` (the k3
+* from each run's learner log (``learner.jsonl``, one JSON line per step): ``trained_steps``,
+  ``stale_group_share`` (groups pulled but dropped as older than ``--max-staleness``), ``kl_ref_last`` (the k3
   KL to the reference at the last step, nats/token; needs ``--kl-coef`` > 0), ``grad_norm_mean`` and
   ``grad_norm_max`` (the global L2 norm before clipping), ``clipped_share`` (steps whose norm exceeded
   ``max_grad_norm``, so the update was clipped), ``nonfinite_share`` (steps skipped as non-finite),
@@ -38,6 +39,8 @@ MAX_GRAD_NORM = 1.0
 
 #: Per-run learner figures, with their unit (the keys of :func:`learner_figures`).
 LEARNER_FIGURES = {
+    "trained_steps": "steps",
+    "stale_group_share": "fraction of groups pulled",
     "kl_ref_last": "nats/token",
     "grad_norm_mean": "L2 norm",
     "grad_norm_max": "L2 norm",
@@ -75,7 +78,10 @@ def learner_figures(lines: list[dict[str, Any]], max_grad_norm: float = MAX_GRAD
         return sum(vals) / len(vals) if vals else None
 
     ages = [int(k.rsplit("_", 1)[1]) for r in trained for k in r if k.startswith("mismatch_kl_age_")]
+    pulled = sum(int(r.get("groups_pulled", 0)) for r in lines)
     return {
+        "trained_steps": float(len(trained)),
+        "stale_group_share": sum(int(r.get("groups_stale", 0)) for r in lines) / pulled if pulled else None,
         "kl_ref_last": float(trained[-1]["kl"]) if trained and "kl" in trained[-1] else None,
         "grad_norm_mean": sum(norms) / len(norms) if norms else None,
         "grad_norm_max": max(norms) if norms else None,
@@ -156,6 +162,7 @@ def table(summary: dict[str, Any]) -> list[str]:
     head = [
         "arm",
         "seeds",
+        "steps",
         *(f"held-out @ ~{sum(first[m]['rollouts']) / len(first[m]['rollouts']):.0f} rollouts, %" for m in marks),
         f"after − {base}, pts",
         "KL to ref (last step)",
@@ -172,6 +179,7 @@ def table(summary: dict[str, Any]) -> list[str]:
         row = [
             f"`{arm}`",
             str(len(f["seeds"])),
+            f"{f['trained_steps']['mean']:.1f}" if "trained_steps" in f else "-",
             *(cell(f.get(m), 100, ".1f") for m in marks),
             cell(f.get(f"heldout_change_vs_{base}"), 100, "+.1f"),
             cell(f.get("kl_ref_last")),

@@ -12,7 +12,16 @@ from benchmarks.offpolicy_runs import learner_figures, main, result_items, summa
 
 def _lines() -> list[dict]:
     return [
-        {"step": 1, "kl": 0.0, "grad_norm": 0.5, "mismatch_kl": 0.01, "is_masked_frac": 0.0, "mismatch_kl_age_0": 0.01},
+        {
+            "step": 1,
+            "groups_pulled": 4,
+            "groups_stale": 1,
+            "kl": 0.0,
+            "grad_norm": 0.5,
+            "mismatch_kl": 0.01,
+            "is_masked_frac": 0.0,
+            "mismatch_kl_age_0": 0.01,
+        },
         {"step": 1, "skipped": "non-finite", "grad_norm": float("nan"), "kl": float("nan")},
         {"step": 2, "kl": 0.002, "grad_norm": 3.0, "mismatch_kl": 0.03, "is_masked_frac": 0.1, "mismatch_kl_age_3": 0.05},
     ]
@@ -25,6 +34,7 @@ def test_the_learner_figures_of_a_run_are_the_hand_worked_shares_and_means():
     assert f["clipped_share"] == pytest.approx(1 / 3) and f["nonfinite_share"] == pytest.approx(1 / 3)
     assert f["mismatch_kl_mean"] == pytest.approx(0.02) and f["masked_frac_mean"] == pytest.approx(0.05)
     assert f["truncated_frac_mean"] is None and f["policy_age_max"] == 3.0
+    assert (f["trained_steps"], f["stale_group_share"]) == (2.0, 0.25)
     with pytest.raises(ValueError, match="no learner step"):
         learner_figures([])
 
@@ -60,7 +70,7 @@ def test_a_comparison_is_summarized_per_arm_with_intervals_and_against_the_last_
     assert icepop["kl_ref_last"]["mean"] == pytest.approx(0.002)
     assert (icepop["clipped_share"]["mean"], none["clipped_share"]["mean"]) == (0.0, 1.0)
     rows = table(s)
-    assert rows[2].startswith("| `heap+icepop` | 2 | 25.0") and "+25.0" in rows[2]
+    assert rows[2].startswith("| `heap+icepop` | 2 | 2.0 | 25.0") and "+25.0" in rows[2]
     items = {i["name"]: i for i in result_items(s, "prioreplay compare ...", "load 1.0")}
     item = items["offpolicy.run.heap+none.grad_norm_mean"]
     assert (item["value"], item["seeds"], item["note"]) == (2.0, [0, 1], "load 1.0")
