@@ -127,7 +127,7 @@ def summarize_dir(root: Path) -> dict[str, Any]:
                 "rollouts": [pts[k]["rollouts"] for pts in points],
             }
         for key in LEARNER_FIGURES:
-            vals = [per_run[d.name][key] for _, d in mine if per_run[d.name][key] is not None]
+            vals = [v for _, d in mine if (v := per_run[d.name][key]) is not None]
             if vals:
                 figs[key] = _interval(vals)
         vs = summary["vs_baseline"].get(arm, {}).get("heldout_change")
