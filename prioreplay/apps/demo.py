@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prioreplay.apps.demo_config import DemoConfig, escape_stop, resolve_worker_python, worker_seed
+from prioreplay.apps.demo_config import DemoConfig, escape_stop, namespace_for, resolve_worker_python, worker_seed
 from prioreplay.apps.demo_curve import CurveKeeper, curve_points
 from prioreplay.apps.demo_report import (
     OUTCOMES_FILE,
@@ -318,7 +317,7 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
 
     cfg, run_dir = demo.cfg, demo.run_dir
     port, mport = free_port(), free_port()
-    demo.namespace = namespace_for(run_dir)
+    demo.namespace = namespace_for(run_dir)  # a fresh store namespace per run
     server_args = [
         "server",
         "--port",
@@ -379,10 +378,9 @@ def _register_dataset(demo: Demo, client) -> list:
     return evaluation_slice(cfg.eval_dataset or cfg.dataset, cfg.eval_size, seed=cfg.seed + 1)
 
 
-def namespace_for(run_dir: Path) -> str:
-    """A fresh store namespace for a run in ``run_dir``: ``demo-<dir name>-<8 hex>``, the characters a
-    namespace may not hold (the ``+`` of a compare arm ``heap+tis``) as ``_``, at most 114 characters."""
-    return f"demo-{re.sub(r'[^A-Za-z0-9_.:-]', '_', run_dir.name)[:100]}-{os.urandom(4).hex()}"
+#: The demo's settings that go to the learner and to every worker unchanged, as flags of the same name.
+LEARNER_SETTINGS = ("batch_groups", "lr", "max_staleness", "off_policy_correction", "correction_cap", "kl_coef", "publish_every")
+WORKER_SETTINGS = ("backend", "dtype", "group_size", "batch_size", "max_new_tokens", "temperature")
 
 
 def _flags(**values: object) -> list[str]:
@@ -399,13 +397,7 @@ def _learner_args(cfg: DemoConfig, run_dir: Path, address: str, model_dir: Path,
             server=address,
             model=model_dir,
             checkpoint_dir=run_dir / "checkpoints",
-            batch_groups=cfg.batch_groups,
-            lr=cfg.lr,
-            max_staleness=cfg.max_staleness,
-            off_policy_correction=cfg.off_policy_correction,
-            correction_cap=cfg.correction_cap,
-            kl_coef=cfg.kl_coef,
-            publish_every=cfg.publish_every,
+            **{name: getattr(cfg, name) for name in LEARNER_SETTINGS},
             max_steps=cfg.steps,
             # disk: a published version of SmolLM2 is ~0.5 GB and a checkpoint with its optimizer state
             # ~1.6 GB; a demo run keeps only what it reports on (see _prune_run)
@@ -427,12 +419,7 @@ def _worker_args(cfg: DemoConfig, w: int, address: str, model_dir: Path, port: i
             server=address,
             outcomes_file=run_dir / f"{OUTCOMES_PART}{w}.jsonl",
             model=model_dir,
-            backend=cfg.backend,
-            dtype=cfg.dtype,
-            group_size=cfg.group_size,
-            batch_size=cfg.batch_size,
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
+            **{name: getattr(cfg, name) for name in WORKER_SETTINGS},
             seed=worker_seed(cfg.seed, w),
             worker_id=f"worker-{w}",
             metrics_port=port,

@@ -8,6 +8,8 @@ field and the reason are in :attr:`DemoConfig.own_defaults`.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -27,6 +29,12 @@ WORKER_SEED_STRIDE = 1000
 def worker_seed(seed: int, worker: int) -> int:
     """The generation seed of worker ``worker`` (0-based) in a demo run with ``seed``."""
     return seed * WORKER_SEED_STRIDE + worker
+
+
+def namespace_for(run_dir: Path) -> str:
+    """A fresh store namespace for a run in ``run_dir``: ``demo-<dir name>-<8 hex>``, the characters a
+    namespace may not hold (the ``+`` of a compare arm ``heap+tis``) as ``_``, at most 114 characters."""
+    return f"demo-{re.sub(r'[^A-Za-z0-9_.:-]', '_', run_dir.name)[:100]}-{os.urandom(4).hex()}"
 
 
 #: The interpreter of vLLM's environment (``make install-vllm``, docs/VLLM.md), relative to the working

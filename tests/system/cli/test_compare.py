@@ -303,7 +303,7 @@ def test_an_arm_with_a_correction_suffix_runs_the_learner_with_that_correction(t
 def test_the_demo_namespace_of_an_arm_with_a_correction_suffix_is_a_valid_namespace(tmp_path):
     import re
 
-    from prioreplay.apps.demo import namespace_for
+    from prioreplay.apps.demo_config import namespace_for
 
     ns = namespace_for(tmp_path / "heap+icepop-seed0")
     assert ns.startswith("demo-heap_icepop-seed0-") and re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", ns)
