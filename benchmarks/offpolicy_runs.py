@@ -195,10 +195,10 @@ def table(summary: dict[str, Any]) -> list[str]:
     return rows
 
 
-def result_items(summary: dict[str, Any], command: str, note: str) -> list[dict[str, Any]]:
-    """``offpolicy.run.<arm>.<figure>`` entries for results.json: value the mean over seeds, with
+def result_items(summary: dict[str, Any], command: str, note: str, prefix: str = "offpolicy.run.") -> list[dict[str, Any]]:
+    """``<prefix><arm>.<figure>`` entries for results.json: value the mean over seeds, with
     ``ci95`` (None with one seed), the per-seed ``values`` and the ``seeds``."""
-    res = Results(command, note=note, prefix="offpolicy.run.")
+    res = Results(command, note=note, prefix=prefix)
     for arm, figs in summary["arms"].items():
         for key, f in figs.items():
             if key == "seeds":
@@ -217,13 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="merge the figures into this results.json")
     p.add_argument("--command", default="", help="the compare command that made the runs (stored with each figure)")
     p.add_argument("--note", default="", help="measurement conditions: load (uptime), machine")
+    p.add_argument("--prefix", default="offpolicy.run.", help="figure names start with this (e.g. offpolicy.run_long.)")
     a = p.parse_args(argv)
     summary = summarize_dir(a.compare_dir)
     print("\n".join(table(summary)))
     (a.compare_dir / "offpolicy_runs.json").write_text(json.dumps(summary, indent=1))
     if a.out:
         command = f"{a.command}; python -m benchmarks.offpolicy_runs COMPARE_DIR".lstrip("; ")
-        merge_results(a.out, result_items(summary, command, a.note))
+        merge_results(a.out, result_items(summary, command, a.note, a.prefix))
         log(f"wrote {sum(len(f) - 1 for f in summary['arms'].values())} figures to {a.out}")
     return 0
 
