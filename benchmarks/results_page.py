@@ -83,8 +83,9 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
     (
         "compare",
         "Real GRPO: the decision rule's runs on a difficulty mix",
-        "`prioreplay compare` on `arithmetic:64:0:tiers` (a third each all-wrong, mixed and all-right on the base "
-        "model's first visit), SmolLM2-135M-Instruct on CPU, arms `uniform`, `heap`, `posterior`, `heap-version-retests`, "
+        "`prioreplay compare` on `arithmetic:64:0:tiers` (three tiers aimed at all-wrong, mixed and all-right, drawn "
+        "with equal chance; measured on the base model's first visit: 66% all-wrong, 33% mixed, 2% all-right, "
+        "`mix.arithmetic_tiers.*`), SmolLM2-135M-Instruct on CPU, arms `uniform`, `heap`, `posterior`, `heap-version-retests`, "
         "equal completion tokens (`--rollouts 0 --completion-tokens 16000`), seeds 0-4; then `python -m benchmarks.decision` "
         'applies the decision rule written before the runs (docs/METHOD.md, "How a default is chosen"). `uniform` already drops '
         "zero-variance groups, as DAPO's dynamic sampling does. Useful tokens: completion tokens in mixed groups. Held-out: "
@@ -107,7 +108,11 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "audit of real `prioreplay compare` runs (SmolLM2-135M-Instruct on CPU, the default demo task), pooled over seeds "
         "with a Wilson interval (`python -m benchmarks.method --from-compare DIR`). `warm_start.first_epoch_useful_ratio`: "
         "in the simulator, the first epoch's useful-rollout fraction of a run started from a previous heap run's statistics "
-        "shrunk by 0.5, over a cold run's, same population and starting logits (`--warm-start`).",
+        "shrunk by 0.5, over a cold run's, same population and starting logits (`--warm-start`). "
+        "`warm_start.demo_first_epoch_useful_ratio`: the same on real `prioreplay demo` runs (SmolLM2-135M-Instruct, "
+        "one epoch of the default task each), warm from another seed's `prioreplay export-stats`, over cold, per seed "
+        "(`--demo-warm-start COLD:WARM ...`). Arms `heap_fresh` and `heap_evidence_fresh_heap`: heap priorities aged "
+        "between reports toward the prior's (`--heap-age-decay` 0.95, FreshPER).",
     ),
     (
         "sim",
@@ -178,6 +183,16 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         '"Known limits".',
     ),
     (
+        "failover.lost",
+        "Acknowledged reports lost in a Redis failover, per fault and --min-replica-acks",
+        "`python -m benchmarks.failover_loss`: a primary, two replicas and three sentinels (quorum 2, "
+        "`down-after-milliseconds 1000`) on local ports; the gRPC server on `redis+sentinel://` with the setting; three "
+        "clients lease and report at full rate (a report is resent while UNAVAILABLE); one fault once 30 reports are "
+        "acknowledged; the run ends 30 acknowledgements after the recovery. Then every acknowledged report is looked up "
+        "on the new primary. `failover.lost.<fault>.<setting>`: the most lost in a run (`min` and each run beside it); "
+        "`.acknowledged`, `.no_service_s` (the longest gap between two acknowledgements): medians.",
+    ),
+    (
         "sampler_cost",
         "Sampler cost in the service",
         "One client, SampleProblems(256) -> ReportOutcomes over gRPC to a server holding 100,000 problems, 10 s after 2 s "
@@ -219,6 +234,13 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "Real GRPO on CPU, the first run (heap vs uniform)",
         "`prioreplay demo --sampler heap` and `--sampler uniform` with the demo defaults of that time (`arithmetic:512`, "
         "10 learner steps), one seed: too short to tell the samplers apart.",
+    ),
+    (
+        "mix",
+        "The multi-task mix `mix:smollm2-tails`: first-visit groups of SmolLM2-135M-Instruct per task",
+        "`python -m benchmarks.passrate --dataset mix:smollm2-tails` before any sampler runs: G completions of every "
+        "problem with the base model at the demo's temperature, stop and token limit; the shares of all-wrong, mixed and "
+        'all-right groups over the mix and per task (`task.<task>.*`). docs/USAGE.md, "Multi-task mixes".',
     ),
     (
         "demo_defaults",

@@ -129,6 +129,7 @@ def outcome_to_proto(
     prompt_token_ids: Sequence[int] = (),
     temperature: float = 0.0,
     top_p: float = 0.0,
+    passed: Sequence[bool] | None = None,
 ) -> pb.ProblemOutcome:
     """One reported group as a ``ProblemOutcome``.
 
@@ -141,10 +142,14 @@ def outcome_to_proto(
             its own). Log-probabilities above 0 (float32 rounding of log-softmax) are sent as 0.
         prompt_token_ids: the prompt after the chat template (T,).
         temperature, top_p: the sampling parameters of the group (0: not sent).
+        passed: each completion's pass/fail under the client's pass rule (reward plugins,
+            :mod:`prioreplay.rewards`); None: not sent (pass is then reward == 1).
 
     Raises:
-        ValueError: ``generated`` and ``rewards`` differ in length.
+        ValueError: ``generated`` or ``passed`` and ``rewards`` differ in length.
     """
+    if passed is not None and len(passed) != len(rewards):
+        raise ValueError(f"problem {problem_id!r}: {len(passed)} pass flags for {len(rewards)} rewards; give one per completion")
     if generated is None:
         completions = [pb.Completion(reward=r) for r in rewards]
     else:
@@ -158,6 +163,9 @@ def outcome_to_proto(
             )
             for g, r in zip(generated, rewards, strict=True)
         ]
+    if passed is not None:
+        for c, flag in zip(completions, passed, strict=True):
+            c.passed = bool(flag)
     return pb.ProblemOutcome(
         problem_id=problem_id,
         policy_version=policy_version,

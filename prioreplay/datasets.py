@@ -9,6 +9,8 @@ One entry point, :func:`iter_problems`, reads
   level ``mixed``, ``easy``, ``trivial``, ``hard`` or ``tiers``, prompt style ``plain``, ``line`` or ``short``),
 * ``reasoning-gym:<task>[,<task>...]:N[:seed][:key=value...]``: N generated reasoning-gym problems
   scored by the library's own scorer (grammar and answer format in :mod:`prioreplay.tasks`),
+* ``mix:<name>`` or ``mix:<file>.toml``: a fixed multi-task mix of the sources above, each
+  problem labelled with its component's ``task`` (:mod:`prioreplay.mixes`),
 * a local dataset directory (saved with ``Dataset.save_to_disk``, or a folder of data files),
   or a Hugging Face ``datasets`` name ``name`` / ``name:config`` (loaded with
   ``datasets.load_dataset``; names already in the local cache work offline).
@@ -61,6 +63,7 @@ from typing import Any
 from prioreplay.answers import last_boxed
 from prioreplay.arithmetic import ARITH_LEVELS, ARITH_STYLES, arithmetic_problems
 from prioreplay.errors import InvalidArgument
+from prioreplay.mixes import MIX_PREFIX, mix_evaluation_slice, mix_problems
 from prioreplay.problems import KNOWN_VERIFIERS, MAX_ID_BYTES, ProblemRecord
 from prioreplay.tasks import PREFIX, reasoning_gym_problems
 
@@ -461,6 +464,9 @@ def _iter_all(
                 )
             yield p
         return
+    if source.strip().startswith(MIX_PREFIX):
+        yield from mix_problems(source, iter_problems)  # the mix reads its components through iter_problems
+        return
     if source.strip().startswith(PREFIX):
         for p in reasoning_gym_problems(source):
             if verifier or id_prefix:
@@ -531,6 +537,8 @@ def evaluation_slice(source: str, n: int, seed: int = 0, *, split: str | None = 
       ``test``/``validation`` file (``train.jsonl`` → ``test.jsonl``); from the held-out file a
       seeded sample of n problems (reservoir sampling, returned in file order).
     * a ``datasets`` name or directory: the same sample from ``split`` (default ``test``).
+    * ``mix:``: each component's share from its held-out source
+      (:func:`prioreplay.mixes.mix_evaluation_slice`).
 
     The same (source, n, seed) always gives the same slice. ``columns`` are passed to
     :func:`iter_problems` (id_column, prompt_column, answer_column, verifier, id_prefix).
@@ -541,6 +549,8 @@ def evaluation_slice(source: str, n: int, seed: int = 0, *, split: str | None = 
     source = str(source)
     if n < 1:
         raise InvalidArgument(f"evaluation slice size n ({n}) must be >= 1")
+    if source.strip().startswith(MIX_PREFIX):
+        return mix_evaluation_slice(source.strip(), n, seed, iter_problems, evaluation_slice)
     m = _ARITH_RE.match(source.strip())
     if m:
         kw = _arith_kw(m)

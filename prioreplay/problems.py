@@ -75,3 +75,48 @@ def check_name(value: str, what: str) -> None:
     n = len(value.encode("utf-8"))
     if n > MAX_NAME_BYTES:
         raise InvalidArgument(f"{what} is {n} bytes; the limit is {MAX_NAME_BYTES}; use a shorter name")
+
+
+#: The label of a problem with no ``task``, ``source`` or verifier (:func:`problem_task`).
+DEFAULT_TASK = "default"
+#: The label that stands for every task past a :class:`TaskLabels` cap.
+OTHER_TASK = "other"
+#: Distinct task labels a metric or report keeps by default (:class:`TaskLabels`).
+MAX_TASK_LABELS = 16
+#: Longest task label kept, characters (a longer one is folded into :data:`OTHER_TASK`).
+MAX_TASK_CHARS = 64
+
+
+def problem_task(p: ProblemRecord) -> str:
+    """The task a problem's outcomes are broken down by: its ``task`` metadata (the
+    ``reasoning-gym:`` source and ``mix:`` components set it), else its ``source`` metadata
+    (``arithmetic``), else its verifier name, else :data:`DEFAULT_TASK`."""
+    return p.metadata.get("task") or p.metadata.get("source") or p.verifier or DEFAULT_TASK
+
+
+class TaskLabels:
+    """A bounded set of task labels, for a metric label or a report key.
+
+    The first ``limit`` distinct tasks seen keep their own name; every later one, and any name
+    over :data:`MAX_TASK_CHARS` characters or with non-printable characters, is folded into
+    :data:`OTHER_TASK`, so a dataset of thousands of tasks (or ids mistaken for tasks) adds at
+    most ``limit + 1`` label values to a metric. Deterministic for the same order of calls.
+
+    Raises:
+        InvalidArgument: ``limit`` < 1.
+    """
+
+    def __init__(self, limit: int = MAX_TASK_LABELS) -> None:
+        if limit < 1:
+            raise InvalidArgument(f"task label limit ({limit}) must be >= 1; the rest fold into {OTHER_TASK!r}")
+        self.limit = limit
+        self._kept: set[str] = set()
+
+    def label(self, task: str) -> str:
+        """``task`` itself while fewer than ``limit`` tasks are kept (or it is one of them), else ``"other"``."""
+        if task in self._kept:
+            return task
+        if len(self._kept) < self.limit and task != OTHER_TASK and len(task) <= MAX_TASK_CHARS and task.isprintable():
+            self._kept.add(task)
+            return task
+        return OTHER_TASK

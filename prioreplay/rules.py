@@ -33,6 +33,8 @@ Python                     Lua twin (``services/priority_server/lua/``)
 :func:`place_group`
 :data:`PENDING_PRIORITY`  ``report.lua``: ``score = fmt(0.25)`` (a pool verdict short of k)
 :func:`aged_decay`         ``report.lua``: ``local lam_s = lam * gamma ^ age``
+:func:`fresh_key`          ``lib.lua``: ``local function fresh_key`` (called by ``report.lua`` with
+                           ARGV ``run.heap_age_decay`` < 1)
 =========================  =========================================================================
 
 :func:`classify` runs in Python only (the Redis store passes its result to the script).
@@ -424,3 +426,72 @@ def aged_decay(decay: float, age_decay: float, versions: int) -> float:
     if age_decay == 1.0 or versions == 0:
         return decay
     return decay * age_decay**versions
+
+
+# -- heap priorities that age between reports (FreshPER) ----------------------------------------
+#: Offset of :func:`fresh_key`'s log scale: above −ln of the smallest positive double (744.4), so
+#: ln|ω − ω₀| + 800 > 0 for every |ω − ω₀| > 0 and the key's sign is the sign of ω − ω₀.
+FRESH_OFFSET = 800.0
+
+
+def fresh_priority_now(priority_then: float, prior: float, age: int, heap_age_decay: float) -> float:
+    """The effective heap priority of a problem whose latest report, ``age`` policy versions ago,
+    gave it ``priority_then`` = ω:
+
+        ω_eff(a) = ω₀ + (ω − ω₀) · γ_h^a,
+
+    ω₀ = ``prior`` (the priority of no observations, ``priority(Stats())``: 0.25 without a Beta
+    prior), γ_h = ``heap_age_decay`` in (0, 1] (1: ω, no ageing), a = versions published since.
+
+    Source: FreshPER (Ma et al., "Freshness-Aware Prioritized Experience Replay for LLM/VLM
+    Reinforcement Learning", arXiv 2604.16918): a stored priority measured under an older policy
+    is stale, so it decays exponentially with its age, p_i = p_base · exp(−τ_i / τ) (γ_h =
+    exp(−1/τ), the age in policy versions rather than gradient steps: a version is what a worker
+    generates with). FreshPER decays toward 0; here the decay is toward the prior's priority ω₀,
+    what the server would believe of a problem it knew nothing about: a problem parked low in the
+    heap by an old estimate (p̂ near 0 or 1) climbs back as its estimate ages, so it neither
+    starves (decay toward 0 would bury it for good) nor, once re-measured, dominates (its next
+    report resets a to 0). With the default prior ω₀ = 0.25 is the maximum, so ageing only raises
+    priorities: an old estimate becomes an uncertain one. A problem in a pool is not aged here (its
+    retest clock, :func:`pool_score`, does that).
+
+    Raises:
+        InvalidArgument: ``age`` < 0 or γ_h outside (0, 1].
+    """
+    if age < 0:
+        raise InvalidArgument(f"versions since the last report ({age}) must be >= 0")
+    if not (0.0 < heap_age_decay <= 1.0):
+        raise InvalidArgument(f"heap_age_decay ({heap_age_decay}) must be in (0, 1]; 1 is off")
+    if age == 0 or heap_age_decay == 1.0:
+        return priority_then
+    return prior + (priority_then - prior) * heap_age_decay**age
+
+
+def fresh_key(priority_then: float, prior: float, version: int, heap_age_decay: float) -> float:
+    """The heap score of a problem reported at policy ``version`` with priority ω, when the heap
+    ages (:func:`fresh_priority_now`, γ_h < 1): a key whose order (descending) is the order of
+    ω_eff at EVERY later version V, so neither store rescores a member when the version moves.
+
+    ω_eff(V) − ω₀ = (ω − ω₀) · γ_h^(V − v) = (ω − ω₀) · γ_h^(−v) · γ_h^V, and γ_h^V is common to
+    every member at V: ω_eff orders as d · γ_h^(−v), d = ω − ω₀. On a log scale (no overflow for
+    any v): key = sign(d) · (ln|d| + v · ln(1/γ_h) + :data:`FRESH_OFFSET`), 0 when d = 0. Members
+    with d > 0 sort above d = 0 above d < 0 (a decay toward ω₀ never crosses it), within a sign
+    by |d| · γ_h^(−v). Resolution: keys of magnitude ~10³ carry ln|d| to ~1e−13, so priorities
+    closer than that relative are tied (the member tie-break decides), as in the Redis score.
+    Lua twin: ``lib.lua``'s ``fresh_key`` (same operations, same order).
+    """
+    d = priority_then - prior
+    if d == 0.0:
+        return 0.0
+    mag = math.log(abs(d)) + version * -math.log(heap_age_decay) + FRESH_OFFSET
+    return mag if d > 0.0 else -mag
+
+
+def fresh_key_priority(key: float, prior: float, version: int, heap_age_decay: float) -> float:
+    """ω_eff at policy ``version`` V of a heap member scored :func:`fresh_key`: ω₀ + sign(key) ·
+    exp(|key| − offset − V · ln(1/γ_h)) (the inverse of :func:`fresh_key` composed with
+    :func:`fresh_priority_now`; exact up to the ~1e−13 of the log scale, kept in [0, 0.25])."""
+    if key == 0.0:
+        return prior
+    mag = math.exp(abs(key) - FRESH_OFFSET - version * -math.log(heap_age_decay))
+    return min(MAX_PRIORITY, prior + mag) if key > 0.0 else max(0.0, prior - mag)

@@ -80,6 +80,7 @@ __all__ = [
     "math_parses",
     "MAX_COMPLETION_CHARS",
     "DEFAULT_TIMEOUT_S",
+    "pool_call",
 ]
 
 MAX_COMPLETION_CHARS = 4096
@@ -322,9 +323,11 @@ STARTUP_TIMEOUT_S = 120.0
 def _child_main() -> None:
     """The pool process: JSON lines in on stdin, JSON lines out on the original stdout.
 
-    Each request is ``{"op": "score", "completion", "reference"}`` or ``{"op": "parses",
-    "text"}``; each answer ``{"value": ...}`` or ``{"error": "Type: text"}``. Anything the
-    libraries print goes to stderr, so it never mixes with answers.
+    Each request is ``{"op": "score", "completion", "reference"}``, ``{"op": "parses", "text"}``,
+    ``{"op": "import", "module"}`` or ``{"op": "call", "target": "module:function", "kwargs"}``
+    (the function's JSON-ready return value is the answer); each answer ``{"value": ...}`` or
+    ``{"error": "Type: text"}``. Anything the libraries print goes to stderr, so it never mixes
+    with answers.
     """
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
@@ -343,6 +346,9 @@ def _child_main() -> None:
             elif req["op"] == "import":  # an optional scorer's library, paid once per process (_Pool.call)
                 importlib.import_module(req["module"])
                 value = True
+            elif req["op"] == "call":  # a function another module runs here (prioreplay.rewards: plugins)
+                module, _, name = req["target"].partition(":")
+                value = getattr(importlib.import_module(module), name)(**req["kwargs"])
             else:
                 value = _parses_with(req["text"])
             answer = {"value": value}
@@ -368,7 +374,7 @@ def _score_rg_with(completion: str, reference: str) -> float:
 def _score_rg(completion: str, reference: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
     """reasoning-gym's scorer in a pool process, bounded by ``timeout_s`` seconds (errors as :func:`_score_math`)."""
     request = {"op": "rg", "completion": completion, "reference": reference}
-    return float(_pool().call(request, timeout_s, needs="reasoning_gym"))  # type: ignore[arg-type]  # the value is a number
+    return float(_pool().call(request, timeout_s, needs={"op": "import", "module": "reasoning_gym"}))  # type: ignore[arg-type]  # the value is a number
 
 
 def _parses_with(text: str) -> bool:
@@ -398,7 +404,7 @@ class _PoolProcess:
         assert self.proc.stdin is not None and self.proc.stdout is not None  # both PIPE above
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self._buf = b""
-        self.imported: set[str] = set()  # optional libraries this process has imported (_Pool.call's needs)
+        self.imported: set[str] = set()  # preparing requests this process has run (_Pool.call's needs), as JSON
         ready = self.read(time.monotonic() + STARTUP_TIMEOUT_S)
         if ready is None or not ready.get("ready"):
             self.kill()
@@ -436,24 +442,25 @@ class _Pool:
         self._idle: list[_PoolProcess] = []
         self._lock = threading.Lock()
 
-    def call(self, request: dict, timeout_s: float, needs: str | None = None) -> object:
-        """Run ``request`` in an idle process within ``timeout_s`` seconds. ``needs``: a library the
-        request imports (reasoning-gym's: seconds to import), imported first in a process that lacks
-        it, under :data:`STARTUP_TIMEOUT_S`, so the request's own time-out is for the work alone and
-        only pools that score such problems pay the import."""
+    def call(self, request: dict, timeout_s: float, needs: dict | None = None) -> object:
+        """Run ``request`` in an idle process within ``timeout_s`` seconds. ``needs``: a request
+        that prepares it (importing reasoning-gym or a reward plugin: seconds), run first in a
+        process that has not run it, under :data:`STARTUP_TIMEOUT_S`, so the request's own
+        time-out is for the work alone and only pools that score such problems pay the import."""
         with self._slots:
             with self._lock:
                 proc = self._idle.pop() if self._idle else None
             if proc is None or proc.proc.poll() is not None:
                 proc = _PoolProcess()
             try:
-                if needs and needs not in proc.imported:
-                    proc.stdin.write((json.dumps({"op": "import", "module": needs}) + "\n").encode())
+                key = json.dumps(needs, sort_keys=True) if needs else ""
+                if key and key not in proc.imported:
+                    proc.stdin.write((key + "\n").encode())
                     proc.stdin.flush()
                     loaded = proc.read(time.monotonic() + STARTUP_TIMEOUT_S)
                     if loaded is None or "error" in loaded:  # the except below kills the process
-                        raise RuntimeError(f"importing {needs} failed: {(loaded or {}).get('error', 'timed out')}")
-                    proc.imported.add(needs)
+                        raise RuntimeError(f"preparing {key} failed: {(loaded or {}).get('error', 'timed out')}")
+                    proc.imported.add(key)
                 proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
                 answer = proc.read(time.monotonic() + timeout_s)
@@ -487,6 +494,17 @@ def _pool() -> _Pool:
             _the_pool = _Pool(_pool_size())
             atexit.register(_the_pool.close)
         return _the_pool
+
+
+def pool_call(request: dict, timeout_s: float, needs: dict | None = None) -> object:
+    """Run ``request`` (an ``{"op": "call", ...}`` of :func:`_child_main`) in the verification pool
+    within ``timeout_s`` seconds, after ``needs`` once per process (:meth:`_Pool.call`).
+
+    Raises:
+        TimeoutError: the call overran ``timeout_s`` (its process was killed).
+        RuntimeError: the call raised in the pool ("Type: text"), or a process could not start.
+    """
+    return _pool().call(request, timeout_s, needs)
 
 
 # --------------------------------------------------------------------------- registry

@@ -41,6 +41,7 @@ ARM_KEYS = (
     "train_zero_variance",
     "pool_evidence",
     "age_decay",
+    "heap_age_decay",
     "off_policy_correction",
     "seed",
     "run_dir",
@@ -134,6 +135,7 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
         "forgetting_events": report.get("forgetting_events", 0),
         "breakthroughs": report.get("breakthroughs", 0),
         "served_priority": report.get("served_priority"),
+        "by_task": report.get("by_task"),  # per-task pass rate, group kinds and served priority (task_report)
         "duration_s": report.get("duration_s"),
         "wall_clock_s": report.get("duration_s"),
         **_token_metrics(tokens),

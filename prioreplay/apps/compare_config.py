@@ -92,6 +92,8 @@ def _server_arm_name(config: dict) -> str:
         name += f"-pool-evidence-{config['pool_evidence']}"
     if config.get("age_decay", 1.0) != 1.0:
         name += f"-age-decay-{config['age_decay']:g}"
+    if config.get("heap_age_decay", 1.0) != 1.0:
+        name += f"-heap-age-decay-{config['heap_age_decay']:g}"
     return name
 
 

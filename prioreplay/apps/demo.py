@@ -25,14 +25,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prioreplay.apps.demo_config import DemoConfig, escape_stop, namespace_for, resolve_worker_python, worker_seed
+from prioreplay.apps.demo_config import DemoConfig, namespace_for, resolve_worker_python, worker_list_flags, worker_seed
 from prioreplay.apps.demo_curve import CurveKeeper, curve_points
 from prioreplay.apps.demo_report import (
     OUTCOMES_FILE,
     OUTCOMES_PART,
     collect_outcomes,
     held_out_summary,
-    scrape_histogram,
+    scrape_served,
     token_totals,
     write_report,
 )
@@ -337,8 +337,8 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
         *(["--queue-zero-variance"] if cfg.queue_zero_variance else []),
         "--pool-evidence",
         str(cfg.pool_evidence),
-        "--age-decay",
-        str(cfg.age_decay),
+        f"--age-decay={cfg.age_decay}",
+        f"--heap-age-decay={cfg.heap_age_decay}",
         *(["--warm-start", cfg.warm_start, "--warm-start-shrink", str(cfg.warm_start_shrink)] if cfg.warm_start else []),
         "--seed",
         str(cfg.seed),
@@ -425,7 +425,7 @@ def _worker_args(cfg: DemoConfig, w: int, address: str, model_dir: Path, port: i
             metrics_port=port,
             log_level=cfg.log_level,
         ),
-        *[a for s in cfg.stop for a in ("--stop", escape_stop(s))],
+        *worker_list_flags(cfg),
     ]
 
 
@@ -543,7 +543,7 @@ def _stop_children(demo: Demo, client, server: Child, workers: list[Child], work
     server_metrics = demo.scrape(server)
     try:
         text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
-        server_metrics["served_priority"] = scrape_histogram(text, "prioreplay_sampled_priority")  # type: ignore[assignment]  # the report dict mixes values
+        server_metrics["served_priority"] = scrape_served(text)  # type: ignore[assignment]  # the report dict mixes values
     except OSError:
         pass
     demo.stop(server)

@@ -26,6 +26,16 @@ from prioreplay.rollout_worker.config import StopStrings, WorkerConfig, escape_s
 WORKER_SEED_STRIDE = 1000
 
 
+def worker_list_flags(cfg: DemoRunSettings) -> list[str]:
+    """A demo worker's flags beyond ``--name value``: ``--stop`` (escaped) and ``--reward`` repeated,
+    ``--reward-weights`` joined, and ``--pass-threshold`` (docs/REWARDS.md)."""
+    args = [a for s in cfg.stop for a in ("--stop", escape_stop(s))]
+    args += [a for r in cfg.reward for a in ("--reward", r)]
+    if cfg.reward_weights:
+        args += ["--reward-weights", ",".join(repr(w) for w in cfg.reward_weights)]
+    return [*args, "--pass-threshold", repr(cfg.pass_threshold)]
+
+
 def worker_seed(seed: int, worker: int) -> int:
     """The generation seed of worker ``worker`` (0-based) in a demo run with ``seed``."""
     return seed * WORKER_SEED_STRIDE + worker
@@ -95,6 +105,7 @@ class DemoRunSettings(PrioreplaySettings):
     warm_start: str = setting(ServerConfig, "warm_start")
     warm_start_shrink: float = setting(ServerConfig, "warm_start_shrink")
     age_decay: float = setting(ServerConfig, "age_decay")
+    heap_age_decay: float = setting(ServerConfig, "heap_age_decay")
     # -- the workers' settings -----------------------------------------------------------------
     backend: Literal["transformers", "vllm"] = setting(WorkerConfig, "backend")
     worker_python: Path | None = Field(
@@ -108,6 +119,9 @@ class DemoRunSettings(PrioreplaySettings):
     max_new_tokens: int = setting(WorkerConfig, "max_new_tokens", 24)
     stop: StopStrings = setting(WorkerConfig, "stop", ["\n"])  # pydantic copies a list default per instance
     temperature: float = setting(WorkerConfig, "temperature", 0.7)
+    reward: list[str] = setting(WorkerConfig, "reward")
+    reward_weights: list[float] = setting(WorkerConfig, "reward_weights")
+    pass_threshold: float = setting(WorkerConfig, "pass_threshold")
     # -- the learner's settings ----------------------------------------------------------------
     batch_groups: int = setting(LearnerConfig, "batch_groups", 4)
     lr: float = setting(LearnerConfig, "lr", 1e-5)
@@ -139,6 +153,9 @@ class DemoRunSettings(PrioreplaySettings):
                 f"seed ({self.seed}) must be <= {(SEED_MAX - self.workers + 1) // WORKER_SEED_STRIDE}: "
                 f"the workers' seeds (seed x {WORKER_SEED_STRIDE} + worker) must stay <= {SEED_MAX}"
             )
+        from prioreplay.rewards import RewardSet, parse_specs
+
+        RewardSet(parse_specs(self.reward, self.reward_weights)).check_imports()  # before any process starts
         return self
 
 

@@ -41,6 +41,15 @@ def scrape_histogram(text: str, name: str) -> dict[str, list[float]]:
     return {"le": les, "count": [c - (cum[i - 1] if i else 0.0) for i, c in enumerate(cum)]}
 
 
+def scrape_served(text: str) -> dict[str, Any]:
+    """What a report keeps of the server's last /metrics: the served-priority histogram
+    (:func:`scrape_histogram`) and, under ``by_task``, the problems served and their priority sum
+    per task (:func:`prioreplay.apps.task_report.scrape_served_by_task`)."""
+    from prioreplay.apps.task_report import scrape_served_by_task
+
+    return {**scrape_histogram(text, "prioreplay_sampled_priority"), "by_task": scrape_served_by_task(text)}
+
+
 def held_out_summary(before: list[bool] | None, after: list[bool] | None) -> dict[str, Any]:
     """Held-out accuracy before/after with 95% intervals: Wilson for each accuracy, Newcombe's
     paired interval (1998, method 10) for the change, since the same problems are scored twice.
@@ -83,7 +92,7 @@ def collect_outcomes(run_dir: Path, sampler: str, seed: int) -> int:
     """Gather the workers' ``--outcomes-file`` lines into ``RUN_DIR/outcomes.jsonl``, ordered by
     report time, each with the run's ``sampler`` and ``seed`` added; the per-worker files are removed.
 
-    One line per group of an accepted report: ``problem_id``, ``policy_version`` (the learner
+    One line per group of an accepted report: ``problem_id``, ``task``, ``policy_version`` (the learner
     step whose weights generated it), ``rewards`` (G floats), ``lease_id``, ``worker_id``,
     ``time_unix_s``, ``sampler``, ``seed``. Groups of leases that expired unreported are absent.
     It is what ``benchmarks/calibrate.py`` fits the simulator to.
@@ -103,16 +112,25 @@ def collect_outcomes(run_dir: Path, sampler: str, seed: int) -> int:
 
 
 def write_report(run_dir: Path, report: dict[str, Any], final) -> None:
-    """Write report.json and report.png; print where they are and the headline figures."""
+    """Write report.json and report.png; print where they are and the headline figures.
+
+    Adds ``by_task`` (:func:`prioreplay.apps.task_report.task_breakdown` of the run's
+    ``outcomes.jsonl`` and the served figures of ``report["served_priority"]["by_task"]``)."""
     from prioreplay.apps.pool_audit import audit_line
     from prioreplay.apps.report_figure import render
+    from prioreplay.apps.task_report import by_task_lines, task_breakdown
 
+    outcomes = run_dir / OUTCOMES_FILE
+    rows = [json.loads(line) for line in outcomes.read_text().splitlines() if line.strip()] if outcomes.is_file() else []
+    report["by_task"] = task_breakdown(rows, (report.get("served_priority") or {}).get("by_task"))
     (run_dir / "report.json").write_text(json.dumps(report, indent=1))
     render(report, run_dir / "report.png")
     print(f"\nrun report: {run_dir / 'report.json'}\npicture:    {run_dir / 'report.png'}")
     print(held_out_line(report))
     print(tokens_line(report))
     print(audit_line(report.get("pool_audit")))
+    for line in by_task_lines(report["by_task"]):
+        print(line)
     print(
         f"effective-group fraction {final.effective_group_fraction:.2f} over {final.completions_reported} rollouts; "
         f"pools heap={final.heap_size} solved={final.solved} unsolved={final.unsolved}; still unseen "

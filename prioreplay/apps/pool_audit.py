@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.problems import ProblemRecord
+from prioreplay.problems import ProblemRecord, TaskLabels, problem_task
 from prioreplay.rules import Pool
 
 #: Fields of a snapshot's problem row (``snapshot.encode``) the audit reads.
@@ -110,16 +110,23 @@ def summarize(
     Returns:
         ``pooled``, ``misfiled``, ``misfiled_share`` (None when no problem is pooled) with
         ``misfiled_ci95`` (Wilson) overall and per pool (``solved`` / ``unsolved``: ``pooled``,
-        ``misfiled``, ``misfiled_share``, ``mean_pass_rate``), ``misfiled_ids``, and with ``clock``
-        ``lost_opportunity_share`` (module docstring; None when the clock is still 0).
+        ``misfiled``, ``misfiled_share``, ``mean_pass_rate``), ``misfiled_ids``, ``by_task``
+        (``{task: {pool: {"pooled", "misfiled"}}}``, tasks by :func:`problem_task` capped as
+        :class:`TaskLabels`), and with ``clock`` ``lost_opportunity_share`` (module docstring;
+        None when the clock is still 0).
     """
     from prioreplay.intervals import wilson
 
-    out: dict[str, Any] = {"misfiled_ids": []}
+    out: dict[str, Any] = {"misfiled_ids": [], "by_task": {}}
+    labels = TaskLabels()
     total = bad = 0
     for pool, problems in pools.items():
         flags = [misfiled(pool, rewards[p.id]) for p in problems]
         rates = [sum(rewards[p.id]) / len(rewards[p.id]) for p in problems]
+        for p, f in zip(problems, flags, strict=True):
+            cell = out["by_task"].setdefault(labels.label(problem_task(p)), {}).setdefault(pool, {"pooled": 0, "misfiled": 0})
+            cell["pooled"] += 1
+            cell["misfiled"] += int(f)
         out["misfiled_ids"] += [p.id for p, f in zip(problems, flags, strict=True) if f]
         out[pool] = {
             "pooled": len(problems),

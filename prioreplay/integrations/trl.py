@@ -27,7 +27,9 @@ What :func:`attach` does to the trainer:
   and the end of ``train`` returns the lease TRL prefetched but never scored.
 
 Rewards must be in [0, 1] (the server's success statistics); map another scale with
-``to_success``, e.g. ``lambda r: float(r > 0)``. One training process only: under several
+``to_success``, e.g. ``lambda r: float(r > 0)``. A reward plugin (docs/REWARDS.md) goes into
+``reward_funcs`` as :class:`prioreplay.rewards.PluginReward` ``(plugin)``; as the priority reward
+its pass flags are reported with its rewards. One training process only: under several
 processes each would lease its own batches, so :func:`attach` refuses.
 """
 
@@ -188,7 +190,7 @@ class PriorityReplay:
                 kw, ids = split(kwargs)
                 rewards = await func(*args, **kw)
                 if report:
-                    self._report(ids, rewards)
+                    self._report(ids, rewards, getattr(func, "last_passed", None))
                 return rewards
         else:
 
@@ -196,7 +198,7 @@ class PriorityReplay:
                 kw, ids = split(kwargs)
                 rewards = func(*args, **kw)
                 if report:
-                    self._report(ids, rewards)
+                    self._report(ids, rewards, getattr(func, "last_passed", None))
                 return rewards
 
         wrapped.__name__ = _reward_name(func)
@@ -204,7 +206,9 @@ class PriorityReplay:
         wrapped.__wrapped__ = func  # type: ignore[attr-defined]  # functools.wraps sets it
         return wrapped
 
-    def _report(self, ids, rewards) -> None:
+    def _report(self, ids, rewards, passed=None) -> None:
+        """Send a training call's rewards to the sampler, with a :class:`~prioreplay.rewards.PluginReward`'s
+        pass flags (``passed``, one per reward) when the priority reward is one."""
         if not self.trainer.model.training:
             return  # evaluation: not a leased batch
         if ids is None:
@@ -217,7 +221,8 @@ class PriorityReplay:
                 values.append(None)  # TRL's "no reward for this completion": counts toward the group only
             else:
                 values.append(self.to_success(r) if self.to_success is not None else r)
-        self.sampler.report(list(ids), values)
+        flags = list(passed) if passed is not None and len(passed) == len(values) else None
+        self.sampler.report(list(ids), values, passed=flags)
         self.reported_calls += 1
 
     def _train_sampler(self, dataset=None):

@@ -123,18 +123,20 @@ class SampleProblemsResponse(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., lease_deadline_unix_s: _Optional[float] = ..., problems: _Optional[_Iterable[_Union[LeasedProblem, _Mapping]]] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., retry_after_s: _Optional[float] = ..., step: _Optional[int] = ..., backpressure: _Optional[bool] = ...) -> None: ...
 
 class Completion(_message.Message):
-    __slots__ = ("reward", "token_ids", "logprobs", "text", "truncated")
+    __slots__ = ("reward", "token_ids", "logprobs", "text", "truncated", "passed")
     REWARD_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
     reward: float
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
     text: str
     truncated: bool
-    def __init__(self, reward: _Optional[float] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    passed: bool
+    def __init__(self, reward: _Optional[float] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., truncated: _Optional[bool] = ..., passed: _Optional[bool] = ...) -> None: ...
 
 class ProblemOutcome(_message.Message):
     __slots__ = ("problem_id", "policy_version", "prompt_token_ids", "completions", "sampling_temperature", "sampling_top_p")

@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     InstanceOf,
@@ -111,6 +112,14 @@ class StoreSettings(BaseModel):
         le=1,
         description="gamma: a report multiplies a problem's old statistics by decay x gamma^a, a = policy versions "
         "published since its previous report (FreshPER: evidence about an older policy counts less); 1: off",
+    )
+    heap_age_decay: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="gamma_h: between reports a heap problem's priority decays toward the prior's, "
+        "prior + (priority - prior) x gamma_h^a, a = policy versions since its latest report (FreshPER; "
+        "rules.fresh_priority_now), so stale estimates neither dominate nor starve; 1: off. Sampler heap only",
     )
     warm_start: str = Field(
         "",
@@ -229,6 +238,11 @@ class StoreSettings(BaseModel):
                 f"max_group_size ({self.max_group_size}) must be >= mean_group_size ({self.mean_group_size}); "
                 "raise --max-group-size or lower --mean-group-size"
             )
+        if self.heap_age_decay < 1 and self.sampler != "heap":
+            raise ValueError(
+                f"heap_age_decay ({self.heap_age_decay}) ages the heap's order, which only --sampler heap reads "
+                f"as an order alone (not {self.sampler!r}); use --sampler heap or --heap-age-decay 1"
+            )
         try:
             self.bands  # noqa: B018 - the bands' own check (unsolved_at below solved_at), once
         except InvalidArgument as e:
@@ -241,27 +255,58 @@ class StoreSettings(BaseModel):
         return PoolBands(solved_at=self.solved_at, unsolved_at=self.unsolved_at)
 
 
+#: The most replicas ``--min-replica-acks`` may name (Redis ``WAIT`` takes any number; more is a typo).
+MAX_REPLICA_ACKS = 16
+
+
+def _replica_acks(value: object) -> object:
+    """``value`` as an int in [0, MAX_REPLICA_ACKS] or ``"all"`` (any case, from a flag, a variable or a file)."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        value = word if word == "all" else int(word) if word.isdigit() else value
+    if value == "all" or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPLICA_ACKS):
+        return value
+    raise ValueError(
+        f"min_replica_acks ({value!r}) must be 'all' (every replica a failover could promote: the default) "
+        f"or a number of replicas from 0 to {MAX_REPLICA_ACKS}"
+    )
+
+
+#: ``--min-replica-acks``: a number of replicas, or ``all``.
+ReplicaAcks = Annotated[int | Literal["all"], BeforeValidator(_replica_acks)]
+
+
 class ReplicationSettings(BaseModel):
     """How many Redis replicas must hold a change before the server acknowledges it, declared once.
 
     Composed into :class:`ServerConfig`; the Redis store takes it (``RedisStore(replication=...)``).
-    With ``min_replica_acks`` N > 0 every register, report, publish and acknowledge script is
-    followed by Redis ``WAIT N timeout`` on the same connection; fewer acknowledgements within the
-    timeout answer UNAVAILABLE (kind ``read_only``), so a change the server acknowledged is on at
-    least N replicas and survives the failover to one of them. The write probe of the health check
-    waits too, so health is NOT_SERVING while fewer than N replicas follow.
+    Every register, report, publish and acknowledge script is followed by Redis ``WAIT n timeout``
+    on the same connection, after a small write (so that a retried change the script answers
+    without writing, ``already reported``, still waits for the earlier write to replicate); fewer
+    acknowledgements within the timeout answer UNAVAILABLE (kind ``read_only``). ``n`` is
+    ``min_replica_acks``: ``"all"`` (the default) counts every replica a failover could promote
+    (:mod:`.store.redis.replicas`: the sentinels' list, never fewer than the replicas connected
+    now), so an acknowledged change survives the failover to any of them; with no replica ``n`` is
+    0 and nothing waits. A number N waits for N replicas only: a failover to another one can lose
+    acknowledged changes (measured in docs/GUARANTEES.md). The health probe's write waits too, so
+    health is NOT_SERVING while fewer replicas follow.
     """
 
-    min_replica_acks: int = Field(
-        0,
-        ge=0,
-        le=16,
+    min_replica_acks: ReplicaAcks = Field(
+        "all",
         description="Redis replicas that must acknowledge each register/report/publish/ack before it is answered "
-        "(Redis WAIT); fewer answer UNAVAILABLE. 0: no wait (a failover can lose the last acknowledged changes)",
+        "(Redis WAIT); fewer answer UNAVAILABLE. 'all' (default): every replica a failover could promote "
+        "(counted from the sentinels and the primary); N: N replicas (a failover to another may lose the last "
+        "acknowledged changes); 0: no wait",
     )
     min_replica_acks_timeout_ms: int = Field(
         100, ge=1, le=60_000, description="milliseconds WAIT waits for --min-replica-acks replicas"
     )
+
+    @property
+    def fixed_acks(self) -> int:
+        """``min_replica_acks`` when it is a number, else 0 (``all`` is counted at run time)."""
+        return 0 if self.min_replica_acks == "all" else int(self.min_replica_acks)
 
 
 def _explain(err: ValidationError) -> str:
@@ -416,7 +461,7 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
                 "so each process would have its own problems, leases and queue. Use --store redis://HOST:PORT/DB "
                 "or --processes 1"
             )
-        if self.min_replica_acks and self.store == "memory":
+        if self.fixed_acks and self.store == "memory":
             raise ValueError(
                 f"min_replica_acks ({self.min_replica_acks}) needs a Redis store with replicas: use --store "
                 "redis://HOST:PORT/DB or redis+sentinel://..., or --min-replica-acks 0"

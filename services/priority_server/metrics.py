@@ -4,8 +4,9 @@ Two kinds (every name listed in ``docs/METRICS.md``):
 
 * Process-local instruments, updated as RPCs run: ``prioreplay_rpc_latency_seconds{method}``,
   ``prioreplay_rpc_errors_total{method,code}``, ``prioreplay_sampled_priority`` (the
-  priorities served by SampleProblems) and ``prioreplay_probes_total`` (problems served as
-  screening probes).
+  priorities served by SampleProblems), ``prioreplay_probes_total`` (problems served as
+  screening probes) and ``prioreplay_task_sampled{,_priority}_total{task}`` (problems served and
+  their priority sum per task, a bounded label set: :class:`~prioreplay.problems.TaskLabels`).
 * Store-derived metrics, exported by a custom collector from the latest ``store.stats()``
   (refreshed by the server every ``stats_interval_s``): pool sizes, the priority distribution,
   the step, the policy version, the trajectory queue and the counters that live in the store
@@ -14,7 +15,8 @@ Two kinds (every name listed in ``docs/METRICS.md``):
 * Traffic per kind of client, ``prioreplay_client_*{source}`` (see ``client_traffic.py``): counted by
   this process since it started.
 
-Labels are method names, status codes, pools, group kinds, client kinds and bucket edges only: no problem id,
+Labels are method names, status codes, pools, group kinds, client kinds, bucket edges and at most
+16 task names (the rest ``other``) only: no problem id,
 prompt text, token, URL or worker id ever reaches ``/metrics``.
 """
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,6 +35,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from prioreplay.errors import STORE_ERROR_KINDS
+from prioreplay.problems import TaskLabels
 from prioreplay.v1 import priority_service_pb2 as pb
 
 from .client_traffic import ClientTally, ClientTallyCollector
@@ -246,6 +249,20 @@ class ServerMetrics:
             "problems served as screening probes (a group_size below the worker's G, set by the sampler)",
             registry=self.registry,
         )
+        self.task_labels = TaskLabels()
+        self.task_sampled = Counter(
+            "prioreplay_task_sampled",
+            "problems served, by task (problem metadata 'task', else its source or verifier; "
+            f"at most {self.task_labels.limit} tasks, the rest 'other')",
+            ["task"],
+            registry=self.registry,
+        )
+        self.task_sampled_priority = Counter(
+            "prioreplay_task_sampled_priority",
+            "sum of the priorities of the problems served, by task (over prioreplay_task_sampled_total: the mean)",
+            ["task"],
+            registry=self.registry,
+        )
         self.store_stats = StoreStatsCollector()
         self.registry.register(self.store_stats)
         self.clients = ClientTally()
@@ -257,12 +274,19 @@ class ServerMetrics:
         if code != "OK":
             self.rpc_errors.labels(method, code).inc()
 
-    def observe_sampled(self, priorities: list[float], probes: int = 0) -> None:
+    def observe_sampled(self, priorities: list[float], probes: int = 0, tasks: Sequence[str] = ()) -> None:
         """Record the priorities of the problems of one served batch (one histogram update for the
-        whole batch) and how many were probes."""
+        whole batch), how many were probes, and, given each problem's task (:func:`problem_task`,
+        same order as ``priorities``), the count and priority sum per task label."""
         self.sampled_priority.observe(priorities)
         if probes:
             self.probes.inc(probes)
+        by_task: dict[str, list[float]] = {}
+        for task, priority in zip(tasks, priorities if tasks else (), strict=True):
+            by_task.setdefault(self.task_labels.label(task), []).append(priority)
+        for label, values in by_task.items():
+            self.task_sampled.labels(label).inc(len(values))
+            self.task_sampled_priority.labels(label).inc(sum(values))
 
     def update(self, stats: StoreStats | None, healthy: bool) -> None:
         """Replace the exported store statistics (None keeps the previous ones) and health."""

@@ -41,14 +41,15 @@ def create_store(
             ``redis``, which persists by itself); None: no snapshot.
         clock: returns unix seconds (injected for deterministic tests).
         replication: replica acknowledgements each change of the Redis store waits for (Redis
-            ``WAIT``; default none); the memory store refuses any.
+            ``WAIT``; default ``all``: every replica a failover could promote); the memory store,
+            which has none, refuses a number above 0.
 
     Raises:
         InvalidArgument: ``spec`` is neither form (the message names it, password hidden), or the
             memory snapshot is corrupt.
     """
     if spec == "memory":
-        if replication is not None and replication.min_replica_acks:
+        if replication is not None and replication.fixed_acks:
             raise InvalidArgument(
                 f"min_replica_acks ({replication.min_replica_acks}) needs a Redis store with "
                 "replicas; use a Redis URL or --min-replica-acks 0"

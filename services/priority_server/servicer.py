@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 from prioreplay.config import MAX_MESSAGE_MB_DEFAULT
 from prioreplay.convert import problem_from_proto, stats_to_proto
 from prioreplay.errors import FailedPrecondition, Internal, InvalidArgument, PrioreplayError, ResourceExhausted, StoreUnavailable
-from prioreplay.problems import check_name, validate_problem
+from prioreplay.problems import check_name, problem_task, validate_problem
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
@@ -203,7 +203,11 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         if lease.problems:
             self.clients.sampled(request.client_source, len(lease.problems))
             if self.metrics is not None:
-                self.metrics.observe_sampled([s.priority for s in lease.problems], sum(1 for s in lease.problems if s.group_size))
+                self.metrics.observe_sampled(
+                    [s.priority for s in lease.problems],
+                    sum(1 for s in lease.problems if s.group_size),
+                    [problem_task(s.problem) for s in lease.problems],
+                )
         return lease_response(lease)
 
     @rpc

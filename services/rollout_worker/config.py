@@ -127,7 +127,25 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
         "other; 'zero' reports 0 without verifying it (a cut answer is not an answer). Applied before reporting, so the "
         "server's statistics and priorities and the learner's advantages see the same reward",
     )
-    verify_timeout_s: float = Field(5.0, gt=0, le=600, description="bound on one verification, seconds")
+    verify_timeout_s: float = Field(5.0, gt=0, le=600, description="bound on one verification or reward plugin call, seconds")
+    reward: list[str] = Field(
+        default_factory=list,
+        description="reward functions that score completions, replacing the problem's verifier (docs/REWARDS.md): "
+        "'verifier' (the problem's own), 'package.module:function', 'path/file.py:function' or an entry point "
+        "of group prioreplay.rewards; repeat the flag for several (empty: 'verifier')",
+    )
+    reward_weights: list[float] = Field(
+        default_factory=list,
+        description="one weight > 0 per --reward, as TRL's reward_weights, e.g. 1,0.5; the reported reward is "
+        "the weighted mean (empty: all 1)",
+    )
+    pass_threshold: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="a reward function's number passes at >= this (a function returning (reward, passed) decides "
+        "itself); a completion passes when every reward passes. 1.0: exactly the correct answers of the built-in verifiers",
+    )
 
     # -- loop ----------------------------------------------------------------------------------
     max_batches: int = Field(0, ge=0, le=10**12, description="stop after this many reported batches (0: until stopped)")
@@ -161,9 +179,9 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     # -- observability -------------------------------------------------------------------------
     outcomes_file: Path | None = Field(
         None,
-        description="append one JSON line per group of an accepted report to this file: problem_id, "
-        "policy_version, rewards, lease_id, worker_id, time_unix_s (per-problem outcome histories, e.g. to "
-        "calibrate benchmarks/simulate.py; None: no file)",
+        description="append one JSON line per group of an accepted report to this file: problem_id, task, "
+        "policy_version, rewards, passed (with --reward plugins), lease_id, worker_id, time_unix_s "
+        "(per-problem outcome histories, e.g. to calibrate benchmarks/simulate.py; None: no file)",
     )
     metrics_port: int = Field(9101, ge=0, le=65535, description="port of /metrics (0 disables)")
     log_level: LogLevel = "INFO"
@@ -177,4 +195,16 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
             raise InvalidArgument(f"temperature ({self.temperature}) must be a finite number > 0")
         if any(not s for s in self.stop):
             raise InvalidArgument(f"stop ({self.stop!r}) must hold non-empty strings")
+        from prioreplay.rewards import parse_specs
+
+        parse_specs(self.reward, self.reward_weights)  # names, counts and weights; imports are checked at start
         return self
+
+    def reward_set(self, verify=None):
+        """The worker's :class:`prioreplay.rewards.RewardSet` (``--reward``, ``--reward-weights``,
+        ``--pass-threshold``, ``--verify-timeout-s``; ``verify``: the ``verifier`` reward's scorer,
+        default :func:`prioreplay.verifiers.verify`); plugins are not imported yet."""
+        from prioreplay.rewards import RewardSet, parse_specs
+
+        specs = parse_specs(self.reward, self.reward_weights)
+        return RewardSet(specs, self.pass_threshold, self.verify_timeout_s, verify=verify)

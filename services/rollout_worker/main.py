@@ -105,10 +105,16 @@ def run(config: WorkerConfig) -> int:
     without reporting: the lease expires on the server and its problems return unchanged.
 
     Raises:
-        InvalidArgument: bad model, backend or server settings.
+        InvalidArgument: bad model, backend or server settings; a ``--reward`` plugin that cannot be imported.
         StoreUnavailable: never at start-up; an unreachable server is retried.
     """
     setup_logging(config.log_level)
+    rewards = config.reward_set()
+    rewards.check_imports()  # a plugin that cannot be imported stops the worker before the model loads
+    if not rewards.only_verifier:
+        log.info(
+            "rewards: %s (pass threshold %g)", ", ".join(f"{s.name}×{s.weight:g}" for s in rewards.specs), rewards.pass_threshold
+        )
     from prioreplay.devices import claim_for_role
 
     # GPU(s) of this replica, before torch/vLLM touch CUDA; held until the process exits.

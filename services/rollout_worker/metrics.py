@@ -5,7 +5,11 @@ Names are listed in docs/METRICS.md (``prioreplay_worker_*``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from prioreplay.problems import TaskLabels
 
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 GROUP_KINDS = ("mixed", "all_correct", "all_wrong", "constant")
@@ -47,6 +51,13 @@ class WorkerMetrics:
         )
         self.policy_version = Gauge(p + "policy_version", "policy version of the loaded weights", registry=r)
         self.verifier_errors = Counter(p + "verifier_errors", "verifications that raised or timed out (reward 0)", registry=r)
+        self.reward_errors = Counter(
+            p + "reward_errors",
+            "reward plugin calls that failed (that reward 0, not passed), by --reward name and kind: "
+            "error (raised), timeout (killed at --verify-timeout-s), invalid (not a number in [0, 1])",
+            ["reward", "kind"],
+            registry=r,
+        )
         self.batches = Counter(p + "batches", "leases reported", registry=r)
         self.unservable_problems = Counter(
             p + "unservable_problems",
@@ -69,6 +80,42 @@ class WorkerMetrics:
         for m in RPC_METHODS:
             self.rpc_seconds.labels(m)
         self.tokens_per_second = Gauge(p + "tokens_per_second", "completion tokens per generation second, last batch", registry=r)
+        self.task_labels = TaskLabels()
+        self.task_completions = Counter(
+            p + "task_completions",
+            f"completions scored, by task (problem metadata 'task', else its source or verifier; at most "
+            f"{self.task_labels.limit} tasks, the rest 'other')",
+            ["task"],
+            registry=r,
+        )
+        self.task_passed = Counter(
+            p + "task_passed",
+            "completions that passed (reward 1, or the plugins' pass flag), by task (over task_completions: the pass rate)",
+            ["task"],
+            registry=r,
+        )
+
+    def observe_tasks(
+        self, tasks: Sequence[str], rewards: Sequence[Sequence[float]], passed: Sequence[Sequence[bool]] | None = None
+    ) -> None:
+        """Count one batch's completions and passes per task label.
+
+        Args:
+            tasks: each group's task (:func:`~prioreplay.problems.problem_task`), in batch order.
+            rewards: each group's G rewards, the same order.
+            passed: each group's G pass flags (``--reward`` plugins, docs/REWARDS.md); None: a
+                completion passes when its reward is 1.
+
+        Raises:
+            ValueError: ``tasks``, ``rewards`` and ``passed`` differ in length (nothing counted).
+        """
+        if len(tasks) != len(rewards) or (passed is not None and len(passed) != len(rewards)):
+            raise ValueError(f"{len(tasks)} tasks for {len(rewards)} groups of rewards; give one task per group")
+        flags = passed if passed is not None else [[x == 1.0 for x in group] for group in rewards]
+        for task, group, ok in zip(tasks, rewards, flags, strict=True):
+            label = self.task_labels.label(task)
+            self.task_completions.labels(label).inc(len(group))
+            self.task_passed.labels(label).inc(sum(1 for x in ok if x))
 
     def serve(self, port: int, addr: str = "0.0.0.0"):
         """Start ``/metrics`` on ``port`` (a daemon thread). Returns the server, or None when port is 0."""

@@ -16,10 +16,11 @@ engine does not wait on the service; ``--no-pipeline`` runs one lease after anot
    problem from that problem's own seed, a hash of (``--seed``, worker id, lease id, problem id)
    (:mod:`~prioreplay.rollout_worker.seeds`): distinct across problems, leases, replicas and
    restarts; the same four values reproduce the same seed.
-4. Every completion is scored by its problem's verifier (errors count as reward 0 and in
-   ``prioreplay_worker_verifier_errors_total``); with ``--truncated-reward zero`` a completion cut
-   at ``max_new_tokens`` is reported with reward 0 unverified, so the server and the learner see
-   the same reward.
+4. Every completion is scored by its problem's verifier, or by the ``--reward`` plugins
+   (:mod:`prioreplay.rewards`, docs/REWARDS.md; their pass flags are reported too). Errors count
+   as reward 0 and in ``prioreplay_worker_verifier_errors_total`` / ``..._reward_errors_total``;
+   with ``--truncated-reward zero`` a completion cut at ``max_new_tokens`` is reported with
+   reward 0 unverified, so the server and the learner see the same reward.
 5. ``ReportOutcomes`` with rewards, the prompt's token ids, each completion's token ids and
    behaviour log-probs, and the policy version that generated the group. A report larger than the
    message limit (``--max-message-mb``, this worker's or, when the server refuses it, the
@@ -44,7 +45,8 @@ from prioreplay import models, rules
 from prioreplay.channel import timed_call
 from prioreplay.convert import leased_problems, outcome_to_proto
 from prioreplay.errors import InvalidArgument, PrioreplayError
-from prioreplay.problems import ProblemRecord
+from prioreplay.problems import ProblemRecord, problem_task
+from prioreplay.rewards import ERROR_KINDS, VERIFIER
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.verifiers import verify
 from prioreplay.weights_transport import WeightsFetcher, WeightsFetchError
@@ -167,6 +169,11 @@ class RolloutWorker:
         self.batches_done = 0
         self.metrics.policy_version.set(backend.policy_version)
         self.fetcher = fetcher or weights_fetcher(config)
+        self.rewards = config.reward_set(verify=lambda *a, **kw: verify(*a, **kw))  # the module's, looked up per call
+        for spec in self.rewards.specs:
+            if spec.target:
+                for kind in ERROR_KINDS:
+                    self.metrics.reward_errors.labels(spec.name, kind)
 
     # -- plumbing -------------------------------------------------------------------------------
     def _rpc(self, method: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -305,7 +312,7 @@ class RolloutWorker:
         self.metrics.batches.inc()
         self._log_report(lease.lease_id, resp, len(outcomes), result)
         if resp.accepted and self.config.outcomes_file is not None:
-            self._record_outcomes(lease.lease_id, outcomes)
+            self._record_outcomes(lease.lease_id, outcomes, [problem_task(p) for p, _ in batch.leased])
         return BatchResult(
             reported=True,
             accepted=resp.accepted,
@@ -315,10 +322,12 @@ class RolloutWorker:
             **result,
         )
 
-    def _record_outcomes(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome]) -> None:
+    def _record_outcomes(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], tasks: Sequence[str]) -> None:
         """Append one JSON line per reported group to ``config.outcomes_file`` (the file and its
-        folders are created): ``problem_id``, ``policy_version``, ``rewards`` (G floats, in
-        completion order), ``lease_id``, ``worker_id``, ``time_unix_s``. Rewards-only: no tokens."""
+        folders are created): ``problem_id``, ``task`` (:func:`problem_task`, same order as
+        ``outcomes``), ``policy_version``, ``rewards`` (G floats, in completion order), ``passed``
+        (G bools; only with ``--reward`` plugins), ``lease_id``, ``worker_id``, ``time_unix_s``.
+        Rewards-only: no tokens."""
         path = self.config.outcomes_file
         assert path is not None
         now = round(time.time(), 3)
@@ -326,14 +335,16 @@ class RolloutWorker:
             json.dumps(
                 {
                     "problem_id": o.problem_id,
+                    "task": task,
                     "policy_version": int(o.policy_version),
                     "rewards": [c.reward for c in o.completions],
+                    **({"passed": [c.passed for c in o.completions]} if o.completions[0].HasField("passed") else {}),
                     "lease_id": lease_id,
                     "worker_id": self.config.worker_id,
                     "time_unix_s": now,
                 }
             )
-            for o in outcomes
+            for o, task in zip(outcomes, tasks, strict=True)
         ]
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
@@ -394,7 +405,9 @@ class RolloutWorker:
         """Verify and convert a generated lease: (outcomes, the :class:`BatchResult` fields but the lease's)."""
         leased, groups = batch.leased, batch.groups
         t0 = time.perf_counter()
-        rewards = [[self._reward(p, comp) for comp in group] for (p, _), group in zip(leased, groups, strict=True)]
+        scored = [self._score_group(p, group) for (p, _), group in zip(leased, groups, strict=True)]
+        rewards = [[r for r, _ in group] for group in scored]
+        passed = None if self.rewards.only_verifier else [[ok for _, ok in group] for group in scored]
         verification_s = time.perf_counter() - t0
         outcomes = [
             outcome_to_proto(
@@ -405,14 +418,16 @@ class RolloutWorker:
                 prompt_token_ids=ids,
                 temperature=self.config.temperature,
                 top_p=self.config.top_p,
+                passed=passed[i] if passed is not None else None,
             )
-            for (p, _), ids, group, r in zip(leased, batch.prompts, groups, rewards, strict=True)
+            for i, ((p, _), ids, group, r) in enumerate(zip(leased, batch.prompts, groups, rewards, strict=True))
         ]
         flat = [x for r in rewards for x in r]
         tokens = sum(len(comp.token_ids) for group in groups for comp in group)
         self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
         self._observe(rewards, tokens, batch.generation_s, verification_s)
         self._observe_tokens(batch.prompts, groups, rewards)
+        self.metrics.observe_tasks([problem_task(p) for p, _ in leased], rewards, passed)
         return outcomes, dict(
             completions=len(flat),
             tokens=tokens,
@@ -491,24 +506,30 @@ class RolloutWorker:
             self.metrics.probes.inc(probes)
         return groups
 
-    def _reward(self, problem: ProblemRecord, completion: GeneratedCompletion) -> float:
-        """The reward reported for ``completion``: 0 for a truncated one under ``--truncated-reward zero``,
-        else its verifier's."""
-        if completion.truncated and self.config.truncated_reward == "zero":
-            return 0.0
-        return self._score(problem, completion.text)
-
-    def _score(self, problem: ProblemRecord, text: str) -> float:
-        try:
-            res = verify(problem.verifier, text, problem.answer, timeout_s=self.config.verify_timeout_s)
-        except InvalidArgument as e:  # an unknown verifier name: the problem cannot be scored
-            log.error("problem %s: %s", problem.id, e)
-            self.metrics.verifier_errors.inc()
-            return 0.0
-        if res.error:
-            log.debug("problem %s: verifier error %s", problem.id, res.error)
-            self.metrics.verifier_errors.inc()
-        return float(res.reward)
+    def _score_group(self, problem: ProblemRecord, group: Sequence[GeneratedCompletion]) -> list[tuple[float, bool]]:
+        """(reward, passed) of each completion of ``problem``'s group under the worker's rewards
+        (:class:`prioreplay.rewards.RewardSet`); 0 and not passed for a truncated one under
+        ``--truncated-reward zero``. Failures are counted and logged once per reward and group."""
+        meta = {"problem_id": problem.id, "verifier": problem.verifier, **problem.metadata}
+        out: list[tuple[float, bool]] = []
+        failed: dict[str, tuple[str, str, int]] = {}  # reward name -> (kind, first message, count)
+        for comp in group:
+            if comp.truncated and self.config.truncated_reward == "zero":
+                out.append((0.0, False))
+                continue
+            scored = self.rewards.score(comp.text, problem.answer, problem.verifier, meta)
+            out.append((scored.reward, scored.passed))
+            for name, kind, message in scored.failures:
+                if name == VERIFIER:
+                    self.metrics.verifier_errors.inc()
+                else:
+                    self.metrics.reward_errors.labels(name, kind).inc()
+                first = failed.get(name, (kind, message, 0))
+                failed[name] = (first[0], first[1], first[2] + 1)
+        for name, (kind, message, count) in failed.items():
+            how = "problem %s: reward %s failed on %d of %d completions (%s, scored 0): %s"
+            (log.debug if name == VERIFIER else log.warning)(how, problem.id, name, count, len(group), kind, message)
+        return out
 
     def _observe(self, rewards: list[list[float]], tokens: int, generation_s: float, verification_s: float) -> None:
         m = self.metrics

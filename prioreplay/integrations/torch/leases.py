@@ -29,6 +29,7 @@ class Lease:
     rewards: dict[str, list[float]] = field(default_factory=dict)  # finite rewards, in arrival order
     slots: dict[str, int] = field(default_factory=dict)  # completions seen (None rewards included)
     sizes: dict[str, int] = field(default_factory=dict)  # LeasedProblem.group_size where the server set it
+    passed: dict[str, list[bool]] = field(default_factory=dict)  # pass flags, one per reward, where the caller gave them
 
     def size(self, pid: str, group_size: int) -> int:
         """Completions that complete ``pid``'s group: the server's per-problem size, else ``group_size``."""
@@ -45,6 +46,7 @@ class Lease:
             "rewards": {k: list(v) for k, v in self.rewards.items()},
             "slots": dict(self.slots),
             "sizes": dict(self.sizes),
+            "passed": {k: list(v) for k, v in self.passed.items()},
         }
 
     @classmethod
@@ -56,6 +58,7 @@ class Lease:
             rewards={str(k): [float(x) for x in v] for k, v in d.get("rewards", {}).items()},
             slots={str(k): int(v) for k, v in d.get("slots", {}).items()},
             sizes={str(k): int(v) for k, v in d.get("sizes", {}).items()},
+            passed={str(k): [bool(x) for x in v] for k, v in d.get("passed", {}).items()},
         )
 
 

@@ -361,19 +361,22 @@ class PrioritySampler(Sampler[int]):
         """The problem id of dataset index ``index``."""
         return self.table.ids[index]
 
-    def report(self, ids: Sequence[str | int], rewards: Sequence[float | None]) -> int:
+    def report(self, ids: Sequence[str | int], rewards: Sequence[float | None], passed: Sequence[bool] | None = None) -> int:
         """Record one reward per completion; send every lease whose groups became complete.
 
         Args:
             ids: per completion, its problem id (str) or dataset index (int).
             rewards: per completion, a reward in [0, 1], or None for a completion that counts
                 toward its group but has no reward to send (e.g. TRL's None).
+            passed: per completion, its pass/fail under a reward plugin's rule
+                (:class:`prioreplay.rewards.PluginReward`), sent with the reward
+                (``Completion.passed``); None: not sent (pass is reward == 1).
 
         Returns:
             The number of leases sent to the server by this call.
 
         Raises:
-            InvalidArgument: lengths differ; an id that is not in a lease of this sampler (not
+            InvalidArgument: lengths differ (ids, rewards, pass flags); an id that is not in a lease of this sampler (not
                 served, or its lease already sent); a reward that is NaN, infinite or outside
                 [0, 1] (map it first, e.g. ``float(r > 0)``); more than G rewards for a problem.
                 Nothing is recorded when any entry is bad.
@@ -381,6 +384,9 @@ class PrioritySampler(Sampler[int]):
         t0 = time.perf_counter()
         if len(ids) != len(rewards):
             raise InvalidArgument(f"report: {len(ids)} ids for {len(rewards)} rewards; give one id per reward")
+        if passed is not None and len(passed) != len(rewards):
+            raise InvalidArgument(f"report: {len(passed)} pass flags for {len(rewards)} rewards; give one per reward")
+        flags = list(passed) if passed is not None else [None] * len(rewards)
         with self._lock:
             pids = [self.table.ids[k] if isinstance(k, int) else str(k) for k in ids]
             values = [self._checked(pid, r) for pid, r in zip(pids, rewards, strict=True)]
@@ -395,11 +401,13 @@ class PrioritySampler(Sampler[int]):
                         f"one lease; its group has group_size={lease.size(pid, self.group_size)} (group_size_of)"
                     )
             touched: dict[str, Lease] = {}
-            for pid, r in zip(pids, values, strict=True):
+            for pid, r, ok in zip(pids, values, flags, strict=True):
                 lease = self._leases[self._lease_of[pid]]
                 lease.slots[pid] = lease.slots.get(pid, 0) + 1
                 if r is not None:
                     lease.rewards.setdefault(pid, []).append(r)
+                    if ok is not None:
+                        lease.passed.setdefault(pid, []).append(bool(ok))
                 touched[lease.lease_id] = lease
             sent = 0
             for lease in touched.values():
@@ -440,8 +448,12 @@ class PrioritySampler(Sampler[int]):
             rewards = lease.rewards.get(pid, [])
             whole = lease.slots.get(pid, 0) >= lease.size(pid, self.group_size)
             if rewards and (whole or (partial and self.partial_groups == "report")):
+                flags = lease.passed.get(pid)
+                flags = flags if flags is not None and len(flags) == len(rewards) else None
                 outcomes.append(
-                    outcome_to_proto(pid, lease.policy_version, rewards, temperature=self.temperature, top_p=self.top_p)
+                    outcome_to_proto(
+                        pid, lease.policy_version, rewards, temperature=self.temperature, top_p=self.top_p, passed=flags
+                    )
                 )
         t0 = time.perf_counter()
         resp = self.client.report_lease(

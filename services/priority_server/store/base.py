@@ -186,6 +186,7 @@ from collections.abc import Callable, Sequence
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay.problems import ProblemRecord, check_name, validate_problem
+from prioreplay.rules import Pool
 
 from ..config import StoreConfig  # noqa: F401  (re-exported: the stores take it from here)
 from .contract import (
@@ -234,6 +235,26 @@ class Store(abc.ABC):
             pid: warm_start.shrink(st, config.warm_start_shrink)
             for pid, st in (warm_start.read(config.warm_start) if config.warm_start else {}).items()
         }
+        #: The heap's ageing between reports (``--heap-age-decay``): the prior's priority ω₀ and γ_h.
+        self._fresh = (rules.priority(rules.Stats(), config.params), config.heap_age_decay)
+
+    def heap_score(self, priority: float, version: int) -> float:
+        """The heap score of a problem placed with ``priority`` at policy ``version``: the priority
+        itself, or with ``heap_age_decay`` γ_h < 1 its time-invariant key (:func:`rules.fresh_key`:
+        the heap's order is the aged priorities' order at every later version, nothing rescored)."""
+        prior, gamma = self._fresh
+        return priority if gamma == 1.0 else rules.fresh_key(priority, prior, version, gamma)
+
+    def heap_priority(self, score: float, version: int) -> float:
+        """The priority a heap member with ``score`` has at policy ``version`` (the inverse of
+        :meth:`heap_score`: :func:`rules.fresh_key_priority`, aged toward the prior's)."""
+        prior, gamma = self._fresh
+        return score if gamma == 1.0 else rules.fresh_key_priority(score, prior, version, gamma)
+
+    def leased_priority(self, source: Pool, score: float, stats: rules.Stats, version: int) -> float:
+        """A leased problem's priority as SampleProblems reports it: from the heap, its score's
+        (:meth:`heap_priority` at policy ``version``); from a pool, ``rules.priority`` of ``stats``."""
+        return self.heap_priority(score, version) if source is Pool.HEAP else rules.priority(stats, self.config.params)
 
     # -- problems -------------------------------------------------------------------------
     async def register(self, problems: Sequence[ProblemRecord], *, replace: bool = True) -> tuple[int, int, int]:
@@ -378,7 +399,8 @@ class Store(abc.ABC):
         if fixed:
             raise FailedPrecondition(
                 f"this namespace was made with other settings ({listed}); {', '.join(fixed)} cannot change on a "
-                "namespace (every key's tie-break depends on it): start with the old value, or use a new --namespace"
+                "namespace (every key's tie-break depends on the seed, the heap's scores on heap_age_decay): start with "
+                "the old value, or use a new --namespace"
             )
         if changes and not accept_changes:
             raise FailedPrecondition(

@@ -70,6 +70,7 @@ RUN_SETTINGS = (
     "unsolved_at",
     "pool_evidence",
     "age_decay",
+    "heap_age_decay",
     "decay",
     "prior_alpha",
     "prior_beta",
@@ -78,7 +79,7 @@ RUN_SETTINGS = (
 #: Run settings stored under an earlier name, old -> new (a namespace or snapshot made before the rename).
 RENAMED_RUN_SETTINGS = {"temperature": "gumbel_temperature"}
 #: Run settings no flag may change on an existing namespace.
-FIXED_SETTINGS = ("seed",)
+FIXED_SETTINGS = ("seed", "heap_age_decay")
 
 
 def run_settings(config: StoreConfig) -> dict[str, str | int | float]:

@@ -153,7 +153,7 @@ class MemoryStore(Store):
         e = self._entry(pick.member)
         e.home = pick.source
         e.pool = Pool.LEASED
-        prio = e.score if pick.source is Pool.HEAP else rules.priority(e.stats, self.config.params)
+        prio = self.leased_priority(pick.source, e.score, e.stats, self._s.policy[0])
         return SampledProblem(problem=e.record, priority=prio, source=pick.source, group_size=pick.group_size, wire=e.wire)
 
     def _entry(self, member: str) -> Entry:
@@ -233,7 +233,7 @@ class MemoryStore(Store):
                     self._place(e, e.home, e.score)
                 continue
             st = self._warm.get(p.id, Stats())  # prioreplay/warm_start.py: in the heap at its shrunk statistics
-            score = rules.priority(st, self.config.params) if p.id in self._warm else initial
+            score = self.heap_score(rules.priority(st, self.config.params) if p.id in self._warm else initial, 0)
             e = Entry(p, tie_member(p.id, self.config.seed), st, Pool.HEAP, Pool.HEAP, score, problem_bytes(p))
             known[p.id] = e
             added.append((score, e.member))
@@ -283,7 +283,7 @@ class MemoryStore(Store):
         batch = []
         for pid in lease.problem_ids:
             e = self._s.problems[pid]
-            prio = e.score if e.home is Pool.HEAP else rules.priority(e.stats, self.config.params)
+            prio = self.leased_priority(e.home, e.score, e.stats, self._s.policy[0])
             batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home, group_size=seen[2].get(pid), wire=e.wire))  # type: ignore[index]  # not None: the branch above returned
         version, uri = self._s.policy
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
@@ -395,7 +395,8 @@ class MemoryStore(Store):
         verdict = rules.destination(kind, rules.pass_rate(o.rewards), bands)
         dest, heap_score, streak_pool, streak = rules.place_group(verdict, run[0], run[1], k, e.stats, params)
         self._s.evidence[o.problem_id] = (streak_pool, streak, version)
-        self._place(e, dest, rules.pool_score(lease_step, version, cfg.retest_versions) if heap_score is None else heap_score)
+        pool_at = rules.pool_score(lease_step, version, cfg.retest_versions)
+        self._place(e, dest, pool_at if heap_score is None else self.heap_score(heap_score, version))
         c[_KIND_COUNTER[kind]] += 1
         c["completions_reported"] += len(o.rewards)
         c["reward_sum"] = c["reward_sum"] + rules.reward_sums(o.rewards)[0]
@@ -528,8 +529,9 @@ class MemoryStore(Store):
 
     async def _stats(self, histogram_buckets: int) -> StoreStats:
         edges = histogram_edges(histogram_buckets)
+        keys = [self.heap_score(edge, self._s.policy[0]) for edge in edges]  # the edges as heap scores now
         # bucket i: edges[i] <= p < edges[i+1]; the last bucket includes edges[-1] (0.25)
-        cuts = [self._heap.bisect_left((edge,)) for edge in edges[:-1]] + [self._heap.bisect_right((edges[-1], "\U0010ffff"))]
+        cuts = [self._heap.bisect_left((edge,)) for edge in keys[:-1]] + [self._heap.bisect_right((keys[-1], "\U0010ffff"))]
         # (edge,) sorts before every (edge, member): bisect_left counts priorities < edge;
         # members are ASCII hex + id, so (0.25, max char) sorts after every (0.25, member).
         hist = [cuts[i + 1] - cuts[i] for i in range(histogram_buckets)]

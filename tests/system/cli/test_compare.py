@@ -241,6 +241,8 @@ def test_the_evidence_arm_is_told_apart_from_version_retests():
     assert [run_metrics(r)["sampler"] for r in (ev, vr)] == ["heap-evidence", "heap-version-retests"]
     odd = _report("heap", 0, 30, 100, pool_evidence=2, age_decay=0.9)
     assert run_metrics(odd)["sampler"] == "heap-pool-evidence-2-age-decay-0.9"
+    fresh = _report("heap", 0, 30, 100, heap_age_decay=0.95)
+    assert run_metrics(fresh)["sampler"] == "heap-heap-age-decay-0.95"  # heap priorities aged between reports
 
 
 def test_rollouts_to_target_is_read_off_the_held_out_curves_against_grpo_and_dapo():

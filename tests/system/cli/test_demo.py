@@ -115,6 +115,20 @@ def test_demo_redis_store(tmp_path, redis_url):
         r.delete(*keys)
 
 
+@pytest.mark.timeout(600)
+def test_demo_with_reward_plugins_from_a_file_and_the_examples(tmp_path):
+    """``--reward`` reaches every worker: a parity plugin (the tiny model never answers right, so it
+    makes the mixed groups the learner needs) plus the example format reward, weighted."""
+    (tmp_path / "parity.py").write_text("def score(c, r, m):\n    return float(len(c) % 2 == 0)\n", encoding="utf-8")
+    example = Path(__file__).resolve().parents[3] / "examples" / "rewards.py"
+    report = _run_demo(tmp_path, "--reward", "parity.py:score", "--reward", f"{example}:answer_format", "--reward-weights", "3,1")
+    assert [s["step"] for s in report["steps"]] == [1, 2, 3]  # the learner trained on the plugins' mixed groups
+    assert report["config"]["reward"] == ["parity.py:score", f"{example}:answer_format"]
+    outcomes = [json.loads(line) for f in (tmp_path / "run").glob("outcomes*.jsonl") for line in f.read_text().splitlines()]
+    assert outcomes and all(len(o["passed"]) == len(o["rewards"]) for o in outcomes)
+    assert {r for o in outcomes for r in o["rewards"]} <= {0.0, 0.25, 0.75, 0.875, 1.0}  # (3 parity + format) / 4
+
+
 def test_a_crashed_child_stops_the_run_with_its_log_tail(tmp_path):
     import time
 

@@ -37,6 +37,7 @@ import pytest
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from benchmarks.sentinel_cluster import until as _until
 from prioreplay.errors import StoreUnavailable
 from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ReplicationSettings, ServerConfig
@@ -63,20 +64,6 @@ def _replicas_acknowledging(port: int, replicas: int = 2, timeout_ms: int = 2000
     """``WAIT replicas timeout_ms`` on the primary at ``port``: how many replicas have everything
     written so far (the data set and the command stream up to now), at most ``replicas``."""
     return int(redis.Redis(port=port, socket_timeout=timeout_ms / 1000 + 2).wait(replicas, timeout_ms))
-
-
-def _until(what: str, check, timeout_s: float = 20.0, every_s: float = 0.1, why=lambda: ""):
-    """``check()``'s first truthy value within ``timeout_s`` seconds; else fail with ``what`` and ``why()``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = check()
-        except (redis.RedisError, OSError):
-            value = None
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s {why()}"
-        time.sleep(every_s)
 
 
 class SentinelCluster:

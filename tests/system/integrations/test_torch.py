@@ -295,3 +295,27 @@ def test_a_sigkilled_sampler_frees_its_problems_within_its_short_lease(memory_se
         proc.kill()
         proc.wait(10)
         client.close()
+
+
+def test_a_reward_plugins_pass_flags_travel_with_its_rewards(server, client):
+    """A torch loop scores with a reward plugin (examples/rewards.py) and reports its pass flags:
+    they are buffered with the rewards (also in the saved state) and sent in ``Completion.passed``."""
+    from examples.rewards import correct_number
+    from prioreplay.rewards import PluginReward
+
+    plugin = PluginReward(correct_number)
+    s = _sampler(server, batch_size=2, group_size=2)
+    sent: list[pb.ProblemOutcome] = []
+    report_lease = s.client.report_lease
+    s.client.report_lease = lambda lease_id, outcomes, **kw: (sent.extend(outcomes), report_lease(lease_id, outcomes, **kw))[1]
+    it = iter(s)
+    batch = [next(it) for _ in range(2)]
+    for n, i in enumerate(batch):
+        scored = [plugin.score(text, ROWS[i]["answer"]) for text in (f"#### {2 * i}", "#### 999")]
+        s.report([i, i], [r for r, _ in scored], passed=[ok for _, ok in scored])
+        if n == 0:
+            assert s.state_dict()["leases"][0]["passed"] == {s.problem_id(i): [True, False]}
+    assert sorted(o.problem_id for o in sent) == sorted(s.problem_id(i) for i in batch)
+    for o in sent:
+        assert [(c.reward, c.HasField("passed"), c.passed) for c in o.completions] == [(1.0, True, True), (0.0, True, False)]
+    assert client.stats().completions_reported == 4

@@ -183,6 +183,31 @@ def test_the_example_script_differs_from_plain_trl_in_three_lines_and_trains_on_
     assert [c.source for c in stats.clients] == [pb.CLIENT_SOURCE_TRL]
 
 
+def test_reward_plugins_in_reward_funcs_train_and_the_reported_one_sends_its_pass_flags(memory_server, tiny_model, tmp_path):
+    """The example plugins go into reward_funcs as PluginReward (docs/REWARDS.md): TRL trains with
+    both, and the reported one's pass flags travel with its rewards (``Completion.passed``)."""
+    from examples.rewards import answer_format, correct_number
+    from prioreplay.rewards import PluginReward
+
+    server = memory_server()
+    correct = PluginReward(correct_number)
+    trainer = PriorityGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=[correct, PluginReward(answer_format)],
+        args=_args(tmp_path, 2),
+        train_dataset=Dataset.from_list(ROWS),
+        priority_server=server.address,
+    )
+    sent: list[pb.ProblemOutcome] = []
+    client = trainer.priority.sampler.client
+    report_lease = client.report_lease
+    client.report_lease = lambda lease_id, outcomes, **kw: (sent.extend(outcomes), report_lease(lease_id, outcomes, **kw))[1]
+    trainer.train()
+    completions = [c for o in sent for c in o.completions]
+    assert len(completions) == 2 * B * G and len(correct.last_passed) == B * G  # 2 steps of B groups of G
+    assert all(c.HasField("passed") and c.passed == (c.reward == 1.0) for c in completions)
+
+
 def test_attach_refuses_what_it_cannot_serve(memory_server, tiny_model, tmp_path):
     from trl import GRPOTrainer
 

@@ -8,6 +8,7 @@ itself sent and tallied.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -188,7 +189,7 @@ def test_gsm8k_through_grpc(server, client, gsm8k_dir):
 def test_metrics_follow_the_store(server, client):
     """/metrics exports the store's counters and pools, and no prompt text."""
     secret_prompt = "What is the capital of Atlantis, asked the prompt 0xC0FFEE?"
-    client.register([pb.Problem(id=f"m{i}", prompt=secret_prompt, answer="1") for i in range(20)])
+    client.register([pb.Problem(id=f"m{i}", prompt=secret_prompt, answer="1", metadata={"task": f"t{i % 2}"}) for i in range(20)])
     lease = client.sample(8)
     outs = [pb.ProblemOutcome(problem_id=lp.problem.id, completions=[pb.Completion(reward=1.0)] * 2) for lp in lease.problems]
     assert client.report(lease.lease_id, outs).accepted
@@ -200,6 +201,8 @@ def test_metrics_follow_the_store(server, client):
     assert 'prioreplay_priority_bucket{le="0.25"} 12.0' in text
     assert 'prioreplay_rpc_latency_seconds_count{method="ReportOutcomes"} 1.0' in text
     assert "prioreplay_sampled_priority_count 8.0" in text
+    served = [float(m) for m in re.findall(r'prioreplay_task_sampled_total\{task="t[01]"\} (\S+)', text)]
+    assert served and sum(served) == 8.0  # the 8 served problems, counted under their tasks
     assert "Atlantis" not in text and "0xC0FFEE" not in text
 
 

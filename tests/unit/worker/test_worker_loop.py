@@ -162,6 +162,12 @@ def test_outcomes_file_holds_one_line_per_reported_group(tmp_path):
     assert [r["lease_id"] for r in rows] == ["lease-1", "lease-2"]
     assert all(r["problem_id"] == "p0" and r["policy_version"] == 0 and r["worker_id"] == "w-1" for r in rows)
     assert rows[0]["rewards"] == [0.0, 1.0, 1.0, 1.0]  # the reported rewards, the cut one scored 0
+    assert rows[0]["task"] == "gsm8k"  # no task or source metadata: the verifier name
+    passed = [
+        w.metrics.registry.get_sample_value(f"prioreplay_worker_task_{k}_total", {"task": "gsm8k"})
+        for k in ("passed", "completions")
+    ]
+    assert passed == [sum(sum(r["rewards"]) for r in rows), 8.0]
 
 
 def test_no_outcomes_file_by_default(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """The Redis store's plumbing: the connection, the scripts, the keys of a run, and the one path every
-Redis call goes through (errors mapped by :mod:`.errors`; ``WAIT`` for replica acknowledgements),
+Redis call goes through (errors mapped by :mod:`.errors`; ``WAIT`` for replica acknowledgements, as
+many as :mod:`.replicas` counts),
 the namespace identity (claimed at start, checked by every script, by the health probe and by
 ``stats``: :mod:`..identity`), plus the health probe and close. :class:`~.store.RedisStore` adds
 the store's operations."""
@@ -26,12 +27,15 @@ from ..records import StoreStats
 from .connection import RedisConnection
 from .errors import store_error
 from .keys import KEY_NAMES, float_arg, redis_key, text
+from .replicas import ReplicaTarget
 from .scripts import CHECK_KEYS, SCRIPT_ARGS, SCRIPTS, WAITED_SCRIPTS
 
 log = logging.getLogger(__name__)
 #: The error reply of the namespace check (``lua/namespace_check.lua``).
 NAMESPACE_CHANGED = "NAMESPACE_CHANGED"
 CLAIM = SCRIPT_ARGS["claim"]
+#: Replies :meth:`RedisClient._wait` adds to a pipeline: the small write's, WAIT's count, ``INFO replication``.
+WAIT_REPLIES = 3
 
 
 def namespace_changed(e: BaseException) -> bool:
@@ -65,6 +69,7 @@ class RedisClient(Store):
         self._r = self._connection.client
         self._sentinels_reset_at = 0.0  # monotonic seconds of the last reset_sentinels()
         self._replication = replication or ReplicationSettings()
+        self._replicas = ReplicaTarget(self._connection, self._replication)
         self._scripts = {name: self._r.register_script(src) for name, src in SCRIPTS.items()}
         self._keys = {name: self.key(name) for name in KEY_NAMES}
         self._health_error = ""
@@ -107,14 +112,15 @@ class RedisClient(Store):
             CLAIM.key_list(self._keys), CLAIM.arg_list(run_id=secrets.token_hex(8), accept_loss=int(accept_loss)), check=False
         )
         script = self._scripts["claim"]
-        if self._replication.min_replica_acks:  # a failover right after a creation keeps the identity
+        want = await self._replicas.wanted()
+        if want:  # a failover right after a creation keeps the identity
 
             async def fill(pipe):
                 await script(keys=keys, args=args, client=pipe)
-                self._wait(pipe)
+                self._wait(pipe, want)
 
-            res, acks = await self._pipe(fill, transaction=False)
-            self._check_acks("the namespace claim", acks)
+            res, *tail = await self._pipe(fill, transaction=False)
+            await self._check_acks("the namespace claim", tail, want)
         else:
             res = await self._do(script(keys=keys, args=args))
         status, stored, marker_text = text(res[0]), text(res[1]), text(res[2])
@@ -191,14 +197,15 @@ class RedisClient(Store):
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         keys, args = self._script_call(keys, args)
-        if self._replication.min_replica_acks and name in WAITED_SCRIPTS:
+        want = await self._replicas.wanted() if name in WAITED_SCRIPTS else 0
+        if want:
 
             async def fill(pipe):
                 await self._scripts[name](keys=list(keys), args=list(args), client=pipe)
-                self._wait(pipe)
+                self._wait(pipe, want)
 
-            res, acks = await self._pipe(fill, transaction=False)
-            self._check_acks(name, acks)
+            res, *tail = await self._pipe(fill, transaction=False)
+            await self._check_acks(name, tail, want)
             return res
         try:
             return await self._scripts[name](keys=list(keys), args=list(args))
@@ -225,21 +232,37 @@ class RedisClient(Store):
             except Exception as reset_error:  # noqa: BLE001 - the call's own error is the one to report
                 log.warning("resetting the sentinel connections failed: %s", reset_error)
 
-    def _wait(self, pipe) -> Any:
-        """Queue ``WAIT min_replica_acks timeout`` (on the pipeline's one connection, after its writes);
-        returns the pipeline, as its queued commands do."""
-        return pipe.execute_command("WAIT", self._replication.min_replica_acks, self._replication.min_replica_acks_timeout_ms)
+    def _wait(self, pipe, want: int) -> Any:
+        """Queue a small write (the ``health`` key), ``WAIT want timeout`` and ``INFO replication`` (on
+        the pipeline's one connection, after its writes): :data:`WAIT_REPLIES` replies. The write
+        moves the connection's replication offset to the primary's: a script that wrote nothing (a
+        retried report answered ``already reported``) then still waits for the earlier write, made
+        on another connection, that it answers for. ``INFO`` tells :meth:`_check_acks` how many
+        replicas were connected then (the count of ``all`` may be up to 0.5 s old). Returns the
+        pipeline, as its queued commands do."""
+        pipe.set(self._keys["health"], float_arg(self.clock()), px=60_000)
+        pipe.execute_command("WAIT", want, self._replication.min_replica_acks_timeout_ms)
+        return pipe.info("replication")
 
-    def _check_acks(self, what: str, acks: Any) -> None:
-        """Raise StoreUnavailable (kind ``read_only``) when WAIT counted fewer than ``min_replica_acks`` replicas."""
-        want, ms = self._replication.min_replica_acks, self._replication.min_replica_acks_timeout_ms
-        if int(acks) < want:
-            raise StoreUnavailable(
-                f"Redis at {self.redacted_url}: {what} was acknowledged by {int(acks)} of the {want} replicas "
-                f"--min-replica-acks asks for within {ms} ms, so it may not survive a failover; check the replicas "
-                "(INFO replication), raise --min-replica-acks-timeout-ms or lower --min-replica-acks, then retry",
-                kind="read_only",
-            )
+    async def _check_acks(self, what: str, tail: Sequence[Any], want: int) -> None:
+        """Raise StoreUnavailable (kind ``read_only``) when WAIT (in the ``tail`` replies that
+        :meth:`_wait` queued) counted fewer than ``want`` replicas, and ``want`` stands once the
+        replicas are counted again (``all``: one that went down since is no longer waited for). With
+        ``all``, a replica connected since the last count (``INFO`` after the WAIT) raises ``want``
+        first: the loss harness lost reports that one replica acknowledged while the count, still
+        one, missed the other (just restarted and synced), and the lagging one was promoted."""
+        acks, ms = int(tail[-2]), self._replication.min_replica_acks_timeout_ms
+        want = self._replicas.saw_connected(int(tail[-1].get("connected_slaves", 0)), want)
+        if acks >= want or acks >= (want := await self._replicas.recount()):
+            return
+        setting = self._replication.min_replica_acks
+        asked = "every replica a failover could promote (--min-replica-acks all)" if setting == "all" else "--min-replica-acks"
+        raise StoreUnavailable(
+            f"Redis at {self.redacted_url}: {what} was acknowledged by {acks} of the {want} replicas "
+            f"{asked} asks for within {ms} ms, so it may not survive a failover; check the replicas "
+            "(INFO replication), raise --min-replica-acks-timeout-ms or lower --min-replica-acks, then retry",
+            kind="read_only",
+        )
 
     async def _do(self, coro) -> Any:
         try:
@@ -284,11 +307,10 @@ class RedisClient(Store):
         :attr:`namespace_lost`, not an unhealthy store.
         """
         try:
-            if self._replication.min_replica_acks:
-                _, acks = await self._pipe(
-                    lambda p: (p.set(self._keys["health"], float_arg(self.clock()), px=60_000), self._wait(p)), transaction=False
-                )
-                self._check_acks("the health probe", acks)
+            want = await self._replicas.wanted()
+            if want:
+                tail = await self._pipe(lambda p: self._wait(p, want), transaction=False)
+                await self._check_acks("the health probe", tail, want)
             else:
                 await self._do(self._r.set(self._keys["health"], float_arg(self.clock()), px=60_000))
             await self.check_namespace()

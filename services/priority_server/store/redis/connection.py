@@ -123,9 +123,12 @@ class RedisConnection:
 
     def __init__(self, url: str):
         self.sentinel: Sentinel | None = None
+        #: The monitored primary's name behind Sentinel (``sentinel monitor <name>``); None for a plain URL.
+        self.service_name: str | None = None
         common: dict[str, Any] = dict(decode_responses=False, socket_connect_timeout=CONNECT_TIMEOUT_S)
         if is_sentinel_url(url):
             t = parse_sentinel_url(url)
+            self.service_name = t.service_name
             self.sentinel = Sentinel(
                 list(t.sentinels),
                 sentinel_kwargs=dict(

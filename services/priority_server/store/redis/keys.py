@@ -19,7 +19,7 @@ tomb:reported  zset    lease id → time it was reported (kept ``TOMBSTONE_TTL_S
 tomb:expired   zset    lease id → time it expired (kept ``TOMBSTONE_TTL_S``)
 counters       hash    ``step`` and the StoreStats counters (``reward_sum`` as ``%.17g``)
 policy         hash    ``version``, ``uri``
-health         string  the health probe's last write (expires after 60 s)
+health         string  the last write of the health probe, or the one before a WAIT (expires after 60 s)
 quarantine     hash    id → the pool (1..3) a quarantined problem returns to (stats pool = 5)
 requests       hash    request id → the lease a sample with that id made (retried requests)
 requests:due   zset    score = that lease's deadline, member = request id (pruned by ``sample``)
@@ -45,7 +45,7 @@ lost           string  JSON loss marker (:class:`..identity.LossMarker`): writte
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from prioreplay import rules
 from prioreplay.problems import ProblemRecord
@@ -117,13 +117,19 @@ def decode_problem(pid: str, value: bytes | str) -> ProblemRecord:
     return ProblemRecord(id=pid, prompt=prompt, answer=answer, verifier=verifier, metadata=metadata)
 
 
-def warm_arg(problems: Sequence[ProblemRecord], warm: Mapping[str, rules.Stats], params: rules.PriorityParams) -> str:
-    """register.lua's ``warm`` argument: "id\tn s1 s2 1 priority" per problem of ``problems`` with
-    warm-start statistics in ``warm`` (shrunk already; :mod:`prioreplay.warm_start`), joined by "\n"."""
+def warm_arg(
+    problems: Sequence[ProblemRecord],
+    warm: Mapping[str, rules.Stats],
+    params: rules.PriorityParams,
+    heap_score: Callable[[float, int], float],
+) -> str:
+    """register.lua's ``warm`` argument: "id\tn s1 s2 1 score" per problem of ``problems`` with
+    warm-start statistics in ``warm`` (shrunk already; :mod:`prioreplay.warm_start`), joined by "\n";
+    the score is ``heap_score(priority, 0)`` (``Store.heap_score``: registered as of version 0)."""
     lines = []
     for p in problems:
         st = warm.get(p.id)
         if st is not None:
-            score = float_arg(rules.priority(st, params))
+            score = float_arg(heap_score(rules.priority(st, params), 0))
             lines.append(f"{p.id}\t{float_arg(st.n)} {float_arg(st.s1)} {float_arg(st.s2)} {int(Pool.HEAP)} {score}")
     return "\n".join(lines)

@@ -64,7 +64,7 @@ from ..records import (
     StoreStats,
 )
 from ..snapshot import COUNTER_NAMES
-from .client import RedisClient
+from .client import WAIT_REPLIES, RedisClient
 from .keys import decode_problem, encode_problem, float_arg, parse_stats, text, warm_arg
 from .scripts import SCRIPT_ARGS
 
@@ -97,10 +97,10 @@ class RedisStore(RedisClient):
         namespace: the run's name; 1–MAX_NAME_BYTES (128) characters of ``[A-Za-z0-9_.:-]`` (no
             braces: it is the hash tag).
         clock: unix seconds; injected for deterministic tests.
-        replication: with ``min_replica_acks`` N > 0, each script of :data:`.scripts.WAITED_SCRIPTS` is
-            followed by ``WAIT N timeout`` on its connection, and a shortfall raises
-            StoreUnavailable (kind ``read_only``; the change is applied on the primary but not known
-            to survive a failover: a retry is answered as for a lost answer).
+        replication: ``min_replica_acks`` ``all`` (the default; counted by :mod:`.replicas`) or N:
+            each script of :data:`.scripts.WAITED_SCRIPTS` is followed by a small write and ``WAIT n
+            timeout``; a shortfall raises StoreUnavailable (kind ``read_only``; the change is applied
+            on the primary but not known to survive a failover: a retry is answered as for a lost answer).
 
     Raises:
         InvalidArgument: a malformed URL or namespace, or a sampler without a Lua branch.
@@ -135,6 +135,7 @@ class RedisStore(RedisClient):
                 "retest_versions": config.retest_versions,
                 "queue_zero_variance": config.queue_zero_variance,
                 "age_decay": config.age_decay,
+                "heap_age_decay": config.heap_age_decay,
             }
         )
         self._sampler_arg = json.dumps(self._sampler.lua_args(config.sampler_params))
@@ -157,7 +158,7 @@ class RedisStore(RedisClient):
     async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
         seed = self.config.seed
         keys = REGISTER.key_list(self._keys)
-        prio = float_arg(self._initial_priority)
+        prio = float_arg(self.heap_score(self._initial_priority, 0))
         initial = f"0 0 0 {int(Pool.HEAP)} {prio}"
         script = self._scripts["register"]
         if not replace and len(problems) > REGISTER_CHUNK:
@@ -167,18 +168,20 @@ class RedisStore(RedisClient):
             for start in range(0, len(problems), REGISTER_CHUNK):
                 part = problems[start : start + REGISTER_CHUNK]
                 chunk = "\n".join(f"{p.id}\t{tie_member(p.id, seed)}\t{encode_problem(p)}" for p in part)
-                warm = warm_arg(part, self._warm, self.config.params)
+                warm = warm_arg(part, self._warm, self.config.params, self.heap_score)
                 call_keys, args = self._script_call(
                     keys, REGISTER.arg_list(initial=initial, priority=prio, chunk=chunk, replace=int(replace), warm=warm)
                 )
                 await script(keys=call_keys, args=args, client=pipe)
             pipe.hlen(self._keys["problems"])
-            if self._replication.min_replica_acks:
-                self._wait(pipe)
+            if want:
+                self._wait(pipe, want)
 
+        want = await self._replicas.wanted()
         res = await self._pipe(fill, transaction=False)
-        if self._replication.min_replica_acks:
-            self._check_acks("register", res.pop())
+        if want:
+            await self._check_acks("register", res[-WAIT_REPLIES:], want)
+            del res[-WAIT_REPLIES:]
         clashes = [text(pid) for r in res[:-1] if int(r[0]) == -1 for pid in r[1:]]
         if clashes:  # only a registration racing another one gets here with several chunks
             raise conflict_error(clashes)
@@ -255,7 +258,7 @@ class RedisStore(RedisClient):
         if res[0] != b"SAME":  # a replayed lease carries its own (older) step
             self._step_hint = step
         earliest = [float(res[4])] if res[4] else []
-        problems = self._decode_picks(res, int(res[5]))
+        problems = self._decode_picks(res, int(res[5]), version)
         if problems:
             earliest.append(deadline)
         retry = 0.0
@@ -271,23 +274,15 @@ class RedisStore(RedisClient):
             step=step,
         )
 
-    def _decode_picks(self, res: list, n: int) -> list[SampledProblem]:
-        """The ``n`` leased problems of a ``sample.lua`` answer: five slots each from index 6
-        (member, source pool, statistics value, problem record, group size or 0)."""
+    def _decode_picks(self, res: list, n: int, version: int) -> list[SampledProblem]:
+        """The ``n`` leased problems of a ``sample.lua`` answer at policy ``version``: five slots each
+        from index 6 (member, source pool, statistics value, problem record, group size or 0)."""
         problems: list[SampledProblem] = []
         for i in range(6, 6 + 5 * n, 5):
-            member, source, stats_value, record = text(res[i]), int(res[i + 1]), res[i + 2], res[i + 3]
-            group_size = int(res[i + 4]) or None
-            pid = member_id(member)
+            member, source, stats_value, record = text(res[i]), Pool(int(res[i + 1])), res[i + 2], res[i + 3]
             stats, _, score = parse_stats(stats_value)
-            problems.append(
-                SampledProblem(
-                    problem=decode_problem(pid, record),
-                    priority=score if source == Pool.HEAP else rules.priority(stats, self.config.params),
-                    source=Pool(source),
-                    group_size=group_size,
-                )
-            )
+            prio = self.leased_priority(source, score, stats, version)
+            problems.append(SampledProblem(decode_problem(member_id(member), record), prio, source, int(res[i + 4]) or None))
         return problems
 
     async def _report(
@@ -498,6 +493,8 @@ class RedisStore(RedisClient):
     async def _stats(self, histogram_buckets: int) -> StoreStats:
         k = self._keys
         edges = histogram_edges(histogram_buckets)
+        now_v = 0 if self.config.heap_age_decay == 1 else int(await self._do(self._r.hget(k["policy"], "version")) or 0)
+        cut = [float_arg(self.heap_score(edge, now_v)) for edge in edges]  # the edges as heap scores now
 
         def fill(p):
             p.hlen(k["problems"])
@@ -509,8 +506,7 @@ class RedisStore(RedisClient):
             p.hmget(k["policy"], "version", "uri")
             p.hlen(k["quarantine"])
             for i in range(histogram_buckets):
-                hi = float_arg(edges[i + 1]) if i == histogram_buckets - 1 else "(" + float_arg(edges[i + 1])
-                p.zcount(k["heap"], float_arg(edges[i]) if i else "-inf", hi)
+                p.zcount(k["heap"], cut[i] if i else "-inf", cut[i + 1] if i == histogram_buckets - 1 else "(" + cut[i + 1])
 
         res = await self._pipe(fill)
         problems, heap, solved, unsolved, leases, counters, (ver, uri), quarantined = res[:8]

@@ -5,7 +5,7 @@
 -- ('%.17g', which round-trips exactly), never through Lua's default '%.14g' conversion.
 -- Statistics value (hash `stats`, field = problem id): "n s1 s2 pool score"
 --   pool: 1 heap, 2 solved, 3 unsolved, 4 leased, 5 quarantined (rules.Pool, prioreplay/rules.py);
---   score: heap priority; solved/unsolved: last tested step (policy version with retest_versions > 0);
+--   score: heap priority (with run.heap_age_decay < 1 its fresh_key); solved/unsolved: last tested step (policy version with retest_versions > 0);
 --   leased or quarantined: the score it returns with.
 -- Lease record (hash `leases`, field = lease id): "step\tdeadline" then one
 --   "\tmember\tsource\tscore" per problem (ids hold no control characters).
@@ -59,6 +59,19 @@ local function priority(n, s1, s2, pa, pb)
   if v <= 1e-12 * m2 then return 0.0 end
   if v > 0.25 then return 0.25 end
   return v
+end
+
+-- Python twin: rules.fresh_key (prioreplay/rules.py), operation for operation: the heap score of a
+-- problem reported at policy `version` with priority `prio` when the heap ages toward the prior's
+-- priority `prior` by gamma_h per version (FreshPER, arXiv 2604.16918): sign(d) (ln|d| + version
+-- ln(1/gamma_h) + 800), d = prio - prior, 0 when d = 0; its order is the aged priorities' order at
+-- every later version, so no member is rescored when the version moves.
+local function fresh_key(prio, prior, version, gh)
+  local d = prio - prior
+  if d == 0.0 then return 0.0 end
+  local mag = math.log(math.abs(d)) + version * -math.log(gh) + 800.0
+  if d > 0.0 then return mag end
+  return -mag
 end
 
 -- "n s1 s2 pool score" -> the five raw strings.

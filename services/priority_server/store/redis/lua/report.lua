@@ -1,6 +1,6 @@
 -- report.lua: apply a lease's outcomes (store/base.py docstring, "report").
 -- KEYS[1]  stats        hash   id -> "n s1 s2 pool score"
--- KEYS[2]  heap         zset   score = priority, member = store.tie_member
+-- KEYS[2]  heap         zset   score = priority (or its fresh_key), member = store.tie_member
 -- KEYS[3]  solved       zset   score = last tested step (policy version with run.retest_versions > 0)
 -- KEYS[4]  unsolved     zset   score = last tested step (policy version with run.retest_versions > 0)
 -- KEYS[5]  leases       hash   lease id -> lease record
@@ -26,7 +26,9 @@
 --                       all-wrong only), retest_versions (0: a pooled problem's score is the lease's
 --                       step; k >= 1: the current policy version, rules.pool_score), queue_zero_variance
 --                       (true: every group with a payload is queued, plain GRPO; false: mixed ones only)
---                       age_decay (gamma: old statistics x decay x gamma^(versions since the latest report))
+--                       age_decay (gamma: old statistics x decay x gamma^(versions since the latest report)),
+--                       heap_age_decay (gamma_h < 1: a heap score is lib.lua's fresh_key of the priority at
+--                       the current version, so the heap ages toward the prior's priority between reports)
 -- ARGV[6]  n_outcomes
 -- ARGV[7...] outcomes  2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
 --   ARGV[7 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough\ttokens" with kind one of
@@ -95,6 +97,8 @@ local version = tonumber(version_s)
 local pool_score = f[1]
 if run.retest_versions > 0 then pool_score = version_s end
 local gamma = run.age_decay
+local gh = run.heap_age_decay or 1
+local prior0 = priority(0.0, 0.0, 0.0, pa, pb)  -- rules.priority(Stats()): what the heap ages toward
 local queued, filtered = 0, 0
 local completions = 0
 local kinds = { mixed = 0, all_correct = 0, all_wrong = 0, constant = 0 }
@@ -146,9 +150,13 @@ for j = 0, n_out - 1 do
     if streak < tonumber(o[9] or '1') then dest = 1 end
   end
   if dest ~= 1 then score = pool_score
-  elseif verdict == 1 then score = fmt(priority(n, s1, s2, pa, pb))
-  -- Python twin: rules.PENDING_PRIORITY: the top of the heap, tested again at once
-  else score = fmt(0.25) end
+  else
+    local prio = 0.25  -- Python twin: rules.PENDING_PRIORITY: the top of the heap, tested again at once
+    if verdict == 1 then prio = priority(n, s1, s2, pa, pb) end
+    -- Python twin: Store.heap_score: with heap_age_decay < 1 the key of rules.fresh_key
+    if gh ~= 1 then prio = fresh_key(prio, prior0, version, gh) end
+    score = fmt(prio)
+  end
   redis.call('HSET', k.evidence, id, streak_pool .. ' ' .. streak .. ' ' .. version)
   redis.call('HSET', k.stats, id, fmt(n) .. ' ' .. fmt(s1) .. ' ' .. fmt(s2) .. ' ' .. dest .. ' ' .. score)
   -- Python twin: MemoryStore._apply_group: the token sums decay like the statistics
