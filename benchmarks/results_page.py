@@ -65,6 +65,15 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "optimizer steps; k3 KL(behaviour || proximal) per token and percentiles of |log w|. One seed: a size, not a comparison.",
     ),
     (
+        "offpolicy.run",
+        "Off-policy correction: does it pay? none vs tis vs icepop, stale bf16 worker",
+        "`prioreplay compare --samplers heap+icepop,heap+tis,heap+none --dtype bfloat16 --max-staleness 4 "
+        '--publish-every 4 ...`, then `python -m benchmarks.offpolicy_runs` (docs/OFFPOLICY.md, "Does it pay?"): '
+        "arms that differ only by the learner's correction, same model, data, seeds and rollout budget; per arm the mean "
+        "over seeds with its 95% t-interval: held-out accuracy at each evaluation, the KL to the reference, gradient "
+        "norms, the shares of clipped and non-finite steps, and the held-out difference against `none`.",
+    ),
+    (
         "vllm",
         "vLLM's CPU build: the real engine beside the worker and the transformers backend",
         "`OMP_NUM_THREADS=1 .venv-vllm/bin/python -m benchmarks.vllm_engine` (docs/VLLM.md): one engine, the same prompts and "

@@ -42,6 +42,7 @@ ARM_KEYS = (
     "pool_evidence",
     "age_decay",
     "heap_age_decay",
+    "off_policy_correction",
     "seed",
     "run_dir",
     "timeout_s",

@@ -31,16 +31,57 @@ SETTING_ARMS: dict[str, tuple[str, dict[str, int | bool | float]]] = {
 ARM_ALIASES = {"uniform": "dapo"}
 
 
-def arm_settings(arm: str) -> tuple[str, dict[str, int | bool | float]]:
-    """The sampler and the server settings of arm ``arm`` (a sampler name: that sampler, no more)."""
-    return SETTING_ARMS.get(arm, (arm, {}))
+#: Separates an arm from the learner's off-policy correction it runs with: ``heap+icepop`` is the arm
+#: ``heap`` with ``--off-policy-correction icepop`` (docs/OFFPOLICY.md, "Does it pay?").
+CORRECTION_SEP = "+"
+
+
+def default_correction() -> str:
+    """The learner's default ``--off-policy-correction`` (an arm running it carries no suffix)."""
+    from prioreplay.learner.config import LearnerConfig
+
+    return LearnerConfig.model_fields["off_policy_correction"].default
+
+
+def corrections() -> tuple[str, ...]:
+    """The learner's off-policy corrections, as ``--off-policy-correction`` spells them."""
+    from typing import get_args
+
+    from prioreplay.learner.config import OffPolicyCorrection
+
+    return get_args(OffPolicyCorrection)
+
+
+def arm_settings(arm: str) -> tuple[str, dict[str, int | bool | float | str]]:
+    """The sampler and the settings of arm ``arm``: a sampler name (that sampler, no more), a row of
+    :data:`SETTING_ARMS`, either with ``+<correction>`` (``heap+icepop``: also that learner correction)."""
+    base, sep, correction = arm.partition(CORRECTION_SEP)
+    sampler, settings = SETTING_ARMS.get(base, (base, {}))
+    return sampler, {**settings, "off_policy_correction": correction} if sep else dict(settings)
+
+
+def canonical_arm(arm: str, correction: str) -> str:
+    """The name :func:`arm_name` gives the runs of ``arm`` in a comparison run with ``--off-policy-correction
+    correction``: the correction suffix is kept only where it is not the learner's default
+    (``heap+tis`` is ``heap``; ``heap`` under ``--off-policy-correction none`` is ``heap+none``)."""
+    base, _, own = arm.partition(CORRECTION_SEP)
+    base = ARM_ALIASES.get(base, base)
+    chosen = own or correction
+    return base if chosen == default_correction() else f"{base}{CORRECTION_SEP}{chosen}"
 
 
 def arm_name(config: dict) -> str:
     """The arm a demo run's ``config`` belongs to: a :data:`SETTING_ARMS` row whose sampler and
     settings it has, else its sampler (``<sampler>-retest-versions-<k>`` when it ran with retests by
     policy version that no row names, ``-pool-evidence-<k>`` / ``-age-decay-<g>`` likewise). The row
-    naming the most settings wins. Runs made before a setting existed lack it: as its default."""
+    naming the most settings wins. A learner correction other than the default adds
+    ``+<correction>``. Runs made before a setting existed lack it: as its default."""
+    correction = config.get("off_policy_correction") or default_correction()
+    suffix = "" if correction == default_correction() else f"{CORRECTION_SEP}{correction}"
+    return _server_arm_name(config) + suffix
+
+
+def _server_arm_name(config: dict) -> str:
     sampler = config["sampler"]
     for name, (arm_sampler, settings) in sorted(SETTING_ARMS.items(), key=lambda kv: -len(kv[1][1])):
         if sampler == arm_sampler and all(config.get(k) == v for k, v in settings.items()):
@@ -78,7 +119,9 @@ class CompareConfig(DemoRunSettings):
         default_factory=default_samplers,
         description="samplers to compare (comma list or repeated flag; default: the registry's default, heap, dapo and "
         f"grpo); also the arms {', '.join(SETTING_ARMS)} (grpo: plain GRPO, zero-variance groups trained; dapo = uniform: "
-        "zero-variance groups dropped; others: a sampler with other retest settings)",
+        "zero-variance groups dropped; others: a sampler with other retest settings); any of them with "
+        f"{CORRECTION_SEP}<correction> runs the learner with that --off-policy-correction (heap{CORRECTION_SEP}none, "
+        f"heap{CORRECTION_SEP}icepop)",
     )
     seeds: int = Field(3, ge=1, le=100, description="runs per sampler, seeds seed .. seed+N-1 (intervals across seeds)")
     parallel: int = Field(
@@ -98,14 +141,22 @@ class CompareConfig(DemoRunSettings):
         from prioreplay.errors import InvalidArgument
 
         names = [s.strip() for item in self.samplers for s in item.split(",") if s.strip()]
-        unknown = [s for s in names if s not in _samplers.SAMPLERS and s not in SETTING_ARMS]
+        unknown = [s for s in names if (b := s.partition(CORRECTION_SEP)[0]) not in _samplers.SAMPLERS and b not in SETTING_ARMS]
         if unknown:
             raise InvalidArgument(
                 f"unknown sampler(s) {', '.join(unknown)}; choose from {', '.join([*_samplers.SAMPLERS, *SETTING_ARMS])}"
+                f", each optionally with {CORRECTION_SEP}<correction>"
             )
-        if len({ARM_ALIASES.get(n, n) for n in names}) < 2 and not self.runs:
+        bad = [s for s in names if CORRECTION_SEP in s and s.partition(CORRECTION_SEP)[2] not in corrections()]
+        if bad:
+            raise InvalidArgument(
+                f"arm(s) {', '.join(bad)}: the part after {CORRECTION_SEP!r} must be an off-policy correction, one of "
+                f"{', '.join(corrections())} (e.g. heap{CORRECTION_SEP}icepop)"
+            )
+        arms = list(dict.fromkeys(canonical_arm(n, self.off_policy_correction) for n in names))
+        if len(arms) < 2 and not self.runs:
             raise InvalidArgument(f"compare needs two or more different samplers (got {names})")
-        self.samplers = list(dict.fromkeys(ARM_ALIASES.get(n, n) for n in names))
+        self.samplers = arms
         if worker_seed(self.seed + self.seeds - 1, self.workers - 1) > SEED_MAX:
             raise InvalidArgument(
                 f"seed ({self.seed}) with seeds ({self.seeds}) gives the last arm's workers seeds over "

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prioreplay.apps.demo_config import DemoConfig, resolve_worker_python, worker_list_flags, worker_seed
+from prioreplay.apps.demo_config import DemoConfig, namespace_for, resolve_worker_python, worker_list_flags, worker_seed
 from prioreplay.apps.demo_curve import CurveKeeper, curve_points
 from prioreplay.apps.demo_report import (
     OUTCOMES_FILE,
@@ -317,7 +317,7 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
 
     cfg, run_dir = demo.cfg, demo.run_dir
     port, mport = free_port(), free_port()
-    demo.namespace = f"demo-{run_dir.name}-{os.urandom(4).hex()}"  # a fresh Redis namespace per run
+    demo.namespace = namespace_for(run_dir)  # a fresh store namespace per run
     server_args = [
         "server",
         "--port",
@@ -378,6 +378,11 @@ def _register_dataset(demo: Demo, client) -> list:
     return evaluation_slice(cfg.eval_dataset or cfg.dataset, cfg.eval_size, seed=cfg.seed + 1)
 
 
+#: The demo's settings that go to the learner and to every worker unchanged, as flags of the same name.
+LEARNER_SETTINGS = ("batch_groups", "lr", "max_staleness", "off_policy_correction", "correction_cap", "kl_coef", "publish_every")
+WORKER_SETTINGS = ("backend", "dtype", "group_size", "batch_size", "max_new_tokens", "temperature")
+
+
 def _flags(**values: object) -> list[str]:
     """``--kebab-case value`` pairs of a child's command line, in the order given."""
     return [a for name, value in values.items() for a in (f"--{name.replace('_', '-')}", str(value))]
@@ -392,10 +397,7 @@ def _learner_args(cfg: DemoConfig, run_dir: Path, address: str, model_dir: Path,
             server=address,
             model=model_dir,
             checkpoint_dir=run_dir / "checkpoints",
-            batch_groups=cfg.batch_groups,
-            lr=cfg.lr,
-            max_staleness=cfg.max_staleness,
-            publish_every=cfg.publish_every,
+            **{name: getattr(cfg, name) for name in LEARNER_SETTINGS},
             max_steps=cfg.steps,
             # disk: a published version of SmolLM2 is ~0.5 GB and a checkpoint with its optimizer state
             # ~1.6 GB; a demo run keeps only what it reports on (see _prune_run)
@@ -417,11 +419,7 @@ def _worker_args(cfg: DemoConfig, w: int, address: str, model_dir: Path, port: i
             server=address,
             outcomes_file=run_dir / f"{OUTCOMES_PART}{w}.jsonl",
             model=model_dir,
-            backend=cfg.backend,
-            group_size=cfg.group_size,
-            batch_size=cfg.batch_size,
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
+            **{name: getattr(cfg, name) for name in WORKER_SETTINGS},
             seed=worker_seed(cfg.seed, w),
             worker_id=f"worker-{w}",
             metrics_port=port,
@@ -470,7 +468,7 @@ def _follow_learner(
         for c in workers:  # before the steps: each step records the workers' token counts of now
             last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
         lines = learner_log.read_text().splitlines() if learner_log.exists() else []
-        for rec in _step_lines(lines[seen_lines:]):
+        for rec in step_lines(lines[seen_lines:]):
             prev = _record_step(demo, int(rec["step"]), client.stats(histogram_buckets=HIST_BUCKETS), prev, rec)
             prev.update(token_totals(last_metrics))
             demo.reporter.demo_step(prev)
@@ -513,7 +511,7 @@ def _end_at_budget(demo: Demo, client, learner: Child, workers: list[Child], las
     demo.stop(learner, grace_s=120.0)
 
 
-def _step_lines(lines: list[str]) -> list[dict[str, Any]]:
+def step_lines(lines: list[str]) -> list[dict[str, Any]]:
     """The learner log's JSON lines that record a step (partial or other lines are skipped)."""
     out = []
     for line in lines:

@@ -8,13 +8,15 @@ field and the reason are in :attr:`DemoConfig.own_defaults`.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from prioreplay.config import SEED_MAX, LogLevel, PrioreplaySettings, Seed, setting
-from prioreplay.learner.config import LearnerConfig
+from prioreplay.learner.config import LearnerConfig, OffPolicyCorrection
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.samplers import SamplerName
 from prioreplay.reporting import ReportTo
@@ -37,6 +39,12 @@ def worker_list_flags(cfg: DemoRunSettings) -> list[str]:
 def worker_seed(seed: int, worker: int) -> int:
     """The generation seed of worker ``worker`` (0-based) in a demo run with ``seed``."""
     return seed * WORKER_SEED_STRIDE + worker
+
+
+def namespace_for(run_dir: Path) -> str:
+    """A fresh store namespace for a run in ``run_dir``: ``demo-<dir name>-<8 hex>``, the characters a
+    namespace may not hold (the ``+`` of a compare arm ``heap+tis``) as ``_``, at most 114 characters."""
+    return f"demo-{re.sub(r'[^A-Za-z0-9_.:-]', '_', run_dir.name)[:100]}-{os.urandom(4).hex()}"
 
 
 #: The interpreter of vLLM's environment (``make install-vllm``, docs/VLLM.md), relative to the working
@@ -105,6 +113,7 @@ class DemoRunSettings(PrioreplaySettings):
         description="the Python that runs the workers (default: this one; with --backend vllm: "
         f"{VLLM_PYTHON}, the environment `make install-vllm` builds, where vLLM's own pins live)",
     )
+    dtype: Literal["auto", "float32", "bfloat16"] = setting(WorkerConfig, "dtype")
     group_size: int = setting(WorkerConfig, "group_size", 4)
     batch_size: int = setting(WorkerConfig, "batch_size")
     max_new_tokens: int = setting(WorkerConfig, "max_new_tokens", 24)
@@ -117,6 +126,9 @@ class DemoRunSettings(PrioreplaySettings):
     batch_groups: int = setting(LearnerConfig, "batch_groups", 4)
     lr: float = setting(LearnerConfig, "lr", 1e-5)
     max_staleness: int = setting(LearnerConfig, "max_staleness")
+    off_policy_correction: OffPolicyCorrection = setting(LearnerConfig, "off_policy_correction")
+    correction_cap: float = setting(LearnerConfig, "correction_cap")
+    kl_coef: float = setting(LearnerConfig, "kl_coef")
     train_zero_variance: bool = setting(LearnerConfig, "train_zero_variance")
     publish_every: int = setting(LearnerConfig, "publish_every")
     report_to: ReportTo = setting(LearnerConfig, "report_to")

@@ -15,6 +15,9 @@ from prioreplay.config import ClientSettings, LogLevel, Seed, check_role_setting
 from prioreplay.devices import GpuClaimSettings
 from prioreplay.reporting import ReportTo
 
+#: The learner's off-policy corrections (docs/OFFPOLICY.md); ``prioreplay compare`` names arms by them.
+OffPolicyCorrection = Literal["none", "tis", "mis-token", "mis-sequence", "icepop"]
+
 
 class LearnerConfig(ClientSettings, GpuClaimSettings):
     """Configuration of the GRPO learner: model, optimizer, loss, staleness, checkpoints, metrics.
@@ -78,7 +81,7 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
         le=1e6,
         description="dual-clip cap c on the ratio for negative advantages (Ye et al. 2020, eq. 5; > 1; 0 turns it off)",
     )
-    off_policy_correction: Literal["none", "tis", "mis-token", "mis-sequence", "icepop"] = Field(
+    off_policy_correction: OffPolicyCorrection = Field(
         "tis",
         description="off-policy correction (decoupled PPO: the clip acts on π_θ/π_prox, the weight w = π_prox/μ on "
         "the surrogate): 'none' (one ratio π_θ/μ, the loss before this setting), 'tis' (w truncated at "

@@ -74,6 +74,12 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     device: str = Field(
         "auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N' (transformers backend)"
     )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="the engine's parameter dtype: 'auto' (transformers: float32, the learner's; vllm: the checkpoint's), "
+        "'float32' or 'bfloat16' (a lower-precision engine than the learner's float32 samples from a slightly other "
+        "distribution; the learner's --off-policy-correction weighs that gap, docs/OFFPOLICY.md)",
+    )
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="share of GPU memory vLLM may use")
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="GPUs one vllm replica shards the model over (claimed together under --gpu-claims-dir)"

@@ -39,9 +39,16 @@ def build_backend(config: WorkerConfig):
             model_dir,
             gpu_memory_utilization=config.gpu_memory_utilization,
             tensor_parallel_size=config.tensor_parallel_size,
+            dtype=config.dtype,
         )
+    import torch
+
     return create_backend(
-        "transformers", model_dir, device=resolve_device(config.device), max_batch_sequences=config.max_batch_sequences
+        "transformers",
+        model_dir,
+        device=resolve_device(config.device),
+        max_batch_sequences=config.max_batch_sequences,
+        dtype=None if config.dtype == "auto" else getattr(torch, config.dtype),
     )
 
 

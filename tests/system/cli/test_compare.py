@@ -267,3 +267,46 @@ def test_a_run_made_before_a_setting_existed_compares_with_one_at_its_default():
     check_arms([old, _report("heap", 1, 30, 100, eval_points=0)])
     with pytest.raises(InvalidArgument, match="differ in eval_points"):
         check_arms([old, _report("heap", 1, 30, 100, eval_points=3)])
+
+
+def test_an_arm_with_a_correction_suffix_runs_the_learner_with_that_correction(tmp_path):
+    from prioreplay.apps.compare import _arm_config, _demo_args
+    from prioreplay.apps.demo import _learner_args
+
+    cfg = parse("compare", ["--samplers", "heap+icepop,heap+tis,heap+none,dapo+none", "--kl-coef", "0.001"])
+    assert cfg.samplers == ["heap+icepop", "heap", "heap+none", "dapo+none"]  # the default correction carries no suffix
+    icepop, dapo = _arm_config(cfg, "heap+icepop", 2, tmp_path), _arm_config(cfg, "dapo+none", 2, tmp_path)
+    assert (icepop.sampler, icepop.off_policy_correction, icepop.run_dir) == ("heap", "icepop", tmp_path / "heap+icepop-seed2")
+    assert (dapo.sampler, dapo.queue_zero_variance, dapo.off_policy_correction) == ("uniform", False, "none")
+    assert _arm_config(cfg, "heap", 2, tmp_path).off_policy_correction == "tis"
+    assert parse("demo", _demo_args(icepop)) == icepop
+    args = _learner_args(icepop, tmp_path, "a:1", tmp_path, 1)
+    assert args[args.index("--off-policy-correction") + 1] == "icepop"
+    assert args[args.index("--kl-coef") + 1] == "0.001"
+    # the runs are told apart by the correction, and a run made before the setting existed ran the default
+    runs = [_report("heap", 0, 30, 100, off_policy_correction=c) for c in ("icepop", "tis", "none")]
+    check_arms([*runs, _report("heap", 1, 30, 100)])
+    assert [run_metrics(r)["sampler"] for r in (*runs, _report("heap", 1, 30, 100))] == [
+        "heap+icepop",
+        "heap",
+        "heap+none",
+        "heap",
+    ]
+    # a compare run with another correction names its plain arms by it
+    assert parse("compare", ["--samplers", "heap,heap+tis", "--off-policy-correction", "none"]).samplers == ["heap+none", "heap"]
+    with pytest.raises(InvalidArgument, match=r"must be an off-policy correction, one of none, tis"):
+        parse("compare", ["--samplers", "heap+tsi,heap"])
+    with pytest.raises(InvalidArgument, match="unknown sampler"):
+        parse("compare", ["--samplers", "heep+tis,heap"])
+    with pytest.raises(InvalidArgument, match="two or more different samplers"):
+        parse("compare", ["--samplers", "heap,heap+tis"])
+
+
+def test_the_demo_namespace_of_an_arm_with_a_correction_suffix_is_a_valid_namespace(tmp_path):
+    import re
+
+    from prioreplay.apps.demo_config import namespace_for
+
+    ns = namespace_for(tmp_path / "heap+icepop-seed0")
+    assert ns.startswith("demo-heap_icepop-seed0-") and re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", ns)
+    assert len(namespace_for(tmp_path / ("x" * 300))) <= 128
