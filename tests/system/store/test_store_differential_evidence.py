@@ -49,7 +49,7 @@ async def _run_both(config: StoreConfig, redis_url: str, namespace: str, steps: 
     red = RedisStore(config, redis_url, f"{namespace}-e{uuid.uuid4().hex[:6]}", clock=lambda: now[0])
     results = []
     try:
-        probs = [ProblemRecord(f"q{i}", f"prompt {i}", str(i)) for i in range(problems)]
+        probs = _problems(problems)
         assert await red.register(probs) == await mem.register(probs)
         _assert_dumps_equal(await mem.dump(), await red.dump())
         for step in range(steps):
