@@ -167,7 +167,7 @@ def format_stats(d: dict, width: int = BAR_WIDTH) -> str:
         f"  solved       {d['solved']}",
         f"  unsolved     {d['unsolved']}",
         f"  leased       {d['leased']} (in {d['active_leases']} lease(s))",
-        f"  unseen       {d.get('unseen', 0)} (never tested yet)",
+        f"  unseen       {d.get('unseen', 0)} (no statistics yet: never tested, not warm-started)",
         *(
             [
                 f"  quarantined  {d['quarantined']} (unservable: prompt over a worker's context; register again, "

@@ -134,7 +134,7 @@ class MemoryStore(Store):
         self._requests: dict[str, tuple[str, float, dict[str, int | None]]] = {}
         self._request_deadlines: SortedList = SortedList()  # (deadline, request id)
         self._request_of: dict[str, str] = {}  # lease id -> the request id that made it (while remembered)
-        # problems some accepted report has covered (derived, not snapshotted: n > 0 from then on)
+        # problems with statistics, n > 0 (an accepted report or a warm start gave them; derived, not snapshotted)
         self._seen = sum(1 for e in state.problems.values() if e.stats.n > 0)
 
     # -- placement helpers ----------------------------------------------------------------
@@ -236,6 +236,7 @@ class MemoryStore(Store):
             score = self.heap_score(rules.priority(st, self.config.params) if p.id in self._warm else initial, 0)
             e = Entry(p, tie_member(p.id, self.config.seed), st, Pool.HEAP, Pool.HEAP, score, problem_bytes(p))
             known[p.id] = e
+            self._seen += st.n > 0  # seen = statistics n > 0: a warm start's count too (docs/METHOD.md)
             added.append((score, e.member))
         self._heap.update(added)  # one sort + merge: O(k log k + N) for k new problems
         return len(added), updated, len(known)

@@ -136,7 +136,7 @@ class StoreStats:
     reward_sum: float = 0.0
     late_reports: int = 0
     groups_acked: int = 0
-    unseen: int = 0  # registered problems no accepted report has covered yet
+    unseen: int = 0  # registered problems without statistics (n == 0): no accepted report, no warm start yet
 
     @property
     def groups_total(self) -> int:

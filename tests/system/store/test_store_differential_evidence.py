@@ -24,7 +24,7 @@ from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.priority_server.store.redis import KEY_NAMES, RedisStore
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool
-from tests.system.store.test_store_differential import _assert_dumps_equal, _lease_view
+from tests.system.store.test_store_differential import _assert_dumps_equal, _lease_view, paired_stores, step_both
 
 #: Groups of 4: all-correct, mixed, all-wrong, constant non-binary, mixed.
 PATTERNS = [(1.0,) * 4, (0.0, 1.0, 1.0, 0.0), (0.0,) * 4, (0.5,) * 4, (0.0, 0.0, 1.0, 0.0)]
@@ -49,7 +49,7 @@ async def _run_both(config: StoreConfig, redis_url: str, namespace: str, steps: 
     red = RedisStore(config, redis_url, f"{namespace}-e{uuid.uuid4().hex[:6]}", clock=lambda: now[0])
     results = []
     try:
-        probs = [ProblemRecord(f"q{i}", f"prompt {i}", str(i)) for i in range(problems)]
+        probs = _problems(problems)
         assert await red.register(probs) == await mem.register(probs)
         _assert_dumps_equal(await mem.dump(), await red.dump())
         for step in range(steps):
@@ -117,3 +117,33 @@ def test_a_warm_start_registers_alike_in_both_stores(redis_url, namespace, tmp_p
     assert dump["problems"]["q1"][0] == int(Pool.HEAP)  # never straight to a pool, whatever the old verdict
     assert dump["problems"]["q5"] == (int(Pool.HEAP), 0.0, 0.0, 0.0, rules.MAX_PRIORITY)  # not in the file: cold
     asyncio.run(_run_both(config, redis_url, namespace, steps=10, batch=4, problems=6))  # then runs alike
+
+
+@pytest.mark.parametrize("shrink", [0.5, 0.0])
+def test_a_warm_started_problem_counts_as_seen_alike_in_both_stores(redis_url, namespace, tmp_path, shrink):
+    """Seen means statistics n > 0 (docs/METHOD.md, the samplers' probes, a snapshot's restart): a
+    problem warm-started with ρ > 0 is seen from registration; with ρ = 0 it starts cold, unseen."""
+    from prioreplay import warm_start
+
+    path = tmp_path / "warm.json"
+    warm_start.write(path, {"q1": (8.0, 0.0, 0.0), "q2": (12.0, 6.0, 6.0), "q3": (4.0, 4.0, 4.0), "gone": (4.0, 1.0, 1.0)})
+    config = StoreConfig(sampler="heap", seed=4, warm_start=str(path), warm_start_shrink=shrink)
+
+    async def run() -> list[int]:
+        async with paired_stores(config, redis_url, namespace) as (mem, red, _):
+            assert await red.register(_problems(6)) == await mem.register(_problems(6))
+            unseen = [(await mem.stats()).unseen]  # the Redis store is asked only after a report, as in a run
+            for _ in range(2):
+                await step_both(mem, red, 2, lambda ps: [GroupOutcome(p.problem.id, (0.0, 1.0)) for p in ps])
+                unseen.append((await mem.stats()).unseen)
+                assert (await red.stats()).unseen == unseen[-1]
+            dump = await mem.dump()
+            assert unseen[-1] == sum(row[1] == 0 for row in dump["problems"].values())  # n == 0: unseen
+            return unseen
+
+    unseen = asyncio.run(run())
+    assert unseen[0] == (3 if shrink else 6)
+
+
+def _problems(n: int) -> list[ProblemRecord]:
+    return [ProblemRecord(f"q{i}", f"prompt {i}", str(i)) for i in range(n)]

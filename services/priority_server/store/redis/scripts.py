@@ -86,7 +86,7 @@ SCRIPT_ARGS = {
     for a in (
         ScriptArgs(
             "register",
-            ("stats", "heap", "problems", "solved", "unsolved", "quarantine"),
+            ("stats", "heap", "problems", "solved", "unsolved", "quarantine", "counters"),
             ("initial", "priority", "chunk", "replace", "warm"),
         ),
         ScriptArgs(

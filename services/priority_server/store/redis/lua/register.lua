@@ -5,6 +5,7 @@
 -- KEYS[4]  solved       zset   score = last tested step (policy version with retest_versions > 0)
 -- KEYS[5]  unsolved     zset   score = last tested step (policy version with retest_versions > 0)
 -- KEYS[6]  quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
+-- KEYS[7]  counters     hash   StoreStats counters: problems_seen counts a new warm problem with n > 0
 -- ARGV[1]  initial      "n s1 s2 pool score" of a new problem: "0 0 0 1 <priority>"
 -- ARGV[2]  priority     rules.priority(Stats()) as a %.17g string (the heap score)
 -- ARGV[3]  chunk        one line per problem, "id\tmember\tJSON" joined by "\n" (ids hold no
@@ -21,7 +22,7 @@
 local sets = { KEYS[2], KEYS[4], KEYS[5] }
 local warm = {}
 for id, st in string.gmatch(ARGV[5] or '', '([^\t\n]+)\t([^\n]+)') do warm[id] = st end
-local created, updated = 0, 0
+local created, updated, warm_seen = 0, 0, 0
 local pattern = '([^\t\n]+)\t([^\t\n]+)\t([^\n]+)'
 
 -- Python twin: store.same_text: same prompt and answer (JSON slots 1 and 2); verifier and
@@ -44,7 +45,10 @@ for id, member, record in string.gmatch(ARGV[3], pattern) do
   local st = warm[id]
   if redis.call('HSETNX', KEYS[1], id, st or ARGV[1]) == 1 then
     local score = ARGV[2]
-    if st then score = string.match(st, '(%S+)$') end
+    if st then
+      score = string.match(st, '(%S+)$')
+      if tonumber(string.match(st, '^(%S+)')) > 0 then warm_seen = warm_seen + 1 end  -- seen: n > 0 (docs/METHOD.md)
+    end
     redis.call('ZADD', KEYS[2], score, member)
     created = created + 1
   else
@@ -57,4 +61,6 @@ for id, member, record in string.gmatch(ARGV[3], pattern) do
     end
   end
 end
+-- Python twin: MemoryStore._seen; report.lua counts the first report of a problem with n == 0
+if warm_seen > 0 then redis.call('HINCRBY', KEYS[7], 'problems_seen', warm_seen) end
 return { created, updated }
