@@ -65,12 +65,12 @@ class MixComponent:
 #: The mixes shipped with prioreplay, by name (``mix:<name>``).
 #:
 #: ``smollm2-tails``: 96 problems of six tasks for SmolLM2-135M-Instruct at the demo's settings
-#: (G = 4, T = 0.7, newline stop, 24 tokens): a count asked back (``recall``, the all-right tail:
-#: the model's easiest task, about 70% right, so about 0.7^4 = 24% of its groups all right), 1-digit
-#: sums, easy arithmetic, 3-digit by 2-digit products, and two reasoning-gym tasks at their easiest
-#: (leg counting, 1-digit arithmetic in the library's ``<answer>`` format; the model passes neither)
-#: for the all-wrong tail. Sizes chosen from the per-task shares of the earlier five-task mix (no
-#: recall, 52% all-wrong, 48% mixed, 0% all-right) and a 18-problem probe of recall.
+#: (G = 4, T = 0.7, newline stop, 24 tokens): a count asked back (``recall``, for the all-right
+#: tail), 1-digit sums, easy arithmetic, 3-digit by 2-digit products, and two reasoning-gym tasks at
+#: their easiest (leg counting, 1-digit arithmetic in the library's ``<answer>`` format) for the
+#: all-wrong tail. Measured before any sampler ran (``mix.*`` in benchmarks/RESULTS.md): first-visit
+#: groups 27% all-wrong, 59% mixed, 14% all-right. The all-right tail is thin because the model's
+#: easiest task, recall, passes only 71% (22% of its groups all right); docs/USAGE.md has the table.
 MIXES: dict[str, tuple[MixComponent, ...]] = {
     "smollm2-tails": (
         MixComponent("arith-recall", "arithmetic:60:0:recall"),
