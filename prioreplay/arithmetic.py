@@ -26,7 +26,7 @@ def _operand(rng: random.Random, digits: int) -> int:
 
 
 #: Difficulty levels of ``arithmetic:N:seed:LEVEL``.
-ARITH_LEVELS = ("mixed", "easy", "trivial", "hard", "tiers")
+ARITH_LEVELS = ("mixed", "easy", "trivial", "hard", "tiers", "recall")
 #: The tiers of ``tiers``, drawn with equal chance per problem: aimed at all-right, mixed and
 #: all-wrong first-visit groups of the base model (``compare.*`` in benchmarks/RESULTS.md).
 TIER_LEVELS = ("trivial", "easy", "hard")
@@ -36,6 +36,8 @@ ARITH_STYLES = {
     "line": "Compute {expr}. Reply with one line: Answer: <number>",
     "short": "{expr} =",
 }
+#: The prompt of level ``recall`` (every style): a 1-digit count stated, then asked back.
+RECALL_PROMPT = "Tom has {n} apples. How many apples does Tom have?"
 
 
 def _easy_operands(rng: random.Random) -> tuple[list[str], list[int]]:
@@ -54,7 +56,12 @@ def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed
     """One problem. ``mixed``: a single +, −, × on 1–4 digit operands, or (1 in 5) two
     operations; ``easy``: see :func:`_easy_operands`; ``trivial`` / ``hard``:
     :func:`_tier_operands`; ``tiers``: one of :data:`TIER_LEVELS` drawn per problem (its
-    ``tier`` metadata). ``style`` picks the prompt's wording."""
+    ``tier`` metadata); ``recall``: :data:`RECALL_PROMPT` with a 1-digit count, no operation.
+    ``style`` picks the prompt's wording (not ``recall``'s)."""
+    if level == "recall":
+        n = _operand(rng, 1)
+        meta = {"source": "arithmetic", "operation": "recall", "digits": "1", "max_digits": "1", "level": level}
+        return ProblemRecord(id=problem_id, prompt=RECALL_PROMPT.format(n=n), answer=str(n), verifier="gsm8k", metadata=meta)
     tier = rng.choice(TIER_LEVELS) if level == "tiers" else level
     if tier == "easy":
         ops, digits = _easy_operands(rng)
@@ -116,6 +123,11 @@ def arithmetic_problems(
     chance, so the base model's first-visit groups have both tails (all right, all wrong) beside
     the mixed ones; ``metadata["tier"]`` names the tier. ``style`` words the prompt (``ARITH_STYLES``):
     ``line`` asks for one ``Answer: <number>`` line, which pairs with stop string ``\n``.
+    ``level="recall"`` is easier than any sum: a one-sentence word problem states a 1-digit count
+    and asks it back (:data:`RECALL_PROMPT`, same wording in every style; ``operation`` is
+    ``recall``), for an all-right tail: SmolLM2-135M-Instruct answers it about 70% of the time at
+    T = 0.7 with a newline stop, where its 1-digit sums pass about a third (``mix.*`` in
+    benchmarks/RESULTS.md).
 
     Raises:
         InvalidArgument: n < 0, an unknown level or style.

@@ -6,7 +6,7 @@ One entry point, :func:`iter_problems`, reads
   array of objects),
 * Parquet files (``*.parquet``, read in record batches with pyarrow),
 * ``arithmetic:N[:seed[:level[:style]]]``: N generated arithmetic problems (no file needed;
-  level ``mixed``, ``easy``, ``trivial``, ``hard`` or ``tiers``, prompt style ``plain``, ``line`` or ``short``),
+  level ``mixed``, ``easy``, ``trivial``, ``hard``, ``tiers`` or ``recall``, prompt style ``plain``, ``line`` or ``short``),
 * ``reasoning-gym:<task>[,<task>...]:N[:seed][:key=value...]``: N generated reasoning-gym problems
   scored by the library's own scorer (grammar and answer format in :mod:`prioreplay.tasks`),
 * ``mix:<name>`` or ``mix:<file>.toml``: a fixed multi-task mix of the sources above, each

@@ -269,6 +269,18 @@ def test_arithmetic_spans_difficulties():
     assert any(p.metadata["operation"] == "multiply" and p.metadata["max_digits"] == "4" for p in problems)
 
 
+def test_arithmetic_recall_asks_back_a_stated_one_digit_count():
+    problems = list(iter_problems("arithmetic:40:0:recall"))
+    assert problems[0].id == "arith-recall-plain-0-0"
+    for p in problems:
+        stated = re.fullmatch(r"Tom has (\d) apples\. How many apples does Tom have\?", p.prompt)
+        assert stated is not None, p.prompt
+        assert p.answer == stated.group(1) != "0"
+        assert (p.metadata["operation"], p.metadata["level"]) == ("recall", "recall")
+    assert len({p.answer for p in problems}) > 5  # the count varies
+    assert list(iter_problems("arithmetic:10:0:recall")) == problems[:10]
+
+
 # --------------------------------------------------------------------------- evaluation slice
 
 
