@@ -36,8 +36,12 @@ ARITH_STYLES = {
     "line": "Compute {expr}. Reply with one line: Answer: <number>",
     "short": "{expr} =",
 }
-#: The prompt of level ``recall`` (every style): a 1-digit count stated, then asked back.
-RECALL_PROMPT = "Tom has {n} apples. How many apples does Tom have?"
+#: The prompt of level ``recall`` (every style): a 1-digit count stated, then asked back; the name
+#: and the object vary (8 × 8 × 9 = 576 prompts), so a set of recall problems is not a handful of
+#: prompts repeated and a held-out slice disjoint from it exists.
+RECALL_PROMPT = "{name} has {n} {things}. How many {things} does {name} have?"
+RECALL_NAMES = ("Tom", "Ann", "Sam", "Lily", "Max", "Emma", "Ben", "Mia")
+RECALL_THINGS = ("apples", "books", "pens", "cats", "balls", "cards", "cups", "shells")
 
 
 def _easy_operands(rng: random.Random) -> tuple[list[str], list[int]]:
@@ -59,9 +63,10 @@ def _arithmetic_problem(rng: random.Random, problem_id: str, level: str = "mixed
     ``tier`` metadata); ``recall``: :data:`RECALL_PROMPT` with a 1-digit count, no operation.
     ``style`` picks the prompt's wording (not ``recall``'s)."""
     if level == "recall":
-        n = _operand(rng, 1)
+        n, name, things = _operand(rng, 1), rng.choice(RECALL_NAMES), rng.choice(RECALL_THINGS)
         meta = {"source": "arithmetic", "operation": "recall", "digits": "1", "max_digits": "1", "level": level}
-        return ProblemRecord(id=problem_id, prompt=RECALL_PROMPT.format(n=n), answer=str(n), verifier="gsm8k", metadata=meta)
+        prompt = RECALL_PROMPT.format(n=n, name=name, things=things)
+        return ProblemRecord(id=problem_id, prompt=prompt, answer=str(n), verifier="gsm8k", metadata=meta)
     tier = rng.choice(TIER_LEVELS) if level == "tiers" else level
     if tier == "easy":
         ops, digits = _easy_operands(rng)

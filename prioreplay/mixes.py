@@ -69,8 +69,8 @@ class MixComponent:
 #: tail), 1-digit sums, easy arithmetic, 3-digit by 2-digit products, and two reasoning-gym tasks at
 #: their easiest (leg counting, 1-digit arithmetic in the library's ``<answer>`` format) for the
 #: all-wrong tail. Measured before any sampler ran (``mix.*`` in benchmarks/RESULTS.md): first-visit
-#: groups 27% all-wrong, 59% mixed, 14% all-right. The all-right tail is thin because the model's
-#: easiest task, recall, passes only 71% (22% of its groups all right); docs/USAGE.md has the table.
+#: groups 30% all-wrong, 53% mixed, 17% all-right. The all-right tail is thin because the model's
+#: easiest task, recall, passes only 63% (27% of its groups all right); docs/USAGE.md has the table.
 MIXES: dict[str, tuple[MixComponent, ...]] = {
     "smollm2-tails": (
         MixComponent("arith-recall", "arithmetic:60:0:recall"),

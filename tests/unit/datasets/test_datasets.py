@@ -273,11 +273,14 @@ def test_arithmetic_recall_asks_back_a_stated_one_digit_count():
     problems = list(iter_problems("arithmetic:40:0:recall"))
     assert problems[0].id == "arith-recall-plain-0-0"
     for p in problems:
-        stated = re.fullmatch(r"Tom has (\d) apples\. How many apples does Tom have\?", p.prompt)
+        stated = re.fullmatch(r"(\w+) has (\d) (\w+)\. How many \3 does \1 have\?", p.prompt)
         assert stated is not None, p.prompt
-        assert p.answer == stated.group(1) != "0"
+        assert p.answer == stated.group(2) != "0"
         assert (p.metadata["operation"], p.metadata["level"]) == ("recall", "recall")
     assert len({p.answer for p in problems}) > 5  # the count varies
+    assert len({p.prompt for p in problems}) > 30  # and so do the name and the object: not 9 prompts repeated
+    held = evaluation_slice("arithmetic:40:0:recall", 40, seed=0)  # a disjoint held-out slice exists
+    assert {p.prompt for p in held}.isdisjoint(p.prompt for p in problems)
     assert list(iter_problems("arithmetic:10:0:recall")) == problems[:10]
 
 
