@@ -22,13 +22,31 @@ PROMPTS = ["What is 2+3?", "Name a colour.", "Compute 17 * 4.", "Say hello.", "W
 DTYPES = {"float32": "float32", "bfloat16": "bf16"}
 
 
-def engine_log_w(model_dir, dtype: str, group_size: int, max_new_tokens: int, seed: int):
-    """(n,) log π_prox − log μ of every token the engine in ``dtype`` sampled (π_prox: the learner's
-    float32 recompute of the same weights)."""
+def recompute_log_w(model_dir, prompts: list[list[int]], groups, temperature: float = 1.0):
+    """(N,) float64 log π_prox − log μ of every completion token in ``groups`` (one list of
+    completions per prompt, each with ``token_ids`` and the engine's ``logprobs``, nats): π_prox is
+    the learner's float32 recompute (:func:`prioreplay.learner.batch.token_logprobs`) of the weights
+    in ``model_dir`` at ``temperature``, by teacher forcing."""
     import torch
 
     from prioreplay import models
     from prioreplay.learner.batch import token_logprobs
+
+    model = models.load_causal_lm(model_dir)
+    out = []
+    for p, g in zip(prompts, groups, strict=True):
+        for c in g:
+            ids = torch.tensor([p + c.token_ids])
+            with torch.no_grad():
+                lp, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature=temperature)
+            out.append(lp[0, len(p) - 1 :].double() - torch.tensor(c.logprobs, dtype=torch.float64))
+    return torch.cat(out)
+
+
+def engine_log_w(model_dir, dtype: str, group_size: int, max_new_tokens: int, seed: int):
+    """(n,) log π_prox − log μ of every token the engine in ``dtype`` sampled (π_prox: the learner's
+    float32 recompute of the same weights, :func:`recompute_log_w`)."""
+    from prioreplay import models
     from prioreplay.rollout_worker.backends.base import SamplingParams
     from prioreplay.rollout_worker.backends.vllm_backend import VLLMBackend
 
@@ -38,15 +56,7 @@ def engine_log_w(model_dir, dtype: str, group_size: int, max_new_tokens: int, se
         groups = backend.generate(prompts, group_size, SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed))
     finally:
         backend.llm.llm_engine.engine_core.shutdown()
-    model = models.load_causal_lm(model_dir)
-    out = []
-    for p, g in zip(prompts, groups, strict=True):
-        for c in g:
-            ids = torch.tensor([p + c.token_ids])
-            with torch.no_grad():
-                lp, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature=1.0)
-            out.append(lp[0, len(p) - 1 :].double() - torch.tensor(c.logprobs, dtype=torch.float64))
-    return torch.cat(out)
+    return recompute_log_w(model_dir, prompts, groups)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from benchmarks.vllm_gap import recompute_log_w
 from prioreplay import models
 from prioreplay.errors import InvalidArgument
-from prioreplay.learner.batch import token_logprobs
 from prioreplay.rollout_worker.backends.base import SamplingParams, model_eos_token_ids
 from prioreplay.rollout_worker.backends.vllm_backend import TIED_HEAD, VLLMBackend, vllm_stop_token_ids
 
@@ -50,15 +50,7 @@ def prompts(backend):
 
 def gaps(model_dir, prompts, groups, temperature: float) -> torch.Tensor:
     """|behaviour − learner recompute| of every completion token, nats (N,)."""
-    model = models.load_causal_lm(model_dir)
-    out = []
-    for p, g in zip(prompts, groups, strict=True):
-        for c in g:
-            ids = torch.tensor([p + c.token_ids])
-            with torch.no_grad():
-                lp, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature=temperature)
-            out.append((lp[0, len(p) - 1 :] - torch.tensor(c.logprobs)).abs())
-    return torch.cat(out)
+    return recompute_log_w(model_dir, prompts, groups, temperature).abs()
 
 
 def test_behaviour_logprobs_match_the_learners_recompute(backend, dirs, prompts):
