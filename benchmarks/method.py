@@ -266,7 +266,8 @@ def compare_items(compare: dict[str, Any], command: str, note: str) -> list[dict
     """results.json entries of a real ``prioreplay compare`` (its ``compare.json``): per arm
     ``method.misfiled.demo_<arm>`` (the pool audit's misfiled share over every pooled problem
     of the arm's seeds, Wilson interval; ``lost_opportunity_share`` and the per-seed shares
-    alongside), and ``method.rollouts_to_target.demo_<arm>_vs_<base>`` when the runs had curves."""
+    alongside), ``method.rollouts_to_target.demo_<arm>_vs_<base>`` when the runs had curves, and
+    ``method.final_at_2x.demo_<arm>`` (held-out accuracy at the full budget, and minus ``grpo``'s)."""
     from benchmarks.results import Results
     from prioreplay.intervals import wilson
 
@@ -307,7 +308,34 @@ def compare_items(compare: dict[str, Any], command: str, note: str) -> list[dict
             values=r["per_seed"],
             seeds=r["seeds"],
             censored=r["censored"],
-            how="real runs: rollouts to grpo's held-out accuracy at its budget, interpolated on --eval-points curves",
+            targets=r.get("targets"),
+            no_gain=r.get("no_gain"),
+            how=f"real runs: rollouts to grpo's held-out accuracy at {compare.get('target_fraction', 1.0):g} of the rollout "
+            "budget, interpolated on --eval-points curves; > 1: fewer rollouts than the baseline; paired bootstrap over seeds",
+            target=f">= {1.5 if name.endswith('_vs_grpo') else 1.2} with the interval above 1",
+            met=bool(r["ratio"] >= (1.5 if name.endswith("_vs_grpo") else 1.2) and r["ci_low"] > 1.0),
+        )
+    arms = compare.get("arms") or {}
+    for arm in compare["samplers"]:
+        after = (arms.get(arm) or {}).get("accuracy_after")
+        if not after:
+            continue
+        plateau = (compare.get("final_vs_grpo") or {}).get(arm) or {}
+        ci = after["ci95"] if len(after["values"]) > 1 else [None, None]
+        res.add(
+            f"final_at_2x.demo_{arm.replace('-', '_')}",
+            after["mean"],
+            "pass@1",
+            ci_low=ci[0],
+            ci_high=ci[1],
+            values=after["values"],
+            minus_grpo=plateau.get("mean"),
+            minus_grpo_ci95=plateau.get("ci95"),
+            minus_grpo_per_seed=plateau.get("per_seed"),
+            how="real runs: greedy held-out accuracy at the full budget (2R with --target-fraction 0.5), mean over seeds "
+            "with a t-interval; minus_grpo: the paired difference to grpo (a plateau shows as an interval below zero)",
+            target="not below grpo's",
+            met=None if arm == "grpo" or not plateau.get("ci95") else not plateau["ci95"][1] < 0,
         )
     return res.items
 

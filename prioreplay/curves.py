@@ -5,8 +5,9 @@ The figure the published anchors report (Pilot-Commit, arXiv 2605.26606; GRESO, 
 and issue "the method against the right baselines" asks for:
 
 1. The **target** of a seed is the held-out accuracy the baseline arm (``grpo``: plain GRPO, every
-   group in the batch) reaches at its full budget: the last point of its curve (fixed by the
-   baseline's run, before any other arm is read).
+   group in the batch) reaches at its budget R: the last point of its curve, or, when every arm
+   runs to 2R so that a plateau shows, its curve read at R (``target_at``). It is fixed by the
+   baseline's run, before any other arm is read.
 2. Each arm's **rollouts to target** is the first crossing of that accuracy on its curve, linearly
    interpolated between the two evaluation points around it (:func:`first_crossing`). The
    baseline's own figure is the crossing on its own curve (at most its budget: it may cross
@@ -127,6 +128,7 @@ def rollouts_to_target_ratio(
     base: Mapping[int, Curve],
     target_from: Mapping[int, Curve] | None = None,
     *,
+    target_at: Mapping[int, float] | None = None,
     resamples: int = 10_000,
     seed: int = 0,
 ) -> RatioResult:
@@ -137,6 +139,10 @@ def rollouts_to_target_ratio(
         target_from: the curves whose final accuracy is each seed's target (default ``base``:
             the baseline's accuracy at its full budget). Pass the ``grpo`` curves to measure an
             arm against ``dapo`` at ``grpo``'s target.
+        target_at: per seed, the rollouts at which ``target_from``'s accuracy is the target
+            (interpolated, :meth:`Curve.at`) instead of its last point: with every arm run to 2R,
+            ``{seed: R}`` makes the target what the baseline reaches at R (the issue's design:
+            the second half of each curve shows a plateau). A seed missing from it uses the last point.
         resamples: bootstrap resamples; seed: seeds the bootstrap.
 
     Returns:
@@ -154,8 +160,13 @@ def rollouts_to_target_ratio(
     if not seeds:
         raise ValueError(f"no common seed: arm {sorted(arm)}, baseline {sorted(base)}, target {sorted(ref)}")
     a_r, b_r, censored, kept, no_gain = [], [], 0, [], []
+    at = target_at or {}
+
+    def target(s: int) -> float:
+        return ref[s].at(at[s]) if s in at else ref[s].final
+
     for s in seeds:
-        t = ref[s].final
+        t = target(s)
         rb, _ = first_crossing(base[s], t)
         if rb <= 0.0:  # the baseline was there before training: no rollouts to compare
             no_gain.append(s)
@@ -165,7 +176,7 @@ def rollouts_to_target_ratio(
         a_r.append(max(ra, 1e-9))
         b_r.append(rb)
         kept.append(s)
-    seeds, targets = tuple(kept), tuple(ref[s].final for s in kept)
+    seeds, targets = tuple(kept), tuple(target(s) for s in kept)
     if not seeds:
         return RatioResult(math.nan, math.nan, math.nan, (), (), 0, (), tuple(no_gain))
     ratio = sum(b_r) / sum(a_r)

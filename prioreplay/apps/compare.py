@@ -121,6 +121,7 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
         "sampler": arm_name(cfg),  # the arm: a sampler, or a row of compare_config.SETTING_ARMS
         "seed": cfg["seed"],
         "rollouts": completions,
+        "rollout_budget": cfg.get("rollouts") or None,
         "effective_group_fraction": final["effective_group_fraction"],
         "mixed_groups_per_1000_rollouts": 1000.0 * final["groups_mixed"] / completions if completions else 0.0,
         "useful_rollouts": final["groups_mixed"] * cfg["group_size"],
@@ -181,9 +182,11 @@ _SUMMED = (
 )
 
 
-def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]:
+def summarize(runs: list[dict[str, Any]], samplers: list[str], target_fraction: float = 0.5) -> dict[str, Any]:
     """Per-arm means with 95% intervals across seeds, and each arm's effective-group-fraction ratio
-    against the baseline over the seeds every arm finished (paired bootstrap)."""
+    against the baseline over the seeds every arm finished (paired bootstrap); with a ``grpo`` arm
+    and held-out curves, rollouts to target (``grpo``'s accuracy at ``target_fraction`` of the
+    budget) and the plateau check at the full budget."""
     from prioreplay.intervals import bootstrap_ratio, mean_interval
 
     by_arm = {s: {r["seed"]: r for r in runs if r["sampler"] == s} for s in samplers}
@@ -213,7 +216,9 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]
             "above_1": lo > 1.0 if len(common) > 1 else None,
         }  # one seed: no spread, no interval
     return {
-        "rollouts_to_target": rollouts_to_target(by_arm, samplers),
+        "target_fraction": target_fraction,
+        "rollouts_to_target": rollouts_to_target(by_arm, samplers, target_fraction),
+        "final_vs_grpo": final_vs_grpo(by_arm, samplers),
         "arms": arms,
         "baseline": baseline,
         "paired_seeds": common,
@@ -222,11 +227,18 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str]) -> dict[str, Any]
     }
 
 
-def rollouts_to_target(by_arm: dict[str, dict[int, dict]], samplers: list[str]) -> dict[str, Any]:
-    """Each arm's rollouts to the held-out accuracy ``grpo`` reaches at its full budget, against
+def rollouts_to_target(by_arm: dict[str, dict[int, dict]], samplers: list[str], target_fraction: float = 0.5) -> dict[str, Any]:
+    """Each arm's rollouts to the held-out accuracy ``grpo`` reaches at ``target_fraction`` of its
+    rollout budget (0.5: at R of a 2R budget, read off its curve; 1: at the full budget), against
     ``grpo`` and ``dapo`` (:mod:`prioreplay.curves`: interpolated on the runs' ``heldout_curve``,
     paired bootstrap over seeds; > 1: fewer rollouts). Empty without a ``grpo`` arm or without
-    curves of >= 5 points (``--eval-points 3`` or more)."""
+    curves of >= 5 points (``--eval-points 3`` or more).
+
+    Raises:
+        ValueError: ``target_fraction`` outside (0, 1].
+    """
+    if not 0.0 < target_fraction <= 1.0:
+        raise ValueError(f"target_fraction must be in (0, 1] (got {target_fraction!r}); 0.5 reads grpo's accuracy at R of 2R")
     from prioreplay.curves import MIN_EVAL_POINTS, curves_from_points, rollouts_to_target_ratio
 
     def curves(arm: str) -> dict:
@@ -240,13 +252,18 @@ def rollouts_to_target(by_arm: dict[str, dict[int, dict]], samplers: list[str]) 
     grpo = curves("grpo")
     if "grpo" not in samplers or not grpo:
         return {}
+    # R per seed: the fraction of grpo's budget (of its last evaluation for a run without a rollout budget)
+    target_at = None
+    if target_fraction < 1.0:
+        runs = by_arm["grpo"]
+        target_at = {s: target_fraction * (runs[s].get("rollout_budget") or c.rollouts[-1]) for s, c in grpo.items()}
     out: dict[str, Any] = {}
     for arm in samplers:
         for base in ("grpo", "dapo"):
             mine, theirs = curves(arm), curves(base)
             if arm == base or not theirs or not (set(mine) & set(theirs) & set(grpo)):
                 continue
-            r = rollouts_to_target_ratio(mine, theirs, target_from=grpo)
+            r = rollouts_to_target_ratio(mine, theirs, target_from=grpo, target_at=target_at)
             out[f"{arm}_vs_{base}"] = {
                 "ratio": r.ratio,
                 "ci_low": r.ci_low,
@@ -257,6 +274,31 @@ def rollouts_to_target(by_arm: dict[str, dict[int, dict]], samplers: list[str]) 
                 "targets": list(r.targets),
                 "no_gain": list(r.no_gain),
             }
+    return out
+
+
+def final_vs_grpo(by_arm: dict[str, dict[int, dict]], samplers: list[str]) -> dict[str, Any]:
+    """The plateau check: each arm's held-out accuracy at its full budget minus ``grpo``'s, paired by
+    seed (mean, 95% t-interval; None with one seed). ``below_grpo`` is True when the interval lies
+    wholly below zero (a plateau under plain GRPO's accuracy). Empty without a ``grpo`` arm."""
+    from prioreplay.intervals import mean_interval
+
+    grpo = by_arm.get("grpo") or {}
+    out: dict[str, Any] = {}
+    for arm in samplers:
+        if arm == "grpo":
+            continue
+        seeds = sorted(
+            k
+            for k, r in by_arm.get(arm, {}).items()
+            if r.get("accuracy_after") is not None and grpo.get(k, {}).get("accuracy_after") is not None
+        )
+        if not seeds:
+            continue
+        diffs = [by_arm[arm][k]["accuracy_after"] - grpo[k]["accuracy_after"] for k in seeds]
+        m, lo, hi = mean_interval(diffs)
+        ci = [lo, hi] if len(seeds) > 1 else None
+        out[arm] = {"mean": m, "ci95": ci, "per_seed": diffs, "seeds": seeds, "below_grpo": ci[1] < 0 if ci else None}
     return out
 
 
@@ -323,11 +365,17 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             line += f", held-out change {a['mean'] * 100:+.1f} pts [{a['ci95'][0] * 100:+.1f}, {a['ci95'][1] * 100:+.1f}]"
         lines.append(line)
     lines += _baseline_lines(summary)
+    at = f"its accuracy at {summary.get('target_fraction', 1.0):g} of the budget"
     for name, r in summary.get("rollouts_to_target", {}).items():
         lines.append(
-            f"rollouts to grpo's held-out target, {name.replace('_vs_', ' vs ')}: {r['ratio']:.2f}x "
+            f"rollouts to grpo's held-out target ({at}), {name.replace('_vs_', ' vs ')}: {r['ratio']:.2f}x "
             f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}] over seeds {r['seeds']} (censored {r['censored']}; > 1: fewer rollouts; "
             f"left out, grpo no better than at its start: {r['no_gain'] or 'none'})"
+        )
+    for s, r in summary.get("final_vs_grpo", {}).items():
+        lines.append(
+            f"{s} - grpo held-out accuracy at the full budget: {r['mean'] * 100:+.1f} pts ({_ci(r['ci95'], 100.0)} over seeds "
+            f"{r['seeds']}){'; below grpo: a plateau' if r['below_grpo'] else ''}"
         )
     for s, r in summary["effective_group_fraction_ratio"].items():
         if r["ci95"] is None:
@@ -372,7 +420,7 @@ def write(root: Path, cfg: dict[str, Any], samplers: list[str], reports: list[di
     from prioreplay.apps.compare_figure import render
 
     runs = [run_metrics(r) for r in reports]
-    out = {"config": cfg, "samplers": samplers, "runs": runs, **summarize(runs, samplers)}
+    out = {"config": cfg, "samplers": samplers, "runs": runs, **summarize(runs, samplers, cfg.get("target_fraction", 0.5))}
     (root / "compare.json").write_text(json.dumps(out, indent=1, default=str))
     render(out, root / "compare.png")
     return out

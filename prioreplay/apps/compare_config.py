@@ -134,6 +134,14 @@ class CompareConfig(DemoRunSettings):
     runs: list[Path] = Field(
         default_factory=list, description="compare these finished demo run directories instead of running new arms"
     )
+    target_fraction: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="rollouts to target: the target is grpo's held-out accuracy at this fraction of the rollout budget "
+        "(0.5: the budget is 2R and grpo's accuracy at R is the target, so the second half of every curve shows a "
+        "plateau; 1: at the full budget)",
+    )
     run_dir: Path | None = Field(None, description="where the comparison goes (default runs/compare-<date>)")
 
     @model_validator(mode="after")

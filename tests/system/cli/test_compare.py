@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from prioreplay.apps.cli import parse
-from prioreplay.apps.compare import check_arms, rollouts_to_target, run_metrics, summarize, summary_lines
+from prioreplay.apps.compare import check_arms, final_vs_grpo, rollouts_to_target, run_metrics, summarize, summary_lines
 from prioreplay.apps.compare_config import default_samplers
 from prioreplay.errors import InvalidArgument
 from prioreplay.tiny_model import make_tiny_model
@@ -256,10 +256,31 @@ def test_rollouts_to_target_is_read_off_the_held_out_curves_against_grpo_and_dap
         "heap": {s: run("heap", s, [0.1, 0.5, 0.5, 0.5, 0.5]) for s in (0, 1)},  # at 100
         "old": {0: run("old", 0, [0.1, 0.5])},  # too few points: left out
     }
-    out = rollouts_to_target(by_arm, ["grpo", "dapo", "heap", "old"])
+    out = rollouts_to_target(by_arm, ["grpo", "dapo", "heap", "old"], target_fraction=1.0)
     assert out["heap_vs_grpo"]["ratio"] == pytest.approx(4.0) and out["heap_vs_dapo"]["ratio"] == pytest.approx(3.0)
     assert out["dapo_vs_grpo"]["ratio"] == pytest.approx(4 / 3) and "old_vs_grpo" not in out
     assert rollouts_to_target(by_arm, ["dapo", "heap"]) == {}  # no grpo arm: no target
+    with pytest.raises(ValueError, match="target_fraction"):
+        rollouts_to_target(by_arm, ["grpo", "heap"], target_fraction=0.0)
+
+
+def test_with_a_2r_budget_the_target_is_grpos_accuracy_at_r_and_the_plateau_is_read_at_2r():
+    def run(arm, seed, accs, after):
+        curve = [{"rollouts": 100 * i, "accuracy": a} for i, a in enumerate(accs)]
+        return {"sampler": arm, "seed": seed, "heldout_curve": curve, "rollout_budget": 800, "accuracy_after": after}
+
+    # grpo reaches 0.4 at R = 400 (half of the 800 budget) and 0.6 at 2R; heap reaches 0.4 at 200
+    by_arm = {
+        "grpo": {s: run("grpo", s, [0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6], 0.6) for s in (0, 1, 2)},
+        "heap": {s: run("heap", s, [0.1, 0.3, 0.4, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5], 0.5 - 0.01 * s) for s in (0, 1, 2)},
+    }
+    half = rollouts_to_target(by_arm, ["grpo", "heap"], target_fraction=0.5)["heap_vs_grpo"]
+    assert half["targets"] == [pytest.approx(0.4)] * 3 and half["ratio"] == pytest.approx(2.0) and half["censored"] == 0
+    full = rollouts_to_target(by_arm, ["grpo", "heap"], target_fraction=1.0)["heap_vs_grpo"]
+    assert full["targets"] == [pytest.approx(0.6)] * 3 and full["censored"] == 3  # heap never reaches 0.6: a plateau
+    plateau = final_vs_grpo(by_arm, ["grpo", "heap"])["heap"]
+    assert plateau["per_seed"] == pytest.approx([-0.1, -0.11, -0.12]) and plateau["below_grpo"] is True
+    assert "grpo" not in final_vs_grpo(by_arm, ["grpo", "heap"]) and final_vs_grpo({"heap": by_arm["heap"]}, ["heap"]) == {}
 
 
 def test_a_run_made_before_a_setting_existed_compares_with_one_at_its_default():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from benchmarks.method import QUICK_PARAMS, arms_named, eval_curve, result_items, run
 
 
@@ -48,6 +50,33 @@ def test_real_compare_figures_pool_the_audit_over_seeds():
     }
     heap = items["method.misfiled.demo_heap"]
     assert heap["value"] == 0.3 and heap["pooled"] == 100 and heap["ci_low"] < 0.3 < heap["ci_high"]
+
+
+def test_real_compare_records_each_arms_accuracy_at_2r_and_its_gap_to_grpo():
+    from benchmarks.method import compare_items
+
+    after = {"grpo": [0.5, 0.6, 0.7], "heap": [0.4, 0.5, 0.6]}
+    cmp = {
+        "samplers": ["grpo", "heap", "dapo"],
+        "runs": [],
+        "target_fraction": 0.5,
+        "arms": {a: {"accuracy_after": {"mean": sum(v) / 3, "ci95": [min(v), max(v)], "values": v}} for a, v in after.items()},
+        "final_vs_grpo": {"heap": {"mean": -0.1, "ci95": [-0.12, -0.08], "per_seed": [-0.1] * 3}},
+        "rollouts_to_target": {
+            "heap_vs_grpo": {"ratio": 1.6, "ci_low": 1.1, "ci_high": 2.0, "per_seed": [1.6], "seeds": [0], "censored": 0}
+        },
+    }
+    items = {i["name"]: i for i in compare_items(cmp, "cmd", "")}
+    assert set(items) == {
+        "method.final_at_2x.demo_grpo",
+        "method.final_at_2x.demo_heap",
+        "method.rollouts_to_target.demo_heap_vs_grpo",
+    }  # dapo has no accuracy: no figure
+    heap = items["method.final_at_2x.demo_heap"]
+    assert heap["value"] == pytest.approx(0.5) and heap["minus_grpo"] == -0.1 and heap["met"] is False  # a plateau
+    assert items["method.final_at_2x.demo_grpo"]["met"] is None
+    assert items["method.rollouts_to_target.demo_heap_vs_grpo"]["met"] is True
+    assert "0.5 of the rollout budget" in items["method.rollouts_to_target.demo_heap_vs_grpo"]["how"]
 
 
 def test_warm_start_run_measures_the_first_epoch_warm_and_cold(tmp_path):

@@ -75,6 +75,16 @@ def test_target_from_another_arm():
     assert r.targets == (0.4,) and r.ratio == pytest.approx(2.0)
 
 
+def test_target_read_at_r_of_a_2r_curve():
+    grpo = {0: curve(0.1, 0.2, 0.3, 0.5, 0.7), 1: curve(0.1, 0.2, 0.3, 0.5, 0.7)}
+    heap = {0: curve(0.1, 0.4, 0.5, 0.6, 0.6), 1: curve(0.1, 0.4, 0.5, 0.6, 0.6)}
+    # seed 0: grpo at 250 (halfway from 0.3 to 0.5) = 0.4; heap reaches 0.4 at 100, grpo at 250
+    r = rollouts_to_target_ratio(heap, grpo, target_at={0: 250.0})
+    assert r.targets[0] == pytest.approx(0.4) and r.per_seed[0] == pytest.approx(2.5)
+    # seed 1 has no R: its target is grpo's last point, which heap never reaches (censored)
+    assert r.targets[1] == pytest.approx(0.7) and r.censored == 1
+
+
 def test_no_common_seed_is_refused():
     with pytest.raises(ValueError, match="no common seed"):
         rollouts_to_target_ratio({0: curve(*(0.1,) * 5)}, {1: curve(*(0.1,) * 5)})
