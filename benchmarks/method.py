@@ -150,7 +150,8 @@ def warm_start_run(params: SimParams, seeds: list[int], shrink: float, tmp: Path
         ``warm``, ``cold``, ``ratio``: first-epoch fractions and per-seed ratios (``summarize``);
         ``rollouts_to_target``: the :class:`prioreplay.curves.RatioResult` (arm warm, baseline
         cold); ``warm_rollouts``, ``cold_rollouts``: each kept seed's rollouts to target;
-        ``final_warm``, ``final_cold``: held-out accuracy at R (``summarize``); ``seeds``,
+        ``final_warm``, ``final_cold``: held-out accuracy at R, ``final_diff`` warm − cold paired by
+        seed (``summarize``); ``seeds``,
         ``shrink``, ``budget``, ``points_per_run``.
 
     Raises:
@@ -187,6 +188,7 @@ def warm_start_run(params: SimParams, seeds: list[int], shrink: float, tmp: Path
         "cold_rollouts": [first_crossing(cold_c[s], cold_c[s].final)[0] for s in rtt.seeds],
         "final_warm": summarize(accuracy_at(warm_c, budget)),
         "final_cold": summarize(accuracy_at(cold_c, budget)),
+        "final_diff": summarize([w - c for w, c in zip(accuracy_at(warm_c, budget), accuracy_at(cold_c, budget), strict=True)]),
         "seeds": seeds,
         "shrink": shrink,
         "budget": budget,
@@ -239,6 +241,8 @@ def warm_start_items(w: dict[str, Any], command: str, note: str) -> list[dict[st
             final_warm_ci95=[fw["lo"], fw["hi"]],
             final_cold=fc["mean"],
             final_cold_ci95=[fc["lo"], fc["hi"]],
+            final_diff_warm_minus_cold=w["final_diff"]["mean"],
+            final_diff_ci95=[w["final_diff"]["lo"], w["final_diff"]["hi"]],
             shrink=shrink,
             how=f"simulator: per seed, a heap run warm-started from another heap run's statistics (x {shrink}) and a cold "
             f"one (same population, starting logits and draws) each train the full budget ({w['budget']:,} rollouts); "
@@ -484,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"rollouts to the cold run's held-out accuracy at R: cold/warm {t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}] "
             f"(censored {t.censored}, no gain {list(t.no_gain)}); held-out at R warm {w['final_warm']['mean']:.3f}, "
-            f"cold {w['final_cold']['mean']:.3f}"
+            f"cold {w['final_cold']['mean']:.3f}, warm − cold {w['final_diff']['mean']:+.4f} "
+            f"[{w['final_diff']['lo']:+.4f}, {w['final_diff']['hi']:+.4f}]"
         )
         if a.out:
             merge_results(a.out, warm_start_items(w, command, a.note))

@@ -77,3 +77,4 @@ def test_warm_start_rollouts_to_target_is_cold_over_warm_at_the_cold_runs_final_
     assert item["value"] == t.ratio and item["unit"] == "ratio" and item["values"] == list(t.per_seed)
     assert item["censored"] == t.censored and item["met"] == (t.ratio >= 1.0) and item["seeds"] == [0, 1, 2]
     assert item["final_cold"] == out["final_cold"]["mean"] and item["final_warm"] == out["final_warm"]["mean"]
+    assert math.isclose(item["final_diff_warm_minus_cold"], item["final_warm"] - item["final_cold"], abs_tol=1e-12)
