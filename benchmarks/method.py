@@ -14,7 +14,9 @@ evenly spaced points of each run. Then, per seed (paired):
 * ``method.misfiled.<arm>``: the simulator's pool audit at the end (every pooled problem scored
   with G fresh draws of the final policy; misfiled: it would give a mixed group, or is solved).
 
-The arms are :data:`BASELINES` plus ``--arms`` of the candidate list. Usage::
+The arms are :data:`BASELINES` plus ``--arms`` of the candidate list. ``--warm-start`` instead
+measures priority memory across runs (:func:`warm_start_run`): ``method.warm_start.*``, the
+first-epoch useful-rollout ratio and the rollouts-to-target ratio warm / cold. Usage::
 
     nice -n 10 python -m benchmarks.method --seeds 8 --out benchmarks/results.json --note "load ..."
 """
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.simulate import CANDIDATES, METHODS, Method, SimParams, run_one, summarize
-from prioreplay.curves import Curve, accuracy_at, rollouts_to_target_ratio
+from prioreplay.curves import Curve, accuracy_at, first_crossing, rollouts_to_target_ratio
 
 #: The three baselines of the method comparison (``benchmarks/method.py``): plain GRPO as TRL runs it
 #: (uniform problems, every group of a batch in its step, zero-variance groups diluting it), DAPO's
@@ -131,17 +133,38 @@ def run(params: SimParams, seeds: list[int], arms: list[Method], points: int) ->
     return out
 
 
-def warm_start_run(params: SimParams, seeds: list[int], shrink: float, tmp: Path) -> dict[str, Any]:
+def warm_start_run(params: SimParams, seeds: list[int], shrink: float, tmp: Path, points: int = 9) -> dict[str, Any]:
     """Priority memory across runs in the simulator: per seed, run A (``heap``) trains for the
     budget R and its statistics are exported; runs B (warm: A's statistics × ``shrink``) and C
-    (cold) then train the same population from the same starting logits with other draws, for
-    one epoch (N·G rollouts). Returns each arm's first-epoch useful-rollout fraction (rollouts in
-    groups the learner trained on / generated), per seed, and the paired ratio warm / cold."""
+    (cold) then train the same population from the same starting logits with other draws (the
+    same draws for B and C).
+
+    Two figures per seed: (1) the first-epoch useful-rollout fraction (rollouts in groups the
+    learner trained on / generated, over one epoch of N·G rollouts: runs of that budget), ratio
+    warm / cold; (2) rollouts to target: B and C also train for the full budget R with held-out
+    curves of ``points`` evaluations in [0, R] (:func:`eval_curve`); the target is C's held-out
+    accuracy at R, each run's rollouts to it its first crossing (:mod:`prioreplay.curves`), and
+    the ratio Σ cold / Σ warm with a paired bootstrap over seeds (> 1: warm needs fewer).
+
+    Returns:
+        ``warm``, ``cold``, ``ratio``: first-epoch fractions and per-seed ratios (``summarize``);
+        ``rollouts_to_target``: the :class:`prioreplay.curves.RatioResult` (arm warm, baseline
+        cold); ``warm_rollouts``, ``cold_rollouts``: each kept seed's rollouts to target;
+        ``final_warm``, ``final_cold``: held-out accuracy at R, ``final_diff`` warm − cold paired by
+        seed (``summarize``); ``seeds``,
+        ``shrink``, ``budget``, ``points_per_run``.
+
+    Raises:
+        ValueError: ``points`` < 5 (a curve needs 5 evaluations).
+    """
     from prioreplay import warm_start
 
     heap = Method("heap", "heap", "heap", 0.1)
     epoch = replace(params, budget_rollouts=params.n_problems * params.group_size)
+    budget = params.budget_rollouts
     warm_f, cold_f = [], []
+    warm_c: dict[int, Curve] = {}
+    cold_c: dict[int, Curve] = {}
     for s in seeds:
         dump: dict[str, Any] = {}
         asyncio.run(run_one(params, heap, s, final_dump=dump))
@@ -151,8 +174,85 @@ def warm_start_run(params: SimParams, seeds: list[int], shrink: float, tmp: Path
         other = 1000 + s  # the second run's own draws, on population s
         warm_f.append(asyncio.run(run_one(epoch, warm, other, pop_seed=s)).useful_rollout_fraction)
         cold_f.append(asyncio.run(run_one(epoch, heap, other, pop_seed=s)).useful_rollout_fraction)
+        for curves, m in ((warm_c, warm), (cold_c, heap)):
+            r = asyncio.run(run_one(params, m, other, pop_seed=s))
+            curves[s] = eval_curve(r.curve_rollouts, r.curve_heldout, points, budget)
     ratios = [w / c for w, c in zip(warm_f, cold_f, strict=True) if c > 0]
-    return {"warm": summarize(warm_f), "cold": summarize(cold_f), "ratio": summarize(ratios), "seeds": seeds, "shrink": shrink}
+    rtt = rollouts_to_target_ratio(warm_c, cold_c)
+    return {
+        "warm": summarize(warm_f),
+        "cold": summarize(cold_f),
+        "ratio": summarize(ratios),
+        "rollouts_to_target": rtt,
+        "warm_rollouts": [first_crossing(warm_c[s], cold_c[s].final)[0] for s in rtt.seeds],
+        "cold_rollouts": [first_crossing(cold_c[s], cold_c[s].final)[0] for s in rtt.seeds],
+        "final_warm": summarize(accuracy_at(warm_c, budget)),
+        "final_cold": summarize(accuracy_at(cold_c, budget)),
+        "final_diff": summarize([w - c for w, c in zip(accuracy_at(warm_c, budget), accuracy_at(cold_c, budget), strict=True)]),
+        "seeds": seeds,
+        "shrink": shrink,
+        "budget": budget,
+        "points_per_run": points,
+    }
+
+
+def warm_start_items(w: dict[str, Any], command: str, note: str) -> list[dict[str, Any]]:
+    """results.json entries ``method.warm_start.*`` of one :func:`warm_start_run`: the first-epoch
+    useful-rollout ratio and the rollouts-to-target ratio warm / cold (left out when no seed
+    gained over its start: NaN)."""
+    from benchmarks.results import Results
+
+    res = Results(command, note=note, prefix="method.")
+    r, shrink, seeds = w["ratio"], w["shrink"], w["seeds"]
+    res.add(
+        "warm_start.first_epoch_useful_ratio",
+        r["mean"],
+        "ratio",
+        ci_low=r["lo"],
+        ci_high=r["hi"],
+        ci95=[r["lo"], r["hi"]],
+        warm=w["warm"]["mean"],
+        cold=w["cold"]["mean"],
+        shrink=shrink,
+        seeds=seeds,
+        how="simulator: useful-rollout fraction of the first epoch (N·G rollouts) of a run warm-started from a heap "
+        "run's statistics (same population and starting logits, other draws) over a cold run's; per-seed ratios, "
+        "bootstrap",
+        target=">= 1.3",
+        met=bool(r["mean"] >= 1.3),
+    )
+    t, fw, fc = w["rollouts_to_target"], w["final_warm"], w["final_cold"]
+    if not _nan(t.ratio):
+        res.add(
+            "warm_start.rollouts_to_target_ratio",
+            t.ratio,
+            "ratio",
+            ci_low=t.ci_low,
+            ci_high=t.ci_high,
+            ci95=[t.ci_low, t.ci_high],
+            values=list(t.per_seed),
+            seeds=list(t.seeds),
+            no_gain=list(t.no_gain),
+            censored=t.censored,
+            warm_rollouts=w["warm_rollouts"],
+            cold_rollouts=w["cold_rollouts"],
+            targets=list(t.targets),
+            final_warm=fw["mean"],
+            final_warm_ci95=[fw["lo"], fw["hi"]],
+            final_cold=fc["mean"],
+            final_cold_ci95=[fc["lo"], fc["hi"]],
+            final_diff_warm_minus_cold=w["final_diff"]["mean"],
+            final_diff_ci95=[w["final_diff"]["lo"], w["final_diff"]["hi"]],
+            shrink=shrink,
+            how=f"simulator: per seed, a heap run warm-started from another heap run's statistics (x {shrink}) and a cold "
+            f"one (same population, starting logits and draws) each train the full budget ({w['budget']:,} rollouts); "
+            "target: the cold run's held-out accuracy at that budget; the cold run's rollouts to it over the warm run's, "
+            f"first crossing interpolated on {w['points_per_run']} evaluations per run; Σ cold / Σ warm, paired bootstrap "
+            "over seeds (> 1: warm needs fewer)",
+            target=">= 1 (reported, not tuned)",
+            met=bool(t.ratio >= 1.0),
+        )
+    return res.items
 
 
 def demo_warm_start_items(pairs: list[tuple[Path, Path]], command: str, note: str) -> list[dict[str, Any]]:
@@ -367,14 +467,14 @@ def arms_named(names: list[str]) -> list[Method]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison, print one line per arm; with ``--out`` merge the figures into it."""
-    from benchmarks.results import Results, merge_results
+    from benchmarks.results import merge_results
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.method", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=8, help="paired seeds 0 .. N-1")
-    ap.add_argument("--points", type=int, default=9, help="evaluations up to the budget R (2·points − 1 up to 2R; >= 5)")
+    ap.add_argument("--points", type=int, default=9, help="evaluations up to R (2·points − 1 up to 2R; --warm-start: to R; >= 5)")
     ap.add_argument("--arms", nargs="*", default=[], help="further simulator methods beyond grpo, dapo and heap")
     ap.add_argument("--quick", action="store_true", help="a tiny population (seconds; for a smoke test)")
-    ap.add_argument("--warm-start", action="store_true", help="instead: warm vs cold first epochs (priority memory)")
+    ap.add_argument("--warm-start", action="store_true", help="instead: warm vs cold runs (priority memory)")
     ap.add_argument("--shrink", type=float, default=0.5, help="--warm-start: the shrink factor rho")
     ap.add_argument("--from-compare", type=Path, help="instead: the figures of a finished `prioreplay compare` directory")
     ap.add_argument(
@@ -401,39 +501,27 @@ def main(argv: list[str] | None = None) -> int:
         if a.out:
             merge_results(a.out, items)
         return 0
+    if a.points < 5:
+        raise SystemExit(f"--points ({a.points}) must be >= 5: rollouts to target reads a curve of >= 5 evaluations")
     if a.warm_start:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            w = warm_start_run(QUICK_PARAMS if a.quick else PARAMS, list(range(a.seeds)), a.shrink, Path(tmp))
-        r = w["ratio"]
+            w = warm_start_run(QUICK_PARAMS if a.quick else PARAMS, list(range(a.seeds)), a.shrink, Path(tmp), a.points)
+        r, t = w["ratio"], w["rollouts_to_target"]
         print(
             f"first-epoch useful-rollout fraction: warm {w['warm']['mean']:.3f}, cold {w['cold']['mean']:.3f}; "
             f"warm/cold {r['mean']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] over {len(w['seeds'])} seeds (rho {a.shrink})"
         )
+        print(
+            f"rollouts to the cold run's held-out accuracy at R: cold/warm {t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}] "
+            f"(censored {t.censored}, no gain {list(t.no_gain)}); held-out at R warm {w['final_warm']['mean']:.3f}, "
+            f"cold {w['final_cold']['mean']:.3f}, warm − cold {w['final_diff']['mean']:+.4f} "
+            f"[{w['final_diff']['lo']:+.4f}, {w['final_diff']['hi']:+.4f}]"
+        )
         if a.out:
-            res = Results(command, note=a.note, prefix="method.")
-            res.add(
-                "warm_start.first_epoch_useful_ratio",
-                r["mean"],
-                "ratio",
-                ci_low=r["lo"],
-                ci_high=r["hi"],
-                ci95=[r["lo"], r["hi"]],
-                warm=w["warm"]["mean"],
-                cold=w["cold"]["mean"],
-                shrink=a.shrink,
-                seeds=w["seeds"],
-                how="simulator: useful-rollout fraction of the first epoch (N·G rollouts) of a run warm-started from a heap "
-                "run's statistics (same population and starting logits, other draws) over a cold run's; per-seed ratios, "
-                "bootstrap",
-                target=">= 1.3",
-                met=bool(r["mean"] >= 1.3),
-            )
-            merge_results(a.out, res.items)
+            merge_results(a.out, warm_start_items(w, command, a.note))
         return 0
-    if a.points < 5:
-        raise SystemExit(f"--points ({a.points}) must be >= 5: rollouts to target reads a curve of >= 5 evaluations")
     out = run(QUICK_PARAMS if a.quick else PARAMS, list(range(a.seeds)), arms_named(a.arms), a.points)
     for line in lines(out):
         print(line)

@@ -85,3 +85,25 @@ def test_warm_start_run_measures_the_first_epoch_warm_and_cold(tmp_path):
     out = warm_start_run(QUICK_PARAMS, [0, 1], 0.5, tmp_path)
     assert out["ratio"]["n"] == 2 and 0 < out["cold"]["mean"] < 1 and 0 < out["warm"]["mean"] <= 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["warm-0.json", "warm-1.json"]
+
+
+def test_warm_start_rollouts_to_target_is_cold_over_warm_at_the_cold_runs_final_accuracy(tmp_path):
+    from benchmarks.method import warm_start_items, warm_start_run
+
+    out = warm_start_run(QUICK_PARAMS, [0, 1, 2], 0.5, tmp_path, points=5)
+    t = out["rollouts_to_target"]
+    assert t.seeds == (0, 1, 2) and out["points_per_run"] == 5 and out["budget"] == QUICK_PARAMS.budget_rollouts
+    warm, cold = out["warm_rollouts"], out["cold_rollouts"]
+    # each cold run reaches its own final accuracy within the budget; the warm run's crossing is read on its curve
+    assert all(0 < c <= QUICK_PARAMS.budget_rollouts for c in cold) and all(0 <= w <= QUICK_PARAMS.budget_rollouts for w in warm)
+    assert math.isclose(t.ratio, sum(cold) / sum(warm)) and t.ci_low <= t.ratio <= t.ci_high
+    assert all(math.isclose(v, c / w) for v, c, w in zip(t.per_seed, cold, warm, strict=True))
+    # the target of a seed: the cold run's held-out accuracy at R
+    assert len(t.targets) == 3 and math.isclose(sum(t.targets) / 3, out["final_cold"]["mean"])
+    items = {i["name"]: i for i in warm_start_items(out, "cmd", "note")}
+    assert set(items) == {"method.warm_start.first_epoch_useful_ratio", "method.warm_start.rollouts_to_target_ratio"}
+    item = items["method.warm_start.rollouts_to_target_ratio"]
+    assert item["value"] == t.ratio and item["unit"] == "ratio" and item["values"] == list(t.per_seed)
+    assert item["censored"] == t.censored and item["met"] == (t.ratio >= 1.0) and item["seeds"] == [0, 1, 2]
+    assert item["final_cold"] == out["final_cold"]["mean"] and item["final_warm"] == out["final_warm"]["mean"]
+    assert math.isclose(item["final_diff_warm_minus_cold"], item["final_warm"] - item["final_cold"], abs_tol=1e-12)
