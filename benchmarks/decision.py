@@ -7,6 +7,10 @@ into results.json (``compare.<set>.<arm>.useful_tokens_ratio_vs_uniform``,
 
     python -m benchmarks.decision --mix runs/dr/mix-s* --easy runs/dr/easy-s* --out benchmarks/results.json
 
+The baseline is ``dapo`` (uniform problems, zero-variance groups dropped; ``uniform`` in runs made
+before compare named it so); ``grpo`` runs beside it are neither a candidate nor a setting.
+``--name demo`` files one set's figures as ``compare.demo.*`` (the retest-setting rule reads one set).
+
 The rule, restated (arms against ``uniform``, the DAPO-filtered baseline, paired by seed):
 
 * A **sampler** replaces ``heap`` as the default only if, on the mix, its held-out accuracy minus
@@ -35,10 +39,15 @@ from typing import Any
 
 from prioreplay.apps.compare_config import SETTING_ARMS as _COMPARE_SETTING_ARMS
 
-BASELINE = "uniform"
+#: the DAPO-filtered uniform baseline: ``prioreplay compare`` names it ``dapo``; runs read from before that
+#: name carry ``uniform`` and are renamed (:func:`summarize_set`). Figures keep their ``_vs_uniform`` names.
+BASELINE = "dapo"
+OLD_BASELINE = "uniform"
+#: the other baseline, plain GRPO: neither a candidate sampler nor a retest setting
+BASELINES = (BASELINE, "grpo")
 DEFAULT_SAMPLER = "heap"
 #: arms that are a sampler with other retest settings, judged against that sampler without them
-SETTING_ARMS = {arm: sampler for arm, (sampler, _) in _COMPARE_SETTING_ARMS.items()}
+SETTING_ARMS = {arm: sampler for arm, (sampler, _) in _COMPARE_SETTING_ARMS.items() if arm not in BASELINES}
 USEFUL_TARGET = 1.5
 MISFILED_TARGET = 0.10
 
@@ -117,9 +126,12 @@ def summarize_set(runs: list[dict[str, Any]]) -> dict[str, Any]:
     from prioreplay.apps.compare import against_baseline, summarize
     from prioreplay.errors import InvalidArgument
 
+    runs = [dict(r, sampler=BASELINE) if r["sampler"] == OLD_BASELINE else r for r in runs]
     arms = list(dict.fromkeys(r["sampler"] for r in runs))
     if BASELINE not in arms:
-        raise InvalidArgument(f"the runs hold arms {arms} but no {BASELINE!r}: the rule compares every arm with it")
+        raise InvalidArgument(
+            f"the runs hold arms {arms} but no {BASELINE!r} (uniform, DAPO-filtered): the rule compares every arm with it"
+        )
     out = summarize(runs, arms)
     by_arm = {a: {r["seed"]: r for r in runs if r["sampler"] == a} for a in arms}
     out["vs_sampler"] = {}
@@ -135,7 +147,7 @@ def decide(mix: dict[str, Any], easy: dict[str, Any] | None) -> dict[str, Any]:
 
     Returns ``default_sampler``, ``default_retest_setting`` (None: the paper's step clock stays),
     the verdicts per arm and the targets per arm of the mix."""
-    samplers = [a for a in mix["arms"] if a not in (BASELINE, DEFAULT_SAMPLER) and a not in SETTING_ARMS]
+    samplers = [a for a in mix["arms"] if a not in (*BASELINES, DEFAULT_SAMPLER) and a not in SETTING_ARMS]
     verdicts = {a: judge_sampler(mix, easy, a) for a in samplers}
     winners = [a for a, v in verdicts.items() if v["passes"]]
     held = {a: mix["vs_baseline"][a]["heldout_change"]["mean"] for a in winners}
@@ -145,7 +157,7 @@ def decide(mix: dict[str, Any], easy: dict[str, Any] | None) -> dict[str, Any]:
         "default_retest_setting": next((a for a, v in settings.items() if v["passes"]), None),
         "samplers": verdicts,
         "settings": settings,
-        "targets": {a: targets(mix, a) for a in mix["arms"] if a != BASELINE},
+        "targets": {a: targets(mix, a) for a in mix["arms"] if a not in BASELINES},
     }
 
 
@@ -236,6 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="the same for the easy set (may be left out: the rule then stays undecided)",
     )
+    ap.add_argument(
+        "--name",
+        default="mix",
+        help="the --mix set's name in results.json (compare.<name>.*): e.g. demo when the runs are the default demo's "
+        "set (the retest-setting rule reads any one set)",
+    )
     ap.add_argument("--out", type=Path, help="results.json to merge the figures into")
     ap.add_argument("--json", type=Path, help="write the summaries and the verdict here")
     ap.add_argument("--note", default="", help="the load and anything else a reader of results.json should know")
@@ -248,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         a.json.write_text(json.dumps({"mix": mix, "easy": easy, "verdict": verdict}, indent=1, default=str))
     if a.out:
         command = "python -m benchmarks.decision " + " ".join(sys.argv[1:] if argv is None else argv)
-        items = result_items("mix", mix, command, a.note) + (result_items("easy", easy, command, a.note) if easy else [])
+        items = result_items(a.name, mix, command, a.note) + (result_items("easy", easy, command, a.note) if easy else [])
         merge_results(a.out, items)
     return 0
 

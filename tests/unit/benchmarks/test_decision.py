@@ -79,8 +79,22 @@ def test_a_retest_setting_wins_only_by_lowering_the_misfiled_share_against_its_o
     assert decision.decide(decision.summarize_set(worse), None)["default_retest_setting"] is None
 
 
+def test_compares_runs_named_dapo_and_grpo_judge_only_the_setting_against_its_sampler():
+    # prioreplay compare names the filtered baseline dapo and runs grpo beside it: neither is a candidate
+    runs = []
+    for s in range(4):
+        d = 0.01 * (s % 3 - 1)
+        runs += [run("dapo", s, 0.4, 0.5 + d), run("grpo", s, 0.3, 0.5 + d), run("heap", s, 0.45, 0.5 + d, misfiled=0.3 + d)]
+        runs.append(run("heap-evidence", s, 0.45, 0.5 + d, misfiled=0.1 + d))
+    v = decision.decide(decision.summarize_set(runs), None)
+    assert v["samplers"] == {} and set(v["settings"]) == {"heap-evidence"} and "grpo" not in v["targets"]
+    assert v["settings"]["heap-evidence"]["against"] == "heap" and v["default_retest_setting"] == "heap-evidence"
+    mixed = decision.summarize_set([run("uniform", 0, 0.4, 0.5), run("dapo", 1, 0.4, 0.5), run("heap", 0, 0.5, 0.5)])
+    assert mixed["arms"]["dapo"]["seeds"] == [0, 1]  # a run from before the rename counts as dapo
+
+
 def test_runs_without_the_baseline_are_refused_by_name():
-    with pytest.raises(InvalidArgument, match="'uniform'"):
+    with pytest.raises(InvalidArgument, match="'dapo'"):
         decision.summarize_set([run("heap", 0, 0.5, 0.5), run("posterior", 0, 0.5, 0.5)])
 
 
