@@ -115,7 +115,13 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "`warm_start.demo_first_epoch_useful_ratio`: the same on real `prioreplay demo` runs (SmolLM2-135M-Instruct, "
         "one epoch of the default task each), warm from another seed's `prioreplay export-stats`, over cold, per seed "
         "(`--demo-warm-start COLD:WARM ...`). Arms `heap_fresh` and `heap_evidence_fresh_heap`: heap priorities aged "
-        "between reports toward the prior's (`--heap-age-decay` 0.95, FreshPER).",
+        "between reports toward the prior's (`--heap-age-decay` 0.95, FreshPER). "
+        "Real runs (`prioreplay compare --rollouts 2R --eval-points N`, `--from-compare DIR`): "
+        "`rollouts_to_target.demo_<arm>_vs_<base>` reads grpo's held-out accuracy at R off its curve as the target; "
+        "`final_at_2x.demo_<arm>` is each arm's accuracy at 2R with its difference to grpo (a plateau); "
+        "`power.<arm>_vs_<base>.*` (`python -m benchmarks.power DIR`): the standard deviation over seeds of the paired "
+        "held-out difference at each kept version, and the seeds a paired test (alpha 0.05, power 0.8) needs to detect "
+        "5 points at the end.",
     ),
     (
         "sim",
