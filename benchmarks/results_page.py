@@ -112,7 +112,10 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "`warm_start.demo_first_epoch_useful_ratio`: the same on real `prioreplay demo` runs (SmolLM2-135M-Instruct, "
         "one epoch of the default task each), warm from another seed's `prioreplay export-stats`, over cold, per seed "
         "(`--demo-warm-start COLD:WARM ...`). Arms `heap_fresh` and `heap_evidence_fresh_heap`: heap priorities aged "
-        "between reports toward the prior's (`--heap-age-decay` 0.95, FreshPER).",
+        "between reports toward the prior's (`--heap-age-decay` 0.95, FreshPER). Against `heap` (the default retest "
+        "setting): `misfiled_change.<arm>_vs_heap`, the arm's misfiled share minus heap's paired per seed (bootstrap), and "
+        "`rollouts_to_target.<arm>_vs_heap`, heap's rollouts over the arm's to grpo's target; arms `heap_retest02` and "
+        '`heap_retest03` are `heap` with retest fraction 0.2 and 0.3 (docs/METHOD.md, "What a lower misfiled share costs").',
     ),
     (
         "sim",
