@@ -12,7 +12,11 @@ evenly spaced points of each run. Then, per seed (paired):
 * ``method.rollouts_to_target.<arm>_vs_dapo``: the same against ``dapo``, at grpo's target;
 * ``method.final_at_2x.<arm>``: held-out accuracy at 2R (a plateau below grpo's shows there);
 * ``method.misfiled.<arm>``: the simulator's pool audit at the end (every pooled problem scored
-  with G fresh draws of the final policy; misfiled: it would give a mixed group, or is solved).
+  with G fresh draws of the final policy; misfiled: it would give a mixed group, or is solved);
+* against ``heap`` (the default retest setting; docs/METHOD.md, "What a lower misfiled share
+  costs"): ``method.misfiled_change.<arm>_vs_heap``, the paired per-seed difference of the misfiled
+  share (bootstrap over seeds), and ``method.rollouts_to_target.<arm>_vs_heap``, heap's rollouts over
+  the arm's to grpo's target (= the arm's ratio against grpo over heap's; paired bootstrap).
 
 The arms are :data:`BASELINES` plus ``--arms`` of the candidate list. ``--warm-start`` instead
 measures priority memory across runs (:func:`warm_start_run`): ``method.warm_start.*``, the
@@ -84,6 +88,13 @@ EVIDENCE_ARMS: tuple[Method, ...] = (
     ),
 )
 
+#: The retest share against the misfiled share (docs/METHOD.md, "What a lower misfiled share costs"):
+#: ``heap`` with 0.2 and 0.3 of each batch given to the pools (0.1 is ``heap``).
+RETEST_ARMS: tuple[Method, ...] = (
+    Method("heap_retest02", "heap + retest, retest_fraction=0.2", "heap", 0.2),
+    Method("heap_retest03", "heap + retest, retest_fraction=0.3", "heap", 0.3),
+)
+
 #: The simulator's population for this comparison: the default one, a held-out set of 400
 #: problems, and a budget R of 256,000 rollouts (the arms run 2R).
 PARAMS = SimParams(n_heldout=400)
@@ -128,9 +139,17 @@ def run(params: SimParams, seeds: list[int], arms: list[Method], points: int) ->
         entry["at_budget"] = summarize(accuracy_at(full[m.name], budget))
         entry["misfiled"] = summarize(misfiled[m.name])
         entry["pooled_at_end"] = summarize(pooled[m.name])
+        if "heap" in full and m.name not in {b.name for b in BASELINES}:
+            entry["vs_heap"] = rollouts_to_target_ratio(full[m.name], full["heap"], target_from=grpo_r)
+            entry["misfiled_change_vs_heap"] = summarize(_paired_change(misfiled[m.name], misfiled["heap"]))
         out["arms"][m.name] = entry
     out["wall_s"] = time.perf_counter() - t0
     return out
+
+
+def _paired_change(arm: list[float], base: list[float]) -> list[float]:
+    """Per-seed ``arm − base`` (both in seed order), seeds where either is NaN (empty pools) left out."""
+    return [a - b for a, b in zip(arm, base, strict=True) if not (math.isnan(a) or math.isnan(b))]
 
 
 def warm_start_run(params: SimParams, seeds: list[int], shrink: float, tmp: Path, points: int = 9) -> dict[str, Any]:
@@ -313,11 +332,14 @@ def result_items(out: dict[str, Any], command: str, note: str) -> list[dict[str,
     res = Results(command, note=note, prefix="method.")
     seeds = out["seeds"]
     for arm, e in out["arms"].items():
-        for base in ("grpo", "dapo"):
+        for base in ("grpo", "dapo", "heap"):
             r = e.get(f"vs_{base}")
             if r is None:
                 continue
-            target = 1.5 if base == "grpo" else 1.2
+            line = {"grpo": 1.5, "dapo": 1.2}.get(base)  # issue 35's targets; none against heap
+            goal = {}
+            if line:
+                goal = {"target": f">= {line} with the interval above 1", "met": bool(r.ratio >= line and r.ci_low > 1.0)}
             res.add(
                 f"rollouts_to_target.{arm}_vs_{base}",
                 r.ratio,
@@ -333,8 +355,7 @@ def result_items(out: dict[str, Any], command: str, note: str) -> list[dict[str,
                     f"({out['budget']:,} rollouts), interpolated on {out['points_per_run']} evaluations per run; "
                     "paired bootstrap over seeds (> 1: fewer rollouts than the baseline)"
                 ),
-                target=f">= {target} with the interval above 1",
-                met=bool(r.ratio >= target and r.ci_low > 1.0),
+                **goal,
             )
         f2 = e["final_at_2x"]
         res.add(
@@ -358,6 +379,19 @@ def result_items(out: dict[str, Any], command: str, note: str) -> list[dict[str,
                 pooled_at_end=e["pooled_at_end"]["mean"],
                 target="<= 0.10",
                 met=bool(mf["mean"] <= 0.10),
+            )
+        ch = e.get("misfiled_change_vs_heap")
+        if ch and ch["n"]:
+            res.add(
+                f"misfiled_change.{arm}_vs_heap",
+                ch["mean"],
+                "fraction",
+                ci_low=ch["lo"],
+                ci_high=ch["hi"],
+                ci95=[ch["lo"], ch["hi"]],
+                seeds=seeds,
+                how="the arm's misfiled share minus heap's at 2R, paired per seed (seeds with an empty pool left out); "
+                "95% percentile bootstrap of the mean over seeds (< 0: fewer misfiled than heap)",
             )
     return res.items
 
@@ -445,20 +479,23 @@ def lines(out: dict[str, Any]) -> list[str]:
     text = []
     for arm, e in out["arms"].items():
         parts = [f"{arm:<16}"]
-        for base in ("grpo", "dapo"):
+        for base in ("grpo", "dapo", "heap"):
             r = e.get(f"vs_{base}")
             if r is not None:
                 parts.append(f"vs {base} {r.ratio:.2f}x [{r.ci_low:.2f}, {r.ci_high:.2f}] (censored {r.censored})")
         f2, mf = e["final_at_2x"], e["misfiled"]
         parts.append(f"held-out at 2R {f2['mean']:.3f} [{f2['lo']:.3f}, {f2['hi']:.3f}]")
         parts.append(f"misfiled {mf['mean']:.1%} of {e['pooled_at_end']['mean']:.0f} pooled" if mf["n"] else "pools empty")
+        if (ch := e.get("misfiled_change_vs_heap")) and ch["n"]:
+            parts.append(f"misfiled − heap {ch['mean']:+.1%} [{ch['lo']:+.1%}, {ch['hi']:+.1%}]")
         text.append("; ".join(parts))
     return text
 
 
 def arms_named(names: list[str]) -> list[Method]:
-    """The baselines, then the named arms (``benchmarks.simulate`` METHODS / CANDIDATES, :data:`EVIDENCE_ARMS`)."""
-    known = {m.name: m for m in (*METHODS, *CANDIDATES, *EVIDENCE_ARMS)}
+    """The baselines, then the named arms (``benchmarks.simulate`` METHODS / CANDIDATES, :data:`EVIDENCE_ARMS`,
+    :data:`RETEST_ARMS`)."""
+    known = {m.name: m for m in (*METHODS, *CANDIDATES, *EVIDENCE_ARMS, *RETEST_ARMS)}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SystemExit(f"unknown arm(s) {unknown}; choose from {sorted(known)}")

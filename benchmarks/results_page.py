@@ -121,7 +121,11 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "`final_at_2x.demo_<arm>` is each arm's accuracy at 2R with its difference to grpo (a plateau); "
         "`power.<arm>_vs_<base>.*` (`python -m benchmarks.power DIR`): the standard deviation over seeds of the paired "
         "held-out difference at each kept version, and the seeds a paired test (alpha 0.05, power 0.8) needs to detect "
-        "5 points at the end.",
+        "5 points at the end. "
+        "Against `heap` (the default retest "
+        "setting): `misfiled_change.<arm>_vs_heap`, the arm's misfiled share minus heap's paired per seed (bootstrap), and "
+        "`rollouts_to_target.<arm>_vs_heap`, heap's rollouts over the arm's to grpo's target; arms `heap_retest02` and "
+        '`heap_retest03` are `heap` with retest fraction 0.2 and 0.3 (docs/METHOD.md, "What a lower misfiled share costs").',
     ),
     (
         "sim",

@@ -107,3 +107,24 @@ def test_warm_start_rollouts_to_target_is_cold_over_warm_at_the_cold_runs_final_
     assert item["censored"] == t.censored and item["met"] == (t.ratio >= 1.0) and item["seeds"] == [0, 1, 2]
     assert item["final_cold"] == out["final_cold"]["mean"] and item["final_warm"] == out["final_warm"]["mean"]
     assert math.isclose(item["final_diff_warm_minus_cold"], item["final_warm"] - item["final_cold"], abs_tol=1e-12)
+
+
+def test_arms_against_heap_get_the_paired_misfiled_change_and_the_ratio_of_ratios():
+    out = run(QUICK_PARAMS, [0, 1, 2], arms_named(["heap_retest03"]), points=5)
+    assert "vs_heap" not in out["arms"]["heap"] and "vs_heap" not in out["arms"]["dapo"]
+    arm, heap = out["arms"]["heap_retest03"], out["arms"]["heap"]
+    # heap's rollouts over the arm's = the arm's ratio against grpo over heap's (grpo's rollouts cancel)
+    assert arm["vs_heap"].ratio == pytest.approx(arm["vs_grpo"].ratio / heap["vs_grpo"].ratio)
+    assert arm["vs_heap"].ci_low <= arm["vs_heap"].ratio <= arm["vs_heap"].ci_high
+    change = arm["misfiled_change_vs_heap"]
+    assert change["n"] == 3 and change["mean"] == pytest.approx(arm["misfiled"]["mean"] - heap["misfiled"]["mean"])
+    items = {i["name"]: i for i in result_items(out, "cmd", "note")}
+    assert "target" not in items["method.rollouts_to_target.heap_retest03_vs_heap"]
+    assert items["method.misfiled_change.heap_retest03_vs_heap"]["value"] == change["mean"]
+    assert "method.misfiled_change.heap_vs_heap" not in items
+
+
+def test_paired_change_leaves_out_seeds_with_an_empty_pool():
+    from benchmarks.method import _paired_change
+
+    assert _paired_change([0.3, math.nan, 0.2, 0.1], [0.1, 0.2, math.nan, 0.4]) == pytest.approx([0.2, -0.3])
