@@ -14,7 +14,7 @@ directory ``<sampler>-seed<k>`` under the compare directory, then writes
   arm, and the held-out changes with their intervals.
 
 The files are rewritten after every arm, so a long comparison can be read while it runs.
-``--runs DIR ...`` compares finished runs; arms whose settings differ in anything but the
+``--runs DIR,DIR,...`` (or the flag repeated) compares finished runs; arms whose settings differ in anything but the
 sampler and the seed are refused (:func:`check_arms`).
 """
 

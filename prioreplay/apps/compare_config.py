@@ -111,7 +111,7 @@ class CompareConfig(DemoRunSettings):
     data, seed and rollout budget, then write ``compare.json`` and ``compare.png``.
 
     Every arm is a normal demo run directory under the compare directory
-    (``<sampler>-seed<k>``). ``--runs DIR ...`` compares finished demo runs instead; runs whose
+    (``<sampler>-seed<k>``). ``--runs DIR,DIR,...`` (or the flag repeated) compares finished demo runs instead; runs whose
     settings differ in anything but the sampler and the seed are refused.
     """
 
@@ -132,7 +132,8 @@ class CompareConfig(DemoRunSettings):
         "(1: one after another; more needs cores and about 3.5 GB of memory per arm for SmolLM2)",
     )
     runs: list[Path] = Field(
-        default_factory=list, description="compare these finished demo run directories instead of running new arms"
+        default_factory=list,
+        description="compare these finished demo run directories instead of running new arms (comma list or repeated flag)",
     )
     target_fraction: float = Field(
         0.5,
