@@ -527,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.from_compare:
         items = compare_items(json.loads((a.from_compare / "compare.json").read_text()), command, a.note)
         for i in items:
-            print(i["name"], f"{i['value']:.3f}", f"[{i['ci_low']:.3f}, {i['ci_high']:.3f}]")
+            lo, hi = i.get("ci_low"), i.get("ci_high")
+            print(i["name"], f"{i['value']:.3f}", "(one seed: no interval)" if lo is None else f"[{lo:.3f}, {hi:.3f}]")
         if a.out:
             merge_results(a.out, items)
         return 0
