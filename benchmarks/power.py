@@ -126,6 +126,10 @@ def result_items(compare: dict[str, Any], base: str, delta: float, command: str,
     return res.items
 
 
+def _version(v: float | None) -> str:
+    return "end" if v is None else f"{v:.1f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print σ and the seeds needed per arm and evaluation; with ``--out`` merge the figures into it."""
     from benchmarks.results import merge_results
@@ -150,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             if r["sigma"] is None:
                 continue
             print(
-                f"{arm} - {a.base} at {r['rollouts']:.0f} rollouts (version {r['policy_version'] or 'end'}): mean "
+                f"{arm} - {a.base} at {r['rollouts']:.0f} rollouts (version {_version(r['policy_version'])}): mean "
                 f"{r['mean'] * 100:+.1f} pts, sd {r['sigma'] * 100:.1f} pts over {len(r['diffs'])} seeds -> "
                 f"{seeds_needed(r['sigma'], a.delta):.0f} seeds for {a.delta * 100:g} pts"
             )
