@@ -189,12 +189,12 @@ def test_the_outside_path_pattern_catches_what_it_should():
         "/" + "work/shared/data",  # spelled in two parts: this file names no outside path itself
         "prioreplay load ../shared/data/gsm8k",
         'REPO.parent / "shared"',
-        "/home" + "/alice/x",
-        "/root" + "/.cache",
+        "/" + "home" + "/alice/x",
+        "/" + "root" + "/.cache",
     ):
         assert OUTSIDE.search(bad), bad
     # absolute paths a repository file may name (a container's own, a scratch file), spelled in parts
-    for good in ("WORKDIR " + "/home" + "/prioreplay", "runs/work/x", "docs/METHOD.md", "shared volume", "/" + "tmp/x"):
+    for good in ("WORKDIR " + "/" + "home" + "/prioreplay", "runs/work/x", "docs/METHOD.md", "shared volume", "/" + "tmp/x"):
         assert not OUTSIDE.search(good), good
 
 
