@@ -279,26 +279,20 @@ def rollouts_to_target(by_arm: dict[str, dict[int, dict]], samplers: list[str], 
 
 def final_vs_grpo(by_arm: dict[str, dict[int, dict]], samplers: list[str]) -> dict[str, Any]:
     """The plateau check: each arm's held-out accuracy at its full budget minus ``grpo``'s, paired by
-    seed (mean, 95% t-interval; None with one seed). ``below_grpo`` is True when the interval lies
-    wholly below zero (a plateau under plain GRPO's accuracy). Empty without a ``grpo`` arm."""
-    from prioreplay.intervals import mean_interval
-
+    seed: :func:`against_baseline`'s ``heldout_change`` against ``grpo`` (mean, 95% t-interval, None
+    with one seed; per seed). ``below_grpo`` is True when the interval lies wholly below zero (a
+    plateau under plain GRPO's accuracy). Empty without a ``grpo`` arm."""
     grpo = by_arm.get("grpo") or {}
     out: dict[str, Any] = {}
     for arm in samplers:
-        if arm == "grpo":
+        mine = by_arm.get(arm) or {}
+        if arm == "grpo" or not grpo:
             continue
-        seeds = sorted(
-            k
-            for k, r in by_arm.get(arm, {}).items()
-            if r.get("accuracy_after") is not None and grpo.get(k, {}).get("accuracy_after") is not None
-        )
-        if not seeds:
+        held = against_baseline(mine, grpo, sorted(set(mine) & set(grpo)))["heldout_change"]
+        if held is None:
             continue
-        diffs = [by_arm[arm][k]["accuracy_after"] - grpo[k]["accuracy_after"] for k in seeds]
-        m, lo, hi = mean_interval(diffs)
-        ci = [lo, hi] if len(seeds) > 1 else None
-        out[arm] = {"mean": m, "ci95": ci, "per_seed": diffs, "seeds": seeds, "below_grpo": ci[1] < 0 if ci else None}
+        ci = held["ci95"]
+        out[arm] = {**held, "seeds": sorted(set(mine) & set(grpo)), "below_grpo": ci[1] < 0 if ci else None}
     return out
 
 
