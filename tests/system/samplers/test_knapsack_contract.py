@@ -38,7 +38,7 @@ def server_config() -> ServerConfig:
 
 @pytest.fixture
 def client(server):
-    c = PriorityClient(ClientSettings(server=server.address), max_retries=0)
+    c = PriorityClient(ClientSettings(server=server.address))
     c.register(pb.Problem(id=f"p{i}", prompt=f"{i}+1=", answer=str(i + 1)) for i in range(4))
     yield c
     c.close()
