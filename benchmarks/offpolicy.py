@@ -34,7 +34,7 @@ import torch
 from benchmarks.results import merge_results
 from prioreplay import models
 from prioreplay.learner.batch import token_logprobs
-from prioreplay.learner.loss import grpo_loss
+from prioreplay.learner.loss import LossSettings, grpo_loss
 
 PROMPTS = (
     "What is 17 times 23?",
@@ -129,7 +129,7 @@ def measure(model: str, n: int, max_new: int, lr: float, seed: int, stale_steps:
         for _ in range(stale_steps):
             adv = torch.randint(0, 2, (ids.shape[0],), generator=g).float() * 2 - 1
             lp, _ = token_logprobs(learner, ids, attn)
-            loss, _ = grpo_loss(lp, mu, adv, mask, correction="none")
+            loss, _ = grpo_loss(lp, mu, adv, mask, LossSettings(correction="none"))
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -49,7 +49,8 @@ def publish_figures(run_dir: str | os.PathLike, checkpoint_every: int = 10) -> d
         FileNotFoundError: no learner.jsonl in ``run_dir``.
     """
     run_dir = Path(run_dir)
-    steps = [json.loads(x) for x in (run_dir / "learner.jsonl").read_text().splitlines() if x.strip()]
+    lines = [json.loads(x) for x in (run_dir / "learner.jsonl").read_text().splitlines() if x.strip()]
+    steps = [r for r in lines if not r.get("end")]  # the run's end line is not a step
     compute = sum(float(r.get("compute_s") or 0.0) for r in steps)
     publish = sum(float(r.get("publish_s") or 0.0) for r in steps)
     ckpt_in_steps = sum(float(r.get("checkpoint_s") or 0.0) for r in steps)

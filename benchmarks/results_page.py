@@ -10,7 +10,7 @@ it measures, its commands and every figure. The page is generated, never edited 
     python -m benchmarks.results_page            # rewrite benchmarks/RESULTS.md
     python -m benchmarks.results_page --check    # exit 1 when the committed page is out of date
 
-``tests/unit/test_docs.py`` checks that the committed page equals what this writes now.
+``tests/unit/project/test_docs.py`` checks that the committed page equals what this writes now.
 """
 
 from __future__ import annotations
@@ -128,6 +128,38 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         '`heap_retest03` are `heap` with retest fraction 0.2 and 0.3 (docs/METHOD.md, "What a lower misfiled share costs").',
     ),
     (
+        "method.estimator",
+        "Is rollouts to target honest? The estimator on simulated identical arms",
+        '`python -m benchmarks.estimator` (docs/METHOD.md, "How the figures are measured"): 200 simulated experiments of two '
+        "identical arms, each a held-out learning curve to 2R with seed-to-seed spread and the binomial noise of its "
+        "held-out evaluations, so the true ratio is 1. `null_median`: the median of the experiment's rollouts-to-target "
+        "ratio; `null_coverage`: the share of experiments whose 95% interval covers 1. The bare names are the default "
+        "estimator of `prioreplay compare` (each seed's target the mean of grpo's accuracy at R over its other seeds; the "
+        "geometric mean of per-seed ratios with a t-interval of the mean log ratio); `fixed.*`: a held-out accuracy fixed "
+        "before the runs, the same ratio and interval; `old.*`: grpo's own accuracy at R as the target with a paired "
+        "percentile bootstrap, the estimator of the earlier real-run figures, which favours the baseline. Without "
+        "`demo.`: 6 seeds and 256 held-out problems at 9 points; `demo.*`: 3 seeds, 64 problems and 7 points, the design "
+        "of the first real comparison.",
+    ),
+    (
+        "method.sim_vs_real",
+        "The simulator's prediction for a real comparison, to set beside the real runs",
+        '`python -m benchmarks.sim_vs_real --protocol P --seeds 40` (docs/METHOD.md, "How the figures are measured"): a '
+        "real `prioreplay compare` rebuilt in the simulator with the real learner's model (a trajectory queue, a step of 4 "
+        "groups per 2 leases' generation time, groups more than 4 versions old dropped, generation paced at K learner "
+        "batches or not, Adam-like steps), read as compare reads it (each seed's target grpo's mean held-out accuracy at R "
+        "over its other seeds; geometric mean of per-seed ratios with a t-interval of the log ratio). "
+        "`<arm>.predicted`: the arm's rollouts to target against grpo (value; 1 for grpo) with `vs_dapo` beside it, "
+        "`ci95` over the 40 simulated seeds and `real_seeds_ci95` the interval a real comparison of the protocol's seeds "
+        "would show around the same centre, and `trained_share`/`stale_share` of the groups queued for the learner. "
+        "Bare names: the `decision` protocol (512 problems of arithmetic's `tiers` set, G = 4, B = 8, 4 groups a step, "
+        "2R = 3,072 rollouts, 9 evaluations of 256 problems, 6 real seeds, paced K = 1); `demo.*`: the first real "
+        "comparison (64 easy problems, 2R = 768, 7 evaluations of 64 problems, 3 seeds, unpaced); `*_exact.*`: the same "
+        "with the held-out accuracy read without evaluation noise (the learning dynamics alone; `demo_paced_exact`: the "
+        "demo paced at K = 1). `<arm>` without `.predicted` (`--measured compare.json`): a real comparison's measured "
+        "ratios beside the prediction, both with their intervals.",
+    ),
+    (
         "sim",
         "Simulated learner: the paper's samplers",
         "`benchmarks/simulate.py` drives the real `MemoryStore` (its samplers, pools and statistics) with latent success "
@@ -220,6 +252,16 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "(3 pairs, t-interval). `learner_wait_share*` (`benchmarks/learner_overlap.py`): a learner on the tiny model with "
         "every group queued before the first step, prefetch on and off, 8 blocks of 10 steps; `learner_publish_stall_share*`: "
         "the same with `--background-publish` and without.",
+    ),
+    (
+        "pacing",
+        "The pace bound on a fleet: idle workers against stale groups",
+        '`python -m benchmarks.pacing` (docs/USAGE.md, "Pacing"): a real in-process server (memory store, '
+        "`--pace-batches K`, K = 0: no bound) with 8 simulated workers (leases of 4, 0.4 s to generate one) and a "
+        "simulated learner (batches of 8, dropping groups more than 4 versions old) on threads, 5 s per run. "
+        "`pacing.r<r>.k<K>.*`: r = fleet production / learner consumption (2: the learner slower, 0.5: faster). "
+        "`worker_wait_share`: worker time held by the bound; `stale_share`: stale / pulled; `trained_share`: "
+        "trained / generated; `staleness_mean`: versions, trained groups. One run each on a shared 2-core machine.",
     ),
     (
         "integration",
@@ -329,7 +371,7 @@ def render(entries: list[dict]) -> str:
         "<!-- Generated by `python -m benchmarks.results_page` from benchmarks/results.json; do not edit. -->",
         "",
         f"Every figure in `benchmarks/results.json` ({len(entries):,} of them), generated by "
-        "`python -m benchmarks.results_page`; `tests/unit/test_docs.py` checks that this page is current. "
+        "`python -m benchmarks.results_page`; `tests/unit/project/test_docs.py` checks that this page is current. "
         "Each section says how its figures are measured and gives the commands that produced them "
         "(`SCRATCH_DIR`, `RUN`, `MAIN` and `runs/...` stand for directories of the run). Most were measured on "
         "a 2-core machine, often shared with other jobs (each command's note says): read ratios measured side by side, "

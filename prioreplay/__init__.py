@@ -8,14 +8,3 @@ Heavy modules (torch, transformers, grpc) are imported only by the roles that ne
 """
 
 __version__ = "0.1.0"
-
-from pathlib import Path as _Path
-
-# From a source checkout, services/<role>/ is prioreplay.<role> also where this folder comes first on
-# sys.path (``python -m ...`` or pytest in the repository root shadow the installed link tree, the only
-# place that holds both): the roles' folder joins the package's search path. An installed wheel has no
-# services/ beside it and adds nothing (docs/INTERFACES.md, "Static tools").
-_services = _Path(__file__).resolve().parent.parent / "services"
-if (_services / "priority_server" / "__init__.py").is_file() and str(_services) not in __path__:
-    __path__.append(str(_services))
-del _Path, _services

@@ -221,21 +221,31 @@ class PriorityClient:
             InvalidArgument: a malformed problem, or (without ``replace``) ids registered with
                 another prompt or answer (the message names them, ``--id-prefix`` and ``--replace``).
             StoreUnavailable: the server or its store cannot be reached.
+            Exception: whatever ``problems`` raised while it was read (e.g. InvalidArgument naming
+                a dataset's file and line), unchanged; chunks sent before it stay registered.
         """
+
+        failed: list[Exception] = []  # an error of the problems' own iterator (a malformed line, named file:line)
 
         def chunks() -> Iterator[pb.RegisterProblemsRequest]:
             buf: list[pb.Problem] = []
-            for p in problems:
-                buf.append(p)
-                if len(buf) >= chunk_size:
-                    yield pb.RegisterProblemsRequest(problems=buf, replace=replace)
-                    buf = []
+            try:
+                for p in problems:
+                    buf.append(p)
+                    if len(buf) >= chunk_size:
+                        yield pb.RegisterProblemsRequest(problems=buf, replace=replace)
+                        buf = []
+            except Exception as e:
+                failed.append(e)
+                raise  # gRPC cancels the stream: no partial batch is sent as if it were the whole
             if buf:
                 yield pb.RegisterProblemsRequest(problems=buf, replace=replace)
 
         try:
             return self.stub.RegisterProblems(chunks(), timeout=None, metadata=self._metadata)
         except grpc.RpcError as e:
+            if failed:  # the iterator's own error, not gRPC's "Exception iterating requests!"
+                raise failed[0] from None
             raise map_rpc_error(e, "RegisterProblems", self.settings.max_message_mb) from None
 
     def sample(
@@ -372,15 +382,25 @@ class PriorityClient:
         return total
 
     def pull(
-        self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner", include_own_pending: bool = False
+        self,
+        max_groups: int,
+        wait_s: float = 0.0,
+        consumer: str = "learner",
+        include_own_pending: bool = False,
+        batch_groups: int = 0,
     ) -> pb.PullTrajectoriesResponse:
-        """Pull up to ``max_groups`` trajectory groups, waiting up to ``wait_s`` seconds for one."""
+        """Pull up to ``max_groups`` trajectory groups, waiting up to ``wait_s`` seconds for one.
+
+        ``batch_groups``: the learner's batch in groups, declared to a server with a pace bound
+        (``PullTrajectoriesRequest.learner_batch_groups``; 0: not declared).
+        """
         req = pb.PullTrajectoriesRequest(
             max_groups=max_groups,
             wait_s=wait_s,
             consumer=consumer,
             include_own_pending=include_own_pending,
             max_response_bytes=self.settings.max_message_mb * 1024 * 1024,
+            learner_batch_groups=batch_groups,
         )
         return self._call("PullTrajectories", self.stub.PullTrajectories, req, timeout=self.settings.rpc_timeout_s + wait_s)
 

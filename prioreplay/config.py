@@ -9,7 +9,7 @@ a bad value fails at start-up with the field, the value and the allowed range.
 One definition per setting: a setting that several commands take is declared once, with its
 bounds and help, and composed by the others: the shared types :data:`Seed` and :data:`LogLevel`
 here, and :func:`setting` for a field another command's model declares (``prioreplay demo`` takes
-the worker's ``group_size`` that way). ``tests/unit/test_settings.py`` fails when two models declare
+the worker's ``group_size`` that way). ``tests/unit/config/test_settings.py`` fails when two models declare
 the same setting with different bounds, types or defaults.
 
 This module imports only pydantic: ``prioreplay --help`` must stay fast.
@@ -74,7 +74,7 @@ def setting(owner: type[BaseModel], name: str, default: Any = ..., default_facto
         name: the field's name in ``owner``.
         default: this command's own default instead of the owner's (``...``: the owner's). A model
             that gives one names the field and the reason in its ``own_defaults`` class variable,
-            which ``tests/unit/test_settings.py`` reads; bounds and help stay the owner's.
+            which ``tests/unit/config/test_settings.py`` reads; bounds and help stay the owner's.
         default_factory: as ``default``, for a mutable default (a list).
 
     Raises:

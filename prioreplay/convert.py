@@ -15,10 +15,10 @@ through these functions, so a field added to the proto is written down once:
 =====================================  ==============================================================
 
 The lean ``ReportOutcomes`` path (``prioreplay.priority_server.wire.report_groups``) reads the same
-fields from the received bytes for speed; ``tests/system/test_lean_report.py`` checks that it
+fields from the received bytes for speed; ``tests/system/server/test_report_bytes_over_grpc.py`` checks that it
 gives exactly what :func:`outcome_to_group` gives. The servicer answers SampleProblems with
 ``wire.lease_response``, which writes the bytes of :func:`lease_to_proto`'s message from the
-``Problem`` bytes of :func:`problem_bytes` (``tests/unit/test_lean_sample.py``).
+``Problem`` bytes of :func:`problem_bytes` (``tests/unit/wire/test_sample_bytes_path.py``).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Unauthenticated(PrioreplayError):
 
 #: The bounded ``kind`` label of ``prioreplay_store_errors_total``: the reasons of
 #: :class:`StoreUnavailable` and ``logic`` (:class:`Internal`).
-STORE_ERROR_KINDS = ("unreachable", "read_only", "out_of_memory", "busy", "logic")
+STORE_ERROR_KINDS = ("unreachable", "read_only", "out_of_memory", "busy", "evicting", "logic")
 
 
 class StoreUnavailable(PrioreplayError):
@@ -58,7 +58,8 @@ class StoreUnavailable(PrioreplayError):
     ``kind`` says why (a bounded label, ``prioreplay_store_errors_total{kind}``): ``unreachable``
     (connection refused, reset or timed out; Redis loading its data), ``read_only`` (a replica,
     or a primary that lost its replicas under ``min-replicas-to-write``), ``out_of_memory`` (over
-    ``maxmemory``), ``busy`` (a script or a cluster failover in progress). The server answers
+    ``maxmemory``), ``busy`` (a script or a cluster failover in progress), ``evicting`` (a Redis whose
+    ``maxmemory-policy`` deletes keys when memory is full: nothing is served from it). The server answers
     UNAVAILABLE and reports health NOT_SERVING until the store accepts writes again.
     """
 

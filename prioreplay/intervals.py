@@ -8,6 +8,9 @@
   the pairs).
 * :func:`bootstrap_ratio`: the ratio of two arms' means across seeds (percentile bootstrap over
   seeds, each arm resampled on its own), e.g. heap's effective-group fraction over uniform's.
+* :func:`mean_interval`: a mean over seeds with its Student-t interval; :func:`ratio_interval`:
+  per-seed ratios (e.g. rollouts to target, baseline over arm) as a geometric mean with the
+  t-interval of their mean log, exponentiated.
 """
 
 from __future__ import annotations
@@ -157,5 +160,38 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     if n == 1:
         return m, m, m
     s = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
-    t = _T975[n - 2] if n - 1 <= len(_T975) else Z95
+    t = t975(n - 1)
     return m, m - t * s / math.sqrt(n), m + t * s / math.sqrt(n)
+
+
+def t975(df: int) -> float:
+    """Student's t 97.5% quantile for ``df`` >= 1 degrees of freedom (the normal's beyond 30).
+
+    Raises:
+        ValueError: ``df`` < 1.
+    """
+    if df < 1:
+        raise ValueError(f"degrees of freedom ({df}) must be >= 1")
+    return _T975[df - 1] if df <= len(_T975) else Z95
+
+
+def ratio_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """Per-seed ratios summarised on the log scale: exp(mean log r) with exp(mean ± t·s/√n).
+
+    A ratio and its reciprocal are treated alike (log r is symmetric where r/(1/r) is not), so
+    identical arms give a centre near 1 whichever is the numerator; the t quantile has n − 1
+    degrees of freedom (:func:`mean_interval`). One ratio gives the point as its own interval.
+
+    Returns:
+        (geometric mean, low, high).
+
+    Raises:
+        ValueError: no ratios, or a ratio that is not finite and > 0 (its log is undefined).
+    """
+    if not ratios:
+        raise ValueError("ratio_interval needs at least one ratio")
+    bad = [r for r in ratios if not (math.isfinite(r) and r > 0)]
+    if bad:
+        raise ValueError(f"ratio_interval needs finite ratios > 0 (got {bad[0]!r}); leave out seeds without a ratio")
+    m, lo, hi = mean_interval([math.log(r) for r in ratios])
+    return math.exp(m), math.exp(lo), math.exp(hi)

@@ -192,9 +192,26 @@ def load_plugin(target: str) -> Callable[..., Any]:
         raise InvalidArgument(f"reward plugin {target!r} cannot be imported ({type(exc).__name__}: {exc}); {fix}") from None
     func = getattr(module, fn, None)
     if not callable(func):
-        raise InvalidArgument(f"reward plugin {target!r}: {where} has no function {fn!r}; name a callable defined there")
+        defined = _functions_defined(module)
+        raise InvalidArgument(
+            f"reward plugin {target!r}: {where} has no function {fn!r}; name a callable defined there ("
+            + (f"it defines {', '.join(defined)}" if defined else "it defines no function")
+            + ")"
+        )
     _check_callable(target, func)
     return func
+
+
+def _functions_defined(module: Any) -> list[str]:
+    """The public functions ``module`` defines itself (not those it imports), sorted: what a
+    ``--reward`` target could name there."""
+    import inspect
+
+    return sorted(
+        name
+        for name, value in vars(module).items()
+        if inspect.isfunction(value) and not name.startswith("_") and value.__module__ == module.__name__
+    )
 
 
 def _check_callable(target: str, func: Callable[..., Any]) -> None:

@@ -14,7 +14,7 @@ arithmetic, so both stores agree bit for bit (the differential test checks it). 
 here and its twin together:
 
 =========================  =========================================================================
-Python                     Lua twin (``services/priority_server/lua/``)
+Python                     Lua twin (``services/priority_server/store/redis/lua/``)
 =========================  =========================================================================
 :func:`priority`           ``lib.lua``: ``local function priority``
 :func:`update_stats`       ``report.lua``: the three ``n = lam * tonumber(n) + G`` lines (the sums
@@ -51,6 +51,13 @@ from prioreplay.errors import InvalidArgument
 
 #: A variance at most this fraction of m2 is rounding error of m2 − m1², i.e. 0 (see priority()).
 ZERO_VARIANCE_REL = 1e-12
+
+#: Rewards of one group are "all equal" when max − min <= this × max(1, max |r|): a few float32
+#: ulps (float32 spacing is 6e-8 just below 1, 1.2e-7 above), so a group that is constant in
+#: exact arithmetic is constant in float32 and float64 alike (7 × 0.3 and 0.1 + 0.2 is; a float32
+#: mean of 8 × 0.35 leaves a residue of 3e-8). One definition for :func:`classify` and the
+#: learner's ``group_advantages``; far below any difference a reward function means (rewards are in [0, 1]).
+EQUAL_REWARDS_TOL = 1e-6
 
 #: Priority of a problem never tested: the largest possible variance of a reward in [0, 1].
 MAX_PRIORITY = 0.25
@@ -233,18 +240,26 @@ def priority(stats: Stats, params: PriorityParams) -> float:
     return v
 
 
+def rewards_equal(a: float, b: float) -> bool:
+    """Whether two rewards are equal within :data:`EQUAL_REWARDS_TOL` (relative above 1):
+    ``|a − b| <= EQUAL_REWARDS_TOL · max(1, |a|, |b|)``."""
+    return abs(a - b) <= EQUAL_REWARDS_TOL * max(1.0, abs(a), abs(b))
+
+
 def classify(rewards: Sequence[float]) -> GroupKind:
     """The kind of a non-empty group: mixed (variance > 0), all-correct, all-wrong, or constant.
 
     Only a MIXED group has a GRPO gradient (the advantages r_i − p are not all zero); a group of
-    one completion is never mixed.
+    one completion is never mixed. Rewards within :data:`EQUAL_REWARDS_TOL` of each other are
+    equal (:func:`rewards_equal`), so the verdict does not depend on float32 or float64 rounding
+    or on the order of the rewards.
     """
-    first = rewards[0]
-    if any(r != first for r in rewards):
+    low, high = min(rewards), max(rewards)
+    if not rewards_equal(low, high):
         return GroupKind.MIXED
-    if first == 1.0:
+    if rewards_equal(low, 1.0) and rewards_equal(high, 1.0):
         return GroupKind.ALL_CORRECT
-    if first == 0.0:
+    if rewards_equal(low, 0.0) and rewards_equal(high, 0.0):
         return GroupKind.ALL_WRONG
     return GroupKind.CONSTANT
 

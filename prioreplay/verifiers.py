@@ -128,7 +128,7 @@ def normalize_numbers(text: str) -> str:
     "-" (U+2212 "−5" → "-5"), currency signs are dropped ("-$5", "$-5", "€1,000" → "-5", "-5",
     "1,000"), thin/no-break spaces between digit groups are removed ("1 000" → "1000").
     Thousands commas, trailing units and periods are left for :data:`_NUMBER_RE`, which reads
-    past them. The cases are tabulated in ``tests/unit/test_verifiers.py``.
+    past them. The cases are tabulated in ``tests/unit/worker/test_verifiers.py``.
     """
     text = text.translate(_DASHES)
     text = _CURRENCY_RE.sub("", text)

@@ -110,7 +110,7 @@ def manifest_files(manifest: Any, uri: str) -> list[str]:
 
 # -- serving -------------------------------------------------------------------------------------
 class _PublishedFilesHandler(BaseHTTPRequestHandler):
-    """GET/HEAD of ``/v-N/<file>`` under ``server.root``; 404 for anything else."""
+    """GET/HEAD of ``/v-N/<file>`` under ``self.server.root``; 404 for anything else."""
 
     server: _WeightsHTTPServer
     protocol_version = "HTTP/1.1"

@@ -151,7 +151,7 @@ async def _store_maker(kind: str, redis_url: str | None = None, namespace: str |
         spec = "memory" if kind == "memory" else redis_url
         if kind == "redis":
             kw.setdefault("namespace", namespace)
-        store = create_store(spec, config or StoreConfig(), clock=clock or time.time, **kw)
+        store = create_store(spec, config or StoreConfig(), clock=clock, **kw)  # None: Redis's own clock
         made.append(store)
         return store
 
@@ -250,11 +250,13 @@ class ServerProcess:
     """A ``prioreplay server`` subprocess for fault tests; stderr is collected in :attr:`log`.
 
     ``args`` are extra CLI flags; ``port`` 0 picks a free port once, so :meth:`restart` binds the
-    same one. Always :meth:`kill` it in a ``finally`` block.
+    same one; ``clock_skew_s``: its wall clock runs that many seconds off (``tests/support/skewed_clock.py``).
+    Always :meth:`kill` it in a ``finally`` block.
     """
 
-    def __init__(self, *args: str, port: int = 0, metrics_port: int = 0, env: dict | None = None):
+    def __init__(self, *args: str, port: int = 0, metrics_port: int = 0, env: dict | None = None, clock_skew_s: float = 0.0):
         self.args = list(args)
+        self.clock_skew_s = clock_skew_s
         self.port = port or free_port()
         self.metrics_port = metrics_port
         self.env = {**os.environ, **(env or {})}
@@ -273,10 +275,11 @@ class ServerProcess:
         import sys
         import threading
 
+        launcher = ["tests.support.skewed_clock", str(self.clock_skew_s)] if self.clock_skew_s else ["prioreplay.apps.cli"]
         cmd = [
             sys.executable,
             "-m",
-            "prioreplay.apps.cli",
+            *launcher,
             "server",
             "--host",
             "127.0.0.1",

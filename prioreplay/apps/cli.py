@@ -27,6 +27,7 @@ class Command:
     run: str  # "module:function"
     help: str
     extra: str = ""
+    holds_stop: bool = False  # a stop signal before run() installs its handler is kept for it (process.hold_stop_signals)
 
 
 COMMANDS: dict[str, Command] = {
@@ -50,12 +51,14 @@ COMMANDS: dict[str, Command] = {
         "prioreplay.rollout_worker.main:run",
         "lease problems, generate G completions each, verify, report",
         extra="worker",
+        holds_stop=True,
     ),
     "learner": Command(
         "prioreplay.learner.config:LearnerConfig",
         "prioreplay.learner.main:run",
         "pull trajectory groups, run GRPO steps, publish policy versions",
         extra="learner",
+        holds_stop=True,
     ),
     "demo": Command(
         "prioreplay.apps.demo_config:DemoConfig",
@@ -225,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if name in ("-h", "--help", "help", "-V", "--version"):
             return _about(name)
+        if name in COMMANDS and COMMANDS[name].holds_stop and not ({"-h", "--help"} & set(argv)):
+            from prioreplay.process import hold_stop_signals
+
+            hold_stop_signals()  # a SIGTERM while the settings parse and the model loads is a stop, not a kill
         config = parse(name, argv[1:])
         return int(_load(COMMANDS[name].run)(config) or 0)
     except PrioreplayError as e:

@@ -7,9 +7,10 @@ directory ``<sampler>-seed<k>`` under the compare directory, then writes
 * ``compare.json``: per run and per arm (mean and 95% Student-t interval across seeds) the
   effective-group fraction, mixed groups per 1,000 rollouts, useful (mixed-group) rollouts, mean
   reward, held-out accuracy change (with each run's Newcombe interval), forgetting events,
-  breakthroughs and unseen problems; per arm against the baseline (``dapo``, i.e. ``uniform``,
-  when compared, else the last arm) the ratio of effective-group fractions with a paired bootstrap interval
-  across seeds;
+  breakthroughs, unseen problems and the trained share (groups trained / groups queued for the
+  learner; each run's ``groups``: where every generated group went, docs/METHOD.md); per arm
+  against the baseline (``dapo``, i.e. ``uniform``, when compared, else the last arm) the ratio of
+  effective-group fractions with a paired bootstrap interval across seeds;
 * ``compare.png``: those figures over rollouts consumed, the served-priority distribution per
   arm, and the held-out changes with their intervals.
 
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from prioreplay.apps.compare_config import CompareConfig, arm_name, arm_settings
+from prioreplay.apps.compare_target import rollouts_to_target, target_lines, target_summary
 from prioreplay.errors import InvalidArgument
 
 log = logging.getLogger("prioreplay.apps.compare")
@@ -42,6 +44,7 @@ ARM_KEYS = (
     "pool_evidence",
     "age_decay",
     "heap_age_decay",
+    "unseen_prior",
     "off_policy_correction",
     "seed",
     "run_dir",
@@ -49,6 +52,7 @@ ARM_KEYS = (
     "log_level",
     "threads",
     "report_to",
+    "keep_trainer_state",
 )
 
 
@@ -67,6 +71,7 @@ def check_arms(reports: list[dict[str, Any]]) -> None:
 
     # a setting a run lacks (made before the setting existed) ran as its default
     defaults = {k: f.default for k, f in DemoConfig.model_fields.items() if isinstance(f.default, (bool, int, float, str))}
+    defaults["pace_batches"] = 0  # a run from before the pace bound ran unpaced, whatever the default is now
     ref = reports[0]
     ref_cfg = {k: v for k, v in ref["config"].items() if k not in ARM_KEYS}
     for rep in reports[1:]:
@@ -127,6 +132,9 @@ def run_metrics(report: dict[str, Any]) -> dict[str, Any]:
         "useful_rollouts": final["groups_mixed"] * cfg["group_size"],
         "mean_reward": reward_sum / completions if completions else 0.0,
         "learner_steps": report["steps"][-1]["step"] if report.get("steps") else 0,
+        # trained / queued for the learner (demo_report.group_accounting; None for a run from before the counting)
+        "trained_share": (report.get("groups") or {}).get("trained_share"),
+        "groups": report.get("groups"),
         "unseen_at_end": final.get("unseen"),
         "problems": final["problems"],
         "accuracy_before": report.get("accuracy_before"),
@@ -179,14 +187,17 @@ _SUMMED = (
     "pool_misfiled_share",
     "pool_lost_opportunity_share",
     "accuracy_after",
+    "trained_share",
 )
 
 
-def summarize(runs: list[dict[str, Any]], samplers: list[str], target_fraction: float = 0.5) -> dict[str, Any]:
+def summarize(
+    runs: list[dict[str, Any]], samplers: list[str], target_fraction: float = 0.5, target_accuracy: float | None = None
+) -> dict[str, Any]:
     """Per-arm means with 95% intervals across seeds, and each arm's effective-group-fraction ratio
-    against the baseline over the seeds every arm finished (paired bootstrap); with a ``grpo`` arm
-    and held-out curves, rollouts to target (``grpo``'s accuracy at ``target_fraction`` of the
-    budget) and the plateau check at the full budget."""
+    against the baseline over the seeds every arm finished (paired bootstrap); with held-out
+    curves, rollouts to target (:func:`rollouts_to_target`; ``target`` says how the target was
+    fixed) and, with a ``grpo`` arm, the plateau check at the full budget."""
     from prioreplay.intervals import bootstrap_ratio, mean_interval
 
     by_arm = {s: {r["seed"]: r for r in runs if r["sampler"] == s} for s in samplers}
@@ -217,7 +228,8 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str], target_fraction: 
         }  # one seed: no spread, no interval
     return {
         "target_fraction": target_fraction,
-        "rollouts_to_target": rollouts_to_target(by_arm, samplers, target_fraction),
+        "target": target_summary(by_arm, target_fraction, target_accuracy),
+        "rollouts_to_target": rollouts_to_target(by_arm, samplers, target_fraction, target_accuracy),
         "final_vs_grpo": final_vs_grpo(by_arm, samplers),
         "arms": arms,
         "baseline": baseline,
@@ -225,56 +237,6 @@ def summarize(runs: list[dict[str, Any]], samplers: list[str], target_fraction: 
         "effective_group_fraction_ratio": ratios,
         "vs_baseline": {s: against_baseline(by_arm[s], by_arm[baseline], common) for s in samplers if s != baseline},
     }
-
-
-def rollouts_to_target(by_arm: dict[str, dict[int, dict]], samplers: list[str], target_fraction: float = 0.5) -> dict[str, Any]:
-    """Each arm's rollouts to the held-out accuracy ``grpo`` reaches at ``target_fraction`` of its
-    rollout budget (0.5: at R of a 2R budget, read off its curve; 1: at the full budget), against
-    ``grpo`` and ``dapo`` (:mod:`prioreplay.curves`: interpolated on the runs' ``heldout_curve``,
-    paired bootstrap over seeds; > 1: fewer rollouts). Empty without a ``grpo`` arm or without
-    curves of >= 5 points (``--eval-points 3`` or more).
-
-    Raises:
-        ValueError: ``target_fraction`` outside (0, 1].
-    """
-    if not 0.0 < target_fraction <= 1.0:
-        raise ValueError(f"target_fraction must be in (0, 1] (got {target_fraction!r}); 0.5 reads grpo's accuracy at R of 2R")
-    from prioreplay.curves import MIN_EVAL_POINTS, curves_from_points, rollouts_to_target_ratio
-
-    def curves(arm: str) -> dict:
-        out = {}
-        for seed, run in by_arm.get(arm, {}).items():
-            pts = [(p["rollouts"], p["accuracy"]) for p in run.get("heldout_curve") or [] if p.get("accuracy") is not None]
-            if len(pts) >= MIN_EVAL_POINTS:
-                out[seed] = curves_from_points(pts)
-        return out
-
-    grpo = curves("grpo")
-    if "grpo" not in samplers or not grpo:
-        return {}
-    # R per seed: the fraction of grpo's budget (of its last evaluation for a run without a rollout budget)
-    target_at = None
-    if target_fraction < 1.0:
-        runs = by_arm["grpo"]
-        target_at = {s: target_fraction * (runs[s].get("rollout_budget") or c.rollouts[-1]) for s, c in grpo.items()}
-    out: dict[str, Any] = {}
-    for arm in samplers:
-        for base in ("grpo", "dapo"):
-            mine, theirs = curves(arm), curves(base)
-            if arm == base or not theirs or not (set(mine) & set(theirs) & set(grpo)):
-                continue
-            r = rollouts_to_target_ratio(mine, theirs, target_from=grpo, target_at=target_at)
-            out[f"{arm}_vs_{base}"] = {
-                "ratio": r.ratio,
-                "ci_low": r.ci_low,
-                "ci_high": r.ci_high,
-                "per_seed": list(r.per_seed),
-                "seeds": list(r.seeds),
-                "censored": r.censored,
-                "targets": list(r.targets),
-                "no_gain": list(r.no_gain),
-            }
-    return out
 
 
 def final_vs_grpo(by_arm: dict[str, dict[int, dict]], samplers: list[str]) -> dict[str, Any]:
@@ -354,18 +316,14 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             )
         if "pool_misfiled_share" in arm:
             line += f", pool misfiled {arm['pool_misfiled_share']['mean']:.0%}"
+        if "trained_share" in arm:  # trained / queued for the learner
+            line += f", trained share {arm['trained_share']['mean']:.0%}"
         if "accuracy_change" in arm:
             a = arm["accuracy_change"]
             line += f", held-out change {a['mean'] * 100:+.1f} pts [{a['ci95'][0] * 100:+.1f}, {a['ci95'][1] * 100:+.1f}]"
         lines.append(line)
     lines += _baseline_lines(summary)
-    at = f"its accuracy at {summary.get('target_fraction', 1.0):g} of the budget"
-    for name, r in summary.get("rollouts_to_target", {}).items():
-        lines.append(
-            f"rollouts to grpo's held-out target ({at}), {name.replace('_vs_', ' vs ')}: {r['ratio']:.2f}x "
-            f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}] over seeds {r['seeds']} (censored {r['censored']}; > 1: fewer rollouts; "
-            f"left out, grpo no better than at its start: {r['no_gain'] or 'none'})"
-        )
+    lines += target_lines(summary)
     for s, r in summary.get("final_vs_grpo", {}).items():
         lines.append(
             f"{s} - grpo held-out accuracy at the full budget: {r['mean'] * 100:+.1f} pts ({_ci(r['ci95'], 100.0)} over seeds "
@@ -414,7 +372,8 @@ def write(root: Path, cfg: dict[str, Any], samplers: list[str], reports: list[di
     from prioreplay.apps.compare_figure import render
 
     runs = [run_metrics(r) for r in reports]
-    out = {"config": cfg, "samplers": samplers, "runs": runs, **summarize(runs, samplers, cfg.get("target_fraction", 0.5))}
+    summary = summarize(runs, samplers, cfg.get("target_fraction", 0.5), cfg.get("target_accuracy"))
+    out = {"config": cfg, "samplers": samplers, "runs": runs, **summary}
     (root / "compare.json").write_text(json.dumps(out, indent=1, default=str))
     render(out, root / "compare.png")
     return out
@@ -470,11 +429,15 @@ def _run_concurrently(arms) -> list[int]:
             )
     try:
         return [p.wait() for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
+    finally:  # every arm at once: each stops its children within a bounded time (demo_children)
+        running = [p for p in procs if p.poll() is None]
+        for p in running:
+            p.terminate()
+        for p in running:
+            try:
                 p.wait(120)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 def load_report(run_dir: Path) -> dict[str, Any]:
@@ -496,6 +459,8 @@ def run(cfg: CompareConfig) -> int:
     from prioreplay.process import setup_logging
 
     setup_logging("INFO")
+    if not cfg.runs:
+        demo.read_datasets(cfg)  # a malformed line ends here, with its file:line, before any folder is written
     root = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / f"compare-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     root.mkdir(parents=True, exist_ok=True)
     settings = json.loads(cfg.model_dump_json())

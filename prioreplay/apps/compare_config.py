@@ -3,28 +3,38 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 
 from prioreplay.apps.demo_config import DemoRunSettings, worker_seed
-from prioreplay.config import SEED_MAX
+from prioreplay.config import SEED_MAX, setting
 from prioreplay.priority_server import samplers as _samplers
 
 #: Arms beyond the samplers: a sampler run with other server settings, by name. The rows are the
 #: retest settings the decision rule (docs/METHOD.md, "How a default is chosen") judges against the same sampler
 #: without them (``heap-version-retests``: the paper's heap with retests due one policy version
 #: after a problem's last test, ``--retest-versions 1``).
-#: The baselines (docs/METHOD.md, "How the figures are measured"): ``grpo`` is plain GRPO as TRL
-#: runs it, uniform problems with every group in the learner's batch, zero-variance ones included
-#: (the server queues them, the learner trains on their zero advantages); ``dapo`` is ``uniform`` as
-#: every other arm runs, zero-variance groups dropped and the batch filled with further mixed
-#: groups (DAPO's dynamic sampling). ``--samplers uniform`` names the ``dapo`` arm.
-SETTING_ARMS: dict[str, tuple[str, dict[str, int | bool | float]]] = {
+#: The baselines as the literature runs them (docs/METHOD.md, "How the figures are measured"), each
+#: under the pace bound every compared run has (``--pace-batches``, 1 by default: nothing generated
+#: goes stale): ``grpo`` is plain GRPO as TRL runs it: uniform problems, every generated group
+#: queued and trained once, in report order, zero-variance ones included (their advantages are zero);
+#: ``dapo`` is DAPO's dynamic sampling: uniform problems, zero-variance groups filtered at
+#: generation (the server does not queue them, their place in the bound is leased again at once) until
+#: a learner batch of mixed groups is queued, then one step. ``heap-grpo`` is the paper's heap with
+#: GRPO's training rule (zero-variance groups queued and trained), so that prioritization is
+#: measured apart from filtering; ``heap-prior`` is the heap with unseen problems at the fitted
+#: population prior (``--unseen-prior fit``, prioreplay/unseen_prior.py). ``--samplers uniform``
+#: names the ``dapo`` arm.
+SETTING_ARMS: dict[str, tuple[str, dict[str, int | bool | float | str]]] = {
     "heap-version-retests": ("heap", {"retest_versions": 1}),
     "grpo": ("uniform", {"queue_zero_variance": True, "train_zero_variance": True}),
     "dapo": ("uniform", {"queue_zero_variance": False, "train_zero_variance": False}),
+    "heap-grpo": ("heap", {"queue_zero_variance": True, "train_zero_variance": True}),
     # pools from evidence (rules.evidence_groups: k by G) with retests by policy version, and without
     "heap-evidence": ("heap", {"pool_evidence": 0, "retest_versions": 1}),
+    # unseen problems at the fitted population prior (prioreplay/unseen_prior.py), not at the top
+    "heap-prior": ("heap", {"unseen_prior": "fit"}),
 }
 
 #: Arm names that mean another arm (``uniform`` run by compare is DAPO-style filtering).
@@ -73,7 +83,7 @@ def canonical_arm(arm: str, correction: str) -> str:
 def arm_name(config: dict) -> str:
     """The arm a demo run's ``config`` belongs to: a :data:`SETTING_ARMS` row whose sampler and
     settings it has, else its sampler (``<sampler>-retest-versions-<k>`` when it ran with retests by
-    policy version that no row names, ``-pool-evidence-<k>`` / ``-age-decay-<g>`` likewise). The row
+    policy version that no row names, ``-pool-evidence-<k>`` / ``-age-decay-<g>`` / ``-unseen-prior-<v>`` likewise). The row
     naming the most settings wins. A learner correction other than the default adds
     ``+<correction>``. Runs made before a setting existed lack it: as its default."""
     correction = config.get("off_policy_correction") or default_correction()
@@ -94,6 +104,8 @@ def _server_arm_name(config: dict) -> str:
         name += f"-age-decay-{config['age_decay']:g}"
     if config.get("heap_age_decay", 1.0) != 1.0:
         name += f"-heap-age-decay-{config['heap_age_decay']:g}"
+    if config.get("unseen_prior", "off") != "off":
+        name += f"-unseen-prior-{config['unseen_prior']}"
     return name
 
 
@@ -114,6 +126,13 @@ class CompareConfig(DemoRunSettings):
     (``<sampler>-seed<k>``). ``--runs DIR,DIR,...`` (or the flag repeated) compares finished demo runs instead; runs whose
     settings differ in anything but the sampler and the seed are refused.
     """
+
+    #: Settings whose compare default is not a demo run's, and why (tests/unit/config/test_settings.py reads it).
+    own_defaults: ClassVar[dict[str, str]] = {
+        **DemoRunSettings.own_defaults,
+        "keep_trainer_state": "a comparison reads its arms' reports and never resumes them: each keeps its final "
+        "weights (0.5 GB for SmolLM2) and drops the optimizer state (1.6 GB)",
+    }
 
     samplers: list[str] = Field(
         default_factory=default_samplers,
@@ -139,11 +158,20 @@ class CompareConfig(DemoRunSettings):
         0.5,
         gt=0.0,
         le=1.0,
-        description="rollouts to target: the target is grpo's held-out accuracy at this fraction of the rollout budget "
-        "(0.5: the budget is 2R and grpo's accuracy at R is the target, so the second half of every curve shows a "
-        "plateau; 1: at the full budget)",
+        description="rollouts to target without --target-accuracy: the target is grpo's held-out accuracy at this "
+        "fraction of the rollout budget, averaged over grpo's other seeds (0.5: the budget is 2R and the target is read "
+        "at R, so the second half of every curve shows a plateau; 1: at the full budget)",
+    )
+    target_accuracy: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="rollouts to target: the held-out accuracy every arm's rollouts are counted to, fixed before the runs "
+        "(write it in the plan). Unset: each seed's target is grpo's mean accuracy at --target-fraction of the budget over "
+        "its other seeds (needs grpo runs of >= 2 seeds), never the arms' own curves",
     )
     run_dir: Path | None = Field(None, description="where the comparison goes (default runs/compare-<date>)")
+    keep_trainer_state: bool = setting(DemoRunSettings, "keep_trainer_state", False)
 
     @model_validator(mode="after")
     def _check_samplers(self) -> CompareConfig:
@@ -163,8 +191,9 @@ class CompareConfig(DemoRunSettings):
                 f"{', '.join(corrections())} (e.g. heap{CORRECTION_SEP}icepop)"
             )
         arms = list(dict.fromkeys(canonical_arm(n, self.off_policy_correction) for n in names))
-        if len(arms) < 2 and not self.runs:
-            raise InvalidArgument(f"compare needs two or more different samplers (got {names})")
+        if len(arms) < len(names) and len(arms) < 2 and not self.runs:  # names that are one arm: a slip
+            raise InvalidArgument(f"compare needs two or more different samplers (got {names}, one arm)")
+        # one name alone runs that arm: a plan's missing (seed, arm), put beside the rest with --runs
         self.samplers = arms
         if worker_seed(self.seed + self.seeds - 1, self.workers - 1) > SEED_MAX:
             raise InvalidArgument(

@@ -1,13 +1,15 @@
 """``prioreplay demo``: the whole system on one machine, then a run report.
 
-Starts the priority server, W rollout workers and the learner as separate processes (the same
-commands a deployment runs), registers the dataset, scores a held-out slice before training,
-follows the learner's steps with one progress bar, scores the slice again with the final policy,
-and writes ``report.json`` and ``report.png`` into the run directory, with ``outcomes.jsonl``: every
-reported group's rewards (:mod:`~prioreplay.apps.demo_report`: what the report holds, its summary
-lines, :func:`~prioreplay.apps.demo_report.collect_outcomes`). Child logs go to
-``RUN_DIR/logs/``. Ctrl-C or a crashed child stops every child; the demo then exits non-zero and
-prints the failing child's log tail.
+This module is the run's phases, in order: read the dataset through (before anything is written),
+start the priority server, register the problems, score a held-out slice, start W rollout workers
+and the learner as separate processes (the same commands a deployment runs), follow the learner's
+steps with a progress bar until the budget, stop the children, score the slice again with the final
+policy, audit the pools, and write ``report.json`` and ``report.png`` into the run directory, with
+``outcomes.jsonl``: every reported group's rewards (:mod:`~prioreplay.apps.demo_report`: what the
+report holds, its summary lines). The child processes are :mod:`~prioreplay.apps.demo_children`
+(logs in ``RUN_DIR/logs/``; a stop the demo asks for is a normal end); what the run keeps on disk
+is :mod:`~prioreplay.apps.demo_disk`. Ctrl-C or a crashed child stops every child; the demo then
+exits non-zero and prints the failing child's log tail.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -25,8 +26,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prioreplay.apps.demo_config import DemoConfig, namespace_for, resolve_worker_python, worker_list_flags, worker_seed
+from prioreplay.apps.demo_children import Child, ChildFailed, Children
+from prioreplay.apps.demo_config import (
+    DemoConfig,
+    DemoRunSettings,
+    namespace_for,
+    resolve_worker_python,
+    worker_list_flags,
+    worker_seed,
+)
 from prioreplay.apps.demo_curve import CurveKeeper, curve_points
+from prioreplay.apps.demo_disk import disk_line, disk_usage, drop_trainer_state, prune_published
 from prioreplay.apps.demo_report import (
     OUTCOMES_FILE,
     OUTCOMES_PART,
@@ -45,98 +55,22 @@ log = logging.getLogger("prioreplay.apps.demo")
 HIST_BUCKETS = 20
 
 
-class ChildFailed(PrioreplayError):
-    """A child process exited unexpectedly (the message holds its log tail)."""
-
-
-@dataclass
-class Child:
-    """A child process of the demo and its log file."""
-
-    name: str
-    proc: subprocess.Popen
-    log_path: Path
-    metrics_port: int
-    expected_exit: bool = False
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
 @dataclass
 class Demo:
-    """Process orchestration and bookkeeping of one demo run."""
+    """The bookkeeping of one demo run: its settings, child processes, recorded steps and reporters."""
 
     cfg: DemoConfig
     run_dir: Path
-    children: list[Child] = field(default_factory=list)
+    children: Children = field(init=False)
     steps: list[dict[str, Any]] = field(default_factory=list)
     namespace: str = ""
     t0: float = 0.0
     reporter: Reporter = field(default_factory=Reporter)  # --report-to: TensorBoard / wandb
     worker_python: str = sys.executable  # --worker-python / vLLM's environment (resolve_worker_python)
+    eval_problems: list = field(default_factory=list)  # the held-out slice (read_datasets)
 
-    # -- processes ------------------------------------------------------------------------
-    def spawn(self, name: str, args: list[str], metrics_port: int, threads: int, python: str = sys.executable) -> Child:
-        log_path = self.run_dir / "logs" / f"{name}.log"
-        env = dict(
-            os.environ,
-            OMP_NUM_THREADS=str(threads),
-            MKL_NUM_THREADS=str(threads),
-            PRIOREPLAY_TORCH_THREADS=str(threads),
-            HF_HUB_OFFLINE="1",
-            TOKENIZERS_PARALLELISM="false",
-            PYTHONUNBUFFERED="1",
-        )
-        env.pop("PRIOREPLAY_CONFIG", None)
-        fh = open(log_path, "ab")
-        cmd = [python, "-m", "prioreplay.apps.cli", *args]
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        fh.close()
-        child = Child(name, proc, log_path, metrics_port)
-        self.children.append(child)
-        log.debug("started %s (pid %d): %s", name, proc.pid, " ".join(cmd))
-        return child
-
-    def check_children(self) -> None:
-        """Raise ChildFailed if a child exited that was not expected to."""
-        for c in self.children:
-            rc = c.proc.poll()
-            if rc is not None and not (c.expected_exit and rc == 0):
-                raise ChildFailed(f"{c.name} exited with code {rc}; last lines of {c.log_path}:\n{c.tail()}")
-
-    def stop(self, child: Child, grace_s: float = 30.0) -> None:
-        if child.proc.poll() is None:
-            child.expected_exit = True
-            child.proc.send_signal(signal.SIGTERM)
-            try:
-                child.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                child.proc.kill()
-                child.proc.wait(10)
-
-    def stop_all(self) -> None:
-        for c in reversed(self.children):
-            self.stop(c, grace_s=20.0)
-
-    def scrape(self, child: Child) -> dict[str, float]:
-        """Sum of each metric family's samples on a child's /metrics (unlabelled view)."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{child.metrics_port}/metrics", timeout=5).read().decode()
-        except OSError:
-            return {}
-        out: dict[str, float] = {}
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                if s.name.endswith("_bucket") or s.name.endswith("_created"):
-                    continue
-                out[s.name] = out.get(s.name, 0.0) + s.value
-        return out
+    def __post_init__(self) -> None:
+        self.children = Children(self.run_dir)
 
 
 def _threads(cfg: DemoConfig) -> int:
@@ -177,42 +111,48 @@ def _record_step(demo: Demo, step: int, stats, prev, learner_line: dict[str, Any
     return rec
 
 
-def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, problems) -> list[bool] | None:
-    """Per-problem greedy correctness on the held-out slice (None when there is none)."""
+def _evaluate(cfg: DemoConfig, model_dir: Path, weights_dir: Path | None, problems, label: str) -> list[bool] | None:
+    """Per-problem greedy correctness on the held-out slice (None when there is none), with a
+    progress bar named ``label``."""
     if not problems:
         return None
     from prioreplay.apps.evaluate import evaluate_each
 
-    return evaluate_each(model_dir, problems, weights_dir=weights_dir, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
+    return evaluate_each(
+        model_dir, problems, weights_dir=weights_dir, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop, progress=label
+    )
 
 
 def run(cfg: DemoConfig) -> int:
     """Run the demo; returns the exit code (0 when every child finished cleanly)."""
     setup_logging("INFO")
     worker_python = resolve_worker_python(cfg)  # InvalidArgument (exit 2, the fix) before any work
+    eval_problems = read_datasets(cfg)  # a malformed line ends here, with its file:line, before anything is written
     name = f"{cfg.sampler}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / name
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    demo = Demo(cfg, run_dir, worker_python=worker_python)
+    demo = Demo(cfg, run_dir, worker_python=worker_python, eval_problems=eval_problems)
     demo.t0 = time.time()
 
     def _on_sigterm(signum, frame):  # children run in their own sessions: stop them like on Ctrl-C
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _run(demo, run_dir.name)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop at a time: it is bounded (demo_children)
         print("\ninterrupted: stopping every child", file=sys.stderr)
-        demo.stop_all()
+        demo.children.stop_all()
         return 130
     except ChildFailed as e:
-        demo.stop_all()
+        demo.children.stop_all()
         print(f"prioreplay demo: {e}", file=sys.stderr)
         return 1
     finally:
-        demo.stop_all()
+        demo.children.stop_all()
         demo.reporter.close()
+        signal.signal(signal.SIGTERM, previous)  # compare runs one arm in its own process
 
 
 def _run(demo: Demo, name: str) -> int:
@@ -226,19 +166,20 @@ def _run(demo: Demo, name: str) -> int:
     model_dir = resolve_model(cfg.model)  # converted once, before any child needs it
     demo.reporter = open_reporter(cfg.report_to, demo.run_dir, name, json.loads(cfg.model_dump_json()))
     server, client = _start_server(demo)
-    eval_problems = _register_dataset(demo, client)
+    _register_dataset(demo, client)
+    eval_problems = demo.eval_problems
     log.info("scoring %d held-out problems before training", len(eval_problems))
-    right_before = _evaluate(cfg, model_dir, None, eval_problems)
+    right_before = _evaluate(cfg, model_dir, None, eval_problems, "held-out, before")
     learner, workers = _start_trainers(demo, client.settings.server, model_dir)
     keeper = _curve_keeper(demo)
     worker_metrics = _follow_learner(demo, client, learner, workers, keeper)
     final, server_metrics = _stop_children(demo, client, server, workers, worker_metrics)
     groups_recorded = collect_outcomes(demo.run_dir, cfg.sampler, cfg.seed)
-    _prune_run(demo.run_dir)
+    prune_published(demo.run_dir)
     final_ckpt = latest_complete(demo.run_dir / "checkpoints")
     log.info("scoring %d held-out problems with the final policy (%s)", len(eval_problems), final_ckpt)
-    right_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems)
-    curve = keeper.score(lambda w: _evaluate(cfg, model_dir, w, eval_problems)) if keeper else []
+    right_after = _evaluate(cfg, model_dir, final_ckpt, eval_problems, "held-out, after")
+    curve = keeper.score(lambda w: _evaluate(cfg, model_dir, w, eval_problems, f"held-out, {w.name}")) if keeper else []
     pool_audit = _pool_audit(demo, model_dir, final_ckpt)
     report = _report(
         demo,
@@ -257,8 +198,21 @@ def _run(demo: Demo, name: str) -> int:
         spent = report["tokens"].get("completion_tokens") or 0
         report["heldout_curve"] = curve_points(right_before, curve, right_after, final.completions_reported, spent)
     report["outcomes"] = {"file": OUTCOMES_FILE, "groups": groups_recorded}
+    _keep(demo, report)
     write_report(demo.run_dir, report, final)
     return 0
+
+
+def _keep(demo: Demo, report: dict[str, Any]) -> None:
+    """Once the report is scored: drop the trainer state unless ``--keep-trainer-state`` (then the
+    final weights are the newest published version's), and record and log what the run keeps."""
+    kept = demo.cfg.keep_trainer_state
+    if not kept and drop_trainer_state(demo.run_dir):
+        report["final_checkpoint"] = None
+    report["disk"] = disk_usage(demo.run_dir, kept)
+    published = report["disk"]["published"]
+    report["final_weights"] = str(demo.run_dir / "checkpoints" / "published" / published[-1]) if published else None
+    log.info("%s", disk_line(demo.run_dir, report["disk"]))
 
 
 def _curve_keeper(demo: Demo) -> CurveKeeper | None:
@@ -288,26 +242,19 @@ def _pool_audit(demo: Demo, model_dir: Path, final_ckpt: Path | None) -> dict[st
         max_new_tokens=cfg.max_new_tokens,
         stop=cfg.stop,
         seed=cfg.seed + 2,
+        progress="pool audit",
     )
 
+
+#: Seconds the learner gets to finish its step after the budget is reached (its ``--stop-grace-s``), and
+#: the workers to finish and report their batch (their ``--batch-grace-s``, 30 s, and a vLLM engine's
+#: shutdown): both then abandon the work (nothing is lost but it).
+LEARNER_STOP_S, WORKER_STOP_S = 60.0, 45.0
 
 #: Seconds a superseded published version stays for a worker still loading it (the learner's
 #: default is 300 s; a demo's worker reloads within one lease, and a version it misses is refused
 #: cleanly, the worker keeping its weights).
 DEMO_PUBLISH_GRACE_S = 60.0
-
-
-def _prune_run(run_dir: Path) -> list[Path]:
-    """Once every child has stopped, delete the published versions but the newest: the report
-    scores the final checkpoint, and each version of SmolLM2 is ~0.5 GB (a run of 15 learner steps
-    kept 7.6 GB of them). Returns the deleted directories."""
-    from prioreplay.learner.checkpoint import prune_published
-
-    published = run_dir / "checkpoints" / "published"
-    gone = prune_published(published, keep=1, grace_s=0.0) if published.is_dir() else []
-    if gone:
-        log.info("deleted %d superseded published versions of this run (%s keeps the newest)", len(gone), published)
-    return gone
 
 
 def _start_server(demo: Demo) -> tuple[Child, Any]:
@@ -335,10 +282,12 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
         "--retest-versions",
         str(cfg.retest_versions),
         *(["--queue-zero-variance"] if cfg.queue_zero_variance else []),
+        *_flags(pace_batches=cfg.pace_batches, pace_batch_groups=cfg.batch_groups),  # the learner's batch until it pulls
         "--pool-evidence",
         str(cfg.pool_evidence),
         f"--age-decay={cfg.age_decay}",
         f"--heap-age-decay={cfg.heap_age_decay}",
+        f"--unseen-prior={cfg.unseen_prior}",
         *(["--warm-start", cfg.warm_start, "--warm-start-shrink", str(cfg.warm_start_shrink)] if cfg.warm_start else []),
         "--seed",
         str(cfg.seed),
@@ -351,12 +300,12 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
         server_args += ["--store", cfg.redis_url]
     else:
         server_args += ["--store", "memory", "--snapshot-path", str(run_dir / "server-snapshot.json")]
-    server = demo.spawn("server", server_args, mport, threads=1)
+    server = demo.children.spawn("server", server_args, mport, threads=1)
     address = f"127.0.0.1:{port}"
     client = PriorityClient(ClientSettings(server=address))
     deadline = time.time() + 60
     while True:
-        demo.check_children()
+        demo.children.check()
         try:
             client.wait_ready(timeout_s=1.0)
             return server, client
@@ -365,17 +314,31 @@ def _start_server(demo: Demo) -> tuple[Child, Any]:
                 raise ChildFailed(f"server did not answer on {address} within 60 s:\n{server.tail()}") from None
 
 
-def _register_dataset(demo: Demo, client) -> list:
-    """Register the training problems; return the held-out slice (empty when eval_size is 0)."""
-    from prioreplay.convert import problem_to_proto
+def read_datasets(cfg: DemoRunSettings) -> list:
+    """Read the training set through once (streamed, not kept) and take the held-out slice (empty
+    when eval_size is 0), before the run writes anything: a malformed line stops the demo with its
+    ``file:line`` (exit 2) instead of a gRPC error in the middle of registration.
+
+    Raises:
+        InvalidArgument: a missing file or malformed content (:func:`prioreplay.datasets.iter_problems`).
+    """
     from prioreplay.datasets import evaluation_slice, iter_problems
+
+    count = sum(1 for _ in iter_problems(cfg.dataset))
+    log.info("dataset %s: %d problems", cfg.dataset, count)
+    if not cfg.eval_size:
+        return []
+    return evaluation_slice(cfg.eval_dataset or cfg.dataset, cfg.eval_size, seed=cfg.seed + 1)
+
+
+def _register_dataset(demo: Demo, client) -> None:
+    """Register the training problems (read and checked by :func:`read_datasets`)."""
+    from prioreplay.convert import problem_to_proto
+    from prioreplay.datasets import iter_problems
 
     cfg = demo.cfg
     resp = client.register(problem_to_proto(p) for p in iter_problems(cfg.dataset))
     log.info("registered %d problems from %s", resp.total, cfg.dataset)
-    if not cfg.eval_size:
-        return []
-    return evaluation_slice(cfg.eval_dataset or cfg.dataset, cfg.eval_size, seed=cfg.seed + 1)
 
 
 #: The demo's settings that go to the learner and to every worker unchanged, as flags of the same name.
@@ -403,6 +366,7 @@ def _learner_args(cfg: DemoConfig, run_dir: Path, address: str, model_dir: Path,
             # ~1.6 GB; a demo run keeps only what it reports on (see _prune_run)
             keep_checkpoints=1,
             publish_grace_s=DEMO_PUBLISH_GRACE_S,
+            stop_grace_s=LEARNER_STOP_S,
             log_file=run_dir / "learner.jsonl",
             metrics_port=port,
             seed=cfg.seed,
@@ -434,13 +398,13 @@ def _start_trainers(demo: Demo, address: str, model_dir: Path) -> tuple[Child, l
     cfg, run_dir = demo.cfg, demo.run_dir
     threads = _threads(cfg)
     lport = free_port()
-    learner = demo.spawn("learner", _learner_args(cfg, run_dir, address, model_dir, lport), lport, threads)
-    learner.expected_exit = True
+    learner = demo.children.spawn("learner", _learner_args(cfg, run_dir, address, model_dir, lport), lport, threads)
+    learner.may_exit = True  # at its step limit (--steps)
     workers = []
     for w in range(cfg.workers):
         wport = free_port()
         args = _worker_args(cfg, w, address, model_dir, wport, run_dir)
-        workers.append(demo.spawn(f"worker-{w}", args, wport, threads, python=demo.worker_python))
+        workers.append(demo.children.spawn(f"worker-{w}", args, wport, threads, python=demo.worker_python))
     return learner, workers
 
 
@@ -464,9 +428,9 @@ def _follow_learner(
     )
     last_metrics: dict[str, dict[str, float]] = {}
     while True:
-        demo.check_children()
+        demo.children.check()
         for c in workers:  # before the steps: each step records the workers' token counts of now
-            last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
+            last_metrics[c.name] = demo.children.scrape(c) or last_metrics.get(c.name, {})
         lines = learner_log.read_text().splitlines() if learner_log.exists() else []
         for rec in step_lines(lines[seen_lines:]):
             prev = _record_step(demo, int(rec["step"]), client.stats(histogram_buckets=HIST_BUCKETS), prev, rec)
@@ -485,30 +449,34 @@ def _follow_learner(
         if by_rollouts:
             bar.update(max(0, min(done, cfg.rollouts) - bar.n))
             if done >= cfg.rollouts:
+                bar.close()  # before the stop, which logs
                 _end_at_budget(demo, client, learner, workers, last_metrics)
                 break
         if cfg.completion_tokens and tokens >= cfg.completion_tokens:
+            bar.close()
             _end_at_budget(demo, client, learner, workers, last_metrics)
             break
         if time.time() - demo.t0 > cfg.timeout_s:
             raise ChildFailed(f"the run passed its time limit ({cfg.timeout_s:.0f} s); learner log tail:\n{learner.tail()}")
         time.sleep(1.0)
     bar.close()
-    if learner.proc.returncode != 0:
-        raise ChildFailed(f"learner exited with code {learner.proc.returncode}:\n{learner.tail()}")
+    why = learner.failure()
+    if why is not None:
+        raise ChildFailed(why)
     return last_metrics
 
 
 def _end_at_budget(demo: Demo, client, learner: Child, workers: list[Child], last_metrics: dict) -> None:
     """The rollout or token budget is spent: stop the workers (no more reports), then the learner
-    (it finishes its step, checkpoints and exits 0); record the last server state as a step."""
+    (it finishes or abandons its step within ``--stop-grace-s``, checkpoints and exits 0: a normal
+    end, :class:`~prioreplay.apps.demo_children.Child`); record the last server state as a step."""
     budgets = [f"{demo.cfg.rollouts} completions"] if demo.cfg.rollouts else []
     budgets += [f"{demo.cfg.completion_tokens} completion tokens"] if demo.cfg.completion_tokens else []
     log.info("budget reached (%s): stopping workers and learner", " or ".join(budgets))
     for c in workers:
-        last_metrics[c.name] = demo.scrape(c) or last_metrics.get(c.name, {})
-        demo.stop(c)
-    demo.stop(learner, grace_s=120.0)
+        last_metrics[c.name] = demo.children.scrape(c) or last_metrics.get(c.name, {})
+    demo.children.stop_all(WORKER_STOP_S, workers)
+    demo.children.stop(learner, grace_s=LEARNER_STOP_S + 15.0)
 
 
 def step_lines(lines: list[str]) -> list[dict[str, Any]]:
@@ -536,17 +504,16 @@ def _stop_children(demo: Demo, client, server: Child, workers: list[Child], work
     """Scrape and stop the workers, read the final server state, stop the server.
     Returns (final GetStats response, the server's /metrics)."""
     for c in workers:
-        worker_metrics[c.name] = demo.scrape(c) or worker_metrics.get(c.name, {})
-    for c in workers:
-        demo.stop(c)
+        worker_metrics[c.name] = demo.children.scrape(c) or worker_metrics.get(c.name, {})
+    demo.children.stop_all(WORKER_STOP_S, workers)
     final = client.stats(histogram_buckets=HIST_BUCKETS)
-    server_metrics = demo.scrape(server)
+    server_metrics = demo.children.scrape(server)
     try:
         text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
         server_metrics["served_priority"] = scrape_served(text)  # type: ignore[assignment]  # the report dict mixes values
     except OSError:
         pass
-    demo.stop(server)
+    demo.children.stop(server)
     client.close()
     return final, server_metrics
 
@@ -594,5 +561,5 @@ def _report(
         "worker_metrics": worker_metrics,
         "server_metrics": {k: v for k, v in server_metrics.items() if k.startswith("prioreplay_")},
         "served_priority": server_metrics.get("served_priority"),
-        "children_exit_codes": {c.name: c.proc.returncode for c in demo.children},
+        "children_exit_codes": {c.name: c.proc.returncode for c in demo.children.members},
     }

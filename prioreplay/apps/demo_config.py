@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from prioreplay.config import SEED_MAX, LogLevel, PrioreplaySettings, Seed, setting
 from prioreplay.learner.config import LearnerConfig, OffPolicyCorrection
-from prioreplay.priority_server.config import ServerConfig
+from prioreplay.priority_server.config import ServerConfig, UnseenPrior
 from prioreplay.priority_server.samplers import SamplerName
 from prioreplay.reporting import ReportTo
 from prioreplay.rollout_worker.config import StopStrings, WorkerConfig, escape_stop, unescape_stop  # noqa: F401 - demo and compare write --stop
@@ -56,7 +56,7 @@ class DemoRunSettings(PrioreplaySettings):
     """The settings of one demo run but the sampler: ``prioreplay demo`` adds one sampler
     (:class:`DemoConfig`), ``prioreplay compare`` a list of them (``CompareConfig``)."""
 
-    #: Settings whose demo default is not the role's, and why (tests/unit/test_settings.py reads it).
+    #: Settings whose demo default is not the role's, and why (tests/unit/config/test_settings.py reads it).
     own_defaults: ClassVar[dict[str, str]] = {
         "group_size": "G = 4 keeps a CPU run to minutes (demo_defaults.* in benchmarks/RESULTS.md)",
         "batch_groups": "4 groups per step: a learner step every lease of the one default worker",
@@ -64,6 +64,8 @@ class DemoRunSettings(PrioreplaySettings):
         "stop": "completions end at a newline, after the 'Answer: N' line",
         "temperature": "0.7: SmolLM2 at 1.0 rarely answers arithmetic, so fewer groups are mixed",
         "lr": "1e-5: a few hundred rollouts must move a 135M model visibly",
+        "pace_batches": "1: generation at most one learner batch ahead of the CPU learner, so nothing generated goes "
+        "stale and every arm trains what it generates (docs/METHOD.md, 'How the figures are measured')",
     }
 
     model: str = setting(WorkerConfig, "model")
@@ -95,6 +97,12 @@ class DemoRunSettings(PrioreplaySettings):
     pool_audit: bool = Field(
         True, description="at the end, score every pooled problem with the final policy (G samples) and report the misfiled share"
     )
+    keep_trainer_state: bool = Field(
+        True,
+        description="keep the final checkpoint's optimizer state with its weights (checkpoints/step-N, about 1.6 GB for "
+        "SmolLM2-135M: what `prioreplay learner` needs to resume the run); without it only the final published weights "
+        "stay (about 0.5 GB)",
+    )
     workers: int = Field(1, ge=1, le=64, description="rollout worker processes W")
     # -- the server's settings -----------------------------------------------------------------
     retest_fraction: float = setting(ServerConfig, "retest_fraction")
@@ -106,6 +114,8 @@ class DemoRunSettings(PrioreplaySettings):
     warm_start_shrink: float = setting(ServerConfig, "warm_start_shrink")
     age_decay: float = setting(ServerConfig, "age_decay")
     heap_age_decay: float = setting(ServerConfig, "heap_age_decay")
+    unseen_prior: UnseenPrior = setting(ServerConfig, "unseen_prior")
+    pace_batches: int = setting(ServerConfig, "pace_batches", 1)
     # -- the workers' settings -----------------------------------------------------------------
     backend: Literal["transformers", "vllm"] = setting(WorkerConfig, "backend")
     worker_python: Path | None = Field(

@@ -111,11 +111,85 @@ def collect_outcomes(run_dir: Path, sampler: str, seed: int) -> int:
     return len(rows)
 
 
+def learner_totals(log_path: Path) -> dict[str, int] | None:
+    """The learner's groups by fate (``groups_total``) from its log: the run's ``end`` line, else
+    the last step line that carries them; None when no line does (a learner from before them)."""
+    if not log_path.is_file():
+        return None
+    totals = None
+    for line in log_path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("groups_total"), dict):
+            totals = rec["groups_total"]
+    return totals
+
+
+def group_accounting(final, learner_log: Path) -> dict[str, Any]:
+    """Where every generated group went (docs/METHOD.md, "Every generated group, trained or charged").
+
+    Args:
+        final: the server's ``GetStatsResponse`` once the learner and the workers have stopped.
+        learner_log: the learner's ``learner.jsonl`` (its ``groups_total`` by fate, :func:`learner_totals`).
+
+    Returns:
+        ``generated`` (reported, every kind), ``queued`` for the learner (acknowledged + delivered
+        and unacknowledged + never delivered, at the end), ``filtered_at_server`` (generated −
+        queued: zero-variance groups the server counted and did not queue), ``trained`` (in an
+        applied optimizer step), ``dropped_stale``, ``dropped_other`` (zero variance at the learner,
+        malformed, in a skipped step), ``left_untrained`` (queued or delivered, never trained when
+        the run stopped: never delivered + delivered and unacknowledged), ``unaccounted`` (queued −
+        the four fates: 0 unless a learner restarted, which counts anew, or groups were delivered
+        twice) and ``trained_share`` = trained / queued (None with nothing queued). The learner's
+        figures are None when its log has no ``groups_total``.
+    """
+    generated = final.groups_mixed + final.groups_all_correct + final.groups_all_wrong + final.groups_constant
+    left = final.queue_depth + final.pending_groups
+    queued = final.groups_acked + left
+    out: dict[str, Any] = {
+        "generated": generated,
+        "queued": queued,
+        "filtered_at_server": generated - queued,
+        "left_untrained": left,
+        "trained": None,
+        "dropped_stale": None,
+        "dropped_other": None,
+        "unaccounted": None,
+        "trained_share": None,
+    }
+    totals = learner_totals(learner_log)
+    if totals is not None:
+        trained, stale = totals.get("used", 0), totals.get("stale", 0)
+        other = sum(totals.get(k, 0) for k in ("zero_variance", "invalid", "skipped"))
+        out.update(trained=trained, dropped_stale=stale, dropped_other=other)
+        out.update(unaccounted=queued - trained - stale - other - left, trained_share=trained / queued if queued else None)
+    return out
+
+
+def groups_line(report: dict[str, Any]) -> str:
+    """The summary line of where the run's groups went (:func:`group_accounting`)."""
+    g = report.get("groups")
+    if not g:
+        return "groups: not counted (a run from before the counting)"
+    if g["trained"] is None:
+        return f"groups: {g['generated']} generated, {g['queued']} queued for the learner (its log does not count fates)"
+    share = "n/a" if g["trained_share"] is None else f"{g['trained_share']:.0%}"
+    return (
+        f"groups: {g['generated']} generated, {g['filtered_at_server']} filtered at the server, {g['queued']} queued for the "
+        f"learner: {g['trained']} trained ({share}), {g['dropped_stale']} stale, {g['dropped_other']} dropped otherwise, "
+        f"{g['left_untrained']} left untrained at the end"
+    )
+
+
 def write_report(run_dir: Path, report: dict[str, Any], final) -> None:
     """Write report.json and report.png; print where they are and the headline figures.
 
     Adds ``by_task`` (:func:`prioreplay.apps.task_report.task_breakdown` of the run's
-    ``outcomes.jsonl`` and the served figures of ``report["served_priority"]["by_task"]``)."""
+    ``outcomes.jsonl`` and the served figures of ``report["served_priority"]["by_task"]``) and
+    ``groups`` (:func:`group_accounting` of ``final``, the server's last statistics, and the
+    run's ``learner.jsonl``)."""
     from prioreplay.apps.pool_audit import audit_line
     from prioreplay.apps.report_figure import render
     from prioreplay.apps.task_report import by_task_lines, task_breakdown
@@ -123,11 +197,13 @@ def write_report(run_dir: Path, report: dict[str, Any], final) -> None:
     outcomes = run_dir / OUTCOMES_FILE
     rows = [json.loads(line) for line in outcomes.read_text().splitlines() if line.strip()] if outcomes.is_file() else []
     report["by_task"] = task_breakdown(rows, (report.get("served_priority") or {}).get("by_task"))
+    report["groups"] = group_accounting(final, run_dir / "learner.jsonl")
     (run_dir / "report.json").write_text(json.dumps(report, indent=1))
     render(report, run_dir / "report.png")
     print(f"\nrun report: {run_dir / 'report.json'}\npicture:    {run_dir / 'report.png'}")
     print(held_out_line(report))
     print(tokens_line(report))
+    print(groups_line(report))
     print(audit_line(report.get("pool_audit")))
     for line in by_task_lines(report["by_task"]):
         print(line)

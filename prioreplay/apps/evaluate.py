@@ -28,6 +28,7 @@ def evaluate_each(
     batch_size: int = 16,
     device: str = "cpu",
     stop: Sequence[str] = (),
+    progress: str | None = None,
 ) -> list[bool]:
     """Whether a model answers each of ``problems`` correctly with greedy decoding.
 
@@ -39,6 +40,7 @@ def evaluate_each(
         batch_size: prompts per forward batch (left-padded).
         stop: strings that end an answer, as the rollout workers' ``--stop`` (the text after the
             first one is not scored).
+        progress: show a progress bar (problems scored) on stderr with this label; None: none.
 
     Returns:
         One bool per problem, in order (paired before/after: ``intervals.paired_difference``).
@@ -50,12 +52,17 @@ def evaluate_each(
 
     if not problems:
         raise InvalidArgument("evaluate() needs at least one problem")
+    from tqdm import tqdm
+
     tokenizer, model = _load(model_dir, weights_dir, device)
     right: list[bool] = []
-    for start in range(0, len(problems), batch_size):
-        chunk = problems[start : start + batch_size]
-        texts = _greedy_answers(model, tokenizer, [p.prompt for p in chunk], max_new_tokens, device, stop)
-        right += [_scores(p, text) for p, text in zip(chunk, texts, strict=True)]
+    with tqdm(total=len(problems), desc=progress, unit="problem", dynamic_ncols=True, disable=progress is None) as bar:
+        for start in range(0, len(problems), batch_size):
+            chunk = problems[start : start + batch_size]
+            texts = _greedy_answers(model, tokenizer, [p.prompt for p in chunk], max_new_tokens, device, stop)
+            right += [_scores(p, text) for p, text in zip(chunk, texts, strict=True)]
+            bar.update(len(chunk))
+            bar.set_postfix_str(f"right={sum(right)}")
     return right
 
 

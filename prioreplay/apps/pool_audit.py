@@ -154,6 +154,7 @@ def audit(
     max_new_tokens: int,
     stop: Sequence[str],
     seed: int,
+    progress: str | None = None,
 ) -> dict[str, Any]:
     """Score every pooled problem of a run with its final policy and return :func:`summarize`'s dict
     (plus ``group_size``, ``temperature`` and ``completions``, the audit's own cost).
@@ -164,6 +165,7 @@ def audit(
         snapshot_path: the memory store's final snapshot of the run.
         group_size: G completions per pooled problem; temperature, max_new_tokens, stop: the run's.
         seed: seeds the sampling (the same weights, problems and seed give the same audit).
+        progress: show a progress bar (pooled problems scored) on stderr with this label; None: none.
 
     Raises:
         InvalidArgument: an unreadable snapshot or checkpoint.
@@ -177,15 +179,20 @@ def audit(
     problems = pools["solved"] + pools["unsolved"]
     rewards: dict[str, list[float]] = {}
     if problems:
+        from tqdm import tqdm
+
         backend = TransformersBackend(model_dir)
         if weights_dir is not None:
             load_weights(backend.model, weights_dir)  # as the held-out scoring loads it
         params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed)
-        for start in range(0, len(problems), 8):
-            chunk = problems[start : start + 8]
-            ids = [apply_chat_template(backend.tokenizer, p.prompt) for p in chunk]
-            for p, group in zip(chunk, backend.generate(ids, group_size, params), strict=True):
-                rewards[p.id] = [verify(p.verifier, c.text, p.answer).reward for c in group]
+        bar = tqdm(total=len(problems), desc=progress, unit="problem", dynamic_ncols=True, disable=progress is None)
+        with bar:
+            for start in range(0, len(problems), 8):
+                chunk = problems[start : start + 8]
+                ids = [apply_chat_template(backend.tokenizer, p.prompt) for p in chunk]
+                for p, group in zip(chunk, backend.generate(ids, group_size, params), strict=True):
+                    rewards[p.id] = [verify(p.verifier, c.text, p.answer).reward for c in group]
+                bar.update(len(chunk))
     out = summarize(pools, rewards, pool_clock(snapshot_path))
     out.update(group_size=group_size, temperature=temperature, completions=group_size * len(problems))
     return out

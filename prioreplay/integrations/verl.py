@@ -291,7 +291,7 @@ class LeaseAndReport:
       its problems are in (``trainer.v1.<mode>.parameter_sync_step`` > 1 splits a step's prompts
       over several calls); ``step`` (a third hook) sends, after verl's step, what is still waiting.
 
-    The server is ``prioreplay.server`` in verl's config (``+prioreplay.server=HOST:PORT`` on the
+    The server is the ``server`` key of a ``prioreplay`` section in verl's config (``+prioreplay.server=HOST:PORT`` on the
     command line), else the ``PRIOREPLAY_*`` environment. Groups that verl drops before the
     advantage (DAPO's filter, stale or failed groups) are never reported: their leases expire and
     the server returns those problems unchanged.

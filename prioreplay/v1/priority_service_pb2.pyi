@@ -103,7 +103,7 @@ class LeasedProblem(_message.Message):
     def __init__(self, problem: _Optional[_Union[Problem, _Mapping]] = ..., priority: _Optional[float] = ..., source: _Optional[_Union[Pool, str]] = ..., group_size: _Optional[int] = ...) -> None: ...
 
 class SampleProblemsResponse(_message.Message):
-    __slots__ = ("lease_id", "lease_deadline_unix_s", "problems", "policy_version", "weights_uri", "retry_after_s", "step", "backpressure")
+    __slots__ = ("lease_id", "lease_deadline_unix_s", "problems", "policy_version", "weights_uri", "retry_after_s", "step", "backpressure", "paced", "pace_wait_s")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_DEADLINE_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,8 @@ class SampleProblemsResponse(_message.Message):
     RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     BACKPRESSURE_FIELD_NUMBER: _ClassVar[int]
+    PACED_FIELD_NUMBER: _ClassVar[int]
+    PACE_WAIT_S_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     lease_deadline_unix_s: float
     problems: _containers.RepeatedCompositeFieldContainer[LeasedProblem]
@@ -120,7 +122,9 @@ class SampleProblemsResponse(_message.Message):
     retry_after_s: float
     step: int
     backpressure: bool
-    def __init__(self, lease_id: _Optional[str] = ..., lease_deadline_unix_s: _Optional[float] = ..., problems: _Optional[_Iterable[_Union[LeasedProblem, _Mapping]]] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., retry_after_s: _Optional[float] = ..., step: _Optional[int] = ..., backpressure: _Optional[bool] = ...) -> None: ...
+    paced: bool
+    pace_wait_s: float
+    def __init__(self, lease_id: _Optional[str] = ..., lease_deadline_unix_s: _Optional[float] = ..., problems: _Optional[_Iterable[_Union[LeasedProblem, _Mapping]]] = ..., policy_version: _Optional[int] = ..., weights_uri: _Optional[str] = ..., retry_after_s: _Optional[float] = ..., step: _Optional[int] = ..., backpressure: _Optional[bool] = ..., paced: _Optional[bool] = ..., pace_wait_s: _Optional[float] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("reward", "token_ids", "logprobs", "text", "truncated", "passed")
@@ -229,18 +233,20 @@ class TrajectoryGroup(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., problem_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., delivery_count: _Optional[int] = ..., reported_unix_s: _Optional[float] = ..., sampling_temperature: _Optional[float] = ..., sampling_top_p: _Optional[float] = ...) -> None: ...
 
 class PullTrajectoriesRequest(_message.Message):
-    __slots__ = ("max_groups", "wait_s", "consumer", "include_own_pending", "max_response_bytes")
+    __slots__ = ("max_groups", "wait_s", "consumer", "include_own_pending", "max_response_bytes", "learner_batch_groups")
     MAX_GROUPS_FIELD_NUMBER: _ClassVar[int]
     WAIT_S_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_OWN_PENDING_FIELD_NUMBER: _ClassVar[int]
     MAX_RESPONSE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LEARNER_BATCH_GROUPS_FIELD_NUMBER: _ClassVar[int]
     max_groups: int
     wait_s: float
     consumer: str
     include_own_pending: bool
     max_response_bytes: int
-    def __init__(self, max_groups: _Optional[int] = ..., wait_s: _Optional[float] = ..., consumer: _Optional[str] = ..., include_own_pending: _Optional[bool] = ..., max_response_bytes: _Optional[int] = ...) -> None: ...
+    learner_batch_groups: int
+    def __init__(self, max_groups: _Optional[int] = ..., wait_s: _Optional[float] = ..., consumer: _Optional[str] = ..., include_own_pending: _Optional[bool] = ..., max_response_bytes: _Optional[int] = ..., learner_batch_groups: _Optional[int] = ...) -> None: ...
 
 class PullTrajectoriesResponse(_message.Message):
     __slots__ = ("groups", "queue_depth")

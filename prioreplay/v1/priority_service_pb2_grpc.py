@@ -97,9 +97,15 @@ class PriorityServiceServicer:
 
     def SampleProblems(self, request, context):
         """Leases a batch of problems: the top of the heap (or the sampler's draw) plus a retest share
-        from the solved/unsolved pools. Never blocks: when nothing is available it returns a short
-        or empty batch with `retry_after_s` > 0; while the trajectory queue is over the server's bound
-        it returns an empty batch with `backpressure` = true.
+        from the solved/unsolved pools. Never blocks on an empty heap: when nothing is available it
+        returns a short or empty batch with `retry_after_s` > 0; while the trajectory queue is over the
+        server's bound it returns an empty batch with `backpressure` = true. With the server's pace
+        bound (`--pace-batches K`, off by default) it leases only while the groups queued for the
+        learner and not yet delivered, plus the problems leased and not yet reported, plus the new
+        batch stay within K learner batches: a batch is cut to the room left, and with no room the call
+        waits (woken by a pull, a report or an expiry that makes room, up to the server's
+        `--pace-wait-s` and always below the call's deadline), then answers an empty batch with
+        `paced` = true (ask again at once).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,4 +1,4 @@
 """Imports as prioreplay.learner: the learner role (GRPO loss, trajectory pulling, checkpoints, publishing).
 
-The folder-to-import mapping is derived by setup.py from the folders under services/.
+The folder is linked into the import package as prioreplay/learner (docs/DEVELOPMENT.md, "Layout").
 """

@@ -46,6 +46,35 @@ class Batch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def with_gradient(self, kl_coef: float) -> Batch:
+        """The sequences that can carry a gradient: with no KL term (``kl_coef`` 0) a sequence whose
+        advantage is exactly 0 contributes exactly 0 to the clipped policy-gradient loss and its
+        gradient (every term is A times a ratio), so it is left out of the forward/backward; the loss
+        normalizer is the whole batch's, taken before (:func:`~.loss.default_normalizer`), so the
+        step's gradient is the same up to float summation order. Zero-variance groups trained as
+        plain GRPO (``--train-zero-variance``) then cost no compute. A batch with no such sequence
+        keeps its first one: its exactly-zero gradient is what the optimizer steps on (AdamW applies
+        its momentum, as with the whole batch), and the step's metrics keep their keys. With a KL
+        term, the batch as is."""
+        if kl_coef != 0.0:
+            return self
+        keep = torch.nonzero(self.advantages != 0, as_tuple=True)[0]  # (B',)
+        if len(keep) == 0:
+            keep = torch.zeros(1, dtype=torch.long)  # (1,)
+        if len(keep) == len(self):
+            return self
+        return Batch(
+            self.input_ids[keep],
+            self.attention_mask[keep],
+            self.completion_mask[keep],
+            self.behaviour_logprobs[keep],
+            self.advantages[keep],
+            self.rewards[keep],
+            self.temperature,
+            self.top_p,
+            self.ages[keep] if self.ages is not None else None,
+        )
+
     def slice(self, start: int, stop: int) -> Batch:
         """Sequences [start, stop), trimmed to their longest real length."""
         t = max(2, int(self.attention_mask[start:stop].sum(dim=1).max()))

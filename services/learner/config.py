@@ -15,8 +15,10 @@ from prioreplay.config import ClientSettings, LogLevel, Seed, check_role_setting
 from prioreplay.devices import GpuClaimSettings
 from prioreplay.reporting import ReportTo
 
+from .loss_settings import Correction, LossSettings
+
 #: The learner's off-policy corrections (docs/OFFPOLICY.md); ``prioreplay compare`` names arms by them.
-OffPolicyCorrection = Literal["none", "tis", "mis-token", "mis-sequence", "icepop"]
+OffPolicyCorrection = Correction
 
 
 class LearnerConfig(ClientSettings, GpuClaimSettings):
@@ -211,6 +213,14 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
     max_steps: int = Field(
         0, ge=0, le=1_000_000_000, description="stop after this many optimizer steps in total (0: until stopped)"
     )
+    stop_grace_s: float = Field(
+        45.0,
+        gt=0,
+        le=86400,
+        description="on SIGTERM/SIGINT the step in progress, the last publish and checkpoint get this many seconds; "
+        "then the learner abandons them and exits 0 (the step's groups come back on the next start); keep it below "
+        "the supervisor's kill delay (60 s in docker-compose.yml and deploy/k8s)",
+    )
 
     # -- observability -------------------------------------------------------------------------
     max_retry_sleep_s: float = Field(
@@ -264,6 +274,26 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
                 )
         return data
 
+    @property
+    def loss_settings(self) -> LossSettings:
+        """The loss's settings from the ``-- loss`` fields (checked once when the configuration is
+        validated, as TRL checks its ``GRPOConfig`` in ``__post_init__``); ``dual_clip_c`` 0 is off.
+
+        Raises:
+            InvalidArgument: a value :class:`LossSettings` refuses (the field bounds above make that
+                a configuration built without validation, e.g. ``model_copy(update=...)``).
+        """
+        return LossSettings(
+            eps_low=self.eps_low,
+            eps_high=self.eps_high,
+            aggregation=self.aggregation,
+            kl_coef=self.kl_coef,
+            dual_clip_c=self.dual_clip_c or None,
+            correction=self.off_policy_correction,
+            correction_cap=self.correction_cap,
+            icepop_band=(self.icepop_low, self.icepop_high),
+        )
+
     def publish_root(self) -> Path:
         """Where published versions ``v-N/`` go: ``publish_dir``, default ``checkpoint_dir/published``."""
         return self.publish_dir or Path(self.checkpoint_dir) / "published"
@@ -278,4 +308,5 @@ class LearnerConfig(ClientSettings, GpuClaimSettings):
             )
         if 0 < self.dual_clip_c <= 1:
             raise ValueError(f"dual_clip_c ({self.dual_clip_c}) must be > 1 (Ye et al. 2020 use 3), or 0 to turn dual-clip off")
+        _ = self.loss_settings  # the loss's settings as the loss will see them, checked at start (a ValueError)
         return self

@@ -3,7 +3,9 @@
 The GRPO step asks the feed for a batch, trains, and tells the feed what it trained; the feed
 keeps the bookkeeping that makes a crash lose no update:
 
-- **pull**: up to ``batch_groups`` groups within ``batch_timeout_s``, the backlog first. The first
+- **pull**: up to ``batch_groups`` groups within ``batch_timeout_s``, the backlog first. Every
+  pull declares ``batch_groups`` to the server, whose pace bound (``--pace-batches``) counts
+  learner batches of that size. The first
   pull after start asks for this consumer's own pending groups (``include_own_pending``), as many
   as the server had pending (up to :data:`MAX_RECOVERY_PULL`), so every group trained after the
   last checkpoint of a killed learner comes back at once; what does not fit a batch waits in the
@@ -180,7 +182,9 @@ class TrajectoryFeed:
             if self._first_pull:
                 want = max(want, min(self._recover_groups, MAX_RECOVERY_PULL))
             try:
-                resp = self._call("PullTrajectories", self.source.pull, want, wait, self.consumer, self._first_pull)
+                resp = self._call(
+                    "PullTrajectories", self.source.pull, want, wait, self.consumer, self._first_pull, self.batch_groups
+                )
             except InvalidArgument:
                 if want == self.batch_groups - len(groups):
                     raise
@@ -212,7 +216,7 @@ class TrajectoryFeed:
         def run() -> None:
             try:
                 box["groups"] = self._prefetch_call(
-                    "PullTrajectories", self.source.pull, want, self.pull_wait_s, self.consumer, False
+                    "PullTrajectories", self.source.pull, want, self.pull_wait_s, self.consumer, False, self.batch_groups
                 ).groups
             except Exception as e:  # noqa: BLE001 -- reported by the next pull, which pulls again
                 box["error"] = e

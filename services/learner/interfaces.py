@@ -17,10 +17,16 @@ class TrajectorySource(Protocol):
     """Trajectory groups with at-least-once delivery: pull, train, then acknowledge."""
 
     def pull(
-        self, max_groups: int, wait_s: float = 0.0, consumer: str = "learner", include_own_pending: bool = False
+        self,
+        max_groups: int,
+        wait_s: float = 0.0,
+        consumer: str = "learner",
+        include_own_pending: bool = False,
+        batch_groups: int = 0,
     ) -> pb.PullTrajectoriesResponse:
         """Up to ``max_groups`` groups, waiting up to ``wait_s`` seconds for the first; with
-        ``include_own_pending`` this consumer's unacknowledged groups come back first."""
+        ``include_own_pending`` this consumer's unacknowledged groups come back first.
+        ``batch_groups``: the learner's batch in groups (the server's pace bound counts it)."""
 
     def ack(self, group_ids: Sequence[str]) -> pb.AckTrajectoriesResponse:
         """Acknowledge groups after the optimizer step that used them (never delivered again)."""

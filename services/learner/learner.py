@@ -122,6 +122,7 @@ class Learner:
         from prioreplay import models
 
         self.config = config
+        self.loss_settings = config.loss_settings  # checked once here, not on each micro-batch
         self.dist = dist
         if client is None and feed is not None:
             from prioreplay.client import PriorityClient
@@ -301,6 +302,7 @@ class Learner:
             return self._skip(fates, record, metrics)
         if self.feed is not None:
             self.feed.hold([g.group_id for g in fates.used])  # acknowledged after the next checkpoint
+            self.metrics.count_groups("used", len(fates.used))  # trained: the step was applied
         t["publish"] = time.perf_counter()
 
         # --- 6. publish the weights ---------------------------------------------------------------
@@ -332,6 +334,8 @@ class Learner:
         count it and write its JSON line (:meth:`~.metrics.LearnerMetrics.record`)."""
         held = len(self.feed.held) if self.feed else 0
         record.update(step=self.step_count, policy_version=self.version, groups_unacked=held)
+        # every group's fate so far (docs/METHOD.md, "Every generated group, trained or charged")
+        record["groups_total"] = dict(self.metrics.totals)
         record.update(rpc_s=self._rpc_s, pull_s=self._pull_s)
         self.metrics.record(record)
 
@@ -362,6 +366,8 @@ class Learner:
         non-finite gradient, and a step that never completes would stall the learner."""
         ids = [g.group_id for g in fates.used]
         self.metrics.skipped_steps.inc()
+        if self.feed is not None:
+            self.metrics.count_groups("skipped", len(ids))
         log.error(
             "step %d skipped: loss %s, gradient norm %s (not finite); nothing applied or published, "
             "%d groups acknowledged unused (lower --lr or --max-grad-norm if this repeats)",
@@ -388,9 +394,11 @@ class Learner:
         norm = default_normalizer(batch.completion_mask, cfg.aggregation)  # the whole batch's, on every rank
         totals: dict[str, float] = {}
         sink: list = []  # this rank's log w and ages, for the mismatch percentiles (rank 0's shard in a job)
+        if self.dist is None:  # zero-advantage sequences carry no gradient without a KL term: not run
+            batch = batch.with_gradient(self.loss_settings.kl_coef)
         for mb, sync in self._micro_batches(batch):
             with sync:
-                loss, m = micro_batch_loss(self.train_model, self._reference, mb, cfg, self.device, norm, sink)
+                loss, m = micro_batch_loss(self.train_model, self._reference, mb, self.loss_settings, self.device, norm, sink)
                 (loss * self.dist.loss_scale if self.dist else loss).backward()
             for k, v in {"loss": loss.detach(), **m}.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
@@ -438,6 +446,7 @@ class Learner:
 
     def _run(self) -> int:
         self._retrying("resume", self.resume)
+        self.metrics.readiness.set()  # model loaded, resumed: it can train (/ready answers 200)
         cfg = self.config
         while not self.stop_requested and (cfg.max_steps == 0 or self.step_count < cfg.max_steps):
             result = self._retrying("step", self.step)
@@ -452,4 +461,6 @@ class Learner:
         if self.step_count > 0 and self.step_count > self.last_checkpoint_step:
             self.checkpoint()
         self.wait_published()
+        if self.feed is not None:  # pulled and never trained: the backlog (a prefetch in flight stays pending)
+            self.metrics.write_end(step_count=self.step_count, policy_version=self.version, backlog=self.feed.backlog_size)
         return 0

@@ -1,7 +1,7 @@
 """Group-relative advantages and the clipped GRPO policy-gradient loss.
 
 Pure torch, no model: every function takes tensors and returns tensors, so the maths is tested on
-hand-computed tiny inputs (``tests/unit/test_grpo_loss.py``).
+hand-computed tiny inputs (``tests/unit/learner/test_grpo_loss.py``).
 
 Notation: N groups of G completions each; B = N·G sequences; T token positions (padded). The
 mask marks completion tokens; prompt and padding positions never contribute.
@@ -10,37 +10,25 @@ mask marks completion tokens; prompt and padding positions never contribute.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
+from prioreplay import rules
 from prioreplay.errors import InvalidArgument
 
 from . import policy
 from .batch import Batch, token_logprobs
+from .loss_settings import Aggregation, LossSettings
 
 AdvantageMode = Literal["grpo", "drgrpo"]
-Aggregation = Literal["token-mean", "seq-mean"]
-Correction = Literal["none", "tis", "mis-token", "mis-sequence", "icepop"]
-
-#: The off-policy corrections of :func:`grpo_loss` (``correction``).
-CORRECTIONS: tuple[str, ...] = ("none", "tis", "mis-token", "mis-sequence", "icepop")
-
-#: The default correction and cap: token-level truncated importance sampling at C = 2 (Yao et al.
-#: 2025 use C = 2; verl's rollout correction, slime's ``--use-tis`` and OpenRLHF's vLLM IS
-#: correction default to token-level truncation at 2). It never drops a token (unlike MIS or
-#: IcePop) and is the correction the most peers ship on by default.
-DEFAULT_CORRECTION: Correction = "tis"
-DEFAULT_CORRECTION_CAP = 2.0
-#: IcePop's band [a, b] on w (Ring-1T report, 2025, use α = 0.5, β = 5).
-DEFAULT_ICEPOP_BAND = (0.5, 5.0)
 
 #: Log-ratios are clamped to ±this before ``exp`` (e^20 ≈ 4.9e8): no overflow to inf, and such a
 #: token is far outside the clip range anyway.
 MAX_LOG_RATIO = 20.0
 
-#: The dual-clip cap c on the ratio for negative advantages (Ye et al. 2020 use 3).
-DUAL_CLIP_C = 3.0
+#: The loss's settings when none are given: each at its default (:class:`LossSettings`).
+DEFAULT_SETTINGS = LossSettings()
 
 
 def group_advantages(rewards: torch.Tensor, mode: AdvantageMode = "grpo", eps: float = 1e-6) -> torch.Tensor:
@@ -54,6 +42,10 @@ def group_advantages(rewards: torch.Tensor, mode: AdvantageMode = "grpo", eps: f
     problem's priority.
 
     A group whose rewards are all equal (or G = 1) gets zero advantages in both modes, never NaN.
+    "All equal" is :func:`prioreplay.rules.rewards_equal` (max − min within
+    :data:`~prioreplay.rules.EQUAL_REWARDS_TOL`), the test ``classify`` applies, so a constant
+    group is zero in float32 too: there the mean of 8 × 0.35 differs from 0.35 by a rounding
+    residue that ``/ (std + eps)`` would blow up to ±0.03.
 
     Args:
         rewards: (N, G) rewards, finite.
@@ -75,15 +67,18 @@ def group_advantages(rewards: torch.Tensor, mode: AdvantageMode = "grpo", eps: f
     rewards = rewards.float() if not rewards.is_floating_point() else rewards
     if not torch.isfinite(rewards).all():
         raise InvalidArgument("rewards contain NaN or inf; every reward must be a finite number")
+    low, high = rewards.amin(dim=1, keepdim=True), rewards.amax(dim=1, keepdim=True)  # (N, 1)
+    constant = (high - low) <= rules.EQUAL_REWARDS_TOL * torch.maximum(low.abs(), high.abs()).clamp(min=1.0)  # (N, 1)
     centred = rewards - rewards.mean(dim=1, keepdim=True)  # (N, G)
-    if mode == "drgrpo":
-        return centred
-    std = rewards.std(dim=1, keepdim=True, correction=0)  # (N, 1)
-    return centred / (std + eps)  # (N, G)
+    if mode == "grpo":
+        centred = centred / (rewards.std(dim=1, keepdim=True, correction=0) + eps)  # (N, G)
+    return centred.masked_fill(constant, 0.0)  # (N, G)
 
 
 def _aggregate(x: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation, normalizer: float) -> torch.Tensor:
-    """Sum of masked per-token values ``x`` (B, T), normalized like the loss (see grpo_loss)."""
+    """Sum of masked per-token values ``x`` (B, T), divided by ``normalizer``: ``token-mean`` sums
+    every valid token of the batch (DAPO's token-level loss); ``seq-mean`` first averages each
+    sequence over its own valid tokens (the original GRPO). Returns a () tensor."""
     if aggregation == "token-mean":
         return (x * mask).sum() / normalizer
     per_seq = (x * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
@@ -98,135 +93,120 @@ def default_normalizer(mask: torch.Tensor, aggregation: Aggregation) -> float:
     return max(1.0, float((mask.sum(dim=1) > 0).sum()))
 
 
+class Ratios(NamedTuple):
+    """The importance ratios of one micro-batch, each (B, T) and neutral (log 0, ratio 1) on padding.
+
+    ``log_ratio``/``ratio``: log r and r of the current policy against the clip's anchor, the
+    proximal policy π_prox with a decoupled correction, else the behaviour policy μ; ``log_w``/``w``:
+    the detached weight w = π_prox/μ (None without proximal log-probs). Each log clamped to
+    ±``MAX_LOG_RATIO``.
+    """
+
+    log_ratio: torch.Tensor
+    ratio: torch.Tensor
+    log_w: torch.Tensor | None
+    w: torch.Tensor | None
+
+
+def importance_ratios(
+    logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    prox_logprobs: torch.Tensor | None,
+    mask: torch.Tensor,
+    decoupled: bool,
+) -> Ratios:
+    """r = exp(clamp(logprobs − anchor)) with the anchor π_prox when ``decoupled`` (the trust region
+    around the proximal policy: decoupled PPO, Hilton et al. 2021; AReaL, Fu et al. 2025), else μ
+    (plain PPO's token-level importance ratio); and w = exp(clamp(prox − behaviour)), detached:
+    staleness and engine mismatch together. All inputs (B, T) log-probs in nats, ``mask`` float."""
+    behaviour = behaviour_logprobs.to(logprobs.dtype).detach()  # (B, T)
+    prox = prox_logprobs.to(logprobs.dtype).detach() if prox_logprobs is not None else None  # (B, T)
+    anchor = prox if decoupled and prox is not None else behaviour  # (B, T) the clip's centre
+    log_ratio = (logprobs - anchor) * mask  # (B, T) padding: log-ratio 0, ratio 1
+    log_ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # (B, T)
+    ratio = torch.exp(log_ratio)  # (B, T)
+    if prox is None:
+        return Ratios(log_ratio, ratio, None, None)
+    log_w = ((prox - behaviour) * mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # (B, T) padding: 0
+    return Ratios(log_ratio, ratio, log_w, torch.exp(log_w))  # w: (B, T)
+
+
+def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, settings: LossSettings) -> torch.Tensor:
+    """The (B, T) clipped surrogate of ``ratio`` (B, T) and advantages ``adv`` (B, 1).
+
+    surrogate = min(r·A, clip(r, 1 − eps_low, 1 + eps_high)·A) (PPO, Schulman et al. 2017, eq. 7)
+    with DAPO's decoupled "clip-higher" bounds (Yu et al. 2025, eq. 10); then dual-clip, for A < 0
+    only: surrogate = max(surrogate, c·A) (Ye et al. 2020, "Mastering Complex Control in MOBA Games
+    with Deep Reinforcement Learning", AAAI, eq. 5). PPO's min keeps r·A unbounded when A < 0 and
+    r ≫ 1 (a token the worker found unlikely and the policy now likes: behaviour log-prob −10
+    against 0 gives r ≈ 22,026 and a loss of 22,026 for one token); the cap c bounds it at c·|A|
+    with no gradient.
+    """
+    unclipped = ratio * adv  # (B, T)
+    clipped = ratio.clamp(1.0 - settings.eps_low, 1.0 + settings.eps_high) * adv  # (B, T)
+    surrogate = torch.minimum(unclipped, clipped)  # (B, T)
+    if settings.dual_clip_c is not None:  # Ye et al. 2020, eq. 5: for A < 0, max(surrogate, c·A)
+        surrogate = torch.where(adv < 0, torch.maximum(surrogate, settings.dual_clip_c * adv), surrogate)  # (B, T)
+    return surrogate
+
+
 def _correction_weight(
-    log_w: torch.Tensor, w: torch.Tensor, mask: torch.Tensor, correction: str, cap: float, band: tuple[float, float]
+    log_w: torch.Tensor, w: torch.Tensor, mask: torch.Tensor, settings: LossSettings
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """The per-token weight ω (B, T) of an off-policy correction (see :func:`grpo_loss`), and the
-    (B, T) 0/1 indicators of truncated and masked tokens (None where the correction has none).
-    ``log_w`` and ``w`` are detached and 0 / 1 on padding."""
-    if correction == "tis":
+    """The per-token weight ω (B, T) of the off-policy correction on the surrogate, and the (B, T)
+    0/1 indicators of truncated and masked tokens (None where the correction has none). ``log_w``
+    and ``w`` are detached and 0 / 1 on padding; C = ``correction_cap``:
+
+    - ``tis``: ω = min(w, C), truncated importance sampling (Yao et al. 2025, "Your efficient RL
+      framework secretly brings you off-policy RL training");
+    - ``mis-token``: ω = w·1[1/C <= w <= C], masked importance sampling per token (Liu et al.
+      2025, "When speed kills stability: demystifying RL collapse from the training-inference
+      mismatch"; verl's rollout rejection sampling);
+    - ``mis-sequence``: ω = W_b·1[1/C <= W_b <= C] on every token of sequence b, with the
+      sequence ratio W_b = exp(Σ_t log w_{b,t}) (same sources, sequence level);
+    - ``icepop``: ω = w·1[a <= w <= b], [a, b] = ``icepop_band`` (IcePop, Ring-1T report 2025).
+    """
+    cap = settings.correction_cap
+    if settings.correction == "tis":
         truncated = (w > cap).to(w.dtype)  # (B, T)
         return w.clamp(max=cap), truncated, None
-    if correction == "mis-sequence":
+    if settings.correction == "mis-sequence":
         seq_log_w = (log_w * mask).sum(dim=1, keepdim=True).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # (B, 1)
         keep = (seq_log_w >= -math.log(cap)) & (seq_log_w <= math.log(cap))  # (B, 1)
         weight = torch.where(keep, torch.exp(seq_log_w), torch.zeros_like(seq_log_w))  # (B, 1)
         return weight.expand_as(w), None, (~keep).to(w.dtype).expand_as(w)
-    lo, hi = (1.0 / cap, cap) if correction == "mis-token" else band
+    lo, hi = (1.0 / cap, cap) if settings.correction == "mis-token" else settings.icepop_band
     keep = (w >= lo) & (w <= hi)  # (B, T)
     return torch.where(keep, w, torch.zeros_like(w)), None, (~keep).to(w.dtype)
 
 
-def grpo_loss(
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token kl = exp(ref − lp) − (ref − lp) − 1 (B, T), Schulman's k3 estimator of KL(π‖π_ref)
+    (J. Schulman, "Approximating KL divergence", 2020; as in DeepSeekMath eq. 4), the log-ratio
+    clamped to ±``MAX_LOG_RATIO`` and 0 on padding; zeros without a reference."""
+    if ref_logprobs is None:
+        return torch.zeros_like(logprobs)  # (B, T)
+    ref_log_ratio = ((ref_logprobs.to(logprobs.dtype).detach() - logprobs) * mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # (B, T)
+    return torch.exp(ref_log_ratio) - ref_log_ratio - 1.0  # (B, T)
+
+
+def _check_inputs(
     logprobs: torch.Tensor,
     behaviour_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    eps_low: float = 0.2,
-    eps_high: float = 0.28,
-    aggregation: Aggregation = "token-mean",
-    ref_logprobs: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
-    entropies: torch.Tensor | None = None,
-    normalizer: float | None = None,
-    dual_clip_c: float | None = DUAL_CLIP_C,
-    prox_logprobs: torch.Tensor | None = None,
-    correction: Correction = DEFAULT_CORRECTION,
-    correction_cap: float = DEFAULT_CORRECTION_CAP,
-    icepop_band: tuple[float, float] = DEFAULT_ICEPOP_BAND,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The clipped policy-gradient loss of GRPO with asymmetric clipping and an optional KL term.
-
-    Per completion token t of sequence b (all log-probs in nats):
-
-    - ratio ρ = exp(clamp(logprobs − behaviour_logprobs, ±MAX_LOG_RATIO)): the token-level
-      importance ratio against the worker's sampling (behaviour) distribution;
-    - surrogate = min(ρ·A_b, clip(ρ, 1 − eps_low, 1 + eps_high)·A_b) (PPO, Schulman et al. 2017,
-      eq. 7) with DAPO's decoupled "clip-higher" bounds (Yu et al. 2025, eq. 10);
-    - dual-clip, for A_b < 0 only: surrogate = max(surrogate, c·A_b) (Ye et al. 2020, "Mastering
-      Complex Control in MOBA Games with Deep Reinforcement Learning", AAAI, eq. 5). PPO's min
-      keeps ρ·A unbounded when A < 0 and ρ ≫ 1 (a token the worker found unlikely and the
-      policy now likes: behaviour log-prob −10 against 0 gives ρ ≈ 22,026 and a loss of 22,026
-      for one token); the cap c (default 3, > 1) bounds it at c·|A| with no gradient;
-    - kl = exp(ref − lp) − (ref − lp) − 1, Schulman's k3 estimator of KL(π‖π_ref) (J. Schulman,
-      "Approximating KL divergence", 2020; as in DeepSeekMath eq. 4), log-ratio clamped likewise;
-    - per-token loss = −surrogate + kl_coef·kl.
-
-    Off-policy correction (``correction``; decoupled PPO, Hilton et al. 2021, "Batch size-invariance
-    for policy optimization"; AReaL, Fu et al. 2025). With μ the behaviour policy
-    (``behaviour_logprobs``, the worker's engine, up to ``max_staleness`` versions old) and π_prox
-    the proximal policy (``prox_logprobs``, the learner's weights at the start of the step):
-
-    - r = exp(clamp(logprobs − prox_logprobs, ±MAX_LOG_RATIO)) replaces ρ in the clip and dual-clip
-      above (the trust region is around π_prox, not around μ);
-    - w = exp(clamp(prox_logprobs − behaviour_logprobs, ±MAX_LOG_RATIO)), detached: staleness and
-      engine mismatch together;
-    - surrogate_t = ω_t · min(r·A, clip(r)·A) (dual-clipped as above), with the weight ω_t:
-
-      - ``none``: ρ = π_θ/μ in one ratio and ω = 1, the loss before this correction existed (bit
-        for bit; ``prox_logprobs`` feeds the mismatch metrics only);
-      - ``tis``: ω = min(w, C), truncated importance sampling (Yao et al. 2025, "Your efficient RL
-        framework secretly brings you off-policy RL training", C = ``correction_cap``);
-      - ``mis-token``: ω = w·1[1/C <= w <= C], masked importance sampling per token (Liu et al.
-        2025, "When speed kills stability: demystifying RL collapse from the training-inference
-        mismatch"; verl's rollout rejection sampling);
-      - ``mis-sequence``: ω = W_b·1[1/C <= W_b <= C] on every token of sequence b, with the
-        sequence ratio W_b = exp(Σ_t log w_{b,t}) (same sources, sequence level);
-      - ``icepop``: ω = w·1[a <= w <= b], [a, b] = ``icepop_band`` (IcePop, Ring-1T report 2025:
-        M(k) = k on [α, β], 0 outside; α = 0.5, β = 5).
-
-    The default is ``tis`` with C = 2 (see ``DEFAULT_CORRECTION``). Without ``prox_logprobs``,
-    π_prox = μ: w = 1 and every correction gives the ``none`` loss. The learner does one
-    optimizer step per batch, so π_prox at the start of the step has the very weights of the
-    forward pass that trains: its log-probs are that forward's, detached (no second pass; r = 1 in
-    value and ∇r = ∇log π_θ), see :func:`micro_batch_loss`.
-
-    Aggregation: ``token-mean`` sums over every valid token of the batch and divides by their
-    number (DAPO's token-level loss); ``seq-mean`` averages each sequence over its own valid
-    tokens, then averages over sequences (the original GRPO). ``normalizer`` replaces the
-    denominator (tokens or sequences) so that micro-batches of one batch each divide by the
-    *whole* batch's count: their losses (and metrics) then sum exactly to the full-batch values.
-
-    Metrics (detached scalars, aggregated like the loss, so they also sum over micro-batches):
-    ``pg_loss`` (−surrogate), ``kl`` (k3 to the reference, 0 without one), ``clip_frac_low``
-    (tokens with A < 0 and ρ < 1 − eps_low: the clipped branch is taken, no gradient),
-    ``clip_frac_high`` (A > 0 and ρ > 1 + eps_high), ``dual_clip_frac`` (A < 0 and ρ > c: the
-    dual-clip bound is taken), ``approx_kl`` (k3 of KL(behaviour‖π) from the
-    ratio, a staleness/drift diagnostic), ``entropy`` (when ``entropies`` is given). With
-    ``prox_logprobs``: ``mismatch_kl`` (k3 of KL(μ‖π_prox) = E_μ[w − 1 − log w]),
-    ``abs_log_w`` (mean |log w|), ``is_truncated_frac`` (tis: tokens with w > C),
-    ``is_masked_frac`` (mis-*, icepop: tokens with ω = 0 by the mask).
-
-    Args:
-        logprobs: (B, T) log-probs of the taken tokens under the current policy (with grad).
-        behaviour_logprobs: (B, T) log-probs the worker reported for the same tokens.
-        advantages: (B,) one advantage per sequence (broadcast over its tokens).
-        mask: (B, T) 1 for completion tokens that count, 0 for prompt and padding (bool or float).
-        eps_low, eps_high: clip range [1 − eps_low, 1 + eps_high]; 0 <= eps_low < 1, eps_high >= 0.
-        aggregation: ``"token-mean"`` or ``"seq-mean"``.
-        ref_logprobs: (B, T) log-probs under the frozen reference policy, or None.
-        kl_coef: weight of the KL term (>= 0); > 0 requires ``ref_logprobs``.
-        entropies: (B, T) per-token entropies of the current policy (nats), for the metric only.
-        normalizer: denominator to use instead of this batch's own (> 0), see above.
-        dual_clip_c: the dual-clip cap c (> 1) on ρ for negative advantages, or None for plain
-            PPO clipping (default ``DUAL_CLIP_C`` = 3, the value of Ye et al. 2020).
-        prox_logprobs: (B, T) log-probs under the proximal policy (no grad needed), or None (= μ).
-        correction: one of ``CORRECTIONS`` (above).
-        correction_cap: C > 1, the truncation (tis) or band [1/C, C] (mis-token, mis-sequence).
-        icepop_band: (a, b), 0 < a < 1 < b, IcePop's band on w.
-
-    Returns:
-        (loss, metrics): a scalar loss with grad through ``logprobs`` only, and a dict of
-        detached scalar tensors.
-
-    Raises:
-        InvalidArgument: shapes disagree, unknown aggregation, eps out of range, kl_coef < 0,
-            kl_coef > 0 without ref_logprobs, normalizer <= 0, dual_clip_c <= 1, unknown
-            correction, correction_cap <= 1, or icepop_band not 0 < a < 1 < b.
-    """
-    B, T = logprobs.shape if logprobs.dim() == 2 else (None, None)
-    if B is None:
+    ref_logprobs: torch.Tensor | None,
+    entropies: torch.Tensor | None,
+    prox_logprobs: torch.Tensor | None,
+    settings: LossSettings,
+    normalizer: float | None,
+) -> None:
+    """What :func:`grpo_loss` checks on each call (its settings were checked when made): ``logprobs``
+    (B, T) and every other per-token tensor (B, T) or None, ``advantages`` (B,), the reference's
+    log-probs when ``kl_coef`` > 0, and ``normalizer`` > 0. Raises InvalidArgument naming the value."""
+    if logprobs.dim() != 2:
         raise InvalidArgument(f"logprobs must have shape (B, T), got {tuple(logprobs.shape)}")
+    B, T = logprobs.shape
     for name, t in (
         ("behaviour_logprobs", behaviour_logprobs),
         ("mask", mask),
@@ -238,109 +218,145 @@ def grpo_loss(
             raise InvalidArgument(f"{name} must have the shape of logprobs {(B, T)}, got {tuple(t.shape)}")
     if tuple(advantages.shape) != (B,):
         raise InvalidArgument(f"advantages must have shape (B,) = ({B},), got {tuple(advantages.shape)}")
-    if aggregation not in ("token-mean", "seq-mean"):
-        raise InvalidArgument(f"aggregation ({aggregation!r}) must be 'token-mean' or 'seq-mean'")
-    if not (0.0 <= eps_low < 1.0) or not eps_high >= 0.0:
-        raise InvalidArgument(f"clip range needs 0 <= eps_low < 1 and eps_high >= 0, got eps_low={eps_low}, eps_high={eps_high}")
-    if not kl_coef >= 0.0:
-        raise InvalidArgument(f"kl_coef ({kl_coef}) must be >= 0")
-    if kl_coef > 0 and ref_logprobs is None:
+    if settings.kl_coef > 0 and ref_logprobs is None:
         raise InvalidArgument(
-            f"kl_coef ({kl_coef}) > 0 needs ref_logprobs; pass the reference policy's log-probs or set kl_coef=0"
+            f"kl_coef ({settings.kl_coef}) > 0 needs ref_logprobs; pass the reference policy's log-probs or set kl_coef=0"
         )
     if normalizer is not None and not normalizer > 0:
         raise InvalidArgument(f"normalizer ({normalizer}) must be > 0")
-    if dual_clip_c is not None and not (math.isfinite(dual_clip_c) and dual_clip_c > 1.0):
-        raise InvalidArgument(
-            f"dual_clip_c ({dual_clip_c}) must be a finite number > 1 (Ye et al. 2020 use 3), or None to turn dual-clip off"
-        )
 
-    if correction not in CORRECTIONS:
-        raise InvalidArgument(f"correction ({correction!r}) must be one of {', '.join(CORRECTIONS)}")
-    if not (math.isfinite(correction_cap) and correction_cap > 1.0):
-        raise InvalidArgument(f"correction_cap ({correction_cap}) must be a finite number > 1 (Yao et al. 2025 use 2)")
-    lo_band, hi_band = icepop_band
-    if not (0.0 < lo_band < 1.0 < hi_band and math.isfinite(hi_band)):
-        raise InvalidArgument(f"icepop_band ({icepop_band}) must be (a, b) with 0 < a < 1 < b (Ring-1T use (0.5, 5))")
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    settings: LossSettings = DEFAULT_SETTINGS,
+    *,
+    ref_logprobs: torch.Tensor | None = None,
+    entropies: torch.Tensor | None = None,
+    prox_logprobs: torch.Tensor | None = None,
+    normalizer: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GRPO's clipped policy-gradient loss: asymmetric clip, dual-clip, off-policy correction, k3 KL.
+
+    Per completion token t of sequence b: −ω_t·surrogate(r_t, A_b) + kl_coef·k3_t, with r the
+    importance ratio (:func:`importance_ratios`), PPO's clipped surrogate (:func:`clipped_surrogate`),
+    ω the correction's weight (:func:`_correction_weight`; 1 with ``none`` or without
+    ``prox_logprobs``, where π_prox = μ) and k3 the KL to the reference (:func:`k3_kl`);
+    aggregated over the valid tokens as ``settings.aggregation`` says (:func:`_aggregate`).
+
+    Args:
+        logprobs: (B, T) log-probs (nats) of the taken tokens under the current policy (with grad).
+        behaviour_logprobs: (B, T) log-probs the worker reported for the same tokens (μ).
+        advantages: (B,) one advantage per sequence (broadcast over its tokens).
+        mask: (B, T) 1 for completion tokens that count, 0 for prompt and padding (bool or float).
+        settings: clip range, aggregation, KL weight, correction (:class:`LossSettings`: checked once).
+        ref_logprobs, entropies, prox_logprobs: (B, T) log-probs under the frozen reference, per-token
+            entropies (nats, for the metric only), log-probs under the proximal policy π_prox; or None.
+        normalizer: the denominator (> 0) instead of this batch's token or sequence count: micro-batches
+            dividing by the whole batch's sum exactly to the full batch's loss and metrics.
+
+    Returns:
+        (loss, metrics): a scalar with grad through ``logprobs`` only; :func:`loss_metrics`' scalars.
+
+    Raises:
+        InvalidArgument: shapes disagree, ``kl_coef`` > 0 without ``ref_logprobs``, ``normalizer`` <= 0.
+    """
+    _check_inputs(logprobs, behaviour_logprobs, advantages, mask, ref_logprobs, entropies, prox_logprobs, settings, normalizer)
+    mask = mask.to(logprobs.dtype)  # (B, T)
+    adv = advantages.to(logprobs.dtype).detach().unsqueeze(1)  # (B, 1)
 
     # --- importance ratio against the behaviour (none) or proximal policy ----------------------
-    mask = mask.to(logprobs.dtype)  # (B, T)
-    behaviour_logprobs = behaviour_logprobs.to(logprobs.dtype).detach()  # (B, T)
-    adv = advantages.to(logprobs.dtype).detach().unsqueeze(1)  # (B, 1)
-    decoupled = correction != "none" and prox_logprobs is not None
-    prox = prox_logprobs.to(logprobs.dtype).detach() if prox_logprobs is not None else None  # (B, T)
-    anchor = prox if decoupled and prox is not None else behaviour_logprobs  # (B, T) the clip's centre
-    log_ratio = (logprobs - anchor) * mask  # (B, T) padding: log-ratio 0, ratio 1
-    log_ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # (B, T)
-    ratio = torch.exp(log_ratio)  # (B, T)
+    decoupled = settings.correction != "none" and prox_logprobs is not None
+    ratios = importance_ratios(logprobs, behaviour_logprobs, prox_logprobs, mask, decoupled)  # (B, T) each
 
-    # --- clipped surrogate (PPO min, DAPO clip-higher) ----------------------------------------
-    unclipped = ratio * adv  # (B, T)
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv  # (B, T)
-    surrogate = torch.minimum(unclipped, clipped)  # (B, T)
-    if dual_clip_c is not None:  # Ye et al. 2020, eq. 5: for A < 0, max(surrogate, c·A)
-        surrogate = torch.where(adv < 0, torch.maximum(surrogate, dual_clip_c * adv), surrogate)  # (B, T)
-    truncated = masked = None
-    if prox is not None:
-        log_w = ((prox - behaviour_logprobs) * mask).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # (B, T) padding: 0
-        w = torch.exp(log_w)  # (B, T)
-    if decoupled:
-        weight, truncated, masked = _correction_weight(log_w, w, mask, correction, correction_cap, icepop_band)
+    # --- clipped surrogate (PPO min, DAPO clip-higher, dual-clip), weighted by the correction ---
+    surrogate = clipped_surrogate(ratios.ratio, adv, settings)  # (B, T)
+    flags: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)  # truncated, masked (B, T)
+    if decoupled and ratios.log_w is not None and ratios.w is not None:
+        weight, truncated, masked = _correction_weight(ratios.log_w, ratios.w, mask, settings)  # (B, T) each
+        flags = (truncated, masked)
         surrogate = weight * surrogate  # (B, T)
     pg_per_token = -surrogate  # (B, T)
 
     # --- KL to the frozen reference (k3) -----------------------------------------------------
-    if ref_logprobs is not None:
-        ref_log_ratio = ((ref_logprobs.to(logprobs.dtype).detach() - logprobs) * mask).clamp(
-            -MAX_LOG_RATIO, MAX_LOG_RATIO
-        )  # (B, T)
-        kl_per_token = torch.exp(ref_log_ratio) - ref_log_ratio - 1.0  # (B, T)
-    else:
-        kl_per_token = torch.zeros_like(logprobs)  # (B, T)
-    loss_per_token = pg_per_token + kl_coef * kl_per_token  # (B, T)
+    kl_per_token = k3_kl(logprobs, ref_logprobs, mask)  # (B, T)
+    loss_per_token = pg_per_token + settings.kl_coef * kl_per_token  # (B, T)
 
-    # --- aggregation over valid tokens --------------------------------------------------------
-    norm = default_normalizer(mask, aggregation) if normalizer is None else float(normalizer)
-    loss = _aggregate(loss_per_token, mask, aggregation, norm)  # ()
+    # --- aggregation over valid tokens, and the metrics ---------------------------------------
+    norm = default_normalizer(mask, settings.aggregation) if normalizer is None else float(normalizer)
+    loss = _aggregate(loss_per_token, mask, settings.aggregation, norm)  # ()
+    return loss, loss_metrics(pg_per_token, kl_per_token, ratios, adv, mask, settings, norm, entropies, flags)
 
-    # --- metrics (detached, aggregated like the loss) -----------------------------------------
+
+def loss_metrics(
+    pg_per_token: torch.Tensor,
+    kl_per_token: torch.Tensor,
+    ratios: Ratios,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    settings: LossSettings,
+    norm: float,
+    entropies: torch.Tensor | None,
+    flags: tuple[torch.Tensor | None, torch.Tensor | None],
+) -> dict[str, torch.Tensor]:
+    """The loss's detached scalar metrics, aggregated like the loss (so they too sum over
+    micro-batches). Inputs (B, T) but ``adv`` (B, 1); ``flags`` the correction's (truncated,
+    masked) 0/1 indicators or None.
+
+    ``pg_loss`` (−surrogate), ``kl`` (k3 to the reference, 0 without one), ``clip_frac_low``
+    (tokens with A < 0 and r < 1 − eps_low: the clipped branch is taken, no gradient),
+    ``clip_frac_high`` (A > 0 and r > 1 + eps_high), ``dual_clip_frac`` (A < 0 and r > c: the
+    dual-clip bound is taken), ``approx_kl`` (k3 of KL(anchor‖π) from the ratio, a
+    staleness/drift diagnostic), ``entropy`` (when ``entropies`` is given). With proximal
+    log-probs: ``mismatch_kl`` (k3 of KL(μ‖π_prox) = E_μ[w − 1 − log w]), ``abs_log_w`` (mean
+    |log w|), ``is_truncated_frac`` (tis: tokens with w > C), ``is_masked_frac`` (mis-*, icepop:
+    tokens with ω = 0 by the mask).
+    """
+
+    def agg(x: torch.Tensor) -> torch.Tensor:
+        return _aggregate(x, mask, settings.aggregation, norm)  # ()
+
     with torch.no_grad():
-        lr_d, ratio_d = log_ratio.detach(), ratio.detach()  # (B, T)
-        clip_low = ((ratio_d < 1.0 - eps_low) & (adv < 0)).to(logprobs.dtype)  # (B, T)
-        clip_high = ((ratio_d > 1.0 + eps_high) & (adv > 0)).to(logprobs.dtype)  # (B, T)
-        dual = (
-            ((ratio_d > dual_clip_c) & (adv < 0)).to(logprobs.dtype) if dual_clip_c is not None else torch.zeros_like(ratio_d)
-        )  # (B, T)
+        lr_d, ratio_d = ratios.log_ratio.detach(), ratios.ratio.detach()  # (B, T)
+        dtype, c = lr_d.dtype, settings.dual_clip_c
+        clip_low = ((ratio_d < 1.0 - settings.eps_low) & (adv < 0)).to(dtype)  # (B, T)
+        clip_high = ((ratio_d > 1.0 + settings.eps_high) & (adv > 0)).to(dtype)  # (B, T)
+        dual = ((ratio_d > c) & (adv < 0)).to(dtype) if c is not None else torch.zeros_like(ratio_d)  # (B, T)
         metrics = {
-            "pg_loss": _aggregate(pg_per_token.detach(), mask, aggregation, norm),
-            "kl": _aggregate(kl_per_token.detach(), mask, aggregation, norm),
-            "clip_frac_low": _aggregate(clip_low, mask, aggregation, norm),
-            "clip_frac_high": _aggregate(clip_high, mask, aggregation, norm),
-            "dual_clip_frac": _aggregate(dual, mask, aggregation, norm),
-            "approx_kl": _aggregate((ratio_d - 1.0) - lr_d, mask, aggregation, norm),
+            "pg_loss": agg(pg_per_token.detach()),
+            "kl": agg(kl_per_token.detach()),
+            "clip_frac_low": agg(clip_low),
+            "clip_frac_high": agg(clip_high),
+            "dual_clip_frac": agg(dual),
+            "approx_kl": agg((ratio_d - 1.0) - lr_d),
         }
-        if prox is not None:
-            metrics["mismatch_kl"] = _aggregate(w - 1.0 - log_w, mask, aggregation, norm)  # k3 of KL(μ‖π_prox)
-            metrics["abs_log_w"] = _aggregate(log_w.abs(), mask, aggregation, norm)
-            zero = torch.zeros_like(w)
-            metrics["is_truncated_frac"] = _aggregate(truncated if truncated is not None else zero, mask, aggregation, norm)
-            metrics["is_masked_frac"] = _aggregate(masked if masked is not None else zero, mask, aggregation, norm)
+        if ratios.log_w is not None and ratios.w is not None:
+            log_w, w = ratios.log_w, ratios.w  # (B, T)
+            truncated, masked = (f if f is not None else torch.zeros_like(w) for f in flags)  # (B, T)
+            metrics["mismatch_kl"] = agg(w - 1.0 - log_w)  # k3 of KL(μ‖π_prox)
+            metrics["abs_log_w"] = agg(log_w.abs())
+            metrics["is_truncated_frac"] = agg(truncated)
+            metrics["is_masked_frac"] = agg(masked)
         if entropies is not None:
-            metrics["entropy"] = _aggregate(entropies.detach().to(logprobs.dtype), mask, aggregation, norm)
-    return loss, metrics
+            metrics["entropy"] = agg(entropies.detach().to(dtype))
+    return metrics
 
 
-def micro_batch_loss(model, reference, mb: Batch, cfg, device: torch.device, normalizer: float, sink: list | None = None):
+def micro_batch_loss(
+    model, reference, mb: Batch, settings: LossSettings, device: torch.device, normalizer: float, sink: list | None = None
+):
     """The GRPO loss (:func:`grpo_loss`) of one micro-batch under ``model``, divided by the whole
     batch's ``normalizer``: new log-probs and entropies by teacher forcing (:func:`~.batch.token_logprobs`,
-    under bf16 autocast on CUDA), and with ``cfg.kl_coef > 0`` the reference's log-probs, with no
+    under bf16 autocast on CUDA), and with ``settings.kl_coef > 0`` the reference's log-probs, with no
     gradient, from ``reference()`` (a context giving the KL reference model).
 
     Args:
         model: the policy that trains (wrapped for DDP or sharded for FSDP in a distributed job).
         reference: a callable returning a context manager that yields the reference model.
         mb: the micro-batch, b sequences of length t.
-        cfg: the :class:`~.config.LearnerConfig` (clipping, aggregation, KL coefficient).
+        settings: the loss's settings (:attr:`~.config.LearnerConfig.loss_settings`).
         device: where the tensors go.
         normalizer: the whole batch's token or sequence count (:func:`default_normalizer`).
         sink: a list to which the micro-batch's (n,) log w of its valid tokens and their (n,)
@@ -359,7 +375,7 @@ def micro_batch_loss(model, reference, mb: Batch, cfg, device: torch.device, nor
     with policy.autocast(device):
         logprobs, entropy = token_logprobs(model, ids, attn, mb.temperature, with_entropy=True, top_p=mb.top_p)  # (b, t-1)
         ref_logprobs = None
-        if cfg.kl_coef > 0:
+        if settings.kl_coef > 0:
             with torch.no_grad(), reference() as ref:
                 ref_logprobs, _ = token_logprobs(ref, ids, attn, mb.temperature, top_p=mb.top_p)  # (b, t-1)
     prox_logprobs = logprobs.detach()  # (b, t-1) π_prox: the step's starting weights (see above)
@@ -370,24 +386,11 @@ def micro_batch_loss(model, reference, mb: Batch, cfg, device: torch.device, nor
             log_w = (prox_logprobs.float() - behaviour.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # (b, t-1)
             ages = mb.ages.to(device) if mb.ages is not None else torch.full((len(mb),), -1, device=device)  # (b,)
             sink.append((log_w[valid].cpu(), ages.unsqueeze(1).expand_as(log_w)[valid].cpu()))
+    advantages, mask = mb.advantages.to(device), mb.completion_mask.to(device)  # (b,), (b, t-1)
     return grpo_loss(
-        logprobs,
-        behaviour,
-        mb.advantages.to(device),
-        mb.completion_mask.to(device),
-        cfg.eps_low,
-        cfg.eps_high,
-        cfg.aggregation,
-        ref_logprobs=ref_logprobs,
-        kl_coef=cfg.kl_coef,
-        entropies=entropy,
-        normalizer=normalizer,
-        dual_clip_c=cfg.dual_clip_c or None,
-        prox_logprobs=prox_logprobs,
-        correction=cfg.off_policy_correction,
-        correction_cap=cfg.correction_cap,
-        icepop_band=(cfg.icepop_low, cfg.icepop_high),
-    )
+        logprobs, behaviour, advantages, mask, settings,
+        ref_logprobs=ref_logprobs, entropies=entropy, prox_logprobs=prox_logprobs, normalizer=normalizer,
+    )  # fmt: skip
 
 
 #: The percentiles of |log w| in a step's mismatch summary.

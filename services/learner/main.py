@@ -8,6 +8,7 @@ file, publishing, checkpoints); the other ranks train their shard of each batch
 from __future__ import annotations
 
 import logging
+import os
 
 from prioreplay.process import on_stop_signal, setup_logging
 
@@ -19,9 +20,11 @@ log = logging.getLogger("prioreplay.learner")
 def run(config: LearnerConfig) -> int:
     """Run the learner process; returns the exit code (0 after a clean stop).
 
-    SIGTERM and SIGINT ask the learner to stop: it finishes the step in progress (optimizer step,
-    ack, checkpoint), publishes the last step if it was not yet, and exits 0. A second signal
-    exits at once (the groups of an unfinished step come back on the next start).
+    SIGTERM and SIGINT ask the learner to stop, at any point from its start: it finishes the step
+    in progress (optimizer step, ack, checkpoint), publishes the last step if it was not yet, and
+    exits 0. A stop that takes longer than ``stop_grace_s`` (a slow step, a slow disk), or a second
+    signal, abandons the step at once and exits 0 as well: its groups were not acknowledged and come
+    back on the next start. A signal during the model load stops the learner before its first step.
 
     An unavailable server or store (UNAVAILABLE after the client's retries, or INTERNAL) is logged
     and waited out with backoff (``max_retry_sleep_s``); the learner does not exit on it.
@@ -30,6 +33,37 @@ def run(config: LearnerConfig) -> int:
         InvalidArgument: the model cannot be loaded, or LoRA is asked for without peft.
     """
     setup_logging(config.log_level)
+    if _other_rank():  # a rank > 0 of a torchrun job: rank 0 stops the job (_run_rank)
+        return _run(config, [], [])
+    learners: list = []  # the Learner once built: a stop signal before that is kept in `asked`
+    asked: list[int] = []
+
+    def _stop(signum: int) -> None:
+        log.info("signal %d: finishing the current step (at most %.0f s), then stopping", signum, config.stop_grace_s)
+        asked.append(signum)
+        for learner in learners:
+            learner.stop_requested = True
+
+    cancel_grace = on_stop_signal(_stop, config.stop_grace_s, "the learner's step in progress")  # before the imports
+    try:
+        return _run(config, learners, asked)
+    except KeyboardInterrupt:
+        if not asked:
+            raise
+        log.warning("stopped without finishing the step in progress; its groups come back on the next start")
+        return 0
+    finally:
+        cancel_grace()
+
+
+def _other_rank() -> bool:
+    """Whether this process is a rank > 0 of a torchrun job (torchrun's ``WORLD_SIZE``, ``RANK``;
+    read here without importing torch, as :func:`~.distributed.from_env` does)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and int(os.environ.get("RANK", "0") or 0) > 0
+
+
+def _run(config: LearnerConfig, learners: list, asked: list[int]) -> int:
+    """:func:`run` once its stop signal is installed: build the learner, train, shut down."""
     from prioreplay.devices import claim_for_role
 
     from . import distributed
@@ -49,6 +83,8 @@ def run(config: LearnerConfig) -> int:
     except BaseException:
         _shutdown(server, weights_server, close=True)
         raise
+    learners.append(learner)
+    learner.stop_requested = bool(asked)  # a signal while the model loaded: stop before the first step
     log.info(
         "learner: model %s, %d groups per step, checkpoints in %s; waiting for trajectory groups from %s",
         config.model,
@@ -58,12 +94,6 @@ def run(config: LearnerConfig) -> int:
     )
     if server is not None:
         log.info("metrics on :%d/metrics", config.metrics_port)
-
-    def _stop(signum: int) -> None:
-        log.info("signal %d: finishing the current step, then stopping", signum)
-        learner.stop_requested = True
-
-    on_stop_signal(_stop)
     finished = False
     try:
         code = learner.run()

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from prioreplay.metrics_server import Readiness, serve_metrics
 
 from .filters import FATES
 
@@ -26,6 +28,9 @@ STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128)
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
+#: The ``fate`` label values of ``prioreplay_learner_groups_total``: the filters' fates, plus the groups of
+#: a step skipped for a non-finite loss or gradient (``used`` counts only groups of applied steps).
+GROUP_FATES = (*FATES, "skipped")
 #: The ``side`` label values of ``prioreplay_learner_clip_fraction``.
 CLIP_SIDES = ("low", "high", "dual")
 #: The ``quantile`` label values of ``prioreplay_learner_offpolicy_abs_log_w`` (percentiles).
@@ -46,6 +51,8 @@ class LearnerMetrics:
     def __init__(self, log_file: str | os.PathLike | None = None, reporter: Reporter | None = None):
         self.reporter = reporter
         self.registry = r = CollectorRegistry()
+        #: ``/ready``: set once the process can do its work (:mod:`prioreplay.metrics_server`).
+        self.readiness = Readiness("the model to load and the resume from the newest checkpoint")
         p = "prioreplay_learner_"
         self.loss = Gauge(p + "loss", "total loss of the last step (pg + kl_coef * kl)", registry=r)
         self.pg_loss = Gauge(p + "pg_loss", "clipped policy-gradient loss of the last step", registry=r)
@@ -87,9 +94,17 @@ class LearnerMetrics:
         self.entropy = Gauge(p + "entropy", "mean token entropy of the policy on completion tokens, nats", registry=r)
         self.grad_norm = Gauge(p + "grad_norm", "global gradient L2 norm before clipping, last step", registry=r)
         self.learning_rate = Gauge(p + "learning_rate", "learning rate of the last optimizer step", registry=r)
-        self.groups = Counter(p + "groups", "trajectory groups pulled, by fate", ["fate"], registry=r)
-        for fate in FATES:
+        self.groups = Counter(
+            p + "groups",
+            "trajectory groups pulled, by fate: used (trained: in an applied optimizer step), stale, zero_variance, "
+            "invalid (dropped unused), skipped (in a step whose loss or gradient was not finite: not applied)",
+            ["fate"],
+            registry=r,
+        )
+        for fate in GROUP_FATES:
             self.groups.labels(fate)
+        #: The same counts as plain numbers since this process started (the JSON lines' ``groups_total``).
+        self.totals: dict[str, int] = dict.fromkeys(GROUP_FATES, 0)
         self.truncated_completions = Counter(
             p + "truncated_completions",
             "completions in pulled groups that were cut at max_new_tokens (their tokens: --truncated mask or keep)",
@@ -125,11 +140,9 @@ class LearnerMetrics:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
 
     def serve(self, port: int, addr: str = "0.0.0.0"):
-        """Start ``/metrics`` on ``port`` (a daemon thread). Returns the server, or None when port is 0."""
-        if port == 0:
-            return None
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return server
+        """Start ``/metrics`` and ``/ready`` (:attr:`readiness`) on ``port`` (a daemon thread,
+        :func:`prioreplay.metrics_server.serve_metrics`). Returns the server, or None when port is 0."""
+        return serve_metrics(self.registry, self.readiness, port, addr)
 
     def record(self, rec: dict[str, Any]) -> None:
         """Set the gauges from one step record (keys as written by the learner) and log the line."""
@@ -181,10 +194,21 @@ class LearnerMetrics:
             n, sampling = len(out.deferred), out.sampling
             log.info("%d groups sampled at another temperature or top-p than %s: deferred to a later step", n, sampling)
         for fate, n in out.counts.items():
-            if fate != "deferred" and n:
-                self.groups.labels(fate).inc(n)
+            if fate not in ("deferred", "used"):  # used: counted once its step is applied (count_groups)
+                self.count_groups(fate, n)
         for a in out.ages:
             self.staleness.observe(max(0, a))
+
+    def count_groups(self, fate: str, n: int) -> None:
+        """Count ``n`` groups of ``fate`` (one of :data:`GROUP_FATES`) in the metric and in :attr:`totals`."""
+        if n:
+            self.groups.labels(fate).inc(n)
+            self.totals[fate] += n
+
+    def write_end(self, **extra: Any) -> None:
+        """The log's last line of a run: ``{"end": true, "groups_total": {fate: n}, **extra}`` (no
+        ``step`` key, so readers of step lines skip it); what a run report charges every group to."""
+        self.write_line({"end": True, "groups_total": dict(self.totals), **extra})
 
     def write_line(self, rec: dict[str, Any]) -> None:
         """Append ``rec`` (with ``time_unix_s``; NaN/inf written as null) as one JSON line to the log file, if any."""

@@ -1,4 +1,4 @@
 """Imports as prioreplay.priority_server: the priority server role (stores, samplers, servicer, metrics).
 
-The folder-to-import mapping is derived by setup.py from the folders under services/.
+The folder is linked into the import package as prioreplay/priority_server (docs/DEVELOPMENT.md, "Layout").
 """

@@ -9,8 +9,9 @@ and :class:`StoreConfig` (what both stores take), :class:`prioreplay.config.Chan
 into :class:`ServerConfig` and every client's settings.
 
 This module imports only pydantic, the standard library, :mod:`prioreplay.config`,
-:mod:`prioreplay.errors`, :mod:`prioreplay.rules`, :mod:`prioreplay.problems` and the sampler
-registry (:mod:`.samplers`), so that ``prioreplay server --help`` stays fast.
+:mod:`prioreplay.errors`, :mod:`prioreplay.rules`, :mod:`prioreplay.problems`,
+:mod:`prioreplay.unseen_prior` and the sampler registry (:mod:`.samplers`), so that
+``prioreplay server --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from prioreplay.config import ChannelSettings, ClientSettings, LogLevel, Priorep
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import MAX_NAME_BYTES, VerifierName
 from prioreplay.rules import DEFAULT_DECAY, PoolBands, PriorityParams
+from prioreplay.unseen_prior import parse_setting
 
 from .samplers import (
     DEFAULT_SAMPLER,
@@ -65,6 +67,9 @@ DEFAULT_MAX_QUEUE_DEPTH = 1024
 _STORE_RE = re.compile(r"^(memory|(redis|rediss|unix|redis\+sentinel|rediss\+sentinel)://\S+)$")
 #: A run namespace (the Redis hash tag of every key of the run): no braces, at most MAX_NAME_BYTES.
 NAMESPACE_RE = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_NAME_BYTES}}}$")
+
+#: ``--unseen-prior``: "off", "fit" or a priority in [0, 0.25], canonical (:func:`prioreplay.unseen_prior.parse_setting`).
+UnseenPrior = Annotated[str, BeforeValidator(parse_setting)]
 
 
 class StoreSettings(BaseModel):
@@ -121,6 +126,14 @@ class StoreSettings(BaseModel):
         "prior + (priority - prior) x gamma_h^a, a = policy versions since its latest report (FreshPER; "
         "rules.fresh_priority_now), so stale estimates neither dominate nor starve; 1: off. Sampler heap only",
     )
+    unseen_prior: UnseenPrior = Field(
+        "off",
+        description="the priority problems never tested hold in the heap: 'off', the top (0.25 without a Beta prior: every "
+        "unseen problem is served before a seen one is revisited, the paper); 'fit', the mean priority first visits gave "
+        "(a Beta fitted by moments, on the heap's scale; prioreplay/unseen_prior.py), so known mixed problems are "
+        "revisited from the second batch beside unseen ones; or a number in [0, 0.25]. Sampler heap only; off <-> on "
+        "fixed for a namespace's life",
+    )
     warm_start: str = Field(
         "",
         description="a warm-start file (`prioreplay export-stats`): a newly registered problem in it starts with the "
@@ -176,6 +189,22 @@ class StoreSettings(BaseModel):
         gt=0,
         le=365 * 86400,
         description="seconds before a pulled, unacknowledged group is delivered again (at most a year)",
+    )
+    # -- pacing (services/priority_server/pacing.py) ---------------------------------------
+    pace_batches: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="the pace bound K: lease only while groups queued for the learner and not yet delivered, plus "
+        "problems leased and not yet reported, plus the new batch stay within K learner batches (a batch is cut to "
+        "the room left; with none, SampleProblems waits for the learner: docs/USAGE.md, 'Pacing'); 0: off",
+    )
+    pace_batch_groups: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="the learner's batch in groups the pace bound counts until a learner declares its own on its "
+        "first pull (PullTrajectories learner_batch_groups); 0: each SampleProblems call's batch_size",
     )
     # -- limits --------------------------------------------------------------------------
     max_batch_size: int = Field(
@@ -242,6 +271,16 @@ class StoreSettings(BaseModel):
             raise ValueError(
                 f"heap_age_decay ({self.heap_age_decay}) ages the heap's order, which only --sampler heap reads "
                 f"as an order alone (not {self.sampler!r}); use --sampler heap or --heap-age-decay 1"
+            )
+        if self.unseen_prior != "off" and self.sampler != "heap":
+            raise ValueError(
+                f"unseen_prior ({self.unseen_prior!r}) ranks unseen problems beside the heap's top, which only --sampler "
+                f"heap reads as an order alone (not {self.sampler!r}); use --sampler heap or --unseen-prior off"
+            )
+        if self.unseen_prior != "off" and self.heap_age_decay < 1:
+            raise ValueError(
+                f"unseen_prior ({self.unseen_prior!r}) and heap_age_decay ({self.heap_age_decay}) both key the heap's "
+                "scores; use one of them: --heap-age-decay 1 or --unseen-prior off"
             )
         try:
             self.bands  # noqa: B018 - the bands' own check (unsolved_at below solved_at), once
@@ -423,6 +462,13 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
     backpressure_retry_s: float = Field(
         2.0, gt=0, le=3600, description="retry_after_s of a lease refused by backpressure, seconds"
     )
+    pace_wait_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="longest wait of a SampleProblems call held by the pace bound (--pace-batches), seconds; the "
+        "server answers paced=true (ask again at once) earlier when the call's deadline comes first",
+    )
     # -- security ------------------------------------------------------------------------
     tls_cert_file: Path | None = Field(None, description="server certificate chain (PEM); with --tls-key-file enables TLS")
     tls_key_file: Path | None = Field(None, description="server private key (PEM); with --tls-cert-file enables TLS")
@@ -433,6 +479,13 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
         le=64,
         description="server processes sharing --port (SO_REUSEPORT, each its own event loop; one /metrics for all); "
         "more than 1 needs a Redis --store",
+    )
+    heartbeat_timeout_s: float = Field(
+        10.0,
+        ge=2,
+        le=3600,
+        description="with --processes > 1: seconds a server process may go without a heartbeat (sent every second from "
+        "its event loop) before the parent kills and restarts it (stopped, hung, or its event loop blocked)",
     )
     grace_s: float = Field(10.0, ge=0, le=3600, description="on SIGTERM/SIGINT: seconds in-flight RPCs get to finish")
     log_level: LogLevel = "INFO"

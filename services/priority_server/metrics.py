@@ -7,7 +7,7 @@ Two kinds (every name listed in ``docs/METRICS.md``):
   priorities served by SampleProblems), ``prioreplay_probes_total`` (problems served as
   screening probes) and ``prioreplay_task_sampled{,_priority}_total{task}`` (problems served and
   their priority sum per task, a bounded label set: :class:`~prioreplay.problems.TaskLabels`).
-* Store-derived metrics, exported by a custom collector from the latest ``store.stats()``
+* Store-derived metrics, exported by a custom collector from the latest ``Store.stats()``
   (refreshed by the server every ``stats_interval_s``): pool sizes, the priority distribution,
   the step, the policy version, the trajectory queue and the counters that live in the store
   (groups by kind, forgetting events, breakthroughs, lease expiries, late reports). Because
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 #: Buckets of the RPC latency histogram, seconds (100 µs .. 30 s).
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Buckets of ``prioreplay_pace_wait_seconds``: a held call waits up to --pace-wait-s (10 s by default).
+PACE_WAIT_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Buckets of the sampled-priority histogram: tenths of the maximum priority 0.25.
 PRIORITY_BUCKETS = tuple(round(0.025 * i, 3) for i in range(1, 11))
 
@@ -173,8 +175,17 @@ def _store_counts(s: StoreStats) -> Iterator[Metric]:
         ("prioreplay_policy_version", "newest published policy version", s.policy_version),
         ("prioreplay_sampler_step", "batches served (the retest schedule's clock)", s.step),
         ("prioreplay_active_leases", "leases out", s.active_leases),
+        (
+            "prioreplay_pace_groups_ahead",
+            "groups ahead of the learner: queued and never delivered, plus problems leased and not reported "
+            "(the pace bound keeps it within prioreplay_pace_bound_groups)",
+            s.queue_depth + s.leased,
+        ),
     ):
         yield GaugeMetricFamily(name, doc, value=value)
+    yield GaugeMetricFamily(
+        "prioreplay_unseen_priority", "priority every unseen heap problem holds (--unseen-prior)", value=s.unseen_priority
+    )
 
 
 class ServerMetrics:
@@ -207,7 +218,7 @@ class ServerMetrics:
             registry=self.registry,
         )
         # Bounded label values exist from the start, so a dashboard reads 0 on a healthy server
-        # rather than "No data" (tests/system/test_dashboard_series.py).
+        # rather than "No data" (tests/system/deploy/test_dashboard_series.py).
         for kind in STORE_ERROR_KINDS:
             self.store_errors.labels(kind)
         for method in pb.DESCRIPTOR.services_by_name["PriorityService"].methods_by_name:
@@ -223,6 +234,19 @@ class ServerMetrics:
         self.queue_bound = Gauge(
             "prioreplay_trajectory_queue_bound",
             "--max-queue-depth: leases are refused while this many groups wait undelivered (0: no bound)",
+            registry=self.registry,
+        )
+        self.pace_wait_seconds = Histogram(
+            "prioreplay_pace_wait_seconds",
+            "seconds a SampleProblems call was held by the pace bound (--pace-batches) waiting for the learner, "
+            "one observation per held call (its sum over the wall time: worker-seconds idle on pacing)",
+            buckets=PACE_WAIT_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.pace_bound = Gauge(
+            "prioreplay_pace_bound_groups",
+            "--pace-batches x the learner's batch in groups: the most groups ahead of the learner "
+            "(0: no pace bound, or the learner's batch not known yet)",
             registry=self.registry,
         )
         self.namespace_lost = Gauge(
@@ -305,7 +329,7 @@ class ServerMetrics:
 
         Returns:
             The (server, thread) pair of :func:`prometheus_client.start_http_server`; call
-            ``server.shutdown()`` to stop it.
+            the server's ``shutdown()`` to stop it.
 
         Raises:
             OSError: the port is taken.

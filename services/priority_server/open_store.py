@@ -25,7 +25,7 @@ def create_store(
     *,
     namespace: str = "default",
     snapshot_path: Path | None = None,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] | None = None,
     replication: ReplicationSettings | None = None,
 ) -> Store:
     """Build the store named by ``spec``.
@@ -39,7 +39,9 @@ def create_store(
         namespace: the run's key prefix / hash tag in Redis (ignored by ``memory``).
         snapshot_path: JSON file the ``memory`` store restores from and snapshots to (ignored by
             ``redis``, which persists by itself); None: no snapshot.
-        clock: returns unix seconds (injected for deterministic tests).
+        clock: returns unix seconds, injected for deterministic tests; None: the memory store reads
+            ``time.time``, the Redis store Redis's own clock (``TIME`` in its scripts: one clock for
+            every replica). Servers never inject one.
         replication: replica acknowledgements each change of the Redis store waits for (Redis
             ``WAIT``; default ``all``: every replica a failover could promote); the memory store,
             which has none, refuses a number above 0.
@@ -56,7 +58,7 @@ def create_store(
             )
         from .store.memory_store import MemoryStore
 
-        return MemoryStore(config, snapshot_path, clock=clock)
+        return MemoryStore(config, snapshot_path, clock=clock or time.time)
     scheme = spec.partition("://")[0].lower() if "://" in spec else ""
     if scheme in REDIS_SCHEMES:
         from .store.redis import RedisStore

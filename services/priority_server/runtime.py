@@ -2,7 +2,7 @@
 memory-store snapshots, and bounded shutdown steps.
 
 The background tasks (lease reaper, memory-store snapshots, the refresh of ``/metrics`` and of
-the health status from ``store.stats()`` / ``store.healthy()``) live as long as the server and end
+the health status from ``Store.stats()`` / ``Store.healthy()``) live as long as the server and end
 when it stops (:func:`.server.stop_server`).
 """
 
@@ -23,6 +23,7 @@ from .config import ServerConfig
 from .metrics import ServerMetrics
 from .servicer import SERVICE_NAME
 from .store import EXPIRE_LIMIT, Store
+from .store.pace import pace_limit
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,11 @@ class ServerRuntime:
             await self.health.set(service, status)
 
     async def refresh(self) -> None:
-        """Poll ``store.healthy()`` and ``store.stats()``; update health status and metrics.
+        """Poll ``Store.healthy()`` and ``Store.stats()``; update health status and metrics.
 
         Health follows availability and the namespace: NOT_SERVING while the store refuses writes or
         cannot be reached (a :class:`StoreUnavailable` from ``stats`` too), or while its namespace
-        is lost (``store.namespace_lost``: found by ``healthy``); a logic error of ``stats`` (an
+        is lost (``Store.namespace_lost``: found by ``healthy``); a logic error of ``stats`` (an
         :class:`Internal`: a bug, or a key changed by someone else) is logged and the previous
         statistics stay, with health SERVING.
         """
@@ -65,6 +66,8 @@ class ServerRuntime:
         if healthy:
             try:
                 stats = await self.store.stats(10)
+                if self.config.pace_batches:  # the bound every replica applies: K x the learner's batch in the store
+                    self.metrics.pace_bound.set(pace_limit(self.store.config, await self.store.pace.read_learner_batch()))
             except StoreUnavailable as e:
                 log.warning("store stats failed: %s", e)
                 healthy = False
@@ -105,6 +108,8 @@ class ServerRuntime:
                 break
         if total:
             log.info("expired %d overdue lease(s)", total)
+            if self.store.config.pace_batches:  # their problems no longer count as ahead (pacing.py)
+                await self.store.pace.signal()
 
     def start_tasks(self, server: grpc.aio.Server) -> None:
         """Start the reaper, the stats refresh and (when configured) the snapshot task; they are

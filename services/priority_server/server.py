@@ -4,7 +4,7 @@ Read top to bottom:
 
 - :func:`create_server` builds and starts the ``grpc.aio`` server around a :class:`Store`: the
   servicer (:mod:`.servicer`, decoding through :mod:`.wire`), the interceptors for metrics and
-  authentication (:mod:`.interceptors`), backpressure (:mod:`.backpressure`), health and
+  authentication (:mod:`.interceptors`), the lease gate (:mod:`.pacing`: pace and queue bounds), health and
   reflection, the run-settings check, and the background tasks (:mod:`.runtime`). Tests bind
   port 0 and stop it with :func:`stop_server`.
 - :func:`serve` is one server process: the store (:mod:`.open_store`), the metrics registry
@@ -33,11 +33,11 @@ from prioreplay.channel import channel_options
 from prioreplay.errors import InvalidArgument, StoreUnavailable
 from prioreplay.process import setup_logging
 
-from .backpressure import Backpressure
 from .config import ServerConfig
 from .interceptors import AuthInterceptor, MetricsInterceptor
 from .metrics import ServerMetrics
 from .open_store import create_store
+from .pacing import Pacing
 from .runtime import SHUTDOWN_STEP_S, ServerRuntime, bounded
 from .servicer import SERVICE_NAME, PriorityServicer
 from .store import Store
@@ -95,10 +95,8 @@ async def create_server(
             ("grpc.max_connection_age_grace_ms", int(config.max_connection_age_grace_s * 1000)),
         ]
     server = grpc.aio.server(interceptors=interceptors, options=options)
-    backpressure = (
-        Backpressure(store, config.max_queue_depth, config.backpressure_retry_s) if config.max_queue_depth > 0 else None
-    )
-    servicer = PriorityServicer(store, metrics, config.max_message_mb, backpressure)
+    pacing = Pacing(store, config.max_queue_depth, config.backpressure_retry_s, config.pace_wait_s, metrics)
+    servicer = PriorityServicer(store, metrics, config.max_message_mb, pacing)
     await check_run_settings(store, config, servicer)
     handlers = method_handlers(servicer)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
@@ -117,18 +115,21 @@ async def create_server(
 
 
 async def check_run_settings(store: Store, config: ServerConfig, servicer: PriorityServicer) -> None:
-    """Claim the namespace's identity (:meth:`Store.claim_namespace`, with ``--accept-namespace-loss``)
-    and claim or check its run settings (:meth:`Store.claim_settings`) before serving.
+    """Refuse a store that evicts (:meth:`Store.check_eviction`), claim the namespace's identity
+    (:meth:`Store.claim_namespace`, with ``--accept-namespace-loss``) and claim or check its run
+    settings (:meth:`Store.claim_settings`) before serving.
 
     A store that cannot be reached now is checked before the first RPC it answers (every RPC
     awaits ``servicer.pending_check`` until one check passes), so a server may start before Redis.
 
     Raises:
-        FailedPrecondition: the namespace was made with other settings (the message names each), or a
-            server found it lost and nothing restored it (without ``--accept-namespace-loss``).
+        FailedPrecondition: the namespace was made with other settings (the message names each), a
+            server found it lost and nothing restored it (without ``--accept-namespace-loss``), or
+            Redis's ``maxmemory-policy`` deletes keys (named, with ``CONFIG SET maxmemory-policy noeviction``).
     """
 
     async def check() -> None:
+        await store.check_eviction()
         await store.claim_namespace(config.accept_namespace_loss)  # logs what it claimed
         changes = await store.claim_settings(config.accept_setting_changes)
         servicer.pending_check = None
@@ -252,7 +253,7 @@ def run(config: ServerConfig) -> int:
     """Run the priority server until SIGTERM/SIGINT.
 
     Logs where it listens (the bound port, also when ``--port 0``), the store with its password
-    hidden, and the sampler. With ``processes`` > 1, :func:`.processes.run_processes` runs that
+    hidden, and the sampler. With ``processes`` > 1, :func:`.multiprocess.run_processes` runs that
     many copies of this server on one port (SO_REUSEPORT) under a supervising parent. On a signal: health
     turns NOT_SERVING, new RPCs are refused,
     in-flight RPCs get ``grace_s`` seconds, then the store is closed (the memory store writes
@@ -273,17 +274,17 @@ def run(config: ServerConfig) -> int:
     return asyncio.run(serve(config))
 
 
-def _child(config: ServerConfig, index: int) -> None:
+def _child(config: ServerConfig, index: int, heartbeat=None) -> None:
     """One process of ``--processes N`` (spawned): the same server, bound with SO_REUSEPORT, its
-    /metrics on a private 127.0.0.1 port that the parent aggregates."""
+    /metrics on a private 127.0.0.1 port that the parent aggregates, beating on ``heartbeat`` (the
+    write end of the parent's pipe, :func:`.multiprocess.send_heartbeats`)."""
     from prioreplay.errors import FailedPrecondition, InvalidArgument
 
     setup_logging(config.log_level)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into one SIGTERM per process
+    label = f"process {index + 1}/{config.processes}"
     try:
-        code = asyncio.run(
-            serve(config, reuse_port=True, label=f"process {index + 1}/{config.processes}", metrics_host="127.0.0.1")
-        )
+        code = asyncio.run(serve(config, reuse_port=True, label=label, metrics_host="127.0.0.1", heartbeat=heartbeat))
     except (InvalidArgument, FailedPrecondition) as e:  # a bad setting, or one the namespace refuses
         log.error("%s", e)
         code = 2
@@ -360,12 +361,15 @@ def _log_start(config: ServerConfig, port: int, label: str, *, metrics_on: bool)
     )
 
 
-async def serve(config: ServerConfig, *, reuse_port: bool = False, label: str = "", metrics_host: str | None = None) -> int:
+async def serve(
+    config: ServerConfig, *, reuse_port: bool = False, label: str = "", metrics_host: str | None = None, heartbeat=None
+) -> int:
     """Build everything one server process runs from its settings, serve until SIGTERM/SIGINT, then
     stop in order: the store (:func:`.open_store.create_store`), the metrics registry, the gRPC
     server with its servicer, interceptors, health and background tasks (:func:`create_server`),
-    and ``/metrics`` over HTTP. ``reuse_port``, ``label`` and ``metrics_host`` are set by a process
-    of ``--processes N`` (:func:`_child`).
+    and ``/metrics`` over HTTP. ``reuse_port``, ``label``, ``metrics_host`` and ``heartbeat`` are
+    set by a process of ``--processes N`` (:func:`_child`): its heartbeats start first, so that the
+    parent sees a process whose store is slow to open as alive, and it stops when the parent is gone.
 
     Returns:
         0 after a clean shutdown.
@@ -375,6 +379,12 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False, label: str = 
             that cannot be bound.
         FailedPrecondition: the namespace was made with other run settings.
     """
+    stop = asyncio.Event()
+    beats = None
+    if heartbeat is not None:
+        from .multiprocess import send_heartbeats
+
+        beats = asyncio.create_task(send_heartbeats(heartbeat, stop.set), name="prioreplay-heartbeat")
     store = create_store(
         config.store,
         config.to_store_config(),
@@ -395,7 +405,6 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False, label: str = 
         if config.metrics_port:
             http = _serve_metrics(metrics, config.metrics_port, metrics_host or config.host)
         _log_start(config, port, label, metrics_on=http is not None)
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -406,5 +415,7 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False, label: str = 
         await store.close()  # not bounded: the memory store writes its final snapshot here
         if http is not None:
             http.shutdown()
+        if beats is not None:
+            beats.cancel()
     log.info("stopped")
     return 0

@@ -26,6 +26,7 @@ from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
 from .client_traffic import ClientTally
+from .pacing import Pacing
 from .samplers import SAMPLERS
 from .store import Store
 from .store.identity import NamespaceLost
@@ -33,7 +34,6 @@ from .store.records import Delivery
 from .wire import lease_response, pull_response, pulled_group, report_groups
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .backpressure import Backpressure
     from .metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -99,8 +99,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             client (without metrics the servicer keeps its own :class:`ClientTally` for GetStats).
         max_message_mb: the server's gRPC message limit, MiB (``--max-message-mb``); a
             PullTrajectories answer is cut to fit it.
-        backpressure: optional; when it says so, SampleProblems answers an empty batch with
-            ``backpressure = true`` and its retry hint (:mod:`.backpressure`).
+        pacing: the lease gate (:mod:`.pacing`): the queue bound (SampleProblems answers an empty
+            batch with ``backpressure = true``) and the pace bound (a call waits for room, then
+            answers ``paced = true``); default: a gate with no queue bound and the store's pace bound.
 
     Every RPC ends with the status code of the :mod:`prioreplay.errors` class it raised
     (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE) and the
@@ -112,12 +113,12 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         store: Store,
         metrics: ServerMetrics | None = None,
         max_message_mb: int = MAX_MESSAGE_MB_DEFAULT,
-        backpressure: Backpressure | None = None,
+        pacing: Pacing | None = None,
     ):
         self.store = store
         self.max_message_mb = max_message_mb
         self.metrics = metrics
-        self.backpressure = backpressure
+        self.pacing = pacing if pacing is not None else Pacing(store, metrics=metrics)
         self.clients = metrics.clients if metrics is not None else ClientTally()
         #: Called (no arguments) when an RPC meets a store outage; the server factory sets it to
         #: turn the health status NOT_SERVING at once (the periodic refresh turns it back).
@@ -183,7 +184,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         A lease is answered as the serialized ``SampleProblemsResponse`` (the server registers
         this method with a pass-through serializer, :func:`.server.method_handlers`), written from
         each problem's ``Problem`` bytes (:func:`.wire.lease_response`, byte for byte the message
-        :func:`~prioreplay.convert.lease_to_proto` gives); a backpressure refusal as a message.
+        :func:`~prioreplay.convert.lease_to_proto` gives, plus ``pace_wait_s`` when the pace bound
+        held the call); a refusal of the queue bound, or of the pace bound after its wait, as a
+        message (:mod:`.pacing`).
         """
         check_name(request.worker_id, "worker_id")
         check_name(request.request_id, "request_id")
@@ -195,11 +198,15 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
                 "sampler without probes (e.g. --sampler heap)"
             )
         key = f"{request.worker_id}\t{request.request_id}" if request.request_id else ""  # ids are per client
-        if self.backpressure is not None and await self.backpressure.refuse():
+        pacing = self.pacing
+        if await pacing.refuse():
             if self.metrics is not None:
                 self.metrics.backpressure_refusals.inc()
-            return pb.SampleProblemsResponse(retry_after_s=self.backpressure.retry_s, backpressure=True)
-        lease = await self.store.sample(request.batch_size, request.lease_timeout_s, request_id=key, worker_id=request.worker_id)
+            return pb.SampleProblemsResponse(retry_after_s=pacing.retry_s, backpressure=True)
+        time_left = getattr(context, "time_remaining", lambda: None)()  # None: the call has no deadline
+        lease, waited = await pacing.sample(request.batch_size, request.lease_timeout_s, key, request.worker_id, time_left)
+        if lease.paced:  # no room for the whole wait: ask again (pacing.py)
+            return pb.SampleProblemsResponse(paced=True, pace_wait_s=waited, retry_after_s=pacing.retry_after(waited))
         if lease.problems:
             self.clients.sampled(request.client_source, len(lease.problems))
             if self.metrics is not None:
@@ -208,7 +215,8 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
                     sum(1 for s in lease.problems if s.group_size),
                     [problem_task(s.problem) for s in lease.problems],
                 )
-        return lease_response(lease)
+        tail = pb.SampleProblemsResponse(pace_wait_s=waited).SerializeToString() if waited else b""
+        return lease_response(lease) + tail  # serialized messages concatenate as a merge
 
     @rpc
     async def ReportOutcomes(self, request: pb.ReportOutcomesRequest | bytes, context) -> pb.ReportOutcomesResponse:
@@ -232,6 +240,7 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         groups = report_groups(raw, request, now, queue, zero_variance=self.store.config.queue_zero_variance)
         unservable = list(request.unservable_problem_ids)
         result = await self.store.report(request.lease_id, groups, more_parts=request.more_parts, unservable=unservable)
+        await self.pacing.reported(result, len(groups) + len(unservable), request.more_parts)
         if result.quarantined:
             log.warning(
                 "worker %r reported %d problem(s) unservable (prompt over its model's context); quarantined "
@@ -277,7 +286,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         wait_s = request.wait_s
         if not (math.isfinite(wait_s) and 0.0 <= wait_s <= MAX_WAIT_S):
             raise InvalidArgument(f"wait_s ({wait_s}) must be a number of seconds in [0, {MAX_WAIT_S:g}]")
+        await self.pacing.pulling(request.learner_batch_groups)  # the learner's batch, before the pull waits
         deliveries = await self.store.pull(request.consumer, request.max_groups, request.include_own_pending, wait_s=wait_s)
+        await self.pacing.delivered(len(deliveries))
         server_limit = self.max_message_mb * 1024 * 1024
         limit = min(server_limit, request.max_response_bytes or server_limit)
         budget = limit - RESPONSE_MARGIN_BYTES

@@ -362,7 +362,7 @@ def report_groups(
     those bytes decoded. A canonical, valid report of at least :data:`COLUMN_MIN_BYTES` is read
     from the bytes (:func:`canonical_groups`); any other report (or ``fast=False``, for
     comparisons) goes through the per-field checks, which name the bad value. Both halves give
-    the same groups for the same valid report (``tests/unit/test_wire.py``).
+    the same groups for the same valid report (``tests/unit/wire/test_report_bytes_path.py``).
 
     Args:
         reported_unix_s: the store clock when the report arrived, seconds (stamped on payloads).
@@ -485,7 +485,7 @@ def leased_problem(problem: bytes, priority: float, source: int, group_size: int
 
 def lease_response(lease: Lease) -> bytes:
     """The serialized ``SampleProblemsResponse`` of a store's lease: byte for byte
-    ``convert.lease_to_proto(lease).SerializeToString()`` (``tests/unit/test_lean_sample.py``).
+    ``convert.lease_to_proto(lease).SerializeToString()`` (``tests/unit/wire/test_sample_bytes_path.py``).
 
     Each problem's bytes are ``SampledProblem.wire`` (kept by the memory store) or, where a store
     leaves it empty, :func:`prioreplay.convert.problem_bytes` of the record.

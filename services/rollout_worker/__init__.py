@@ -1,4 +1,4 @@
 """Imports as prioreplay.rollout_worker: the rollout worker role (generation backends, the lease→generate→report loop).
 
-The folder-to-import mapping is derived by setup.py from the folders under services/.
+The folder is linked into the import package as prioreplay/rollout_worker (docs/DEVELOPMENT.md, "Layout").
 """

@@ -76,9 +76,9 @@ class WorkerConfig(ClientSettings, GpuClaimSettings):
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
-        description="the engine's parameter dtype: 'auto' (transformers: float32, the learner's; vllm: the checkpoint's), "
-        "'float32' or 'bfloat16' (a lower-precision engine than the learner's float32 samples from a slightly other "
-        "distribution; the learner's --off-policy-correction weighs that gap, docs/OFFPOLICY.md)",
+        description="the engine's parameter dtype: 'auto' (float32, the learner's, on either backend), 'float32' or "
+        "'bfloat16' (a lower-precision engine than the learner's float32 samples from a slightly other distribution; "
+        "the learner's --off-policy-correction weighs that gap, docs/OFFPOLICY.md; on a GPU, bfloat16 halves vLLM's memory)",
     )
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="share of GPU memory vLLM may use")
     tensor_parallel_size: int = Field(

@@ -39,7 +39,9 @@ def build_backend(config: WorkerConfig):
             model_dir,
             gpu_memory_utilization=config.gpu_memory_utilization,
             tensor_parallel_size=config.tensor_parallel_size,
-            dtype=config.dtype,
+            # the learner's float32 unless asked: vLLM's own "auto" is the checkpoint's dtype (bfloat16 for
+            # SmolLM2), which samples from another distribution than the learner's recompute
+            dtype="float32" if config.dtype == "auto" else config.dtype,
         )
     import torch
 
@@ -138,6 +140,7 @@ def run(config: WorkerConfig) -> int:
     client = PriorityClient(config)
     worker = RolloutWorker(config, backend, client, metrics)
     timer = stop_after_batch_on_signal(worker, config.batch_grace_s)
+    metrics.readiness.set()  # the model is loaded (converted): /ready answers 200, the worker leases now
     try:
         return worker.run()
     except KeyboardInterrupt:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from prioreplay.metrics_server import Readiness, serve_metrics
 from prioreplay.problems import TaskLabels
 
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
@@ -21,6 +22,8 @@ class WorkerMetrics:
 
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
+        #: ``/ready``: set once the process can do its work (:mod:`prioreplay.metrics_server`).
+        self.readiness = Readiness("the model to load (then it leases)")
         p = "prioreplay_worker_"
         self.completions = Counter(p + "completions", "completions generated and reported", registry=r)
         self.tokens_generated = Counter(p + "tokens_generated", "completion tokens generated", registry=r)
@@ -67,6 +70,12 @@ class WorkerMetrics:
         self.backpressure_waits = Counter(
             p + "backpressure_waits",
             "leases refused by the server's backpressure (trajectory queue over its bound); the worker waited and asked again",
+            registry=r,
+        )
+        self.pace_wait_seconds = Counter(
+            p + "pace_wait_seconds",
+            "seconds the server held this worker's SampleProblems calls on its pace bound (--pace-batches: the learner "
+            "is behind); with --pipeline part of it overlaps generation",
             registry=r,
         )
         self.probes = Counter(p + "probes", "groups generated as screening probes (the lease's group_size < G)", registry=r)
@@ -118,8 +127,6 @@ class WorkerMetrics:
             self.task_passed.labels(label).inc(sum(1 for x in ok if x))
 
     def serve(self, port: int, addr: str = "0.0.0.0"):
-        """Start ``/metrics`` on ``port`` (a daemon thread). Returns the server, or None when port is 0."""
-        if port == 0:
-            return None
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return server
+        """Start ``/metrics`` and ``/ready`` (:attr:`readiness`) on ``port`` (a daemon thread,
+        :func:`prioreplay.metrics_server.serve_metrics`). Returns the server, or None when port is 0."""
+        return serve_metrics(self.registry, self.readiness, port, addr)

@@ -45,7 +45,8 @@ from prioreplay.errors import PrioreplayError
 if TYPE_CHECKING:  # pragma: no cover
     from prioreplay.v1 import priority_service_pb2 as pb
 
-    from .worker import BatchResult, GeneratedBatch, RolloutWorker
+    from .batch import BatchResult, GeneratedBatch
+    from .worker import RolloutWorker
 
 log = logging.getLogger("prioreplay.worker")
 

@@ -29,107 +29,41 @@ engine does not wait on the service; ``--no-pipeline`` runs one lease after anot
    The client does the splitting (:meth:`prioreplay.client.PriorityClient.report_lease`).
 
 Only leases returned by ``SampleProblems`` are reported, each at most once.
+
+This module is the loop (lease, reload, generate, report); step 4's scoring is
+:mod:`.scoring`, the records one lease passes between threads are :mod:`.batch`, and the
+``--outcomes-file`` writer is :mod:`.outcomes_file`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from prioreplay import models, rules
+from prioreplay import models
 from prioreplay.channel import timed_call
-from prioreplay.convert import leased_problems, outcome_to_proto
+from prioreplay.convert import leased_problems
 from prioreplay.errors import InvalidArgument, PrioreplayError
 from prioreplay.problems import ProblemRecord, problem_task
-from prioreplay.rewards import ERROR_KINDS, VERIFIER
 from prioreplay.v1 import priority_service_pb2 as pb
-from prioreplay.verifiers import verify
 from prioreplay.weights_transport import WeightsFetcher, WeightsFetchError
 
 from .backends.base import GeneratedCompletion, GenerationBackend, PartialWeightsLoad, SamplingParams
+from .batch import BatchResult, GeneratedBatch
 from .config import WorkerConfig
 from .interfaces import WorkerClient
 from .metrics import WorkerMetrics
+from .outcomes_file import append_outcomes
 from .pipeline import PipelinedLoop
+from .scoring import GroupScorer
 from .seeds import problem_seed
 
 log = logging.getLogger("prioreplay.worker")
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """What one :meth:`RolloutWorker.run_once` did.
-
-    Attributes:
-        lease_id: the lease ("" when nothing was leased).
-        backpressure: True when the server refused the lease because its trajectory queue is
-            over its bound (the learner is behind); the loop waits ``retry_after_s``.
-        problems: problems in the lease (B or fewer).
-        retry_after_s: the server's hint when the lease was empty or short, seconds.
-        reported: True when a report was sent (the server may still refuse it: see accepted).
-        accepted: the server's answer (False: lease expired/unknown; None: not reported).
-        reason: why a report was not accepted.
-        groups_queued / groups_filtered: the server's counts for the report.
-        completions: completions generated (B × G).
-        tokens: completion tokens generated.
-        reward_mean: mean reward over the completions (0.0 when none).
-        unservable: problems of the lease reported unservable (prompt too long for the model's
-            context); the server quarantines them.
-        policy_version: the version that generated the batch.
-        reload_s: seconds spent loading new weights before generating (0.0: none).
-        generation_s / verification_s: seconds spent generating / verifying.
-    """
-
-    lease_id: str = ""
-    backpressure: bool = False
-    problems: int = 0
-    retry_after_s: float = 0.0
-    reported: bool = False
-    accepted: bool | None = None
-    reason: str = ""
-    groups_queued: int = 0
-    groups_filtered: int = 0
-    completions: int = 0
-    tokens: int = 0
-    reward_mean: float = 0.0
-    unservable: int = 0
-    policy_version: int = 0
-    reload_s: float = 0.0
-    generation_s: float = 0.0
-    verification_s: float = 0.0
-
-
-@dataclass
-class GeneratedBatch:
-    """One lease's groups, generated and not yet verified: what the generating thread hands to
-    the one that verifies and reports (:meth:`RolloutWorker.finish`).
-
-    Attributes:
-        leased: the servable problems with their group sizes, in lease order (B' ≤ B).
-        prompts: their prompts as token ids after the chat template (B' lists).
-        groups: their completions (B' groups of ``size`` each).
-        unservable: ids of the lease's problems whose prompt does not fit the model's context.
-        version: the policy version whose weights generated the groups.
-        generation_s: seconds in the backend's ``generate``.
-        lease: the ``SampleProblems`` answer (empty for :meth:`RolloutWorker.generate_batch`).
-        reload_s: seconds spent loading this lease's weights before generating (0.0: none).
-    """
-
-    leased: list[tuple[ProblemRecord, int]]
-    prompts: list[list[int]]
-    groups: list[list[GeneratedCompletion]]
-    unservable: list[str]
-    version: int
-    generation_s: float
-    lease: pb.SampleProblemsResponse = field(default_factory=pb.SampleProblemsResponse)
-    reload_s: float = 0.0
 
 
 class RolloutWorker:
@@ -169,15 +103,13 @@ class RolloutWorker:
         self.batches_done = 0
         self.metrics.policy_version.set(backend.policy_version)
         self.fetcher = fetcher or weights_fetcher(config)
-        self.rewards = config.reward_set(verify=lambda *a, **kw: verify(*a, **kw))  # the module's, looked up per call
-        for spec in self.rewards.specs:
-            if spec.target:
-                for kind in ERROR_KINDS:
-                    self.metrics.reward_errors.labels(spec.name, kind)
+        self.scorer = GroupScorer(config, self.metrics)
 
     # -- plumbing -------------------------------------------------------------------------------
     def _rpc(self, method: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return timed_call(self._observe_rpc, method, fn, *args, **kwargs)
+        out = timed_call(self._observe_rpc, method, fn, *args, **kwargs)
+        self.metrics.pace_wait_seconds.inc(getattr(out, "pace_wait_s", 0.0))  # a lease the pace bound held
+        return out
 
     def _observe_rpc(self, method: str, seconds: float) -> None:
         self.metrics.rpc_seconds.labels(method).observe(seconds)
@@ -186,13 +118,7 @@ class RolloutWorker:
         """Sampling parameters of a ``generate`` call: the configured temperature, top-p, length
         and stop strings, with ``prompt_seeds`` (one per prompt; empty: the backend's own RNG)."""
         c = self.config
-        return SamplingParams(
-            temperature=c.temperature,
-            top_p=c.top_p,
-            max_new_tokens=c.max_new_tokens,
-            stop=tuple(c.stop),
-            prompt_seeds=tuple(prompt_seeds),
-        )
+        return SamplingParams(c.temperature, c.top_p, c.max_new_tokens, tuple(c.stop), prompt_seeds=tuple(prompt_seeds))
 
     def problem_seeds(self, lease_id: str, problems: Sequence[ProblemRecord]) -> list[int]:
         """The generation seed of each problem of lease ``lease_id`` (:func:`~.seeds.problem_seed`)."""
@@ -266,14 +192,15 @@ class RolloutWorker:
         )
 
     def empty_result(self, lease: pb.SampleProblemsResponse) -> BatchResult:
-        """The result of an empty lease: its retry hint (1 s when none); backpressure counted and logged."""
+        """The result of an empty lease: its retry hint (1 s when none; ``paced``: 0, at once); backpressure logged."""
         if lease.backpressure:
             self.metrics.backpressure_waits.inc()
             log.info(
                 "the server applies backpressure (its trajectory queue is full: the learner is behind); waiting %.1f s",
                 lease.retry_after_s,
             )
-        return BatchResult(retry_after_s=lease.retry_after_s or 1.0, backpressure=lease.backpressure)
+        retry = lease.retry_after_s if lease.paced else lease.retry_after_s or 1.0  # paced: 0, ask again at once
+        return BatchResult(retry_after_s=retry, backpressure=lease.backpressure)
 
     def release(self, lease: pb.SampleProblemsResponse) -> None:
         """Hand an unused lease back at once: a report with no outcomes ends it, and its problems
@@ -302,7 +229,7 @@ class RolloutWorker:
         A report that cannot be delivered is logged and its lease left to expire (``reported=False``).
         """
         lease = batch.lease
-        outcomes, result = self._verify_batch(batch)
+        outcomes, result = self.scorer.score_batch(batch)
         result.update(lease_id=lease.lease_id, problems=len(lease.problems), retry_after_s=lease.retry_after_s)
         try:
             resp = self.report(lease.lease_id, outcomes, batch.unservable)
@@ -312,7 +239,8 @@ class RolloutWorker:
         self.metrics.batches.inc()
         self._log_report(lease.lease_id, resp, len(outcomes), result)
         if resp.accepted and self.config.outcomes_file is not None:
-            self._record_outcomes(lease.lease_id, outcomes, [problem_task(p) for p, _ in batch.leased])
+            tasks = [problem_task(p) for p, _ in batch.leased]
+            append_outcomes(self.config.outcomes_file, self.config.worker_id, lease.lease_id, outcomes, tasks)
         return BatchResult(
             reported=True,
             accepted=resp.accepted,
@@ -321,34 +249,6 @@ class RolloutWorker:
             groups_filtered=resp.groups_filtered,
             **result,
         )
-
-    def _record_outcomes(self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], tasks: Sequence[str]) -> None:
-        """Append one JSON line per reported group to ``config.outcomes_file`` (the file and its
-        folders are created): ``problem_id``, ``task`` (:func:`problem_task`, same order as
-        ``outcomes``), ``policy_version``, ``rewards`` (G floats, in completion order), ``passed``
-        (G bools; only with ``--reward`` plugins), ``lease_id``, ``worker_id``, ``time_unix_s``.
-        Rewards-only: no tokens."""
-        path = self.config.outcomes_file
-        assert path is not None
-        now = round(time.time(), 3)
-        lines = [
-            json.dumps(
-                {
-                    "problem_id": o.problem_id,
-                    "task": task,
-                    "policy_version": int(o.policy_version),
-                    "rewards": [c.reward for c in o.completions],
-                    **({"passed": [c.passed for c in o.completions]} if o.completions[0].HasField("passed") else {}),
-                    "lease_id": lease_id,
-                    "worker_id": self.config.worker_id,
-                    "time_unix_s": now,
-                }
-            )
-            for o, task in zip(outcomes, tasks, strict=True)
-        ]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as f:
-            f.write("".join(line + "\n" for line in lines))
 
     def _log_report(self, lease_id: str, resp: pb.ReportOutcomesResponse, groups: int, result: dict[str, Any]) -> None:
         if not resp.accepted:
@@ -386,7 +286,7 @@ class RolloutWorker:
             ``verification_s``, ``unservable``). Advances :attr:`batches_done`.
         """
         batch = self._generate(leased, lease_id)
-        outcomes, result = self._verify_batch(batch)
+        outcomes, result = self.scorer.score_batch(batch)
         return outcomes, batch.unservable, result
 
     def _generate(self, leased: list[tuple[ProblemRecord, int]], lease_id: str) -> GeneratedBatch:
@@ -400,44 +300,6 @@ class RolloutWorker:
         generation_s = time.perf_counter() - t0
         self.batches_done += 1
         return GeneratedBatch(leased, prompts, groups, unservable, version, generation_s)
-
-    def _verify_batch(self, batch: GeneratedBatch) -> tuple[list[pb.ProblemOutcome], dict[str, Any]]:
-        """Verify and convert a generated lease: (outcomes, the :class:`BatchResult` fields but the lease's)."""
-        leased, groups = batch.leased, batch.groups
-        t0 = time.perf_counter()
-        scored = [self._score_group(p, group) for (p, _), group in zip(leased, groups, strict=True)]
-        rewards = [[r for r, _ in group] for group in scored]
-        passed = None if self.rewards.only_verifier else [[ok for _, ok in group] for group in scored]
-        verification_s = time.perf_counter() - t0
-        outcomes = [
-            outcome_to_proto(
-                p.id,
-                batch.version,
-                r,
-                generated=group,  # type: ignore[arg-type]  # matches the protocol at run time; its field types are narrower than the record's
-                prompt_token_ids=ids,
-                temperature=self.config.temperature,
-                top_p=self.config.top_p,
-                passed=passed[i] if passed is not None else None,
-            )
-            for i, ((p, _), ids, group, r) in enumerate(zip(leased, batch.prompts, groups, rewards, strict=True))
-        ]
-        flat = [x for r in rewards for x in r]
-        tokens = sum(len(comp.token_ids) for group in groups for comp in group)
-        self.metrics.truncated_completions.inc(sum(1 for group in groups for comp in group if comp.truncated))
-        self._observe(rewards, tokens, batch.generation_s, verification_s)
-        self._observe_tokens(batch.prompts, groups, rewards)
-        self.metrics.observe_tasks([problem_task(p) for p, _ in leased], rewards, passed)
-        return outcomes, dict(
-            completions=len(flat),
-            tokens=tokens,
-            reward_mean=sum(flat) / len(flat) if flat else 0.0,
-            policy_version=batch.version,
-            reload_s=batch.reload_s,
-            generation_s=batch.generation_s,
-            verification_s=verification_s,
-            unservable=len(batch.unservable),
-        )
 
     def report(
         self, lease_id: str, outcomes: Sequence[pb.ProblemOutcome], unservable: Sequence[str] = ()
@@ -505,56 +367,6 @@ class RolloutWorker:
         if probes:
             self.metrics.probes.inc(probes)
         return groups
-
-    def _score_group(self, problem: ProblemRecord, group: Sequence[GeneratedCompletion]) -> list[tuple[float, bool]]:
-        """(reward, passed) of each completion of ``problem``'s group under the worker's rewards
-        (:class:`prioreplay.rewards.RewardSet`); 0 and not passed for a truncated one under
-        ``--truncated-reward zero``. Failures are counted and logged once per reward and group."""
-        meta = {"problem_id": problem.id, "verifier": problem.verifier, **problem.metadata}
-        out: list[tuple[float, bool]] = []
-        failed: dict[str, tuple[str, str, int]] = {}  # reward name -> (kind, first message, count)
-        for comp in group:
-            if comp.truncated and self.config.truncated_reward == "zero":
-                out.append((0.0, False))
-                continue
-            scored = self.rewards.score(comp.text, problem.answer, problem.verifier, meta)
-            out.append((scored.reward, scored.passed))
-            for name, kind, message in scored.failures:
-                if name == VERIFIER:
-                    self.metrics.verifier_errors.inc()
-                else:
-                    self.metrics.reward_errors.labels(name, kind).inc()
-                first = failed.get(name, (kind, message, 0))
-                failed[name] = (first[0], first[1], first[2] + 1)
-        for name, (kind, message, count) in failed.items():
-            how = "problem %s: reward %s failed on %d of %d completions (%s, scored 0): %s"
-            (log.debug if name == VERIFIER else log.warning)(how, problem.id, name, count, len(group), kind, message)
-        return out
-
-    def _observe(self, rewards: list[list[float]], tokens: int, generation_s: float, verification_s: float) -> None:
-        m = self.metrics
-        flat = [x for r in rewards for x in r]
-        m.completions.inc(len(flat))
-        m.tokens_generated.inc(tokens)
-        m.reward_mean.set(sum(flat) / len(flat) if flat else 0.0)
-        for r in rewards:
-            m.groups.labels(rules.classify(r).value).inc()
-        m.generation_seconds.observe(generation_s)
-        m.verification_seconds.observe(verification_s)
-        m.tokens_per_second.set(tokens / generation_s if generation_s > 0 else 0.0)
-
-    def _observe_tokens(self, prompts: list[list[int]], groups, rewards: list[list[float]]) -> None:
-        """Count prompt tokens (once per completion) and useful tokens (completions of mixed groups)."""
-        m = self.metrics
-        m.prompt_tokens.inc(sum(len(ids) * len(group) for ids, group in zip(prompts, groups, strict=True)))
-        m.useful_tokens.inc(
-            sum(
-                len(comp.token_ids)
-                for group, r in zip(groups, rewards, strict=True)
-                if rules.classify(r) is rules.GroupKind.MIXED
-                for comp in group
-            )
-        )
 
     # -- the loop -------------------------------------------------------------------------------
     def wait_out(self, e: PrioreplayError) -> None:

@@ -172,3 +172,57 @@ def test_after_a_reload_tokens_and_logprobs_equal_a_fresh_engines(backend, dirs,
     )
     print(f"reloaded vs fresh engine on v1: {delta.numel()} seeded tokens, max |Δ logprob| {delta.max():.2e} nats")
     assert delta.max() <= 1e-4
+
+
+#: a word problem of about 370 tokens with the chat template: longer than two of the CPU engine's 128-token KV blocks
+LONG_PROBLEM = (
+    "A farm keeps a ledger. "
+    + " ".join(f"On day {k} it sold {3 * k + 1} eggs and {k + 2} jars of honey." for k in range(1, 18))
+    + " How many eggs did it sell over these days? Give the number."
+)
+
+
+def test_a_prompt_longer_than_a_kv_block_is_not_continued_from_the_old_weights(backend, dirs):
+    """The prefix cache is reset on every reload: a prompt that filled whole KV blocks under the old
+    weights is recomputed under the new ones. The new version changes the first layer, so every
+    layer's keys and values differ (a change to the last layer's MLP would leave all KV equal and
+    prove nothing). Without the reset the cached prefix gives log-prob gaps of about 1 nat against
+    the learner's recompute; with it they are float32 noise."""
+    v0, _, base = dirs
+    early = base / "v-first-layer"
+    if not early.exists():
+        shutil.copytree(v0, early)
+        t = load_file(str(early / models.WEIGHTS_FILE))
+        name = next(k for k in sorted(t) if k.startswith("model.layers.0.") and k.endswith("mlp.down_proj.weight"))
+        t[name] = t[name] * 1.5
+        save_file(t, str(early / models.WEIGHTS_FILE), metadata={"format": "pt"})
+    prompt = models.apply_chat_template(backend.tokenizer, LONG_PROBLEM)
+    block = backend.llm.llm_engine.vllm_config.cache_config.block_size
+    assert len(prompt) > 2 * block, f"the prompt ({len(prompt)} tokens) must fill whole KV blocks ({block} tokens)"
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=13)
+    backend.load_weights(str(v0), 10)
+    backend.generate([prompt], 2, params)  # caches the prompt's full blocks, computed with v0
+    backend.load_weights(str(early), 11)
+    after = backend.generate([prompt], 2, params)
+    gap = gaps(early, [prompt], after, 1.0)
+    print(f"{len(prompt)}-token prompt after a reload: mean |Δ| {gap.mean():.2e}, max |Δ| {gap.max():.2e} vs a fresh recompute")
+    assert gap.mean() <= TOL_MEAN and gap.max() <= TOL_MAX
+
+
+def test_a_reload_that_changes_the_tied_embeddings_changes_the_output_head_too(backend, dirs, prompts):
+    """SmolLM2's head is its embedding matrix. The learner trains it, so every published version
+    changes it; vLLM's CPU build computed the logits with a copy of the head packed when the model
+    loaded, and an in-place reload left that copy at the first version's weights: log-prob gaps of
+    9 nats against the learner's recompute. The backend processes a tied head again after a reload."""
+    v0, _, base = dirs
+    embeddings = base / "v-embeddings"
+    if not embeddings.exists():
+        shutil.copytree(v0, embeddings)
+        t = load_file(str(embeddings / models.WEIGHTS_FILE))
+        t["model.embed_tokens.weight"] = t["model.embed_tokens.weight"] * 1.3
+        save_file(t, str(embeddings / models.WEIGHTS_FILE), metadata={"format": "pt"})
+    backend.load_weights(str(embeddings), 20)
+    after = backend.generate(prompts, 2, SamplingParams(temperature=1.0, max_new_tokens=12, seed=17))
+    gap = gaps(embeddings, prompts, after, 1.0)
+    print(f"after a reload that changed the tied embeddings: mean |Δ| {gap.mean():.2e}, max |Δ| {gap.max():.2e}")
+    assert gap.mean() <= TOL_MEAN and gap.max() <= TOL_MAX

@@ -7,7 +7,7 @@ package (``heap.py``, ``weighted.py``, ...; what they share is in ``base.py``) w
 (``tests/unit/samplers/test_sampler_<name>.py``). Adding one touches its module (the memory twin
 and its parameter model, :mod:`.params`), its Lua file ``store/redis/lua/samplers/<name>.lua``
 (when the Redis store should run it), a row of :data:`SAMPLERS` here and its test, nothing else
-(docs/SAMPLERS.md, proved by tests/system/test_sampler_recipe.py): both stores, the servicer and
+(docs/SAMPLERS.md, proved by tests/system/samplers/test_sampler_recipe.py): both stores, the servicer and
 every configuration (``prioreplay server --sampler``, ``prioreplay demo --sampler``, :class:`StoreConfig`) pick the
 new name up from :data:`SAMPLERS`.
 

@@ -4,7 +4,8 @@
 ``_impl`` methods. The two implementations must give identical results for the same seed, clock
 readings and operations (the differential test checks it). The values it takes and returns are
 in :mod:`.records`; the group rules (classify, statistics, priority, destination) are
-:mod:`prioreplay.rules`; the samplers are :mod:`.samplers`. The exact semantics:
+:mod:`prioreplay.rules`; the samplers are :mod:`.samplers`; how a priority becomes a heap score is
+:mod:`.heap_keys`. The exact semantics:
 
 Keys and ordering
     Every problem has a sorted-set *member* :func:`tie_member` ``(id, seed)`` (8 hex chars of a
@@ -41,6 +42,14 @@ sample(batch_size, lease_timeout_s)
        ``uniform``: for each slot: u = rng.random(), idx = floor(u·N) over the concatenation
        [heap in heap order, solved in pool order, unsolved in pool order] of the N problems not
        leased (N shrinks as problems are taken).
+    1b. The pace bound (``pace_batches`` K > 0; :mod:`.pace`): ahead = groups queued and never
+       delivered + problems in live leases (after step 1's expiries), b = the learner's batch
+       (the last declared, ``note_learner_batch``; else ``pace_batch_groups``; else B), room =
+       K·b − ahead. room < 1: no lease and nothing else changes, ``paced`` = True, retry_after_s =
+       the earliest live lease deadline − now (inf with no lease). Otherwise steps 2-4 run for
+       B' = min(B, room) (the retest quota of B' too); retry_after_s still compares with B.
+       The declared batch lives in the process (memory; not snapshotted) or in field
+       ``learner_batch`` of the policy hash (Redis), read by ``sample.lua``.
     4. Nothing taken: no lease, step unchanged, retry_after_s = max(0.05, min(5, earliest lease
        deadline − now)) or 1.0 when no lease exists. Otherwise step = step'; every taken problem
        is moved to LEASED, remembering (source pool, score) to return it unchanged; the lease
@@ -58,7 +67,8 @@ report(lease_id, outcomes)
     Lease not live → accepted=False, reason "unknown lease" / "already reported" / "expired"
     (a due but unreaped lease is expired first), ``late_reports`` += 1, nothing else changes.
     Outcome for a problem not in the lease, or twice → InvalidArgument, nothing changes.
-    Otherwise per outcome (in request order): kind = classify(rewards); stats = update_stats;
+    Otherwise per outcome (in request order): kind = classify(rewards) (rewards within
+    rules.EQUAL_REWARDS_TOL are equal); stats = update_stats;
     priority recomputed; destination(kind, pass_rate(rewards), config.bands): heap with score =
     priority, or the pool with score = ``rules.pool_score``: the lease's step, or with
     ``retest_versions`` >= 1 the current policy version (the bands ``--solved-at`` /
@@ -93,6 +103,26 @@ Quarantine (``report(..., unservable)``)
     never sampled; ``stats().quarantined`` counts them. Registering its id again (with the same or
     a new text) returns it to (source, score). An id not in the lease → InvalidArgument, nothing
     changes (the same check as outcomes). A late report quarantines nothing.
+A prior for unseen problems (``unseen_prior``; :mod:`prioreplay.unseen_prior`; ``heap`` only, heap_age_decay 1)
+    ``off`` (the default): the rules above as written (a new problem's heap score is
+    ``rules.priority(Stats())``). On (``fit`` or a number): an *unseen* problem (statistics n = 0: never
+    reported, not warm-started with n > 0) stays in the heap at score :data:`UNSEEN_SCORE` (−1, below
+    every priority: the unseen band): registered there, returned there by an expiry, a report that
+    leaves it out or a registration that ends its quarantine; its first report places it as any report
+    does. Its priority is ω_unseen = ``unseen_prior.unseen_priority(setting, fit, rules.priority(Stats()))``,
+    ``fit`` the first-visit sums at the start of the call. ``heap``'s H is the heap in (priority desc,
+    member desc) order with every unseen problem at ω_unseen: slot by slot it takes the seen top (the
+    greatest score above −1, then the greatest member) when (score, member) > (ω_unseen, the band's
+    greatest member), as (double, bytes), else that unseen member. So a fixed prior equal to
+    ``rules.priority(Stats())`` leases exactly what ``off`` leases. ``SampledProblem.priority`` of an
+    unseen heap problem (sampled or replayed): ω_unseen at that call. ``stats``: ``unseen_priority`` =
+    ω_unseen (``rules.priority(Stats())`` when off); the histogram counts the band's problems in the
+    bucket of ω_unseen. ``problem_state`` shows score −1 and ``rules.priority`` of the statistics.
+    First visits, kept whether the prior is on or off: every applied outcome of a problem with n = 0
+    before it and G >= 2, in request order, is ``fit = unseen_prior.observe(fit, G, p)``, p =
+    ``rules.priority`` of the statistics after it (``dump()["unseen_fit"]``: (visits, priority sum)).
+    Between off and on the setting is fixed for a namespace's life (``claim_settings`` refuses it
+    even with ``accept_changes``); ``fit`` <-> a number is an ordinary change.
 expire_leases()
     Every lease with deadline <= now (at most ``limit``, oldest first) returns its problems to
     (source, score) with statistics unchanged, lease_expiries += 1, becomes "expired".
@@ -130,21 +160,39 @@ Namespace identity (``claim_namespace(accept_loss)``, called by every server at 
     marker is deleted and the servers serve again. A newer generation found by a running server
     is such a deliberate reset: followed. Never re-claimed silently: only a claim writes the
     identity, and only a claim with ``accept_loss`` replaces one a marker names.
+    Keys it must hold: once a server claimed the namespace and its settings, the namespace must
+    hold ``settings`` and ``counters`` (a creation or reset writes both with the identity), and
+    every registered problem its statistics (:func:`.identity.missing_keys`); a namespace without
+    one is lost the same way (kind ``incomplete``: evicted or deleted), never a script's type error.
     Memory: no identity (``claim_namespace`` returns "", ``namespace_lost`` stays None). Its state
     lives in the server's own process, which no one else can flush or fail over; the snapshot it
     loads at start is the state the operator gives it (an older snapshot is a deliberate restore,
     and the server has no memory of a newer one).
+Eviction (``check_eviction()``, called by every server at start, before the claims)
+    Redis whose ``maxmemory-policy`` is not ``noeviction`` deletes keys when memory is full: refused
+    at start (FailedPrecondition naming the policy and ``CONFIG SET maxmemory-policy noeviction``);
+    found later by the health probe, every script and ``stats`` answer StoreUnavailable (kind
+    ``evicting``) and health is NOT_SERVING until the policy is ``noeviction`` again. A Redis that
+    refuses ``CONFIG GET`` is served, with a warning. Memory: nothing to check.
 publish(version, uri): version >= 1; lower than current → FailedPrecondition; equal with another
     uri → FailedPrecondition; equal with the same uri → idempotent.
 
 Clarifications (where the rules above left a choice; both stores follow them)
-    Clock: ``sample``, ``report``, ``expire_leases`` and ``pull`` read the clock once, at their
-        start, and use that one reading throughout.
+    Clock: ``sample``, ``report``, ``renew``, ``expire_leases`` and ``pull`` read the clock once, at
+        their start, and use that one reading throughout ("now" above). Lease deadlines, every
+        comparison against one and tombstone times use one clock per data set: the memory store's
+        ``clock`` (one process); Redis's own in the Redis store (``TIME`` in each script; Redis 7
+        replicates scripts by their effects), never the replica's, so a lease of T seconds lives T
+        seconds by Redis's clock whichever replica leased, renewed, reaped or took its report.
+        Determinism: a test may inject a clock into the Redis store (``RedisStore(clock=...)``,
+        never a server); its reading then replaces ``TIME``, so the differential tests drive both
+        stores with one fake clock. The script computes the deadline ``now + lease_timeout_s`` in
+        IEEE doubles, the memory store's sum.
     Leases: due leases expire in (deadline asc, lease id asc) order. A leased problem keeps the
         (source, score) it returns with; ``problem_state``/``dump`` show pool LEASED with that score.
         The lease's step is the step' of the ``sample`` that created it.
-    SampledProblem.priority: a heap problem's heap score; a pool problem's
-        ``rules.priority(stats, params)``.
+    SampledProblem.priority: a heap problem's heap score (an unseen one's ω_unseen while the prior
+        is on); a pool problem's ``rules.priority(stats, params)``.
     ``weighted``: a problem taken for a slot leaves the heap at once, so ``|heap|`` and the ranks
         of the next slot count the remaining heap only; H stops when the heap is empty. The
         acceptance test is ``u2 < (priority / 0.25) ** alpha`` in IEEE doubles (C ``pow``).
@@ -172,8 +220,9 @@ Clarifications (where the rules above left a choice; both stores follow them)
     dump: "problems" maps id → (int(pool), n, s1, s2, score) with floats; "counters" has exactly
         groups_mixed, groups_all_correct, groups_all_wrong, groups_constant, forgetting_events,
         breakthroughs, lease_expiries, completions_reported, reward_sum, late_reports,
-        groups_acked; "leases" is the sorted list of each live lease's sorted problem ids;
-        "queue" lists the payloads (bytes) of groups never delivered, in report order.
+        groups_acked; "unseen_fit" is the first-visit sums (visits, priority sum); "leases" is the
+        sorted list of each live lease's sorted problem ids; "queue" lists the payloads (bytes) of
+        groups never delivered, in report order.
 """
 
 from __future__ import annotations
@@ -186,22 +235,22 @@ from collections.abc import Callable, Sequence
 from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument
 from prioreplay.problems import ProblemRecord, check_name, validate_problem
-from prioreplay.rules import Pool
 
 from ..config import StoreConfig  # noqa: F401  (re-exported: the stores take it from here)
 from .contract import (
     EXPIRE_LIMIT,
-    FIXED_SETTINGS,
     MAX_REQUEST_KEY_BYTES,
-    QueueWatch,
     conflict_error,
+    fixed_changes,
     run_settings,
     same_text,
     setting_changes,
 )
+from .heap_keys import HeapKeys
 from .identity import NamespaceLost
+from .pace import LocalPace, pace_refusal, pace_room
+from .queue import TrajectoryQueue
 from .records import (
-    Delivery,
     GroupOutcome,
     Lease,
     ProblemState,
@@ -211,7 +260,7 @@ from .records import (
 )
 
 
-class Store(abc.ABC):
+class Store(HeapKeys, TrajectoryQueue, abc.ABC):
     """Problem statistics, pools, leases, the trajectory queue and the policy pointer.
 
     Public methods validate and delegate to ``_impl`` methods; both implementations share this
@@ -235,26 +284,16 @@ class Store(abc.ABC):
             pid: warm_start.shrink(st, config.warm_start_shrink)
             for pid, st in (warm_start.read(config.warm_start) if config.warm_start else {}).items()
         }
-        #: The heap's ageing between reports (``--heap-age-decay``): the prior's priority ω₀ and γ_h.
-        self._fresh = (rules.priority(rules.Stats(), config.params), config.heap_age_decay)
+        HeapKeys.__init__(self, config)  # the heap's scores: priorities, FreshPER keys, the unseen band
+        #: The learner's batch and the wake-up of leases waiting on the pace bound (:mod:`.pace`).
+        self.pace: LocalPace = LocalPace()
 
-    def heap_score(self, priority: float, version: int) -> float:
-        """The heap score of a problem placed with ``priority`` at policy ``version``: the priority
-        itself, or with ``heap_age_decay`` γ_h < 1 its time-invariant key (:func:`rules.fresh_key`:
-        the heap's order is the aged priorities' order at every later version, nothing rescored)."""
-        prior, gamma = self._fresh
-        return priority if gamma == 1.0 else rules.fresh_key(priority, prior, version, gamma)
+    #: The answer of a sample the pace bound left no room (:func:`.pace.pace_refusal`).
+    pace_refusal = staticmethod(pace_refusal)
 
-    def heap_priority(self, score: float, version: int) -> float:
-        """The priority a heap member with ``score`` has at policy ``version`` (the inverse of
-        :meth:`heap_score`: :func:`rules.fresh_key_priority`, aged toward the prior's)."""
-        prior, gamma = self._fresh
-        return score if gamma == 1.0 else rules.fresh_key_priority(score, prior, version, gamma)
-
-    def leased_priority(self, source: Pool, score: float, stats: rules.Stats, version: int) -> float:
-        """A leased problem's priority as SampleProblems reports it: from the heap, its score's
-        (:meth:`heap_priority` at policy ``version``); from a pool, ``rules.priority`` of ``stats``."""
-        return self.heap_priority(score, version) if source is Pool.HEAP else rules.priority(stats, self.config.params)
+    def paced_batch(self, batch_size: int, ahead: Callable[[], int]) -> int:
+        """B' of "sample" step 1b (:func:`.pace.pace_room`; ``batch_size`` without a bound; < 1: no room)."""
+        return pace_room(self.config, batch_size, ahead, self.pace.learner_batch)
 
     # -- problems -------------------------------------------------------------------------
     async def register(self, problems: Sequence[ProblemRecord], *, replace: bool = True) -> tuple[int, int, int]:
@@ -384,6 +423,14 @@ class Store(abc.ABC):
         """
         return ""
 
+    async def check_eviction(self) -> None:  # noqa: B027 -- optional hook: a no-op unless overridden
+        """Refuse a store that deletes state on its own (called by every server at start, before the
+        claims, and by the Redis store's health probe). Memory: nothing to check.
+
+        Raises:
+            FailedPrecondition: Redis's ``maxmemory-policy`` is not ``noeviction`` (named, with the fix).
+        """
+
     async def claim_settings(self, accept_changes: bool = False) -> dict[str, tuple]:
         """Store this run's settings in the namespace, or check them against the stored ones
         (see "Run settings"). Returns the accepted changes ``{name: (old, new)}`` ({} when none).
@@ -395,12 +442,12 @@ class Store(abc.ABC):
         wanted = run_settings(self.config)
         changes = setting_changes(await self._claim_settings(wanted), wanted)
         listed = ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items())
-        fixed = [name for name in FIXED_SETTINGS if name in changes]
+        fixed = fixed_changes(changes)
         if fixed:
             raise FailedPrecondition(
                 f"this namespace was made with other settings ({listed}); {', '.join(fixed)} cannot change on a "
-                "namespace (every key's tie-break depends on the seed, the heap's scores on heap_age_decay): start with "
-                "the old value, or use a new --namespace"
+                "namespace (every key's tie-break depends on the seed, the heap's scores on heap_age_decay and on "
+                "whether unseen_prior is off): start with the old value, or use a new --namespace"
             )
         if changes and not accept_changes:
             raise FailedPrecondition(
@@ -415,53 +462,6 @@ class Store(abc.ABC):
     async def expire_leases(self, limit: int = EXPIRE_LIMIT) -> int:
         """Expire up to ``limit`` due leases (oldest deadline first). Returns how many expired."""
         return await self._expire_leases(limit)
-
-    # -- trajectory queue -----------------------------------------------------------------
-    async def pull(
-        self, consumer: str, max_groups: int, include_own_pending: bool = False, wait_s: float = 0.0
-    ) -> list[Delivery]:
-        """Deliver up to ``max_groups`` groups to ``consumer``; with nothing to deliver, wait up to
-        ``wait_s`` seconds (wall clock) for a group, woken by the report that queues it (see the
-        module docstring, "Trajectory queue").
-
-        Raises:
-            InvalidArgument: max_groups outside [1, max_batch_size] or consumer over MAX_NAME_BYTES (128) bytes.
-        """
-        if not (isinstance(max_groups, int) and 1 <= max_groups <= self.config.max_batch_size):
-            raise InvalidArgument(
-                f"max_groups ({max_groups}) must be in [1, {self.config.max_batch_size}] "
-                "(the server's --max-batch-size sets the upper bound)"
-            )
-        consumer = consumer or "learner"
-        check_name(consumer, "consumer name")
-        if wait_s <= 0:
-            return await self._pull(consumer, max_groups, include_own_pending)
-        deadline = time.monotonic() + wait_s
-        while True:
-            out, watch = await self._pull_watched(consumer, max_groups, include_own_pending)
-            left = deadline - time.monotonic()
-            if out or left <= 0:
-                return out
-            include_own_pending = False  # handed back by the first pull
-            await self._wait_queued(watch, min(left, watch.idle_in_s))
-
-    async def release(self, consumer: str, deliveries: Sequence[Delivery]) -> int:
-        """Hand back deliveries that were never sent (see the module docstring). Returns how many."""
-        if not deliveries:
-            return 0
-        return await self._release(consumer or "learner", list(deliveries))
-
-    async def ack(self, group_ids: Sequence[str]) -> tuple[int, int]:
-        """Acknowledge delivered groups. Returns (acked, unknown)."""
-        ids = list(dict.fromkeys(group_ids))
-        if not ids:
-            return 0, 0
-        acked = await self._ack(ids)
-        return acked, len(group_ids) - acked
-
-    @abc.abstractmethod
-    async def queue_depth(self) -> int:
-        """Groups queued and never delivered (cheap: no histogram, unlike :meth:`stats`)."""
 
     # -- policy ---------------------------------------------------------------------------
     async def publish(self, version: int, weights_uri: str) -> tuple[int, str]:
@@ -514,24 +514,6 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _expire_leases(self, limit: int) -> int: ...
-
-    @abc.abstractmethod
-    async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]: ...
-
-    @abc.abstractmethod
-    async def _pull_watched(self, consumer: str, max_groups: int, include_own_pending: bool) -> tuple[list[Delivery], QueueWatch]:
-        """:meth:`_pull`, and what :meth:`_wait_queued` waits on after it when it delivered nothing."""
-
-    @abc.abstractmethod
-    async def _wait_queued(self, watch: QueueWatch, timeout_s: float) -> None:
-        """Return when a group was queued after ``watch`` was taken, or after ``timeout_s`` seconds
-        (a spurious early return is harmless: the caller pulls again)."""
-
-    @abc.abstractmethod
-    async def _ack(self, group_ids: list[str]) -> int: ...
-
-    @abc.abstractmethod
-    async def _release(self, consumer: str, deliveries: list[Delivery]) -> int: ...
 
     @abc.abstractmethod
     async def _publish(self, version: int, weights_uri: str) -> tuple[int, str]: ...

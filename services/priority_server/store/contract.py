@@ -71,6 +71,7 @@ RUN_SETTINGS = (
     "pool_evidence",
     "age_decay",
     "heap_age_decay",
+    "unseen_prior",
     "decay",
     "prior_alpha",
     "prior_beta",
@@ -78,8 +79,14 @@ RUN_SETTINGS = (
 )
 #: Run settings stored under an earlier name, old -> new (a namespace or snapshot made before the rename).
 RENAMED_RUN_SETTINGS = {"temperature": "gumbel_temperature"}
-#: Run settings no flag may change on an existing namespace.
-FIXED_SETTINGS = ("seed", "heap_age_decay")
+#: Run settings no flag may change on an existing namespace (``unseen_prior``: between off and on,
+#: :func:`fixed_changes`).
+FIXED_SETTINGS = ("seed", "heap_age_decay", "unseen_prior")
+
+#: The heap score of an unseen problem while ``--unseen-prior`` is on (store/base.py, "A prior for unseen
+#: problems"): a band of its own below every priority (priorities are in [0, 0.25] then), read apart
+#: from the seen problems and ranked at the one priority ω_unseen, so nothing is rescored when it moves.
+UNSEEN_SCORE = -1.0
 
 
 def run_settings(config: StoreConfig) -> dict[str, str | int | float]:
@@ -87,6 +94,17 @@ def run_settings(config: StoreConfig) -> dict[str, str | int | float]:
     p = config.params
     values = {"decay": p.decay, "prior_alpha": p.prior_alpha, "prior_beta": p.prior_beta}
     return {name: values[name] if name in values else getattr(config, name) for name in RUN_SETTINGS}
+
+
+def fixed_changes(changes: dict[str, tuple]) -> list[str]:
+    """The settings of ``changes`` (:func:`setting_changes`) that no flag may change: those of
+    :data:`FIXED_SETTINGS`, ``unseen_prior`` only between off and on (the unseen problems' heap
+    scores, :data:`UNSEEN_SCORE` or the priority, depend on that; fit <-> a value does not)."""
+    return [
+        name
+        for name in FIXED_SETTINGS
+        if name in changes and (name != "unseen_prior" or (changes[name][0] == "off") != (changes[name][1] == "off"))
+    ]
 
 
 def setting_changes(stored: dict, wanted: dict) -> dict[str, tuple]:
@@ -140,6 +158,15 @@ def renew_refusal(lease_id: str, reason: str, worker_id: str = "", holder: str =
 def histogram_edges(buckets: int) -> list[float]:
     """``buckets + 1`` equal-width edges over [0, 0.25] (the last bucket includes 0.25)."""
     return [rules.MAX_PRIORITY * i / buckets for i in range(buckets + 1)]
+
+
+def add_unseen(hist: list[int], edges: Sequence[float], unseen: int, priority: float) -> list[int]:
+    """``hist`` with ``unseen`` problems more in the bucket of ``priority`` (edges[i] <= priority <
+    edges[i+1], the last bucket including its upper edge): the unseen band counted at ω_unseen."""
+    if unseen:
+        i = next((i for i in range(len(hist) - 1) if priority < edges[i + 1]), len(hist) - 1)
+        hist = [*hist[:i], hist[i] + unseen, *hist[i + 1 :]]
+    return hist
 
 
 @dataclass(frozen=True)

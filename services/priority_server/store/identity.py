@@ -9,7 +9,9 @@ its health refresh and in GetStats. When the stored one is gone, older, another 
 marker* (key ``lost``, written by the first server that saw a loss) says the namespace was lost,
 the server serves nothing: health NOT_SERVING and every RPC FAILED_PRECONDITION with the message
 of :class:`NamespaceLost`. A newer generation is a deliberate reset made by another server: it is
-followed (joined).
+followed (joined). A namespace whose identity is right but which lacks keys it must always hold
+(:func:`missing_keys`: evicted by a Redis whose ``maxmemory-policy`` deletes keys, or deleted by
+hand) is lost too (kind ``incomplete``): serving from it would read statistics that are gone.
 
 Pure: no Redis here (the Redis store, :mod:`.redis.client`, reads the keys and calls :func:`assess`).
 """
@@ -27,7 +29,7 @@ ACCEPT_FLAG = "--accept-namespace-loss"
 #: The runbook section of a lost namespace (and of the ``PrioreplayNamespaceLost`` alert).
 RUNBOOK = "docs/RUNBOOK.md#prioreplaynamespacelost"
 #: How a stored identity can differ from the one a server claimed (the keys of :data:`CAUSES`).
-LOSS_KINDS = ("gone", "older", "replaced", "marked")
+LOSS_KINDS = ("gone", "older", "replaced", "marked", "incomplete")
 #: What each kind of loss usually is (in the message).
 CAUSES = {
     "gone": "its identity key is gone: the database was flushed, an empty replica was promoted by a failover, "
@@ -36,7 +38,33 @@ CAUSES = {
     "replaced": "it holds another run of the same or an older generation: the namespace vanished and a server "
     "started afterwards created it anew",
     "marked": "a server found the namespace lost and marked it (key 'lost'); this run was created after that loss",
+    "incomplete": "keys it must always hold are missing: Redis evicted them (a maxmemory-policy other than "
+    "noeviction; set CONFIG SET maxmemory-policy noeviction) or someone deleted them",
 }
+#: The keys a namespace holds from the first server's start on (``claim_settings`` writes both) and never deletes.
+MUST_HOLD = ("settings", "counters")
+
+
+def missing_keys(exists: dict[str, bool], problems: int, stats: int, heap: int) -> list[str]:
+    """The keys a claimed namespace lacks, from counts that cost O(1) each (every Lua script checks
+    the same in ``lua/namespace_check.lua``).
+
+    Args:
+        exists: whether each key of :data:`MUST_HOLD` exists.
+        problems, stats: fields of the ``problems`` and ``stats`` hashes (every registered problem
+            has one of each, written by one script).
+        heap: members of the ``heap`` sorted set (each a registered problem's).
+
+    Returns:
+        The missing keys' names (empty: complete); ``stats`` or ``problems`` when one hash has
+        fewer fields than the other, ``stats`` also when the heap holds more problems than it.
+    """
+    out = [name for name in MUST_HOLD if not exists.get(name, False)]
+    if stats < problems or heap > stats:
+        out.append("stats")
+    elif problems < stats:
+        out.append("problems")
+    return out
 
 
 @dataclass(frozen=True, order=True)
@@ -136,15 +164,26 @@ class NamespaceLost(FailedPrecondition):
         found: the stored identity now (None: none).
         how: a kind of :data:`LOSS_KINDS`.
         marker: the loss marker found (None: none).
+        missing: with ``how`` ``incomplete``: the keys it lacks (:func:`missing_keys`).
     """
 
     def __init__(
-        self, namespace: str, where: str, seen: Identity, found: Identity | None, how: str, marker: LossMarker | None = None
+        self,
+        namespace: str,
+        where: str,
+        seen: Identity,
+        found: Identity | None,
+        how: str,
+        marker: LossMarker | None = None,
+        missing: tuple[str, ...] = (),
     ):
         if how not in CAUSES:
             raise ValueError(f"how ({how!r}) must be one of {LOSS_KINDS}")
         self.namespace, self.where, self.seen, self.found, self.how, self.marker = namespace, where, seen, found, how, marker
+        self.missing = missing
         holds = f"holds {found}" if found is not None else "holds no identity"
+        if how == "incomplete":
+            holds += f" but not its keys {', '.join(repr(k) for k in missing)}"
         if how == "marked" and marker is not None:
             lost = Identity.parse(marker.identity)
             detail = f"{CAUSES[how]} ({lost or 'an unreadable identity'} was lost: {marker.how})"
@@ -155,12 +194,19 @@ class NamespaceLost(FailedPrecondition):
             f"{detail}. What it holds is not that run's problems, statistics, leases and queued groups, so nothing is "
             f"served (no lease, no report) until you decide: restore the namespace's data (from a backup or the old "
             f"primary; the servers resume by themselves once {seen} is back), or start anew from what the store "
-            f"holds now by restarting one server with {ACCEPT_FLAG} (the others follow). See {RUNBOOK}"
+            f"holds now by restarting one server with {ACCEPT_FLAG} (the others follow)"
+            + (
+                " (that recreates 'settings' and 'counters' only; with 'stats' or 'problems' missing, use a new "
+                "--namespace and register the dataset again)"
+                if how == "incomplete"
+                else ""
+            )
+            + f". See {RUNBOOK}"
         )
 
     def copy(self) -> NamespaceLost:
         """The same error, fresh (raising one instance again and again would grow its traceback)."""
-        return NamespaceLost(self.namespace, self.where, self.seen, self.found, self.how, self.marker)
+        return NamespaceLost(self.namespace, self.where, self.seen, self.found, self.how, self.marker, self.missing)
 
 
 def startup_refusal(namespace: str, where: str, found: Identity | None, marker: LossMarker) -> FailedPrecondition:

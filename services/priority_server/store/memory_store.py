@@ -8,7 +8,8 @@ floating-point operation order).
 Data structures (N problems, B problems per batch):
 
 * heap: a ``SortedList`` of ``(priority, member)`` ascending; heap order (priority desc, member
-  desc) is read from its end, so the top-k and the k-th in heap order cost O(log N).
+  desc) is read from its end, so the top-k and the k-th in heap order cost O(log N); with
+  ``--unseen-prior`` on, unseen problems sit at its bottom, score −1 (:class:`.memory_view.MemorySamplerView`).
 * solved / unsolved pools: ``SortedList`` of ``(last tested step, member)`` ascending (pool order);
   with ``retest_versions`` the policy version of the last test instead of the step
   (:func:`prioreplay.rules.pool_score`).
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from sortedcontainers import SortedDict, SortedList
 
-from prioreplay import rules
+from prioreplay import rules, unseen_prior
 from prioreplay.convert import problem_bytes
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
 from prioreplay.problems import ProblemRecord
@@ -55,7 +56,7 @@ from .base import Store
 from .contract import (
     EXPIRE_LIMIT,
     TOMBSTONE_TTL_S,
-    QueueWatch,
+    add_unseen,
     conflict_error,
     histogram_edges,
     member_id,
@@ -64,9 +65,9 @@ from .contract import (
     same_text,
     tie_member,
 )
+from .memory_queue import MemoryTrajectoryQueue
 from .memory_view import MemorySamplerView
 from .records import (
-    Delivery,
     GroupOutcome,
     Lease,
     ProblemState,
@@ -75,17 +76,10 @@ from .records import (
     SampledProblem,
     StoreStats,
 )
-from .snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState, QueuedGroup
-
-_KIND_COUNTER = {
-    GroupKind.MIXED: "groups_mixed",
-    GroupKind.ALL_CORRECT: "groups_all_correct",
-    GroupKind.ALL_WRONG: "groups_all_wrong",
-    GroupKind.CONSTANT: "groups_constant",
-}
+from .snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState
 
 
-class MemoryStore(Store):
+class MemoryStore(MemoryTrajectoryQueue, Store):
     """The in-process store (see the module docstrings here and in ``store.py``).
 
     Args:
@@ -153,7 +147,7 @@ class MemoryStore(Store):
         e = self._entry(pick.member)
         e.home = pick.source
         e.pool = Pool.LEASED
-        prio = self.leased_priority(pick.source, e.score, e.stats, self._s.policy[0])
+        prio = self.leased_priority(pick.source, e.score, e.stats, self._s.policy[0], self._view.unseen or 0.0)
         return SampledProblem(problem=e.record, priority=prio, source=pick.source, group_size=pick.group_size, wire=e.wire)
 
     def _entry(self, member: str) -> Entry:
@@ -215,7 +209,6 @@ class MemoryStore(Store):
 
     async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
         updated = 0
-        initial = rules.priority(Stats(), self.config.params)
         added: list[tuple[float, str]] = []
         known = self._s.problems
         if not replace:
@@ -233,7 +226,7 @@ class MemoryStore(Store):
                     self._place(e, e.home, e.score)
                 continue
             st = self._warm.get(p.id, Stats())  # prioreplay/warm_start.py: in the heap at its shrunk statistics
-            score = self.heap_score(rules.priority(st, self.config.params) if p.id in self._warm else initial, 0)
+            score = self.registered_score(st)
             e = Entry(p, tie_member(p.id, self.config.seed), st, Pool.HEAP, Pool.HEAP, score, problem_bytes(p))
             known[p.id] = e
             self._seen += st.n > 0  # seen = statistics n > 0: a warm start's count too (docs/METHOD.md)
@@ -251,15 +244,19 @@ class MemoryStore(Store):
             self._prune_requests(now)
         self._expire_due(now, EXPIRE_LIMIT)
         self._prune_tombstones(now)
+        room = self.paced_batch(batch_size, lambda: len(self._s.new) + sum(len(z.problem_ids) for z in self._s.leases.values()))
+        if room < 1:  # the pace bound leaves no room (base.py, "sample" 1b)
+            return self.pace_refusal(*self._s.policy, self._s.step, self._deadlines[0][0] - now if self._deadlines else math.inf)
         step1 = self._s.step + 1
         request = SampleRequest(
-            batch_size=batch_size,
+            batch_size=room,
             step=step1,
             retest_interval=cfg.retest_versions or cfg.retest_interval,
-            quota=retest_quota(batch_size, cfg.retest_fraction, step1) if self._sampler.retests else 0,
+            quota=retest_quota(room, cfg.retest_fraction, step1) if self._sampler.retests else 0,
             rng=XorShift32(step_seed(cfg.seed, step1)) if self._sampler.uses_rng else None,
             pool_clock=self._s.policy[0] if cfg.retest_versions else None,
         )
+        self._view.unseen = self.unseen_priority(self._s.unseen_fit) if self.unseen_band else None
         batch = [self._lease_pick(pick) for pick in self._sample_impl.sample(self._view, request)]
         version, uri = self._s.policy
         if not batch:
@@ -281,10 +278,10 @@ class MemoryStore(Store):
         lease = self._s.leases.get(seen[0]) if seen is not None else None
         if lease is None or lease.deadline <= now:
             return None
-        batch = []
+        batch, unseen = [], self.unseen_priority(self._s.unseen_fit)
         for pid in lease.problem_ids:
             e = self._s.problems[pid]
-            prio = self.leased_priority(e.home, e.score, e.stats, self._s.policy[0])
+            prio = self.leased_priority(e.home, e.score, e.stats, self._s.policy[0], unseen)
             batch.append(SampledProblem(problem=e.record, priority=prio, source=e.home, group_size=seen[2].get(pid), wire=e.wire))  # type: ignore[index]  # not None: the branch above returned
         version, uri = self._s.policy
         retry = self._retry_after(now) if len(batch) < batch_size else 0.0
@@ -385,10 +382,13 @@ class MemoryStore(Store):
         params = cfg.params
         source = e.home
         kind = rules.classify(o.rewards)
-        self._seen += e.stats.n == 0
+        first = e.stats.n == 0
+        self._seen += first
         run = self._s.evidence.get(o.problem_id, (0, 0, version := self._s.policy[0]))  # (streak pool, streak, last version)
         lam = rules.aged_decay(params.decay, cfg.age_decay, max(0, version - run[2]))
         e.stats = rules.update_stats(e.stats, o.rewards, replace(params, decay=lam))
+        if first:  # a first visit: the prior for unseen problems is fitted to these (prioreplay/unseen_prior.py)
+            self._s.unseen_fit = unseen_prior.observe(self._s.unseen_fit, len(o.rewards), rules.priority(e.stats, params))
         if o.completion_tokens > 0:  # the token mean decays like the statistics, by λ per report (lua/report.lua)
             tn, tt = self._s.tokens.get(o.problem_id, (0.0, 0.0))
             self._s.tokens[o.problem_id] = (params.decay * tn + len(o.rewards), params.decay * tt + o.completion_tokens)
@@ -398,7 +398,7 @@ class MemoryStore(Store):
         self._s.evidence[o.problem_id] = (streak_pool, streak, version)
         pool_at = rules.pool_score(lease_step, version, cfg.retest_versions)
         self._place(e, dest, pool_at if heap_score is None else self.heap_score(heap_score, version))
-        c[_KIND_COUNTER[kind]] += 1
+        c[f"groups_{kind.value}"] += 1  # report.lua: 'groups_' .. kind
         c["completions_reported"] += len(o.rewards)
         c["reward_sum"] = c["reward_sum"] + rules.reward_sums(o.rewards)[0]
         if rules.is_forgetting(source, o.rewards, bands):
@@ -411,104 +411,6 @@ class MemoryStore(Store):
 
     async def _expire_leases(self, limit: int) -> int:
         return self._expire_due(self.clock(), limit)
-
-    # -- trajectory queue -----------------------------------------------------------------
-    def _enqueue(self, payload: bytes, now: float) -> None:
-        """Append a group with a stream-style id "ms-seq" that always increases."""
-        ms = int(math.floor(now * 1000.0))
-        last_ms, last_seq = self._s.last_key
-        key = (ms, 0) if ms > last_ms else (last_ms, last_seq + 1)
-        self._s.last_key = key
-        self._s.new[key] = QueuedGroup(key=key, payload=bytes(payload))
-        self._wake()
-
-    def _wake(self) -> None:
-        """Wake every pull waiting on the current event; later waits take a fresh one (nothing to do,
-        and no new event made per queued group, while no pull waits)."""
-        if self._waiting:
-            self._queued.set()
-            self._queued = asyncio.Event()
-
-    def _deliver(self, g: QueuedGroup, consumer: str, now: float) -> Delivery:
-        if g.consumer != consumer:
-            if g.consumer:
-                self._by_consumer[g.consumer].remove(g.key)
-                if not self._by_consumer[g.consumer]:
-                    del self._by_consumer[g.consumer]
-            self._by_consumer.setdefault(consumer, SortedList()).add(g.key)
-            g.consumer = consumer
-        g.delivery_count += 1
-        g.delivered_at = now
-        return Delivery(snapshot.group_id(g.key), g.payload, g.delivery_count)
-
-    async def queue_depth(self) -> int:
-        return len(self._s.new)
-
-    async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]:
-        now = self.clock()
-        pending = self._s.pending
-        out: list[Delivery] = []
-        if include_own_pending and consumer in self._by_consumer:
-            for key in list(self._by_consumer[consumer][:max_groups]):
-                out.append(self._deliver(pending[key], consumer, now))
-        if len(out) < max_groups:
-            timeout = self.config.redelivery_timeout_s
-            idle = [g for g in pending.values() if now - g.delivered_at >= timeout]
-            for g in idle[: max_groups - len(out)]:
-                out.append(self._deliver(g, consumer, now))
-        while len(out) < max_groups and self._s.new:
-            key, g = self._s.new.popitem(last=False)
-            pending[key] = g
-            out.append(self._deliver(g, consumer, now))
-        return out
-
-    async def _pull_watched(self, consumer: str, max_groups: int, include_own_pending: bool) -> tuple[list[Delivery], QueueWatch]:
-        mark = self._queued  # taken before the pull (no await in between): a group queued after it sets it
-        out = await self._pull(consumer, max_groups, include_own_pending)
-        idle_in = math.inf
-        if not out and self._s.pending:
-            first = min(g.delivered_at for g in self._s.pending.values())
-            idle_in = max(0.001, first + self.config.redelivery_timeout_s - self.clock())
-        return out, QueueWatch(mark, idle_in)
-
-    async def _wait_queued(self, watch: QueueWatch, timeout_s: float) -> None:
-        self._waiting += 1  # no await since the mark was taken (Store.pull): no group queued in between unseen
-        try:
-            await asyncio.wait_for(watch.mark.wait(), timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            self._waiting -= 1
-
-    async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
-        idle_since = self.clock() - self.config.redelivery_timeout_s
-        released = 0
-        for d in deliveries:
-            key = snapshot.parse_group_id(d.group_id)
-            g = self._s.pending.get(key) if key is not None else None
-            if g is None or g.consumer != consumer:
-                continue
-            g.delivery_count = max(0, d.delivery_count - 1)
-            g.delivered_at = idle_since  # idle at once: the next pull takes it before new groups
-            released += 1
-        if released:
-            self._wake()
-        return released
-
-    async def _ack(self, group_ids: list[str]) -> int:
-        acked = 0
-        for gid in group_ids:
-            key = snapshot.parse_group_id(gid)
-            g = self._s.pending.pop(key, None) if key is not None else None
-            if g is None:
-                continue
-            mine = self._by_consumer[g.consumer]
-            mine.remove(key)
-            if not mine:
-                del self._by_consumer[g.consumer]
-            acked += 1
-        self._s.counters["groups_acked"] += acked
-        return acked
 
     # -- policy and introspection ---------------------------------------------------------
     async def _publish(self, version: int, weights_uri: str) -> tuple[int, str]:
@@ -535,8 +437,10 @@ class MemoryStore(Store):
         cuts = [self._heap.bisect_left((edge,)) for edge in keys[:-1]] + [self._heap.bisect_right((keys[-1], "\U0010ffff"))]
         # (edge,) sorts before every (edge, member): bisect_left counts priorities < edge;
         # members are ASCII hex + id, so (0.25, max char) sorts after every (0.25, member).
-        hist = [cuts[i + 1] - cuts[i] for i in range(histogram_buckets)]
-        s = self._s
+        hist = [cuts[i + 1] - cuts[i] for i in range(histogram_buckets)]  # the unseen band (score −1) in no bucket
+        s, unseen = self._s, self.unseen_priority(self._s.unseen_fit)
+        if self.unseen_band:
+            hist = add_unseen(hist, edges, self._view.unseen_in_heap(), unseen)
         leased = sum(len(lease.problem_ids) for lease in s.leases.values())
         return StoreStats(
             problems=len(s.problems),
@@ -554,6 +458,7 @@ class MemoryStore(Store):
             queue_depth=len(s.new),
             pending_groups=len(s.pending),
             unseen=len(s.problems) - self._seen,
+            unseen_priority=unseen,
             **{name: s.counters[name] for name in COUNTER_NAMES},  # type: ignore[arg-type]  # the keyword dict holds exactly the callee's fields
         )
 
@@ -575,6 +480,7 @@ class MemoryStore(Store):
             "leases": sorted(sorted(lease.problem_ids) for lease in s.leases.values()),
             "queue": [g.payload for g in s.new.values()],
             "evidence": dict(sorted(s.evidence.items())),
+            "unseen_fit": (s.unseen_fit.visits, s.unseen_fit.priority_sum),
         }
 
     # -- persistence ----------------------------------------------------------------------

@@ -33,7 +33,12 @@ class SampledProblem:
 
 @dataclass(frozen=True)
 class Lease:
-    """The answer to ``sample``. ``lease_id`` is "" when ``problems`` is empty."""
+    """The answer to ``sample``. ``lease_id`` is "" when ``problems`` is empty.
+
+    ``paced``: the pace bound left no room (store/base.py, "sample" 1b); nothing was leased and
+    ``retry_after_s`` is then the seconds until the earliest live lease deadline (``math.inf``
+    with none), not a wire value: the server's pacing (:mod:`..pacing`) answers the client.
+    """
 
     lease_id: str
     deadline: float  # unix seconds
@@ -42,6 +47,7 @@ class Lease:
     weights_uri: str
     retry_after_s: float
     step: int
+    paced: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,8 @@ class StoreStats:
     late_reports: int = 0
     groups_acked: int = 0
     unseen: int = 0  # registered problems without statistics (n == 0): no accepted report, no warm start yet
+    #: The priority an unseen heap problem holds now (``--unseen-prior``: ω_unseen; off: ``rules.priority(Stats())``).
+    unseen_priority: float = 0.25
 
     @property
     def groups_total(self) -> int:

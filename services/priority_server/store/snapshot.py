@@ -10,7 +10,8 @@ score], ...], "leases": [[lease id, deadline, step, [problem ids], worker id], .
 before RenewLease lack the worker id: ""), "tombstones": [[lease
 id, reason, ended], ...], "queue": {"last_id": [ms, seq], "new": [[group id, payload], ...],
 "pending": [[group id, payload, delivery count, consumer, delivered at], ...]}, "settings": {name:
-value} or null}`` (``settings``: the run settings, ``store.run_settings``; older files lack it)
+value} or null, "unseen_fit": [first visits, their priority sum]}`` (``settings``: the run settings,
+``store.run_settings``; older files lack it, and ``unseen_fit``: [0, 0.0])
 
 :func:`write_atomic` writes through a temporary file, fsync and ``os.replace``, so a crash leaves
 the previous snapshot whole. :func:`read` checks the whole document (types, every leased problem
@@ -33,6 +34,7 @@ from typing import Any
 from prioreplay.errors import InvalidArgument
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool, Stats
+from prioreplay.unseen_prior import UnseenFit
 
 #: Snapshot format tag and version; a file with another tag or version is refused.
 SNAPSHOT_FORMAT = "prioreplay-memory-store"
@@ -124,6 +126,8 @@ class MemoryState:
     #: verdicts ``rules.confirm_pool`` extends (pool 2 / 3, 0: none) and the version ``age_decay``
     #: counts from. Absent: no report yet (streak 0; the first report ages nothing).
     evidence: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    #: The first visits the prior for unseen problems is fitted to (:mod:`prioreplay.unseen_prior`).
+    unseen_fit: UnseenFit = UnseenFit()
 
 
 def group_id(key: GroupKey) -> str:
@@ -170,6 +174,7 @@ def encode(state: MemoryState) -> dict[str, Any]:
         "settings": dict(state.settings) if state.settings is not None else None,
         "tokens": [[pid, n, t] for pid, (n, t) in state.tokens.items()],
         "evidence": [[pid, sp, k, v] for pid, (sp, k, v) in state.evidence.items()],
+        "unseen_fit": [state.unseen_fit.visits, state.unseen_fit.priority_sum],
         "queue": {
             "last_id": list(state.last_key),
             "new": [[group_id(g.key), b64(g.payload)] for g in state.new.values()],
@@ -278,6 +283,10 @@ def decode(doc: Any, member_of) -> MemoryState:
         if row[0] not in state.problems:
             raise InvalidArgument(f"evidence of problem {row[0]!r}, which is not registered")
         state.evidence[row[0]] = (row[1], row[2], row[3])
+    visits, total = doc.get("unseen_fit", [0, 0.0])  # absent in snapshots older than the prior: none
+    if not (isinstance(visits, int) and visits >= 0):
+        raise InvalidArgument(f"unseen_fit visits ({visits!r}) must be an integer >= 0")
+    state.unseen_fit = UnseenFit(visits, float(_number(total, "unseen_fit priority sum")))
     return state
 
 

@@ -114,7 +114,7 @@ def engine_view(signature: dict[str, tuple[list[int], str]], tied: bool) -> dict
 
 
 def vllm_stop_token_ids(eos_ids: tuple[int, ...]) -> list[int]:
-    """``SamplingParams.stop_token_ids`` for the model's EOS ids (see
+    """``vllm.SamplingParams.stop_token_ids`` for the model's EOS ids (see
     :func:`~prioreplay.rollout_worker.backends.base.eos_token_ids`): all of them, so vLLM stops
     on the same set as the transformers backend whatever its own generation-config handling."""
     return [int(t) for t in eos_ids]
@@ -170,6 +170,7 @@ class WeightReloadExtension:
                 yield item
 
         runner = self.model_runner  # type: ignore[attr-defined]
+        _quiet_expected_reload_warnings(tied=bool(tied_heads(runner.model)))
         with torch.no_grad():
             if hasattr(runner, "reload_weights"):  # vLLM's in-place reload: restores the checkpoint-format
                 # parameters, loads, then processes them again (the CPU build repacks linear weights after
@@ -177,11 +178,104 @@ class WeightReloadExtension:
                 runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)
             else:
                 runner.model.load_weights(weights=counted())
+            reprocess_tied_heads(runner.model)
         return count
 
 
-#: The KV cache the CPU build gets when none is given: 256 MiB (about 5,700 tokens of SmolLM2-135M in float32).
-CPU_KV_CACHE_BYTES = 256 * 2**20
+def tied_heads(model: Any) -> list[Any]:
+    """The output heads (vLLM's ``ParallelLMHead``) of ``model`` that share their weight with an
+    input embedding (``tie_word_embeddings``); none where vLLM is not installed (no model then has one)."""
+    try:
+        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+    except ImportError:
+        return []
+
+    modules = list(model.modules())
+    embeddings = [m for m in modules if isinstance(m, VocabParallelEmbedding) and not isinstance(m, ParallelLMHead)]
+    return [
+        head
+        for head in modules
+        if isinstance(head, ParallelLMHead)
+        and any(head.weight is e.weight or head.weight.data_ptr() == e.weight.data_ptr() for e in embeddings)
+    ]
+
+
+def reprocess_tied_heads(model: Any) -> int:
+    """Process each tied output head again after a reload; returns how many.
+
+    A tied head loads nothing of its own (vLLM skips ``lm_head.*`` when the embeddings are tied),
+    so the in-place reload leaves it unprocessed and logs "ParallelLMHead: Failed to load weights".
+    Its weight is the embedding's, updated; but vLLM's CPU build computes the logits with a copy
+    packed for its GEMM kernels when the model loaded (``dispatch_cpu_unquantized_gemm``), which
+    then stays the first version's: the logits came from the old head while everything else was
+    new (a reload that changed the embeddings gave log-prob gaps of 9 nats against an engine
+    started on the new weights). Processing the head again packs its current weight (on GPUs
+    processing it is a no-op)."""
+    heads = tied_heads(model)
+    for head in heads:
+        head.quant_method.process_weights_after_loading(head)
+    return len(heads)
+
+
+class _ExpectedReloadWarnings(logging.Filter):
+    """Drops the two warnings every in-place reload of a tied Llama logs and that say nothing to act
+    on: "RotaryEmbedding: Failed to load weights" (its cos/sin cache is computed, never loaded) and
+    "ParallelLMHead: Failed to load weights" of a tied head (:func:`reprocess_tied_heads` handles it).
+    Any other layer that loads nothing is still logged, and an untied head too."""
+
+    def __init__(self, tied: bool):
+        super().__init__()
+        self.expected = ("RotaryEmbedding", "ParallelLMHead") if tied else ("RotaryEmbedding",)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.endswith(": Failed to load weights") and message.partition(":")[0] in self.expected)
+
+
+def _quiet_expected_reload_warnings(tied: bool) -> None:
+    """Install :class:`_ExpectedReloadWarnings` on vLLM's reload logger (in the engine's worker
+    process, once)."""
+    reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, _ExpectedReloadWarnings) for f in reload_log.filters):
+        reload_log.addFilter(_ExpectedReloadWarnings(tied))
+
+
+#: How often, and how many seconds apart, :func:`reset_prefix_cache` asks the engine before giving up.
+PREFIX_RESET_ATTEMPTS, PREFIX_RESET_WAIT_S = 20, 0.25
+
+
+def reset_prefix_cache(llm: Any, path: Path, attempts: int = PREFIX_RESET_ATTEMPTS, wait_s: float = PREFIX_RESET_WAIT_S) -> int:
+    """Empty the engine's prefix cache after a weight reload; returns the attempts it took.
+
+    Cached KV blocks were computed with the old weights, and the engine reuses a block for any
+    prompt that starts with the same tokens (a block is 128 tokens on the CPU build, 16 on GPUs): a
+    prompt longer than a block would be continued from the old policy's keys and values, and its
+    behaviour log-probs would be neither policy's. ``llm.reset_prefix_cache()`` answers False, and
+    resets nothing, while requests still hold blocks (vLLM's ``Scheduler.reset_prefix_cache``); the
+    offline engine finishes every request inside ``generate``, so that is a request still draining.
+    It is asked again every ``wait_s`` seconds, ``attempts`` times at most.
+
+    Raises:
+        PartialWeightsLoad: the cache was still not reset after ``attempts`` tries: the new weights
+            are loaded but old KV would be served, so the worker must not generate (it stops and
+            its supervisor restarts it, as for a partly applied version).
+    """
+    for attempt in range(1, attempts + 1):
+        if llm.reset_prefix_cache() is not False:  # None from an engine that returns nothing: done
+            return attempt
+        if attempt < attempts:
+            time.sleep(wait_s)
+    raise PartialWeightsLoad(
+        f"{path}: the weights were loaded but the engine refused to reset its prefix cache "
+        f"{attempts} times over {(attempts - 1) * wait_s:.1f} s (requests still running hold cached blocks): "
+        "generating now would reuse KV computed with the old weights; restart the worker"
+    )
+
+
+#: The KV cache the CPU build gets when none is given: 512 MiB, about 11,600 tokens of SmolLM2-135M in
+#: float32 (46 KB a token), so one request of its whole 8,192-token context fits (vLLM refuses to start
+#: otherwise; 256 MiB did only in bfloat16).
+CPU_KV_CACHE_BYTES = 512 * 2**20
 
 
 def _cpu_defaults(kv_cache_memory_bytes: int | None, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -270,7 +364,8 @@ class VLLMBackend(LoadedPolicy):
         Raises:
             InvalidArgument: negative version; missing (pruned), partial or mismatched checkpoint;
                 a NaN or infinite tensor; no engine worker applied a tensor (the weights stay as they were).
-            PartialWeightsLoad: some but not all tensors were applied (the weights are mixed).
+            PartialWeightsLoad: some but not all tensors were applied (the weights are mixed), or
+                the prefix cache could not be reset (:func:`reset_prefix_cache`).
         """
         if not isinstance(version, int) or version < 0:
             raise InvalidArgument(f"policy version ({version}) must be an integer >= 0")
@@ -291,7 +386,7 @@ class VLLMBackend(LoadedPolicy):
         skip = tuple(sorted(set(stored) - set(sig)))  # a tied model's stored head: the engine's view leaves it out
         counts = self.llm.collective_rpc("prioreplay_reload_weights", args=(str(path.resolve()), skip))
         check_applied(path, counts, len(self._signature))
-        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        reset_prefix_cache(self.llm, path)  # cached KV blocks were computed with the old weights
         self._policy_version = version
         return time.perf_counter() - t0
 

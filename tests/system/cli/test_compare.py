@@ -94,6 +94,8 @@ def test_summary_gives_per_arm_intervals_and_a_paired_ratio():
     one = summarize(runs[:2], ["heap", "uniform"])["effective_group_fraction_ratio"]["heap"]
     assert one["ci95"] is None and one["above_1"] is None
     assert "no interval" in summary_lines(summarize(runs[:2], ["heap", "uniform"]))[-1]
+    alone = summary_lines(summarize(runs[:1], ["heap"]))  # one arm: its own figures, no ratio to a baseline
+    assert alone and alone[0].startswith("heap") and "×" not in "".join(alone)
 
 
 def test_default_arms_are_the_registry_default_then_heap_and_both_baselines():
@@ -102,8 +104,10 @@ def test_default_arms_are_the_registry_default_then_heap_and_both_baselines():
     assert len(names) == len(set(names))
     with pytest.raises(InvalidArgument, match="unknown sampler"):
         parse("compare", ["--samplers", "heap,nope"])
+    # one arm alone runs (a plan's missing run, merged later with --runs); two names of one arm are a slip
+    assert parse("compare", ["--samplers", "heap-prior", "--seed", "3", "--seeds", "1"]).samplers == ["heap-prior"]
     with pytest.raises(InvalidArgument, match="two or more"):
-        parse("compare", ["--samplers", "heap"])
+        parse("compare", ["--samplers", "heap,heap"])
     assert parse("compare", ["--samplers", "uniform,heap"]).samplers == ["dapo", "heap"]  # uniform is DAPO-style
     with pytest.raises(InvalidArgument, match="two or more"):
         parse("compare", ["--samplers", "uniform,dapo"])
@@ -154,6 +158,12 @@ def test_compare_runs_each_arm_and_writes_the_comparison(tmp_path):
         assert report["config"]["sampler"] == {"dapo": "uniform"}.get(s, s) and report["config"]["rollouts"] == 48
         assert report["final"]["completions_reported"] >= 48
         assert "accuracy_change_ci95" in report and report["final"]["unseen"] <= 24
+        # an arm keeps its final weights, not the optimizer state a resume needs (issue 43)
+        arm = root / f"{s}-seed0" / "checkpoints"
+        assert not list(arm.glob("step-*")) and report["disk"]["trainer_state_kept"] is False
+        published = report["disk"]["published"]  # none when the arm never trained (the tiny model is never right)
+        assert report["final_checkpoint"] is None
+        assert report["final_weights"] == (str(arm / "published" / published[-1]) if published else None)
     run = out["runs"][0]
     for key in (
         "effective_group_fraction",
@@ -243,6 +253,18 @@ def test_the_evidence_arm_is_told_apart_from_version_retests():
     assert run_metrics(odd)["sampler"] == "heap-pool-evidence-2-age-decay-0.9"
     fresh = _report("heap", 0, 30, 100, heap_age_decay=0.95)
     assert run_metrics(fresh)["sampler"] == "heap-heap-age-decay-0.95"  # heap priorities aged between reports
+    prior = _report("heap", 0, 30, 100, unseen_prior="fit")
+    assert run_metrics(prior)["sampler"] == "heap-prior"  # unseen problems at the fitted prior
+    assert run_metrics(_report("heap", 0, 30, 100, unseen_prior="0.1"))["sampler"] == "heap-unseen-prior-0.1"
+
+
+def test_the_prior_arm_runs_heap_with_the_fitted_prior_and_the_demo_passes_it_to_the_server(tmp_path):
+    from prioreplay.apps.compare import _arm_config, _demo_args
+
+    cfg = parse("compare", ["--samplers", "heap,heap-prior", "--rollouts", "96"])
+    heap, prior = _arm_config(cfg, "heap", 0, tmp_path), _arm_config(cfg, "heap-prior", 0, tmp_path)
+    assert (heap.sampler, heap.unseen_prior, prior.sampler, prior.unseen_prior) == ("heap", "off", "heap", "fit")
+    assert parse("demo", _demo_args(prior)) == prior
 
 
 def test_rollouts_to_target_is_read_off_the_held_out_curves_against_grpo_and_dapo():
@@ -281,6 +303,35 @@ def test_with_a_2r_budget_the_target_is_grpos_accuracy_at_r_and_the_plateau_is_r
     plateau = final_vs_grpo(by_arm, ["grpo", "heap"])["heap"]
     assert plateau["per_seed"] == pytest.approx([-0.1, -0.11, -0.12]) and plateau["below_grpo"] is True
     assert "grpo" not in final_vs_grpo(by_arm, ["grpo", "heap"]) and final_vs_grpo({"heap": by_arm["heap"]}, ["heap"]) == {}
+
+
+def test_the_target_is_fixed_apart_from_the_arms_compared():
+    def run(arm, seed, accs):
+        curve = [{"rollouts": 100 * i, "accuracy": a} for i, a in enumerate(accs)]
+        return {"sampler": arm, "seed": seed, "heldout_curve": curve, "rollout_budget": 800}
+
+    rise = [0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6]
+    by_arm = {
+        "grpo": {0: run("grpo", 0, rise), 1: run("grpo", 1, [a + 0.1 for a in rise]), 2: run("grpo", 2, rise)},
+        "heap": {s: run("heap", s, [0.1, 0.3, 0.4, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5]) for s in (0, 1, 2)},
+    }
+    from prioreplay.apps.compare_target import target_summary
+
+    summary = {"target": target_summary(by_arm, 0.5, None), "rollouts_to_target": rollouts_to_target(by_arm, ["grpo", "heap"])}
+    assert summary["target"]["kind"] == "leave_one_out"  # the default: grpo's other seeds at R
+    assert summary["target"]["per_seed"] == pytest.approx({0: 0.45, 1: 0.4, 2: 0.45})
+    r = summary["rollouts_to_target"]["heap_vs_grpo"]
+    assert r["targets"] == pytest.approx([0.45, 0.4, 0.45]) and r["interval"] == "t on per-seed log ratios"
+    fixed = rollouts_to_target(by_arm, ["grpo", "heap"], target_accuracy=0.5)["heap_vs_grpo"]
+    assert fixed["targets"] == [0.5] * 3 and fixed["censored"] == 0
+    never = rollouts_to_target(by_arm, ["grpo", "heap"], target_accuracy=0.58)["heap_vs_grpo"]
+    assert never["censored_arm"] == [0, 1, 2] and never["bound"] == "upper"  # heap tops out at 0.5
+    bare = {"arms": {}, "effective_group_fraction_ratio": {}, **summary}
+    lines = summary_lines({**bare, "rollouts_to_target": {"heap_vs_grpo": never}})
+    assert any("an upper bound" in line and "over its other seeds" in line for line in lines)
+    one = {"grpo": {0: by_arm["grpo"][0]}, "heap": {0: by_arm["heap"][0]}}
+    assert rollouts_to_target(one, ["grpo", "heap"]) == {}  # one grpo seed: no other seed to fix a target
+    assert rollouts_to_target(one, ["grpo", "heap"], target_accuracy=0.4)["heap_vs_grpo"]["seeds"] == [0]
 
 
 def test_a_run_made_before_a_setting_existed_compares_with_one_at_its_default():
@@ -331,3 +382,34 @@ def test_the_demo_namespace_of_an_arm_with_a_correction_suffix_is_a_valid_namesp
     ns = namespace_for(tmp_path / "heap+icepop-seed0")
     assert ns.startswith("demo-heap_icepop-seed0-") and re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", ns)
     assert len(namespace_for(tmp_path / ("x" * 300))) <= 128
+
+
+def test_the_heap_grpo_arm_and_every_arms_trained_share(tmp_path):
+    """heap-grpo is the heap with GRPO's training rule; compare.json and the printed lines give each
+    arm's trained share (trained / queued for the learner), and every arm runs under the pace bound."""
+    from prioreplay.apps.compare import _arm_config, _demo_args
+
+    cfg = parse("compare", ["--samplers", "grpo,dapo,heap-grpo", "--rollouts", "96"])
+    assert cfg.samplers == ["grpo", "dapo", "heap-grpo"] and cfg.pace_batches == 1
+    arm = _arm_config(cfg, "heap-grpo", 0, tmp_path)
+    assert (arm.sampler, arm.queue_zero_variance, arm.train_zero_variance, arm.pace_batches) == ("heap", True, True, 1)
+    assert parse("demo", _demo_args(arm)) == arm
+    runs = []
+    for k in range(2):
+        for name, share in (("heap", 0.9 + 0.02 * k), ("uniform", 0.95)):
+            extra = {"queue_zero_variance": True, "train_zero_variance": True} if name == "heap" else {}
+            rep = _report(name, k, 40, 100, pace_batches=1, **extra)
+            rep["groups"] = {"generated": 100, "queued": 100, "trained": int(100 * share), "trained_share": share}
+            runs.append(run_metrics(rep))
+    assert {r["sampler"] for r in runs} == {"heap-grpo", "uniform"}
+    out = summarize(runs, ["heap-grpo", "uniform"])
+    assert out["arms"]["heap-grpo"]["trained_share"]["mean"] == pytest.approx(0.91)
+    assert "trained share 91%" in summary_lines(out)[0]
+    assert run_metrics(_report("heap", 0, 40, 100))["trained_share"] is None  # a run from before the counting
+
+
+def test_an_unpaced_run_from_before_the_pace_bound_is_not_compared_with_a_paced_one():
+    old, new = _report("heap", 0, 30, 100), _report("heap", 1, 30, 100, pace_batches=1)
+    with pytest.raises(InvalidArgument, match="differ in pace_batches"):
+        check_arms([old, new])
+    check_arms([old, _report("heap", 1, 30, 100, pace_batches=0)])

@@ -57,6 +57,9 @@ def _run_demo(tmp_path, *extra: str) -> dict:
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=480)
     assert proc.returncode == 0, f"demo failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert (run_dir / "report.png").stat().st_size > 10_000
+    # every long phase shows its progress, and the run says what it keeps on disk (issue 43)
+    assert "held-out, before:" in proc.stderr and "held-out, after:" in proc.stderr
+    assert f"disk: {run_dir} holds" in proc.stderr
     return json.loads((run_dir / "report.json").read_text())
 
 
@@ -73,6 +76,10 @@ def _check_report(report: dict) -> None:
     ckpts = Path(report["final_checkpoint"]).parent
     assert sorted(p.name for p in ckpts.glob("step-*")) == ["step-3"]
     assert sorted(p.name for p in (ckpts / "published").iterdir()) == [f"v-{report['final']['policy_version']}"]
+    # what the run keeps is in the report: the checkpoint a resume needs and the final weights
+    disk = report["disk"]
+    assert disk["trainer_state_kept"] and disk["checkpoints"] == ["step-3"] and disk["checkpoint_bytes"] > 0
+    assert disk["run_dir_bytes"] >= disk["checkpoint_bytes"] + disk["published_bytes"] > disk["checkpoint_bytes"]
     # the worker loaded a newer version than the one it started with
     worker = report["worker_metrics"]["worker-0"]
     assert worker["prioreplay_worker_policy_version"] >= 1
@@ -90,6 +97,13 @@ def _check_report(report: dict) -> None:
     assert {r["sampler"] for r in rows} == {report["config"]["sampler"]} and {r["seed"] for r in rows} == {0}
     assert all(set(r["rewards"]) <= {0.0, 1.0} and 0 <= r["policy_version"] <= final["policy_version"] for r in rows)
     assert max(r["policy_version"] for r in rows) >= 1  # groups of a trained version are there too
+    # every generated group is trained or charged (the demo runs with --pace-batches 1: none goes stale)
+    g = report["groups"]
+    assert g["generated"] == len(rows) and g["queued"] + g["filtered_at_server"] == g["generated"]
+    assert g["trained"] == sum(s["learner"]["groups_used"] for s in report["steps"]) >= 3
+    assert (g["dropped_stale"], g["unaccounted"]) == (0, 0)
+    assert g["trained"] + g["dropped_other"] + g["left_untrained"] == g["queued"]
+    assert g["trained_share"] == g["trained"] / g["queued"]
     # every child exited cleanly
     assert set(report["children_exit_codes"]) == {"server", "learner", "worker-0"}
     assert all(code == 0 for code in report["children_exit_codes"].values())
@@ -132,21 +146,20 @@ def test_demo_with_reward_plugins_from_a_file_and_the_examples(tmp_path):
 def test_a_crashed_child_stops_the_run_with_its_log_tail(tmp_path):
     import time
 
-    from prioreplay.apps.demo import ChildFailed, Demo
-    from prioreplay.apps.demo_config import DemoConfig
+    from prioreplay.apps.demo_children import ChildFailed, Children
 
     (tmp_path / "logs").mkdir()
-    demo = Demo(DemoConfig(_cli_parse_args=[]), tmp_path)
-    alive = demo.spawn("server", ["server", "--port", "0", "--metrics-port", "0"], 0, threads=1)
-    broken = demo.spawn("worker-0", ["no-such-command"], 0, threads=1)
+    children = Children(tmp_path)
+    alive = children.spawn("server", ["server", "--port", "0", "--metrics-port", "0"], 0, threads=1)
+    broken = children.spawn("worker-0", ["no-such-command"], 0, threads=1)
     try:
         deadline = time.time() + 60
         while "listening on" not in alive.log_path.read_text() and time.time() < deadline:
             time.sleep(0.1)  # a child stopped before it installs its signal handler would just die
         broken.proc.wait(60)
         with pytest.raises(ChildFailed, match=r"worker-0 exited with code 2(.|\n)*unknown command 'no-such-command'"):
-            demo.check_children()
+            children.check()
     finally:
         t0 = time.time()
-        demo.stop_all()
+        children.stop_all()
     assert alive.proc.returncode == 0 and time.time() - t0 < 30  # the healthy child was stopped cleanly

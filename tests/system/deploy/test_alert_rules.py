@@ -52,7 +52,7 @@ def prometheus_rule_text() -> str:
     """deploy/k8s/monitoring/prometheusrule.yaml as generated from deploy/prometheus/alerts.yml."""
     head = (
         "# The alerting rules of deploy/prometheus/alerts.yml as a Prometheus Operator PrometheusRule: the same\n"
-        "# groups, copied (tests/system/test_alert_rules.py fails when the two differ; regenerate with\n"
+        "# groups, copied (tests/system/deploy/test_alert_rules.py fails when the two differ; regenerate with\n"
         "# `make prometheus-rule`). Runbook: docs/RUNBOOK.md. If your Prometheus selects rules by label\n"
         "# (its ruleSelector, e.g. `release: <name>`), add that label under metadata.labels.\n"
     )
@@ -114,15 +114,25 @@ def test_every_alert_is_tested_firing_and_quiet():
 
 def test_rules_use_only_series_the_code_exports():
     """Every ``prioreplay_*`` name in an expression is exported: by a real server (scraped once its
-    store statistics are in), or by the worker's or learner's registry."""
-    from prometheus_client import generate_latest
+    store statistics are in), by the parent of ``--processes N`` (its per-process series, here for one
+    child that does not answer), or by the worker's or learner's registry."""
+    from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
     from prioreplay.learner.metrics import LearnerMetrics
+    from prioreplay.priority_server.multiprocess import AggregateCollector
     from prioreplay.rollout_worker.metrics import WorkerMetrics
+    from tests.conftest import free_port
 
     text, _port = _scrape_server()
     text += generate_latest(WorkerMetrics().registry).decode() + generate_latest(LearnerMetrics().registry).decode()
+    parent = CollectorRegistry()
+    aggregate = AggregateCollector([f"http://127.0.0.1:{free_port()}/metrics"], timeout_s=0.5)
+    parent.register(aggregate)
+    try:
+        text += generate_latest(parent).decode()
+    finally:
+        aggregate.close()
     exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     for alert in _alerts():
         used = set(re.findall(r"\bprioreplay_\w+", alert["expr"]))

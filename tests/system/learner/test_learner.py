@@ -189,6 +189,7 @@ def test_stale_groups_are_dropped_counted_and_acked(server, client, tiny_dir, tm
     assert r["staleness_max"] == 1 and r["sequences"] == 2 * G
     assert learner.metrics.groups.labels("stale")._value.get() == 1
     assert learner.metrics.groups.labels("used")._value.get() == 2
+    assert r["groups_total"] == {"used": 2, "stale": 1, "zero_variance": 0, "invalid": 0, "skipped": 0}  # run so far
     stats = client.stats()
     assert stats.groups_acked == 3 and stats.pending_groups == 0  # the stale one too: never re-delivered
     assert stats.policy_version == 4  # the next version after the server's, not step 1
@@ -234,6 +235,8 @@ def test_a_non_finite_gradient_skips_the_step_and_publishes_nothing(server, clie
     assert not result.trained and result.record["skipped"] == "non-finite"
     assert learner.step_count == 0 and all(torch.equal(before[k], v) for k, v in _params(learner.model).items())
     assert learner.metrics.skipped_steps._value.get() == 1
+    assert (learner.metrics.totals["used"], learner.metrics.totals["skipped"]) == (0, 2)  # pulled, never applied
+    assert learner.metrics.groups.labels("used")._value.get() == 0
     s = client.stats()
     assert (s.policy_version, s.groups_acked, s.pending_groups) == (0, 2, 0)  # nothing published; acked unused
     assert not (tmp_path / "ckpt" / "published").exists()
@@ -285,8 +288,9 @@ def test_run_stops_at_max_steps_and_writes_json_lines(server, client, tiny_dir, 
     finally:
         signal.signal(signal.SIGTERM, handlers[0])
         signal.signal(signal.SIGINT, handlers[1])
-    lines = [json.loads(x) for x in (tmp_path / "learner.jsonl").read_text().splitlines()]
+    *lines, end = [json.loads(x) for x in (tmp_path / "learner.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]
+    assert end["end"] and end["groups_total"]["used"] == 4 and end["step_count"] == 2  # the run's last line
     assert all(x["wait_s"] >= 0 and x["compute_s"] > 0 and x["tokens_per_s"] > 0 for x in lines)
     # publish_every / checkpoint_every = 5 were not reached: the final step is still checkpointed and
     # published, and only then are the 4 groups acknowledged
@@ -310,7 +314,7 @@ def test_run_with_report_to_tensorboard_writes_each_step_beside_the_checkpoints(
     finally:
         signal.signal(signal.SIGTERM, handlers[0])
         signal.signal(signal.SIGINT, handlers[1])
-    lines = [json.loads(x) for x in (tmp_path / "learner.jsonl").read_text().splitlines()]
+    lines = [x for x in map(json.loads, (tmp_path / "learner.jsonl").read_text().splitlines()) if "step" in x]
     acc = EventAccumulator(str(tmp_path / "ckpt" / "reports" / "tensorboard"))  # the default --report-dir
     acc.Reload()
     for key in ("loss", "grad_norm", "clip_frac_high", "kl", "tokens_per_s", "staleness_mean"):
@@ -321,7 +325,8 @@ def test_run_with_report_to_tensorboard_writes_each_step_beside_the_checkpoints(
 
 def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(server, client, tiny_dir, tmp_path):
     """A store outage (UNAVAILABLE after the client's retries) or INTERNAL at resume, pull or ack:
-    the learner logs, backs off and retries; it trains its steps and exits 0 only at max_steps."""
+    the learner logs, backs off and retries; it trains its steps and exits 0 only at max_steps. It is
+    not ready (/ready) until the resume went through, and ready when it pulls."""
     from prioreplay.errors import Internal, StoreUnavailable
     from prioreplay.learner.learner import Learner
 
@@ -338,6 +343,7 @@ def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(ser
                 return fn
 
             def fail(*a, **kw):
+                ready_at_failure[name] = learner.metrics.readiness.state()[0]
                 raise err(f"{name}: Redis at redis://127.0.0.1:1/0 is out of memory")
 
             return fail
@@ -345,17 +351,21 @@ def test_an_unavailable_server_makes_the_learner_back_off_and_go_on_not_exit(ser
     feed(client, tiny_dir, 4, seed=5)
     cfg = make_config(server, tiny_dir, tmp_path, max_steps=2, publish_every=1, max_retry_sleep_s=0.1)
     learner = Learner(cfg)
+    ready_at_failure: dict[str, bool] = {}
     flaky = Flaky(learner.client, {"stats": StoreUnavailable, "pull": StoreUnavailable, "ack": Internal})
     learner.client = learner.feed.source = flaky  # the feed pulls and acks, the learner reads stats and publishes
     assert learner.run() == 0
     assert learner.step_count >= 2 and client.stats().policy_version >= 2
     assert learner.metrics.server_unavailable._value.get() == 3
+    assert ready_at_failure == {"stats": False, "pull": True, "ack": True}  # stats: the resume's
     learner.client.inner.close()
 
 
 def test_metrics_answer_while_the_model_loads(monkeypatch, tiny_dir, tmp_path):
-    """`prioreplay learner` serves /metrics before loading the model (compose health checks and
-    Prometheus scrape it during a slow CPU load), and frees the port when the load fails."""
+    """`prioreplay learner` serves /metrics before loading the model (liveness probes and
+    Prometheus scrape it during a slow CPU load), /ready answers 503 meanwhile (compose healthchecks
+    and readiness probes: not ready), and the port is freed when the load fails."""
+    import urllib.error
     import urllib.request
 
     from prioreplay.errors import InvalidArgument
@@ -370,6 +380,9 @@ def test_metrics_answer_while_the_model_loads(monkeypatch, tiny_dir, tmp_path):
         def __init__(self, config, metrics=None, **kw):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
                 seen["body"] = resp.read().decode()
+            with pytest.raises(urllib.error.HTTPError) as not_ready:  # alive, not ready: /ready is 503
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5)
+            seen["ready"] = (not_ready.value.code, not_ready.value.read().decode())
             raise InvalidArgument("the model cannot be loaded")
 
     monkeypatch.setattr(learner_module, "Learner", Loading)
@@ -379,6 +392,7 @@ def test_metrics_answer_while_the_model_loads(monkeypatch, tiny_dir, tmp_path):
     with pytest.raises(InvalidArgument, match="cannot be loaded"):
         run(cfg)
     assert "prioreplay_learner_step" in seen["body"]
+    assert seen["ready"] == (503, "not ready: waiting for the model to load and the resume from the newest checkpoint\n")
     import socket
 
     with socket.socket() as s:  # released: the port can be bound again (as an HTTP server binds it:
@@ -471,3 +485,48 @@ def test_truncated_completions_can_be_kept(tiny_dir, tmp_path):
     learner.client.close()
     with pytest.raises(ValueError):
         LearnerConfig(server="127.0.0.1:1", model=str(tiny_dir), truncated="drop")
+
+
+def test_the_run_ends_its_log_with_every_pulled_groups_fate(server, client, tiny_dir, tmp_path):
+    """The log's last line charges every group this learner pulled: trained (used), dropped by fate,
+    or still in its backlog; a run report adds the server's undelivered and pending groups."""
+    from prioreplay.learner.learner import Learner
+
+    feed(client, tiny_dir, 5, seed=50)  # 2 + 2 trained (max_steps 2), 1 prefetched or queued, never trained
+    learner = Learner(make_config(server, tiny_dir, tmp_path, max_steps=2, prefetch=False))
+    assert learner.run() == 0
+    lines = [json.loads(x) for x in (tmp_path / "learner.jsonl").read_text().splitlines()]
+    end = lines[-1]
+    assert end["end"] is True and "step" not in end  # readers of step lines skip it
+    assert end["groups_total"] == {"used": 4, "stale": 0, "zero_variance": 0, "invalid": 0, "skipped": 0}
+    assert (end["step_count"], end["backlog"]) == (2, 0)
+    assert [x["groups_total"]["used"] for x in lines[:-1]] == [2, 4]
+    s = client.stats()
+    assert (s.groups_acked, s.queue_depth + s.pending_groups) == (4, 1)  # the fifth: left untrained
+    learner.client.close()
+
+
+def test_a_step_of_zero_variance_groups_alone_still_steps_the_optimizer(server, tiny_dir, tmp_path):
+    """Plain GRPO trains zero-variance groups (advantages 0): the learner leaves their sequences out
+    of the forward/backward (no gradient without a KL term), and a batch of nothing else is a zero
+    gradient, not a missing one, so AdamW still applies its momentum, as it would with them."""
+    from prioreplay.learner.batch import Batch
+    from prioreplay.learner.learner import Learner
+
+    learner = Learner(make_config(server, tiny_dir, tmp_path, train_zero_variance=True))
+
+    def batch(adv: list[float]) -> Batch:
+        g = torch.Generator().manual_seed(len(adv))
+        ids = torch.randint(5, 20, (len(adv), 12), generator=g)  # (B, T)
+        mask = torch.zeros(len(adv), 11, dtype=torch.bool)  # (B, T-1)
+        mask[:, 6:] = True
+        a = torch.tensor(adv)  # (B,)
+        return Batch(ids, torch.ones_like(ids), mask, -0.5 * mask.float(), a, (a > 0).float())
+
+    assert learner._train(batch([0.5, -0.5, 0.5, -0.5]))[1]
+    before = _params(learner.model)
+    metrics, applied = learner._train(batch([0.0, 0.0, 0.0, 0.0]))
+    assert applied and metrics["grad_norm"] == 0.0 and learner.step_count == 2
+    assert metrics["loss"] == 0.0  # the step's record keeps its keys (its log line reads them)
+    after = _params(learner.model)
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # the first step's momentum moved them

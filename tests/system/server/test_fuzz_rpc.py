@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prioreplay.priority_server.config import ServerConfig
+from prioreplay.priority_server.store.contract import UNSEEN_SCORE
 from prioreplay.rules import Pool
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
@@ -47,9 +48,12 @@ N_PROBLEMS = 24
 SERVICE = "/prioreplay.v1.PriorityService/"
 
 
-@pytest.fixture(scope="module", params=["memory", "redis"])
+@pytest.fixture(scope="module", params=["memory", "redis", "redis:unseen-prior"])
 def srv(request, redis_url):
+    """A server on each store; the third with the prior for unseen problems (its unseen band, Lua)."""
     import uuid
+
+    kind, _, prior = request.param.partition(":")
 
     # decay 1: check_invariants counts every completion in the statistics (the default decays them)
     cfg = ServerConfig(
@@ -61,9 +65,10 @@ def srv(request, redis_url):
         reaper_interval_s=0.2,
         stats_interval_s=0.5,
         decay=1.0,
+        unseen_prior="fit" if prior else "off",
     )
     ns = f"fuzz-{uuid.uuid4().hex[:10]}"
-    s = start_background_server(request.param, redis_url, ns, cfg)
+    s = start_background_server(kind, redis_url, ns, cfg)
     try:
         with grpc.insecure_channel(s.address) as ch:
             stub = pb_grpc.PriorityServiceStub(ch)
@@ -81,7 +86,7 @@ def srv(request, redis_url):
         yield s
     finally:
         s.stop()
-        if request.param == "redis":
+        if kind == "redis":
             drop_namespace(redis_url, ns)
 
 
@@ -107,6 +112,10 @@ def check_invariants(srv) -> None:
     assert 0 <= c["reward_sum"] <= c["completions_reported"]
     s = srv.call(srv.store.stats())
     assert s.heap_size + s.solved + s.unsolved + s.leased == s.problems
+    if srv.store.unseen_band:  # the unseen band holds exactly the unseen problems of the heap
+        heap = [v for v in d["problems"].values() if v[0] == int(Pool.HEAP)]
+        assert all((v[4] == UNSEEN_SCORE) == (v[1] == 0.0) for v in heap)
+        assert sum(s.priority_histogram) == s.heap_size and d["unseen_fit"][0] <= s.problems - s.unseen
 
 
 # -- strategies ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Every RPC with empty, zero, negative, huge, NaN and mismatched arguments, over gRPC.
 
 Each refused request must answer the status code the proto documents, with a message, and leave
-the store exactly as it was (``store.dump()`` before == after), on both stores. The cases are
+the store exactly as it was (``Store.dump()`` before == after), on both stores. The cases are
 tests/support/rpc_cases.py; tests/unit/server/test_servicer_validation.py hands the same cases to the servicer
 in-process (no Redis, no server). Here the transport's limits (RESOURCE_EXHAUSTED) and the Redis
 store's own checks are covered too.

@@ -34,6 +34,8 @@ from prioreplay.problems import ProblemRecord
 
 IDS = [f"prob-{i:02d}" for i in range(12)]
 NON_BINARY = (0.1, 0.25, 1 / 3, 0.5, 0.7, 0.9)
+#: groups whose rewards are equal only up to float rounding: constant, all-correct, all-wrong, constant
+ROUNDED_CONSTANT = ((0.3,) * 3 + (0.1 + 0.2,), (1.0, 1.0 - 2**-24, 1.0), (0.0, 2**-30), (0.35, 0.3499999940395355))
 
 configs = st.builds(
     StoreConfig,
@@ -65,6 +67,7 @@ rewards = st.one_of(
     st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=4).map(tuple),  # binary, often mixed
     st.tuples(st.sampled_from(NON_BINARY), st.integers(1, 3)).map(lambda t: (t[0],) * t[1]),  # constant
     st.lists(st.sampled_from((0.0, 1.0) + NON_BINARY), min_size=1, max_size=4).map(tuple),  # anything
+    st.sampled_from(ROUNDED_CONSTANT),  # constant up to rounding (rules.EQUAL_REWARDS_TOL)
 )
 
 ops = st.one_of(
@@ -96,7 +99,7 @@ def _assert_dumps_equal(mem: dict, red: dict) -> None:
     mc, rc = dict(mem["counters"]), dict(red["counters"])
     assert math.isclose(mc.pop("reward_sum"), rc.pop("reward_sum"), rel_tol=1e-12, abs_tol=1e-12)
     assert rc == mc
-    for k in ("step", "policy", "leases", "queue"):
+    for k in ("step", "policy", "leases", "queue", "unseen_fit"):  # unseen_fit: bit for bit, like the scores
         assert red[k] == mem[k], k
 
 
@@ -275,6 +278,36 @@ def test_constant_non_binary_groups_get_priority_exactly_zero_in_both_stores(red
                         assert (await store.problem_state(p.id)).priority == 0.0
                 now[0] += 1.0
             _assert_dumps_equal(await mem.dump(), await red.dump())
+        finally:
+            await red._r.delete(*[red.key(n) for n in KEY_NAMES])
+            await red.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "rewards, kind", [((0.3,) * 7 + (0.1 + 0.2,), "constant"), ((1.0,) * 3 + (1.0 - 2**-24,), "all_correct")]
+)
+def test_groups_equal_up_to_rounding_are_counted_and_kept_from_the_learner_alike(redis_url, namespace, rewards, kind):
+    """Issue 43: 7 × 0.3 and 0.1 + 0.2 is a constant group (rules.EQUAL_REWARDS_TOL), not a mixed
+    one queued for the learner with advantages of rounding noise; both stores count it so."""
+
+    async def run() -> None:
+        now = [1_700_000_000.0]
+        config = StoreConfig(sampler="heap", seed=2)
+        mem = MemoryStore(config, None, clock=lambda: now[0])
+        red = RedisStore(config, redis_url, f"{namespace}-eq-{uuid.uuid4().hex[:6]}", clock=lambda: now[0])
+        try:
+            probs = [ProblemRecord(f"e{i}", f"prompt {i}", "1") for i in range(2)]
+            assert await red.register(probs) == await mem.register(probs)
+            a, b = await mem.sample(2), await red.sample(2)
+            outcomes = [GroupOutcome(p.problem.id, rewards, f"g{j}".encode()) for j, p in enumerate(a.problems)]
+            assert await red.report(b.lease_id, outcomes) == await mem.report(a.lease_id, outcomes)
+            mem_dump, red_dump = await mem.dump(), await red.dump()
+            _assert_dumps_equal(mem_dump, red_dump)
+            counters = dict(mem_dump["counters"])
+            assert counters[f"groups_{kind}"] == 2 and counters.get("groups_mixed", 0) == 0
+            assert counters.get("groups_queued", 0) == 0
         finally:
             await red._r.delete(*[red.key(n) for n in KEY_NAMES])
             await red.close()

@@ -274,12 +274,12 @@ def test_a_worker_with_no_shared_volume_trains_along_loading_every_version(tmp_p
     from prioreplay.learner.main import serve_weights
     from prioreplay.priority_server.store import StoreConfig
     from prioreplay.problems import ProblemRecord
-    from prioreplay.rollout_worker import worker as worker_mod
+    from prioreplay.rollout_worker import scoring as scoring_mod
     from prioreplay.verifiers import VerifyResult
     from tests.conftest import start_background_server
 
     # the tiny model never answers right: reward by completion length parity, so groups are mixed
-    monkeypatch.setattr(worker_mod, "verify", lambda name, c, ref, timeout_s=5.0: VerifyResult(float(len(c) % 2 == 0)))
+    monkeypatch.setattr(scoring_mod, "verify", lambda name, c, ref, timeout_s=5.0: VerifyResult(float(len(c) % 2 == 0)))
     srv = start_background_server("memory", "", "weights", store_config=StoreConfig(seed=1, retest_fraction=0.0))
     client = PriorityClient(ClientSettings(server=srv.address), max_retries=2, backoff_s=0.05)
     cfg = LearnerConfig(

@@ -23,6 +23,7 @@ from prioreplay.config import ClientSettings
 from prioreplay.convert import problem_to_proto
 from prioreplay.priority_server.store import StoreConfig
 from prioreplay.problems import ProblemRecord
+from prioreplay.rollout_worker import scoring as scoring_mod
 from prioreplay.rollout_worker import worker as worker_mod
 from prioreplay.rollout_worker.backends.transformers_backend import TransformersBackend
 from prioreplay.rollout_worker.config import WorkerConfig
@@ -67,7 +68,7 @@ def parity_verifier(monkeypatch):
         calls.append(name)
         return VerifyResult(1.0 if len(completion) % 2 == 0 else 0.0)
 
-    monkeypatch.setattr(worker_mod, "verify", fake)
+    monkeypatch.setattr(scoring_mod, "verify", fake)
     return calls
 
 
@@ -350,6 +351,30 @@ def test_a_worker_refused_by_backpressure_waits_the_hint_and_asks_again(redis_ur
             assert w.run() == 0 and slept == [pytest.approx(0.7)] * 3  # waited the hint, never exited
             assert metric(w, "prioreplay_worker_backpressure_waits_total") == 4
             assert w.batches_done == 0 and c.stats().leased == 0
+    finally:
+        srv.stop()
+
+
+def test_a_worker_held_by_the_pace_bound_asks_again_at_once_and_counts_the_wait(redis_url, namespace, dirs):
+    """With the server's pace bound full (one lease out, never reported), a SampleProblems call is
+    held for --pace-wait-s and answers paced: the worker asks again at once (sleeps 0), logs nothing
+    and counts the seconds it was held."""
+    from prioreplay.priority_server.config import ServerConfig
+
+    config = ServerConfig(snapshot_interval_s=0, pace_batches=1, pace_batch_groups=1, pace_wait_s=1.0)
+    srv = start_background_server("memory", redis_url, namespace, config=config)
+    try:
+        with PriorityClient(ClientSettings(server=srv.address), max_retries=0) as c:
+            c.register(problem_to_proto(p) for p in PROBLEMS)
+            assert len(c.sample(1).problems) == 1  # the whole bound, in flight
+            slept = []
+            w = make_worker(c, dirs[0], max_retry_sleep_s=5.0)
+            w._sleep = lambda s: (slept.append(s), len(slept) >= 2 and w.stop_event.set())
+            res = w.run_once()
+            assert res.lease_id == "" and res.retry_after_s == 0.0 and not res.backpressure
+            assert w.run() == 0 and slept == [0.0, 0.0]
+            assert metric(w, "prioreplay_worker_pace_wait_seconds_total") >= 3.0  # three held calls of 1 s
+            assert w.batches_done == 0
     finally:
         srv.stop()
 

@@ -140,6 +140,8 @@ def test_the_run_report_gains_by_task_from_the_outcomes_and_the_served_scrape(tm
         effective_group_fraction=0.5, completions_reported=18, heap_size=1, solved=1, unsolved=1, unseen=0, problems=3
     )
     final.forgetting_events = 0
+    final.__dict__.update(groups_mixed=3, groups_all_correct=1, groups_all_wrong=0, groups_constant=0)
+    final.__dict__.update(groups_acked=3, queue_depth=0, pending_groups=0)  # where the groups went (no learner log)
     write_report(tmp_path, {"served_priority": served, "eval_size": 0}, final)
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["by_task"]["sums"]["pass_rate"] == 8 / 12

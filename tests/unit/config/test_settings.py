@@ -84,6 +84,8 @@ def _type_name(annotation: Any) -> str:
 def declarations(model: type) -> list[Declaration]:
     """The fields ``model`` declares itself (inherited ones are the parent's declarations)."""
     own = set(model.__dict__.get("__annotations__", {}))
+    if getattr(model, "derived_from", None):
+        return []  # a value built from another model's fields declares no setting of its own
     own_defaults = set(getattr(model, "own_defaults", {})) | {f for m, f in ROLE_OWN_DEFAULTS if m == model.__name__}
     out = []
     if issubclass(model, BaseModel):
@@ -370,3 +372,20 @@ def test_a_renamed_setting_warns_once_per_process(monkeypatch):
         parse("server", ["--temperature", "0.5"])
         parse("server", ["--temperature", "0.5"])
     assert len([w for w in seen if issubclass(w.category, DeprecationWarning)]) == 1
+
+
+def test_a_derived_model_is_built_from_its_source_and_agrees_with_its_defaults():
+    """A model that names ``derived_from`` declares no setting; its source model must exist, and the
+    value the source builds from its own defaults must equal the derived model's defaults (else one
+    default is written twice, differently)."""
+    derived = [m for m in MODELS if getattr(m, "derived_from", None)]
+    assert any(m.__name__ == "LossSettings" for m in derived)
+    by_name = {m.__name__: m for m in MODELS}
+    for model in derived:
+        source = by_name.get(model.derived_from)
+        assert source is not None, f"{model.__name__}.derived_from names {model.derived_from!r}, not a configuration model"
+        built = [v for v in vars(source).values() if isinstance(v, property)]
+        values = [p.fget(source.model_construct()) for p in built]
+        made = [v for v in values if isinstance(v, model)]
+        assert made, f"{source.__name__} has no property that builds a {model.__name__}"
+        assert made == [model()] * len(made), f"{source.__name__}'s defaults build {made}, {model.__name__}() is {model()}"

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
+from prioreplay import rules
 from prioreplay.errors import InvalidArgument
-from prioreplay.learner.loss import MAX_LOG_RATIO, group_advantages, grpo_loss
+from prioreplay.learner.loss import MAX_LOG_RATIO, LossSettings, group_advantages, grpo_loss
 
 # --- advantages ------------------------------------------------------------------------------
 
@@ -38,6 +39,19 @@ def test_equal_rewards_and_single_completion_give_zero_advantages(mode):
         adv = group_advantages(rewards, mode)
         assert torch.isfinite(adv).all()
         assert torch.equal(adv, torch.zeros_like(rewards))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["grpo", "drgrpo"])
+def test_a_constant_group_has_zero_advantages_in_float32_and_float64_alike(mode, dtype):
+    """8 × 0.35: the float32 mean differs from 0.35 by a rounding residue that ``/ (std + eps)``
+    turned into ±0.029; the same rewards as the classifier's constant group 7 × 0.3 + (0.1 + 0.2)."""
+    for row in ([0.35] * 8, [0.3] * 7 + [0.1 + 0.2], [0.7] * 7 + [0.7 + 3e-7]):
+        rewards = torch.tensor([row, [1.0, 0.0] * 4], dtype=dtype)
+        adv = group_advantages(rewards, mode)
+        assert torch.equal(adv[0], torch.zeros(8, dtype=dtype)), (row, adv[0])
+        assert rules.classify([float(r) for r in rewards[0]]) is rules.GroupKind.CONSTANT  # the same verdict
+        assert adv[1].abs().min() > 0.4  # a mixed group keeps its advantages
 
 
 def test_advantages_reject_bad_input():
@@ -72,7 +86,7 @@ def _case():
 def test_loss_matches_hand_computation_with_asymmetric_clipping(aggregation):
     ratios, behaviour, logprobs, mask, adv = _case()
     eps_low, eps_high = 0.2, 0.3
-    loss, m = grpo_loss(logprobs, behaviour, adv, mask, eps_low, eps_high, aggregation)
+    loss, m = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(eps_low=eps_low, eps_high=eps_high, aggregation=aggregation))
     # seq 0 (A=0.5): ρ=1.5 is clipped to 1.3, ρ=0.9 is not; seq 1 (A=-2): ρ=0.5 is clipped to 0.8
     t = [[_per_token_objective(ratios[b][j], float(adv[b]), eps_low, eps_high) for j in range(3)] for b in range(2)]
     valid = [[j for j in range(3) if mask[b, j]] for b in range(2)]
@@ -93,15 +107,15 @@ def test_loss_matches_hand_computation_with_asymmetric_clipping(aggregation):
 
 def test_token_mean_and_seq_mean_differ_when_lengths_differ():
     ratios, behaviour, logprobs, mask, adv = _case()
-    tok, _ = grpo_loss(logprobs, behaviour, adv, mask, aggregation="token-mean")
-    seq, _ = grpo_loss(logprobs, behaviour, adv, mask, aggregation="seq-mean")
+    tok, _ = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(aggregation="token-mean"))
+    seq, _ = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(aggregation="seq-mean"))
     assert abs(tok.item() - seq.item()) > 1e-3
 
 
 def test_symmetric_vs_asymmetric_clip_changes_the_high_side_only():
     ratios, behaviour, logprobs, mask, adv = _case()
-    _, sym = grpo_loss(logprobs, behaviour, adv, mask, 0.2, 0.2)
-    _, wide = grpo_loss(logprobs, behaviour, adv, mask, 0.2, 0.6)  # 1.5 < 1.6: no longer clipped
+    _, sym = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(eps_low=0.2, eps_high=0.2))
+    _, wide = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(eps_low=0.2, eps_high=0.6))  # 1.5 < 1.6: no longer clipped
     assert sym["clip_frac_high"].item() > 0 and wide["clip_frac_high"].item() == 0.0
     assert sym["clip_frac_low"].item() == wide["clip_frac_low"].item() > 0
 
@@ -130,7 +144,7 @@ def test_huge_log_ratio_stays_finite():
     logprobs = torch.tensor([[-0.01, -600.0], [-0.1, -0.1]], requires_grad=True)
     mask = torch.ones(2, 2)
     adv = torch.tensor([-1.0, 1.0])
-    loss, m = grpo_loss(logprobs, behaviour, adv, mask, ref_logprobs=behaviour, kl_coef=0.1, dual_clip_c=None)
+    loss, m = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(kl_coef=0.1, dual_clip_c=None), ref_logprobs=behaviour)
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(v) for v in m.values())
     assert torch.isfinite(logprobs.grad).all()
@@ -145,7 +159,7 @@ def test_k3_kl_term_and_coefficient():
     mask = torch.ones(1, 2)
     adv = torch.tensor([0.0])
     kl_coef = 0.25
-    loss, m = grpo_loss(logprobs, behaviour, adv, mask, ref_logprobs=ref, kl_coef=kl_coef)
+    loss, m = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(kl_coef=kl_coef), ref_logprobs=ref)
     k3 = [math.exp(d) - d - 1 for d in (0.5, -1.0)]  # ref − lp per token
     assert m["kl"].item() == pytest.approx(sum(k3) / 2, rel=1e-6)
     assert loss.item() == pytest.approx(kl_coef * sum(k3) / 2, rel=1e-6)
@@ -168,12 +182,14 @@ def test_micro_batches_with_the_batch_normalizer_sum_to_the_full_loss(aggregatio
     logprobs = (behaviour + 0.3 * torch.randn(B, T, generator=g)).requires_grad_(True)
     mask = torch.rand(B, T, generator=g) > 0.3
     adv = torch.randn(B, generator=g)
-    full, fm = grpo_loss(logprobs, behaviour, adv, mask, aggregation=aggregation)
+    full, fm = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(aggregation=aggregation))
     (full_grad,) = torch.autograd.grad(full, logprobs)
     norm = float(mask.sum()) if aggregation == "token-mean" else float((mask.sum(1) > 0).sum())
     parts, grads = [], []
     for sl in (slice(0, 2), slice(2, 5), slice(5, 6)):
-        part, pm = grpo_loss(logprobs[sl], behaviour[sl], adv[sl], mask[sl], aggregation=aggregation, normalizer=norm)
+        part, pm = grpo_loss(
+            logprobs[sl], behaviour[sl], adv[sl], mask[sl], LossSettings(aggregation=aggregation), normalizer=norm
+        )
         parts.append((part, pm))
         grads.append(torch.autograd.grad(part, logprobs)[0])
     assert sum(p.item() for p, _ in parts) == pytest.approx(full.item(), rel=1e-5)
@@ -188,11 +204,11 @@ def test_loss_rejects_bad_input():
     with pytest.raises(InvalidArgument, match="mask"):
         grpo_loss(lp, lp, torch.zeros(2), torch.ones(2, 4))
     with pytest.raises(InvalidArgument, match="aggregation"):
-        grpo_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), aggregation="sum")
+        grpo_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), LossSettings(aggregation="sum"))
     with pytest.raises(InvalidArgument, match="ref_logprobs"):
-        grpo_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), kl_coef=0.1)
+        grpo_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), LossSettings(kl_coef=0.1))
     with pytest.raises(InvalidArgument, match="eps_low"):
-        grpo_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), eps_low=1.5)
+        grpo_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), LossSettings(eps_low=1.5))
 
 
 # --------------------------------------------------------------------------- dual-clip (issue 13)
@@ -206,7 +222,7 @@ def test_dual_clip_caps_a_negative_advantage_token_far_off_policy():
     behaviour = torch.full((1, 1), -10.0)
     adv = torch.tensor([-1.0])
     mask = torch.ones(1, 1)
-    loss, _ = grpo_loss(logprobs, behaviour, adv, mask, dual_clip_c=None)
+    loss, _ = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(dual_clip_c=None))
     assert loss.item() == pytest.approx(math.exp(10.0), rel=1e-5)  # the unbounded loss of today
     loss, metrics = grpo_loss(logprobs, behaviour, adv, mask)  # default: dual-clip with c = 3
     assert loss.item() == pytest.approx(3.0)
@@ -221,8 +237,8 @@ def test_dual_clip_leaves_positive_advantages_and_near_ratios_alone():
     behaviour = logprobs.detach() + torch.randn(6, 5) * 0.1
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0])
     mask = torch.ones(6, 5)
-    a, _ = grpo_loss(logprobs, behaviour, adv, mask, dual_clip_c=3.0)
-    b, _ = grpo_loss(logprobs, behaviour, adv, mask, dual_clip_c=None)
+    a, _ = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(dual_clip_c=3.0))
+    b, _ = grpo_loss(logprobs, behaviour, adv, mask, LossSettings(dual_clip_c=None))
     assert a.item() == b.item()  # every ratio is < 3
     big = torch.full((1, 1), 0.0)
     pos, _ = grpo_loss(big, torch.full((1, 1), -10.0), torch.tensor([1.0]), torch.ones(1, 1))
@@ -232,4 +248,4 @@ def test_dual_clip_leaves_positive_advantages_and_near_ratios_alone():
 @pytest.mark.parametrize("c", [1.0, 0.5, -3.0, float("nan")])
 def test_dual_clip_c_must_exceed_one(c):
     with pytest.raises(InvalidArgument, match="dual_clip_c"):
-        grpo_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1), dual_clip_c=c)
+        grpo_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1), LossSettings(dual_clip_c=c))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pydantic import ValidationError
 
 from prioreplay.learner.config import LearnerConfig
+from prioreplay.learner.loss_settings import LossSettings
 
 
 @pytest.mark.parametrize("name, flag", [("temperature", "--temperature"), ("top_p", "--top-p")])
@@ -41,3 +44,18 @@ def test_fsdp_refuses_a_model_without_decoder_layers_before_sharding_anything():
     tied = torch.nn.Sequential(torch.nn.Embedding(3, 2), torch.nn.Linear(2, 3, bias=False))
     tied[1].weight = tied[0].weight
     assert tied_aliases(tied) == {"1.weight": "0.weight"}  # the first name kept, as save_weights keeps it
+
+
+def test_the_loss_settings_are_built_from_the_loss_fields_once_checked():
+    """The learner hands the loss one frozen LossSettings; dual_clip_c 0 (off) is None there."""
+    cfg = LearnerConfig(
+        server="127.0.0.1:1", eps_low=0.1, eps_high=0.5, aggregation="seq-mean", kl_coef=0.01, dual_clip_c=0,
+        off_policy_correction="icepop", correction_cap=3.0, icepop_low=0.4, icepop_high=4.0,
+    )  # fmt: skip
+    assert cfg.loss_settings == LossSettings(
+        eps_low=0.1, eps_high=0.5, aggregation="seq-mean", kl_coef=0.01, dual_clip_c=None,
+        correction="icepop", correction_cap=3.0, icepop_band=(0.4, 4.0),
+    )  # fmt: skip
+    assert LearnerConfig(server="127.0.0.1:1").loss_settings == LossSettings()  # the same defaults
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.loss_settings.kl_coef = 1.0  # type: ignore[misc]

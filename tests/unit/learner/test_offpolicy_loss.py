@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from prioreplay.errors import InvalidArgument
-from prioreplay.learner.loss import MAX_LOG_RATIO, grpo_loss, mismatch_summary
+from prioreplay.learner.loss import MAX_LOG_RATIO, LossSettings, grpo_loss, mismatch_summary
 from prioreplay.learner.metrics import LearnerMetrics
 
 # One sequence of 3 tokens, π_θ = π_prox (the learner's case: r = 1 in value), advantage +1, and
@@ -24,7 +24,7 @@ ADV = torch.tensor([1.0])
 
 def _loss(correction, logprobs=None, adv=ADV, **kw):
     lp = (PROX.clone() if logprobs is None else logprobs.clone()).requires_grad_(True)
-    loss, m = grpo_loss(lp, BEHAVIOUR, adv, MASK, prox_logprobs=PROX, correction=correction, **kw)
+    loss, m = grpo_loss(lp, BEHAVIOUR, adv, MASK, LossSettings(correction=correction, **kw), prox_logprobs=PROX)
     loss.backward()
     return loss.detach(), lp.grad, m
 
@@ -61,7 +61,9 @@ def test_mis_sequence_weights_by_the_sequence_ratio_and_masks_whole_sequences():
     prox = torch.cat([PROX, PROX])  # (2, 3)
     behaviour = torch.cat([BEHAVIOUR, PROX - torch.log(torch.tensor([[3.0, 1.0, 1.0]]))])
     lp = prox.clone().requires_grad_(True)
-    loss, m = grpo_loss(lp, behaviour, torch.tensor([1.0, 1.0]), torch.ones(2, 3), prox_logprobs=prox, correction="mis-sequence")
+    loss, m = grpo_loss(
+        lp, behaviour, torch.tensor([1.0, 1.0]), torch.ones(2, 3), LossSettings(correction="mis-sequence"), prox_logprobs=prox
+    )
     loss.backward()
     torch.testing.assert_close(loss.detach(), torch.tensor(-3 * 1.125 / 6))
     torch.testing.assert_close(lp.grad, torch.tensor([[-1.125 / 6] * 3, [0.0] * 3]))
@@ -108,7 +110,7 @@ def test_none_reproduces_the_old_loss_bit_for_bit(with_prox):
     a, b = lp.clone().requires_grad_(True), lp.clone().requires_grad_(True)
     old = _old_loss(a, behaviour, adv, mask)
     old.backward()
-    new, _ = grpo_loss(b, behaviour, adv, mask, prox_logprobs=prox if with_prox else None, correction="none")
+    new, _ = grpo_loss(b, behaviour, adv, mask, LossSettings(correction="none"), prox_logprobs=prox if with_prox else None)
     new.backward()
     assert torch.equal(old.detach(), new.detach())
     assert torch.equal(a.grad, b.grad)
@@ -119,8 +121,8 @@ def test_every_correction_without_proximal_log_probs_is_the_old_loss(correction)
     lp = torch.tensor([[-1.0, -0.3], [-2.0, -0.1]])
     behaviour = torch.tensor([[-0.5, -0.9], [-2.5, -0.2]])
     adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 2)
-    a, _ = grpo_loss(lp, behaviour, adv, mask, correction="none")
-    b, _ = grpo_loss(lp, behaviour, adv, mask, correction=correction)
+    a, _ = grpo_loss(lp, behaviour, adv, mask, LossSettings(correction="none"))
+    b, _ = grpo_loss(lp, behaviour, adv, mask, LossSettings(correction=correction))
     assert torch.equal(a, b)
 
 
@@ -136,8 +138,12 @@ def test_every_correction_without_proximal_log_probs_is_the_old_loss(correction)
     ],
 )
 def test_bad_correction_settings_are_refused_by_name(kw, match):
+    settings = {k: v for k, v in kw.items() if k != "prox_logprobs"}
+    tensors = {k: v for k, v in kw.items() if k == "prox_logprobs"}
     with pytest.raises(InvalidArgument, match=match):
-        grpo_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1), **kw)
+        grpo_loss(
+            torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1), LossSettings(**settings), **tensors
+        )
 
 
 def test_mismatch_summary_gives_percentiles_and_k3_by_age():
@@ -188,8 +194,8 @@ def test_every_correction_sums_over_sequence_shards_as_the_distributed_learner_n
     def loss(rows):
         lp = logprobs[rows].clone().requires_grad_(True)
         out, _ = grpo_loss(
-            lp, behaviour[rows], adv[rows], mask[rows], aggregation=aggregation, normalizer=norm,
-            prox_logprobs=prox[rows], correction=correction,
+            lp, behaviour[rows], adv[rows], mask[rows], LossSettings(aggregation=aggregation, correction=correction),
+            normalizer=norm, prox_logprobs=prox[rows],
         )  # fmt: skip
         out.backward()
         return out.detach(), lp.grad

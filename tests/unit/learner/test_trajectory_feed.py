@@ -48,6 +48,7 @@ class FakeQueue:
         self.redeliver: list[str] = []  # pending ids due again (after expire)
         self.acked: list[str] = []
         self.pulls: list[tuple[int, bool]] = []  # (max_groups, include_own_pending) per call
+        self.declared: list[int] = []  # batch_groups each pull declared (the server's pace bound)
         self.fail_ack = False
 
     def add(self, *groups):
@@ -57,10 +58,11 @@ class FakeQueue:
         """The redelivery timeout passed: every pending group is delivered again."""
         self.redeliver = list(self.pending)
 
-    def pull(self, max_groups, wait_s=0.0, consumer="learner", include_own_pending=False):
+    def pull(self, max_groups, wait_s=0.0, consumer="learner", include_own_pending=False, batch_groups=0):
         if max_groups > self.max_batch:
             raise InvalidArgument(f"max_groups ({max_groups}) must be <= {self.max_batch}")
         self.pulls.append((max_groups, include_own_pending))
+        self.declared.append(batch_groups)
         out = []
         if include_own_pending:
             out += [g for c, g in self.pending.values() if c == consumer]
@@ -340,3 +342,17 @@ def test_a_prefetched_group_that_is_held_is_not_handed_out_again(queue):
     queue.add(group("c"))
     assert feed.prefetch()
     assert ids(feed.pull()) == ["c"]  # within the batch timeout; a and b are held, never retrained
+
+
+def test_every_pull_declares_the_learners_batch_for_the_servers_pace_bound(queue):
+    """The server's pace bound counts learner batches of the size the learner declares on its pulls
+    (PullTrajectoriesRequest.learner_batch_groups): the recovery pull, top-ups and prefetches alike,
+    whatever max_groups each asks for."""
+    queue.add(*[group(f"g{i}") for i in range(7)])
+    feed = make_feed(queue, batch_groups=3)
+    feed.start(pending_groups=5, server_version=0, learner_version=0)
+    assert ids(feed.pull()) == ["g0", "g1", "g2"]
+    assert feed.prefetch()
+    assert ids(feed.pull()) == ["g3", "g4", "g5"]
+    assert queue.declared and set(queue.declared) == {3}
+    assert {n for n, _ in queue.pulls} != {3}  # the calls asked for other sizes (recovery: 5)

@@ -4,7 +4,7 @@ The graph is built statically with :mod:`ast` from every ``.py`` file of ``prior
 ``services/``, ``benchmarks/``, ``tests/`` and ``examples/``:
 
 - a file's module name is its path with dots (``benchmarks/run.py`` -> ``benchmarks.run``), except
-  ``services/<role>/...``, which imports as ``prioreplay.<role>...`` (setup.py's mapping);
+  ``services/<role>/...``, which imports as ``prioreplay.<role>...`` (its link, prioreplay/<role>);
 - relative imports are resolved against the importing module's package;
 - ``from pkg import name`` is an edge to the module ``pkg.name`` when that is a module of the
   tree, else to ``pkg`` (a name its ``__init__`` defines); ``import a.b.c`` is an edge to

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
-import runpy
 import tomllib
 from pathlib import Path
 
@@ -40,11 +40,15 @@ def _service_packages() -> dict[str, Path]:
     return out
 
 
-def test_setup_maps_every_services_folder_with_python_files():
-    derived = runpy.run_path(str(REPO / "setup.py"), run_name="not_main")["role_packages"](str(SERVICES))
-    assert {name: REPO / folder for name, folder in derived.items()} == _service_packages(), (
-        "every folder under services/ with Python files needs an __init__.py (setup.py maps only packages)"
-    )
+def test_every_role_folder_is_linked_into_the_import_package():
+    """``prioreplay/<role>`` is a relative link to ``../services/<role>`` for every role, and nothing
+    else under ``prioreplay/`` links out (docs/DEVELOPMENT.md, "Layout")."""
+    for role in ROLES:
+        link = REPO / "prioreplay" / role
+        assert link.is_symlink(), f"prioreplay/{role} must be a link: ln -s ../services/{role} prioreplay/{role}"
+        assert os.readlink(link) == f"../services/{role}", f"prioreplay/{role} -> {os.readlink(link)}, not ../services/{role}"
+    links = sorted(p.name for p in (REPO / "prioreplay").iterdir() if p.is_symlink())
+    assert links == ROLES, f"links under prioreplay/: {links}; roles under services/: {ROLES}"
 
 
 @pytest.mark.parametrize("name", list(_service_packages()))
@@ -61,7 +65,7 @@ def test_every_services_folder_imports_under_its_mapped_name(name):
 
 def test_no_core_module_shadows_a_role():
     for role in ROLES:
-        assert not (REPO / "prioreplay" / f"{role}.py").exists() and not (REPO / "prioreplay" / role).exists()
+        assert not (REPO / "prioreplay" / f"{role}.py").exists(), f"prioreplay/{role}.py would shadow the role's link"
 
 
 # -- the layers ------------------------------------------------------------------------------------
@@ -223,8 +227,8 @@ def test_no_import_cycles():
 
 
 def test_the_import_reader_sees_module_level_lazy_and_from_package_imports():
-    worker = {(t, top) for t, _, top in imports("prioreplay.rollout_worker.worker")}
-    assert ("prioreplay.rules", True) in worker  # from prioreplay import models, rules
+    scoring = {(t, top) for t, _, top in imports("prioreplay.rollout_worker.scoring")}
+    assert ("prioreplay.rules", True) in scoring  # from prioreplay import rules
     assert ("prioreplay.checkpoint_reader", False) in {(t, top) for t, _, top in imports("prioreplay.apps.demo")}
     assert layer("prioreplay.rollout_worker.worker") == "role:rollout_worker" and layer("prioreplay.rules") == "core"
 
@@ -290,7 +294,7 @@ def test_tests_live_in_a_folder_per_part_of_the_code():
 def test_no_role_module_imports_its_own_role_by_the_installed_name():
     """Inside ``services/<role>/`` modules import each other relatively (``from .store import …``),
     so an editor or a static tool resolves them from the files alone; ``prioreplay.<role>`` exists
-    only through the installed mapping (setup.py). Other roles and ``prioreplay`` core stay absolute."""
+    only through the role's link (prioreplay/<role>). Other roles and ``prioreplay`` core stay absolute."""
     import ast
 
     repo = Path(__file__).resolve().parents[3]

@@ -133,6 +133,27 @@ def test_classify_and_destination(rewards, kind, pool):
 
 
 @pytest.mark.parametrize(
+    "rewards, kind",
+    [
+        ([0.3] * 7 + [0.1 + 0.2], GroupKind.CONSTANT),  # 0.1 + 0.2 != 0.3 in float64 only
+        ([0.35] * 8, GroupKind.CONSTANT),
+        ([1.0] * 3 + [1.0 - 2**-24], GroupKind.ALL_CORRECT),  # a float32 ulp below 1, in either order
+        ([1.0 - 2**-24] + [1.0] * 3, GroupKind.ALL_CORRECT),
+        ([0.0, 1e-9], GroupKind.ALL_WRONG),
+        ([0.3, 0.3 + 1e-4], GroupKind.MIXED),  # far above rounding: a difference the reward means
+        ([50.0, 50.0 + 2e-5], GroupKind.CONSTANT),  # relative above 1
+    ],
+)
+def test_classify_treats_rewards_equal_within_one_tolerance_in_float32_and_float64(rewards, kind):
+    """One tolerance (rules.EQUAL_REWARDS_TOL) decides "all equal", whatever the precision the
+    rewards went through: float64 values and their float32 roundings get the same kind."""
+    import numpy as np
+
+    assert rules.classify(rewards) is kind
+    assert rules.classify([float(r) for r in np.asarray(rewards, dtype=np.float32)]) is kind
+
+
+@pytest.mark.parametrize(
     "source, rewards, forgetting, breakthrough",
     [
         (Pool.SOLVED, [1, 1, 0], True, False),
@@ -188,11 +209,14 @@ def test_bands_pool_groups_whose_pass_rate_is_at_or_past_them(rewards, bands, po
     assert rules.destination(rules.classify(rewards), rules.pass_rate(rewards), bands) is pool
 
 
-def test_paper_bands_keep_a_mixed_group_whose_sum_rounds_to_g_in_the_heap():
-    rewards = [1.0, 1.0 - 2**-53]  # the sum rounds to 2.0: p̂ = 1, yet not all-correct
-    assert rules.pass_rate(rewards) == 1.0
-    assert rules.destination(rules.classify(rewards), rules.pass_rate(rewards)) is Pool.HEAP
-    assert rules.is_forgetting(Pool.SOLVED, rewards)
+def test_paper_bands_pool_a_group_all_correct_up_to_rounding_and_keep_a_mixed_one_in_the_heap():
+    rounded = [1.0, 1.0 - 2**-53]  # the sum rounds to 2.0: p̂ = 1, and the rewards are equal within the tolerance
+    assert rules.pass_rate(rounded) == 1.0
+    assert rules.destination(rules.classify(rounded), rules.pass_rate(rounded)) is Pool.SOLVED
+    assert not rules.is_forgetting(Pool.SOLVED, rounded)
+    mixed = [1.0, 1.0 - 10 * rules.EQUAL_REWARDS_TOL]
+    assert rules.destination(rules.classify(mixed), rules.pass_rate(mixed)) is Pool.HEAP
+    assert rules.is_forgetting(Pool.SOLVED, mixed)
 
 
 @pytest.mark.parametrize("rewards, forgetting", [([1, 1, 1, 0], False), ([1, 1, 0, 0], True), ([1, 1, 1, 1], False)])

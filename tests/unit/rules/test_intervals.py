@@ -48,3 +48,13 @@ def test_bootstrap_ratio_and_mean_interval():
     assert bootstrap_ratio([0.5], [0.25]) == (2.0, 2.0, 2.0)
     m, lo, hi = mean_interval([1.0, 2.0, 3.0])
     assert m == 2.0 and (round(lo, 3), round(hi, 3)) == (round(2 - 4.303 / 3**0.5, 3), round(2 + 4.303 / 3**0.5, 3))
+
+
+def test_ratio_interval_is_symmetric_on_the_log_scale():
+    from prioreplay.intervals import ratio_interval
+
+    r, lo, hi = ratio_interval([2.0, 0.5, 1.0])
+    assert r == pytest.approx(1.0) and lo == pytest.approx(1 / hi) and lo < 1 < hi
+    assert ratio_interval([1.5]) == (1.5, 1.5, 1.5)
+    with pytest.raises(ValueError, match="finite ratios > 0"):
+        ratio_interval([1.0, 0.0])

@@ -78,3 +78,25 @@ def test_a_stalled_child_keeps_its_last_values_in_the_sums(children):
         assert _value(during, "prioreplay_trajectory_queue_depth") == 1  # gauges from a child that answered
     finally:
         collector.close()
+
+
+def test_a_restarted_child_keeps_its_earlier_life_in_the_sums(children):
+    """The parent restarted child 2 (no heartbeat): its counters start again from 0, and the last
+    exposition of its killed life stays in the sums (counters and histograms, not gauges)."""
+    urls = ["http://a/metrics", "http://b/metrics"]
+    collector = AggregateCollector(urls, timeout_s=0.1)
+    try:
+        children["texts"] = {urls[0]: _child(3, 10, 4), urls[1]: _child(5, 11, 2)}
+        before = _scrape(collector)
+        collector.retire(1)
+        children["texts"][urls[1]] = _child(1, 12, 9)  # the new life: 1 RPC so far
+        after = _scrape(collector)
+        count = 'prioreplay_rpc_latency_seconds_count{method="GetStats"}'
+        assert _value(before, count) == 8 and _value(after, count) == 3 + 5 + 1  # never less
+        assert _value(after, 'prioreplay_server_process_rpcs_total{process="2"}') == 6
+        assert _value(after, 'prioreplay_server_process_restarts_total{process="2"}') == 1
+        assert _value(after, 'prioreplay_server_process_restarts_total{process="1"}') == 0
+        assert _value(after, 'prioreplay_groups_total{kind="mixed"}') == 12  # a store counter: the freshest read
+        assert _value(after, "prioreplay_trajectory_queue_depth") == 4  # gauges only from the living
+    finally:
+        collector.close()

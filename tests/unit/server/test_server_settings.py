@@ -35,7 +35,8 @@ def _same_declaration(a, b) -> bool:
 def test_settings_shared_by_server_and_stores_are_one_declaration():
     shared = set(ServerConfig.model_fields) & set(StoreConfig.model_fields)
     assert shared == set(StoreSettings.model_fields)  # everything the server passes on to the store
-    assert len(shared) == 25  # with sampler_args (docs/SAMPLERS.md), the report rules, the warm start and the heap ageing
+    # with sampler_args (docs/SAMPLERS.md), the report rules, warm start, heap ageing, unseen prior, the pace bound
+    assert len(shared) == 28
     for name in shared:
         assert _same_declaration(ServerConfig.model_fields[name], StoreConfig.model_fields[name]), name
 

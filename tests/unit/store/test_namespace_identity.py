@@ -14,11 +14,13 @@ from prioreplay.priority_server.config import ServerConfig, StoreConfig
 from prioreplay.priority_server.store.identity import (
     ACCEPT_FLAG,
     LOSS_KINDS,
+    MUST_HOLD,
     RUNBOOK,
     Identity,
     LossMarker,
     NamespaceLost,
     assess,
+    missing_keys,
     startup_refusal,
 )
 from prioreplay.priority_server.store.memory_store import MemoryStore
@@ -79,6 +81,32 @@ def test_the_startup_refusal_names_the_loss_and_the_flag():
     e = startup_refusal("run7", "Redis at redis://h:6379/0", None, LossMarker(SEEN.encode(), "", "gone", 1_700_000_000.0))
     msg = str(e)
     for part in ("'run7'", str(SEEN), "found it gone", "1700000000", "holds no identity", ACCEPT_FLAG, RUNBOOK):
+        assert part in msg, (part, msg)
+
+
+ALL = dict.fromkeys(MUST_HOLD, True)
+
+
+@pytest.mark.parametrize(
+    ("exists", "problems", "stats", "heap", "missing"),
+    [
+        (ALL, 0, 0, 0, []),  # a namespace with nothing registered yet
+        (ALL, 50, 50, 46, []),  # 4 leased
+        ({**ALL, "settings": False}, 50, 50, 46, ["settings"]),
+        ({**ALL, "counters": False}, 50, 50, 46, ["counters"]),
+        ({}, 50, 50, 46, list(MUST_HOLD)),
+        (ALL, 50, 0, 46, ["stats"]),  # the statistics evicted
+        (ALL, 0, 0, 46, ["stats"]),  # statistics and problems evicted, the heap left
+        (ALL, 0, 50, 46, ["problems"]),
+    ],
+)
+def test_a_namespace_lacks_a_key_it_must_hold_when_one_is_gone_or_the_counts_disagree(exists, problems, stats, heap, missing):
+    assert missing_keys(exists, problems, stats, heap) == missing
+
+
+def test_an_incomplete_namespace_names_the_missing_keys_and_that_the_flag_does_not_bring_statistics_back():
+    msg = str(NamespaceLost("run7", "Redis at redis://h:6379/0", SEEN, SEEN, "incomplete", missing=("settings", "stats")))
+    for part in ("but not its keys 'settings', 'stats'", "maxmemory-policy", "noeviction", ACCEPT_FLAG, "new --namespace"):
         assert part in msg, (part, msg)
 
 

@@ -139,6 +139,19 @@ def test_a_plugin_that_cannot_be_imported_names_the_error_and_the_fix(plug):
         RewardSet(parse_specs([plug("missing")])).check_imports()
 
 
+def test_a_function_the_file_does_not_define_is_refused_with_the_functions_it_does_define(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text(
+        "from math import sqrt\n\ndef score(c, r, m):\n    return 1.0\n\ndef _helper():\n    pass\n\n"
+        "def length_bonus(c, r, m):\n    return 0.0\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(InvalidArgument) as e:
+        RewardSet(parse_specs([f"{path}:scor"])).check_imports()
+    assert "has no function 'scor'" in str(e.value)
+    assert "it defines length_bonus, score" in str(e.value)  # its own public functions: not sqrt, not _helper
+
+
 @pytest.mark.parametrize(
     "name, fix",
     [

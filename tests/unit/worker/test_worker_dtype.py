@@ -43,3 +43,16 @@ def test_the_demo_passes_its_dtype_to_every_worker(tmp_path):
     assert parse("demo", []).dtype == "auto"
     compare = parse("compare", ["--samplers", "heap,dapo", "--dtype", "bfloat16"])
     assert _arm_config(compare, "dapo", 0, tmp_path).dtype == "bfloat16"
+
+
+@pytest.mark.parametrize(("dtype", "engine"), [("auto", "float32"), ("float32", "float32"), ("bfloat16", "bfloat16")])
+def test_a_vllm_worker_runs_the_learners_float32_unless_asked(tmp_path, monkeypatch, dtype, engine):
+    """vLLM's own "auto" is the checkpoint's dtype (bfloat16 for SmolLM2): a demo on vLLM sampled in
+    bfloat16 against the float32 learner, and logged dtype warnings at every reload (issue 43)."""
+    from prioreplay.rollout_worker import backends
+
+    seen = {}
+    monkeypatch.setattr(backends, "create_backend", lambda name, model_dir, **kw: seen.update(name=name, **kw))
+    model_dir = make_tiny_model(tmp_path / "m")
+    build_backend(WorkerConfig(model=str(model_dir), backend="vllm", dtype=dtype, metrics_port=0))
+    assert seen["name"] == "vllm" and seen["dtype"] == engine

@@ -2,11 +2,14 @@
 Redis call goes through (errors mapped by :mod:`.errors`; ``WAIT`` for replica acknowledgements, as
 many as :mod:`.replicas` counts),
 the namespace identity (claimed at start, checked by every script, by the health probe and by
-``stats``: :mod:`..identity`), plus the health probe and close. :class:`~.store.RedisStore` adds
+``stats``: :mod:`..identity`, with the keys a namespace must hold), Redis's ``maxmemory-policy``
+(refused at start and, found by the health probe, while it deletes keys), plus the health probe
+and close. :class:`~.store.RedisStore` adds
 the store's operations."""
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -22,10 +25,11 @@ from prioreplay.redact import redact_url
 
 from ...config import NAMESPACE_RE, ReplicationSettings, StoreConfig
 from ..base import Store
-from ..identity import ACCEPT_FLAG, Identity, LossMarker, NamespaceLost, assess, startup_refusal
+from ..contract import run_settings
+from ..identity import ACCEPT_FLAG, MUST_HOLD, Identity, LossMarker, NamespaceLost, assess, missing_keys, startup_refusal
 from ..records import StoreStats
 from .connection import RedisConnection
-from .errors import store_error
+from .errors import eviction_error, store_error
 from .keys import KEY_NAMES, float_arg, redis_key, text
 from .replicas import ReplicaTarget
 from .scripts import CHECK_KEYS, SCRIPT_ARGS, SCRIPTS, WAITED_SCRIPTS
@@ -55,10 +59,12 @@ class RedisClient(Store):
         config: StoreConfig,
         url: str,
         namespace: str = "default",
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         replication: ReplicationSettings | None = None,
     ):
-        super().__init__(config, clock)
+        super().__init__(config, clock or time.time)
+        #: A test's injected lease clock (None: Redis's own, ``TIME`` in the scripts; see ``RedisStore``).
+        self._lease_clock = clock
         if not NAMESPACE_RE.match(namespace or ""):
             raise InvalidArgument(
                 f"namespace ({namespace!r}) must be 1-{MAX_NAME_BYTES} characters of letters, digits, '_', '.', ':' or '-'"
@@ -75,6 +81,13 @@ class RedisClient(Store):
         self._health_error = ""
         #: The identity this server claimed (:meth:`claim_namespace`); None before: no check.
         self.identity: Identity | None = None
+        #: True once this server claimed the namespace and its settings: from then on the scripts and
+        #: :meth:`check_namespace` check the identity and the keys it must hold (:func:`..identity.missing_keys`).
+        self._claimed = False
+        #: While Redis's ``maxmemory-policy`` deletes keys (found at start or by the health probe):
+        #: why, and the fix; every script and ``stats`` answer StoreUnavailable (kind ``evicting``).
+        self.evicting = ""
+        self._policy_unread = ""  # why CONFIG GET was refused (warned about once)
 
     def key(self, name: str) -> str:
         """The Redis key of ``name`` in this run: ``prioreplay:{<namespace>}:<name>``."""
@@ -108,8 +121,11 @@ class RedisClient(Store):
             StoreUnavailable: Redis cannot be reached, or fewer replicas than ``min_replica_acks``
                 acknowledged the claim (the server claims again before the first RPC).
         """
+        settings = json.dumps(run_settings(self.config), sort_keys=True)
         keys, args = self._script_call(
-            CLAIM.key_list(self._keys), CLAIM.arg_list(run_id=secrets.token_hex(8), accept_loss=int(accept_loss)), check=False
+            CLAIM.key_list(self._keys),
+            CLAIM.arg_list(run_id=secrets.token_hex(8), accept_loss=int(accept_loss), settings=settings),
+            check=False,
         )
         script = self._scripts["claim"]
         want = await self._replicas.wanted()
@@ -153,7 +169,8 @@ class RedisClient(Store):
         (:func:`..identity.assess`): the same one clears :attr:`namespace_lost` (and deletes a marker
         naming it: the data came back); a newer generation (a reset by another server) is followed;
         anything else sets :attr:`namespace_lost` and writes the loss marker (``SET NX``: the first
-        server's stays). No-op before the claim.
+        server's stays). Once the settings are claimed, the claimed identity without a key it must
+        hold is lost too (``incomplete``, :func:`..identity.missing_keys`). No-op before the claim.
 
         Raises:
             StoreUnavailable: Redis cannot be reached.
@@ -161,9 +178,31 @@ class RedisClient(Store):
         if self.identity is None:
             return
         k = self._keys
-        found_text, marker_text = await self._pipe(lambda p: (p.get(k["identity"]), p.get(k["lost"])))
+
+        async def reads():
+            async with self._r.pipeline(transaction=False) as p:
+                p.get(k["identity"])
+                p.get(k["lost"])
+                for name in MUST_HOLD:
+                    p.exists(k[name])
+                p.hlen(k["problems"])
+                p.hlen(k["stats"])
+                p.zcard(k["heap"])
+                return await p.execute(raise_on_error=False)
+
+        found_text, marker_text, *counts = await self._do(reads())
+        for answer in (found_text, marker_text):
+            if isinstance(answer, Exception):
+                raise self._error(answer)
         found, marker = Identity.parse(found_text), LossMarker.parse(marker_text)
         how = assess(self.identity, found, marker)
+        exists = {name: bool(n) for name, n in zip(MUST_HOLD, counts, strict=False)}
+        # a count that failed (WRONGTYPE: a key written by someone else) is a logic error, which the
+        # scripts answer INTERNAL; it is not taken for a missing key
+        counted = how == "same" and self._claimed and not any(isinstance(n, Exception) for n in counts)
+        missing = missing_keys(exists, *counts[len(MUST_HOLD) :]) if counted else []
+        if missing:
+            how = "incomplete"
         if how in ("same", "newer"):
             if how == "newer":
                 log.warning(
@@ -179,7 +218,7 @@ class RedisClient(Store):
                 log.warning("namespace %r: serving %s again", self.namespace, self.identity)
             self.namespace_lost = None
             return
-        lost = NamespaceLost(self.namespace, f"Redis at {self.redacted_url}", self.identity, found, how, marker)
+        lost = NamespaceLost(self.namespace, f"Redis at {self.redacted_url}", self.identity, found, how, marker, tuple(missing))
         if self.namespace_lost is None or str(self.namespace_lost) != str(lost):
             if self.namespace_lost is None:
                 self.namespace_losses += 1
@@ -189,13 +228,70 @@ class RedisClient(Store):
             mark = LossMarker(self.identity.encode(), text(found_text), how, float(self.clock()))
             await self._do(self._r.set(k["lost"], mark.encode(), nx=True))
 
+    def _now_arg(self) -> str:
+        """ARGV ``now`` of the lease scripts: "" (they read Redis's clock, ``TIME``), or the injected
+        test clock's reading."""
+        return "" if self._lease_clock is None else float_arg(self._lease_clock())
+
     def _script_call(self, keys: Sequence[str], args: Sequence[Any], check: bool = True) -> tuple[list[str], list[Any]]:
         """A script's KEYS and ARGV with the namespace check's in front (:data:`.scripts.CHECK_KEYS`,
-        then the claimed identity: "" before the claim, or with ``check`` false, for no check)."""
-        claimed = self.identity.encode() if check and self.identity is not None else ""
+        then the claimed identity: "" before the claims of the namespace and its settings, or with
+        ``check`` false, for no check)."""
+        claimed = self.identity.encode() if check and self._claimed and self.identity is not None else ""
         return [*(self._keys[k] for k in CHECK_KEYS), *keys], [claimed, *args]
 
+    async def claim_settings(self, accept_changes: bool = False) -> dict[str, tuple]:
+        """``Store.claim_settings``; then the field ``step`` of ``counters`` is made when missing (a
+        namespace made before it was a key every namespace holds), and from now on the scripts check
+        the namespace's identity and keys.
+
+        Raises:
+            FailedPrecondition: as ``Store.claim_settings``.
+        """
+        changes = await super().claim_settings(accept_changes)
+        await self._do(self._r.hsetnx(self._keys["counters"], "step", 0))
+        self._claimed = True
+        return changes
+
+    async def check_eviction(self) -> None:
+        """Read Redis's ``maxmemory-policy`` (``CONFIG GET``); anything but ``noeviction`` deletes keys
+        when memory is full, so it sets :attr:`evicting` (cleared by a later check that finds
+        ``noeviction``). A Redis that refuses ``CONFIG GET`` (managed services, an ACL without it) is
+        logged once as a warning, and nothing is refused: the operator has to keep it noeviction.
+
+        Raises:
+            FailedPrecondition: the policy deletes keys (the message names it and the fix).
+            StoreUnavailable: Redis cannot be reached.
+        """
+        try:
+            got = await self._r.config_get("maxmemory-policy")
+        except redis_errors.ResponseError as e:  # NOPERM, or CONFIG renamed or disabled (managed Redis)
+            if not self._policy_unread:
+                log.warning(
+                    "Redis at %s refused CONFIG GET maxmemory-policy (%s): the server cannot check that it is "
+                    "noeviction, and a Redis that evicts loses a run's keys without an error; make sure it is",
+                    self.redacted_url,
+                    e,
+                )
+            self._policy_unread = str(e)
+            return
+        except (redis_errors.RedisError, OSError) as e:
+            await self._after_error(e)
+            raise self._error(e) from None
+        policy = text(next(iter(got.values()), "")) if got else ""
+        was, self.evicting = self.evicting, eviction_error(policy, self.redacted_url) if policy not in ("", "noeviction") else ""
+        if was and not self.evicting:
+            log.warning("Redis at %s: maxmemory-policy is noeviction again", self.redacted_url)
+        if self.evicting:
+            raise FailedPrecondition(self.evicting)
+
+    def _refuse_evicting(self) -> None:
+        """Raise StoreUnavailable (kind ``evicting``) while Redis's policy deletes keys (:meth:`check_eviction`)."""
+        if self.evicting:
+            raise StoreUnavailable(f"{self.evicting}; nothing is served until it is, then retry", kind="evicting")
+
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        self._refuse_evicting()
         keys, args = self._script_call(keys, args)
         want = await self._replicas.wanted() if name in WAITED_SCRIPTS else 0
         if want:
@@ -290,6 +386,7 @@ class RedisClient(Store):
         Raises:
             NamespaceLost: the namespace is lost (as ``Store.stats`` otherwise).
         """
+        self._refuse_evicting()
         out = await super().stats(histogram_buckets)
         if self.identity is not None:
             await self.check_namespace()
@@ -304,7 +401,8 @@ class RedisClient(Store):
         PING alone answers while Redis refuses every write (out of memory, a read-only
         replica), so the probe writes; the reason of a failure is logged once per change. Then
         the namespace identity is checked (:meth:`check_namespace`): a lost namespace is
-        :attr:`namespace_lost`, not an unhealthy store.
+        :attr:`namespace_lost`, not an unhealthy store. Then ``maxmemory-policy``
+        (:meth:`check_eviction`): unhealthy while it deletes keys.
         """
         try:
             want = await self._replicas.wanted()
@@ -314,6 +412,7 @@ class RedisClient(Store):
             else:
                 await self._do(self._r.set(self._keys["health"], float_arg(self.clock()), px=60_000))
             await self.check_namespace()
+            await self.check_eviction()
         except PrioreplayError as e:
             reason = str(e)
             if reason != self._health_error:
@@ -326,5 +425,6 @@ class RedisClient(Store):
         return True
 
     async def close(self) -> None:
-        """Close the connection pool (and the connections to the sentinels)."""
+        """Stop the pace wake-up's listener, then close the connection pool (and the connections to the sentinels)."""
+        await self.pace.close()
         await self._connection.aclose()

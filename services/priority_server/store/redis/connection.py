@@ -15,6 +15,12 @@ Two forms of ``--store`` reach Redis:
   restart. Meanwhile every call fails with a connection error (no primary known: redis-py's
   ``MasterNotFoundError``), which the store maps to UNAVAILABLE (kind ``unreachable``).
 
+Blocking reads (``XREAD BLOCK``, a pull waiting on an empty trajectory queue) go through
+:attr:`RedisConnection.blocking`, a second client whose reply time-out (redis-py's
+``socket_timeout``) exceeds the longest block (:attr:`RedisConnection.max_block_s`) by
+:data:`SOCKET_TIMEOUT_S`: waiting on an empty queue is never a time-out, so never "unreachable".
+Every other command keeps the short reply time-out of :attr:`RedisConnection.client`.
+
 The password never leaves this module unredacted: errors quote the URL through
 :func:`prioreplay.redact.redact_url`.
 """
@@ -35,6 +41,13 @@ from prioreplay.redact import redact_url
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 #: Seconds to wait for a TCP connection to Redis or to a sentinel.
 CONNECT_TIMEOUT_S = 5.0
+#: Seconds to wait for the reply to a command (redis-py's ``socket_timeout``): a Redis that holds the
+#: connection but does not answer is unreachable after this long. Set here rather than left to
+#: redis-py's default (5 s in redis-py 8), so that the blocking client's time-out is known to exceed it.
+SOCKET_TIMEOUT_S = 5.0
+#: The longest ``BLOCK`` of one blocking read, seconds (PullTrajectories' longest ``wait_s``); a
+#: longer wait is several reads. The blocking client waits this plus SOCKET_TIMEOUT_S for a reply.
+MAX_BLOCK_S = 60.0
 #: Seconds a sentinel has to answer a query (it answers from memory: a stuck one is skipped).
 SENTINEL_TIMEOUT_S = 1.0
 SENTINEL_URL_FORM = "redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name[/db]"
@@ -114,6 +127,9 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
 class RedisConnection:
     """The redis-py client of a store URL, and whatever else must be closed with it.
 
+    :attr:`client` answers every command within :data:`SOCKET_TIMEOUT_S`; :attr:`blocking` (its own
+    pool, same URL) is for blocking reads of up to :attr:`max_block_s` seconds.
+
     Args:
         url: a ``redis://``, ``rediss://``, ``unix://`` or ``redis+sentinel://`` URL.
 
@@ -125,7 +141,10 @@ class RedisConnection:
         self.sentinel: Sentinel | None = None
         #: The monitored primary's name behind Sentinel (``sentinel monitor <name>``); None for a plain URL.
         self.service_name: str | None = None
-        common: dict[str, Any] = dict(decode_responses=False, socket_connect_timeout=CONNECT_TIMEOUT_S)
+        common: dict[str, Any] = dict(
+            decode_responses=False, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
+        )
+        blocking = dict(common, socket_timeout=MAX_BLOCK_S + SOCKET_TIMEOUT_S)
         if is_sentinel_url(url):
             t = parse_sentinel_url(url)
             self.service_name = t.service_name
@@ -138,16 +157,27 @@ class RedisConnection:
                     password=t.sentinel_password,
                 ),
             )
-            self.client: aioredis.Redis = self.sentinel.master_for(
-                t.service_name, db=t.db, username=t.username, password=t.password, ssl=t.ssl, **common
-            )
+            primary: dict[str, Any] = dict(db=t.db, username=t.username, password=t.password, ssl=t.ssl)
+            self.client: aioredis.Redis = self.sentinel.master_for(t.service_name, **primary, **common)
+            self.blocking: aioredis.Redis = self.sentinel.master_for(t.service_name, **primary, **blocking)
             return
         try:
             self.client = aioredis.Redis.from_url(url, **common)
+            self.blocking = aioredis.Redis.from_url(url, **blocking)
         except ValueError as e:
             raise InvalidArgument(
                 f"redis url {redact_url(url)!r} is invalid ({e}); use redis://[:password@]host:port/db or {SENTINEL_URL_FORM}"
             ) from None
+
+    @property
+    def max_block_s(self) -> float:
+        """The longest ``BLOCK`` of one read on :attr:`blocking`, seconds: :data:`MAX_BLOCK_S`, or less
+        when the URL set a shorter ``socket_timeout`` (its query parameter wins over ours): then
+        half of that, so the block still ends well before the reply time-out."""
+        timeout = self.blocking.connection_pool.connection_kwargs.get("socket_timeout")
+        if timeout is None:
+            return MAX_BLOCK_S
+        return min(MAX_BLOCK_S, float(timeout) - min(SOCKET_TIMEOUT_S, float(timeout) / 2))
 
     async def reset_sentinels(self) -> None:
         """Drop every pooled connection to the sentinels, so the next discovery opens new ones.
@@ -164,7 +194,8 @@ class RedisConnection:
             await client.connection_pool.disconnect()
 
     async def aclose(self) -> None:
-        """Close the client's pool and the connections to the sentinels."""
+        """Close both clients' pools and the connections to the sentinels."""
         await self.client.aclose()
+        await self.blocking.aclose()
         if self.sentinel is not None:
             await self.sentinel.aclose()

@@ -17,6 +17,8 @@ ERROR_KINDS = {
     "than --min-replica-acks",
     "out_of_memory": "OOM: used memory over maxmemory (with maxmemory-policy noeviction)",
     "busy": "BUSY (a script over lua-time-limit), TRYAGAIN / CLUSTERDOWN (a failover)",
+    "evicting": "maxmemory-policy other than noeviction, found by the health check: Redis may delete the run's keys "
+    "(nothing is served until it is noeviction again)",
     "logic": "any other error answer (WRONGTYPE, a script error, NOPERM): a bug or a foreign key",
 }
 #: What an operator does about each outage kind (in the error message).
@@ -24,7 +26,18 @@ ERROR_FIX = {
     "read_only": "point --store at the primary (or promote this replica: REPLICAOF NO ONE)",
     "out_of_memory": "raise maxmemory or free memory (acknowledge trajectory groups, trim other data)",
     "busy": "wait for the running script or failover to finish",
+    "evicting": "run CONFIG SET maxmemory-policy noeviction (and set it in redis.conf)",
 }
+
+
+def eviction_error(policy: str, redacted_url: str) -> str:
+    """Why a Redis with ``maxmemory-policy`` ``policy`` (not ``noeviction``) is not served, and the fix."""
+    return (
+        f"Redis at {redacted_url} has maxmemory-policy {policy!r}: when its memory is full it deletes keys, and a run's "
+        "statistics, pools, leases and queued groups are keys, so they would vanish without an error. Run "
+        "`CONFIG SET maxmemory-policy noeviction` on it (and set it in redis.conf, so that a restart keeps it); with "
+        "noeviction a full Redis refuses writes instead (UNAVAILABLE, retried) and loses nothing"
+    )
 
 
 def error_kind(e: BaseException) -> str:

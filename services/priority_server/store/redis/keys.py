@@ -18,7 +18,7 @@ deadlines      zset    score = lease deadline (unix s), member = lease id
 tomb:reported  zset    lease id → time it was reported (kept ``TOMBSTONE_TTL_S``)
 tomb:expired   zset    lease id → time it expired (kept ``TOMBSTONE_TTL_S``)
 counters       hash    ``step`` and the StoreStats counters (``reward_sum`` as ``%.17g``)
-policy         hash    ``version``, ``uri``
+policy         hash    ``version``, ``uri``; ``learner_batch``: the learner's batch in groups (the pace bound)
 health         string  the last write of the health probe, or the one before a WAIT (expires after 60 s)
 quarantine     hash    id → the pool (1..3) a quarantined problem returns to (stats pool = 5)
 requests       hash    request id → the lease a sample with that id made (retried requests)
@@ -28,6 +28,8 @@ owners         hash    lease id → JSON ``[worker id, request id]`` of a live l
                        when the lease ends
 settings       string  JSON of the run settings the namespace was made with (``store.run_settings``)
 stream         stream  trajectory groups (field ``p`` = payload), consumer group ``learners``
+pace           stream  wake-ups of leases waiting on the pace bound (:mod:`.pace`; an entry per pull or report
+                       that made room, trimmed to about 64), read with ``XREAD BLOCK``
 tokens         hash    id → ``"completions tokens"``: decayed sums of the reports that carried token
                        ids (the running mean of completion tokens; ``cost-aware``, ``knapsack``)
 evidence       hash    id → ``"streak_pool streak version"``: the run of pool verdicts
@@ -65,6 +67,7 @@ KEY_NAMES = (
     "counters",
     "policy",
     "stream",
+    "pace",
     "health",
     "requests",
     "requests:due",
@@ -117,19 +120,15 @@ def decode_problem(pid: str, value: bytes | str) -> ProblemRecord:
     return ProblemRecord(id=pid, prompt=prompt, answer=answer, verifier=verifier, metadata=metadata)
 
 
-def warm_arg(
-    problems: Sequence[ProblemRecord],
-    warm: Mapping[str, rules.Stats],
-    params: rules.PriorityParams,
-    heap_score: Callable[[float, int], float],
-) -> str:
+def warm_arg(problems: Sequence[ProblemRecord], warm: Mapping[str, rules.Stats], score_of: Callable[[rules.Stats], float]) -> str:
     """register.lua's ``warm`` argument: "id\tn s1 s2 1 score" per problem of ``problems`` with
     warm-start statistics in ``warm`` (shrunk already; :mod:`prioreplay.warm_start`), joined by "\n";
-    the score is ``heap_score(priority, 0)`` (``Store.heap_score``: registered as of version 0)."""
+    the score is ``score_of(stats)`` (``Store.registered_score``: keyed as of version 0, or the unseen
+    band's for statistics with n = 0 while the prior for unseen problems is on)."""
     lines = []
     for p in problems:
         st = warm.get(p.id)
         if st is not None:
-            score = float_arg(heap_score(rules.priority(st, params), 0))
+            score = float_arg(score_of(st))
             lines.append(f"{p.id}\t{float_arg(st.n)} {float_arg(st.s1)} {float_arg(st.s2)} {int(Pool.HEAP)} {score}")
     return "\n".join(lines)

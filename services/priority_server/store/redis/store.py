@@ -1,7 +1,8 @@
 """The production store: Redis (redis-py asyncio, hiredis parser) with one Lua script per change.
 
 Semantics are those of :mod:`prioreplay.priority_server.store.base` (module docstring), bit for bit
-equal to the in-process ``MemoryStore`` for the same seed, clock readings and operations.
+equal to the in-process ``MemoryStore`` for the same seed, clock readings and operations (with a
+clock injected into both: see "Time").
 
 The key schema and the values' formats are in :mod:`.keys`; the error taxonomy in :mod:`.errors`;
 the scripts and their declared arguments in :mod:`.scripts`.
@@ -11,10 +12,13 @@ prepended), registered once with redis-py ``register_script`` (EVALSHA, falling 
 SCRIPT LOAD after a restart or SCRIPT FLUSH). Register sends chunks of
 ``REGISTER_CHUNK`` problems, pipelined.
 
-Time: every deadline and tombstone uses the injected ``clock`` (passed to Lua as ARGV), never
-Redis TIME. The one exception is redelivery of unacknowledged trajectory groups: XAUTOCLAIM
-measures idle time with Redis's own clock, so ``redelivery_timeout_s`` elapses in real time
-whatever the injected clock says. Stream entry ids (the group ids) also come from Redis's clock.
+Time: every lease deadline, every comparison against one and every tombstone time is read on
+Redis's clock (``TIME`` inside the scripts, ``lua/lib.lua`` ``clock_now``), so every server replica
+and process of a run reads one clock, whatever its host's clock says; the scripts return the
+reading they used (a short batch's retry hint). A ``clock`` injected into the store (tests only:
+the differential tests' fake clock) is passed to the scripts as ARGV ``now`` instead. Redelivery of
+unacknowledged trajectory groups always uses Redis's clock (XAUTOCLAIM measures idle time), as
+do stream entry ids (the group ids).
 
 The sampler runs as its Lua branch (``SamplerSpec.lua_branch``, a function in ``sample.lua``).
 The samplers' RNG seed depends on the step (``samplers.step_seed`` is a BLAKE2 hash, computed in
@@ -39,13 +43,14 @@ from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound, StoreUnavailable
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool
+from prioreplay.unseen_prior import UnseenFit
 
 from ...config import ReplicationSettings, StoreConfig
 from ...samplers import SAMPLERS, step_seed
 from ..contract import (
-    EXPIRE_LIMIT,
-    TOMBSTONE_TTL_S,
+    UNSEEN_SCORE,
     QueueWatch,
+    add_unseen,
     conflict_error,
     histogram_edges,
     member_id,
@@ -66,7 +71,8 @@ from ..records import (
 from ..snapshot import COUNTER_NAMES
 from .client import WAIT_REPLIES, RedisClient
 from .keys import decode_problem, encode_problem, float_arg, parse_stats, text, warm_arg
-from .scripts import SCRIPT_ARGS
+from .pace import RedisPace, pace_args
+from .scripts import SCRIPT_ARGS, report_run, sample_run
 
 REGISTER, SAMPLE, REPORT, RENEW = (SCRIPT_ARGS[n] for n in ("register", "sample", "report", "renew"))
 EXPIRE, PULL, ACK, PUBLISH, SEEN = (SCRIPT_ARGS[n] for n in ("expire", "pull", "ack", "publish", "seen"))
@@ -96,7 +102,9 @@ class RedisStore(RedisClient):
             followed through failovers; :mod:`.connection`).
         namespace: the run's name; 1–MAX_NAME_BYTES (128) characters of ``[A-Za-z0-9_.:-]`` (no
             braces: it is the hash tag).
-        clock: unix seconds; injected for deterministic tests.
+        clock: None (the default, and always in a server): lease time is Redis's clock. A callable
+            returning unix seconds: tests only, the lease clock of every script (deterministic
+            differential tests against the memory store with the same clock).
         replication: ``min_replica_acks`` ``all`` (the default; counted by :mod:`.replicas`) or N:
             each script of :data:`.scripts.WAITED_SCRIPTS` is followed by a small write and ``WAIT n
             timeout``; a shortfall raises StoreUnavailable (kind ``read_only``; the change is applied
@@ -115,7 +123,7 @@ class RedisStore(RedisClient):
         config: StoreConfig,
         url: str,
         namespace: str = "default",
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         replication: ReplicationSettings | None = None,
     ):
         self._sampler = SAMPLERS[config.sampler]
@@ -123,24 +131,11 @@ class RedisStore(RedisClient):
             raise InvalidArgument(f"sampler {config.sampler!r} runs in the memory store only; use --store memory")
         super().__init__(config, url, namespace, clock, replication)
         self._step_hint: int | None = None
-        p = config.params
         self._bands = config.bands
-        self._report_run = json.dumps(
-            {
-                "decay": p.decay,
-                "prior_alpha": p.prior_alpha,
-                "prior_beta": p.prior_beta,
-                "solved_at": self._bands.solved_at,
-                "unsolved_at": self._bands.unsolved_at,
-                "retest_versions": config.retest_versions,
-                "queue_zero_variance": config.queue_zero_variance,
-                "age_decay": config.age_decay,
-                "heap_age_decay": config.heap_age_decay,
-            }
-        )
+        self._report_run = report_run(config)
         self._sampler_arg = json.dumps(self._sampler.lua_args(config.sampler_params))
-        self._initial_priority = rules.priority(rules.Stats(), p)
         self._blocked_pulls = asyncio.Semaphore(MAX_BLOCKED_PULLS)
+        self.pace = RedisPace(self)
 
     # -- run settings ---------------------------------------------------------------------
     async def _claim_settings(self, wanted: dict) -> dict:
@@ -158,7 +153,7 @@ class RedisStore(RedisClient):
     async def _register(self, problems: list[ProblemRecord], replace: bool) -> tuple[int, int, int]:
         seed = self.config.seed
         keys = REGISTER.key_list(self._keys)
-        prio = float_arg(self.heap_score(self._initial_priority, 0))
+        prio = float_arg(self.registered_score(rules.Stats()))
         initial = f"0 0 0 {int(Pool.HEAP)} {prio}"
         script = self._scripts["register"]
         if not replace and len(problems) > REGISTER_CHUNK:
@@ -168,7 +163,7 @@ class RedisStore(RedisClient):
             for start in range(0, len(problems), REGISTER_CHUNK):
                 part = problems[start : start + REGISTER_CHUNK]
                 chunk = "\n".join(f"{p.id}\t{tie_member(p.id, seed)}\t{encode_problem(p)}" for p in part)
-                warm = warm_arg(part, self._warm, self.config.params, self.heap_score)
+                warm = warm_arg(part, self._warm, self.registered_score)
                 call_keys, args = self._script_call(
                     keys, REGISTER.arg_list(initial=initial, priority=prio, chunk=chunk, replace=int(replace), warm=warm)
                 )
@@ -201,22 +196,10 @@ class RedisStore(RedisClient):
     # -- leases ---------------------------------------------------------------------------
     async def _sample(self, batch_size: int, lease_timeout_s: float, request_id: str = "", worker_id: str = "") -> Lease:
         cfg = self.config
-        now = float(self.clock())
-        deadline = now + lease_timeout_s
         lease_id = secrets.token_hex(16)
         rate = batch_size * cfg.retest_fraction if self._sampler.retests else 0.0  # samplers.retest_quota, in Lua
         keys = SAMPLE.key_list(self._keys)
-        run = json.dumps(
-            {
-                "retest_rate": rate,
-                "interval": cfg.retest_interval,
-                "expire_limit": EXPIRE_LIMIT,
-                "tomb_ttl": TOMBSTONE_TTL_S,
-                "prior_alpha": cfg.params.prior_alpha,
-                "prior_beta": cfg.params.prior_beta,
-                "retest_versions": cfg.retest_versions,
-            }
-        )
+        run = sample_run(cfg, rate, pace_args(cfg, self._sampler.retests, CONSUMER_GROUP))
         for _ in range(STEP_RETRIES):
             expected, seed32 = -1, 1
             if self._sampler.uses_rng:
@@ -228,9 +211,9 @@ class RedisStore(RedisClient):
                 "sample",
                 keys,
                 SAMPLE.arg_list(
-                    now=float_arg(now),
+                    now=self._now_arg(),
                     batch_size=batch_size,
-                    deadline=float_arg(deadline),
+                    lease_s=float_arg(lease_timeout_s),
                     lease_id=lease_id,
                     expected_step=expected,
                     seed32=seed32,
@@ -241,19 +224,23 @@ class RedisStore(RedisClient):
                 ),
             )
             if res[0] == b"SAME":  # a retried request: its live lease again
-                lease_id, deadline = text(res[-2]), float(res[-1])
+                lease_id = text(res[-3])
                 break
             if res[0] == b"STEP":
                 self._step_hint = int(res[1])
                 continue
+            if res[0] == b"PACE":  # no room under the pace bound (base.py, "sample" 1b)
+                wait_s = float(res[4]) - float(res[5]) if res[4] else math.inf
+                return self.pace_refusal(int(res[2]), text(res[3]), int(res[1]), wait_s)
             break
         else:
             raise StoreUnavailable(f"sample: the step kept moving under {STEP_RETRIES} attempts; retry")
-        return self._lease(res, batch_size, now, lease_id, deadline)
+        return self._lease(res, batch_size, float(res[-1]), lease_id, float(res[-2]))
 
     def _lease(self, res: list, batch_size: int, now: float, lease_id: str, deadline: float) -> Lease:
         """The :class:`Lease` of a ``sample.lua`` answer ``res`` (``OK`` or ``SAME``) for a request of
-        ``batch_size`` at ``now``; a short batch gets a retry hint, an empty one no lease id."""
+        ``batch_size`` at ``now`` (the script's clock reading) with deadline ``deadline``; a short
+        batch gets a retry hint, an empty one no lease id."""
         step, version, uri = int(res[1]), int(res[2]), text(res[3])
         if res[0] != b"SAME":  # a replayed lease carries its own (older) step
             self._step_hint = step
@@ -276,12 +263,14 @@ class RedisStore(RedisClient):
 
     def _decode_picks(self, res: list, n: int, version: int) -> list[SampledProblem]:
         """The ``n`` leased problems of a ``sample.lua`` answer at policy ``version``: five slots each
-        from index 6 (member, source pool, statistics value, problem record, group size or 0)."""
+        from index 7 (member, source pool, statistics value, problem record, group size or 0);
+        index 6 holds ω_unseen (the priority of a problem from the heap's unseen band)."""
         problems: list[SampledProblem] = []
-        for i in range(6, 6 + 5 * n, 5):
+        unseen = float(res[6])
+        for i in range(7, 7 + 5 * n, 5):
             member, source, stats_value, record = text(res[i]), Pool(int(res[i + 1])), res[i + 2], res[i + 3]
             stats, _, score = parse_stats(stats_value)
-            prio = self.leased_priority(source, score, stats, version)
+            prio = self.leased_priority(source, score, stats, version, unseen)
             problems.append(SampledProblem(decode_problem(member_id(member), record), prio, source, int(res[i + 4]) or None))
         return problems
 
@@ -308,7 +297,7 @@ class RedisStore(RedisClient):
         rest += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
         args = REPORT.arg_list(
             rest,
-            now=float_arg(self.clock()),
+            now=self._now_arg(),
             lease_id=lease_id,
             more_parts=int(more_parts),
             group=CONSUMER_GROUP,
@@ -341,11 +330,8 @@ class RedisStore(RedisClient):
         )
 
     async def _renew(self, lease_id: str, worker_id: str, lease_timeout_s: float) -> Renewal:
-        now = float(self.clock())
         keys = RENEW.key_list({**self._keys, "parts": self.key(f"parts:{lease_id}")})
-        args = RENEW.arg_list(
-            now=float_arg(now), lease_id=lease_id, worker_id=worker_id, deadline=float_arg(now + lease_timeout_s)
-        )
+        args = RENEW.arg_list(now=self._now_arg(), lease_id=lease_id, worker_id=worker_id, lease_s=float_arg(lease_timeout_s))
         res = await self._run("renew", keys, args)
         status = int(res[0])
         if status == 0:
@@ -357,7 +343,7 @@ class RedisStore(RedisClient):
     async def _expire_leases(self, limit: int) -> int:
         if limit < 1:
             return 0
-        args = EXPIRE.arg_list(now=float_arg(self.clock()), limit=limit)
+        args = EXPIRE.arg_list(now=self._now_arg(), limit=limit)
         return int(await self._run("expire", EXPIRE.key_list(self._keys), args))
 
     # -- trajectory queue -----------------------------------------------------------------
@@ -397,7 +383,8 @@ class RedisStore(RedisClient):
     async def _wait_queued(self, watch: QueueWatch, timeout_s: float) -> None:
         """``XREAD BLOCK`` from the consumer group's last-delivered id: Redis answers at the next
         ``XADD`` of a report (any process, any replica's clients) or after ``timeout_s``. At most
-        :data:`MAX_BLOCKED_PULLS` pulls hold a pooled connection blocked at once.
+        :data:`MAX_BLOCKED_PULLS` pulls hold a pooled connection blocked at once, on the blocking
+        client, whose reply time-out exceeds the block (:mod:`.connection`): an empty queue is no error.
 
         Raises:
             StoreUnavailable: Redis cannot be reached (as every call, :meth:`_error`).
@@ -409,9 +396,10 @@ class RedisStore(RedisClient):
         except TimeoutError:
             return
         try:
-            block_ms = int((deadline - time.monotonic()) * 1000)
+            block_ms = int(min(deadline - time.monotonic(), self._connection.max_block_s) * 1000)
             if block_ms >= 1:  # BLOCK 0 would block for ever
-                await self._do(self._r.xread({self._keys["stream"]: watch.mark}, count=1, block=block_ms))
+                blocking = self._connection.blocking
+                await self._do(blocking.xread({self._keys["stream"]: watch.mark}, count=1, block=block_ms))
         finally:
             self._blocked_pulls.release()
 
@@ -495,6 +483,7 @@ class RedisStore(RedisClient):
         edges = histogram_edges(histogram_buckets)
         now_v = 0 if self.config.heap_age_decay == 1 else int(await self._do(self._r.hget(k["policy"], "version")) or 0)
         cut = [float_arg(self.heap_score(edge, now_v)) for edge in edges]  # the edges as heap scores now
+        low = "(" + float_arg(UNSEEN_SCORE) if self.unseen_band else "-inf"  # the unseen band is counted apart
 
         def fill(p):
             p.hlen(k["problems"])
@@ -505,12 +494,15 @@ class RedisStore(RedisClient):
             p.hgetall(k["counters"])
             p.hmget(k["policy"], "version", "uri")
             p.hlen(k["quarantine"])
+            p.zcount(k["heap"], UNSEEN_SCORE, UNSEEN_SCORE)
             for i in range(histogram_buckets):
-                p.zcount(k["heap"], cut[i] if i else "-inf", cut[i + 1] if i == histogram_buckets - 1 else "(" + cut[i + 1])
+                p.zcount(k["heap"], cut[i] if i else low, cut[i + 1] if i == histogram_buckets - 1 else "(" + cut[i + 1])
 
         res = await self._pipe(fill)
-        problems, heap, solved, unsolved, leases, counters, (ver, uri), quarantined = res[:8]
+        problems, heap, solved, unsolved, leases, counters, (ver, uri), quarantined, band = res[:9]
         c = {text(a): text(b) for a, b in counters.items()}
+        unseen = self.unseen_priority(_unseen_fit(c))
+        hist = [int(x) for x in res[9:]]
         if "problems_seen" not in c and int(problems):  # a namespace older than the counter: count once
             c["problems_seen"] = await self._run("seen", SEEN.key_list(k), [])
         queue_depth, pending = await self._queue_counts()
@@ -525,12 +517,13 @@ class RedisStore(RedisClient):
             step=int(c.get("step", 0)),
             policy_version=int(ver or 0),
             weights_uri=text(uri),
-            priority_histogram=[int(x) for x in res[8:]],
+            priority_histogram=add_unseen(hist, edges, int(band), unseen) if self.unseen_band else hist,
             priority_bucket_edges=edges,
             reward_sum=float(c.get("reward_sum", 0.0)),
             queue_depth=queue_depth,
             pending_groups=pending,
             unseen=max(0, int(problems) - int(c.get("problems_seen", 0))),
+            unseen_priority=unseen,
             **{name: int(c.get(name, 0)) for name in _INT_COUNTERS},
         )
 
@@ -573,6 +566,7 @@ class RedisStore(RedisClient):
         c = {text(a): text(b) for a, b in counters.items()}
         out_counters: dict[str, float | int] = {name: int(c.get(name, 0)) for name in _INT_COUNTERS}
         out_counters["reward_sum"] = float(c.get("reward_sum", 0.0))
+        fit = _unseen_fit(c)
         lease_lists = sorted(sorted(member_id(f) for f in text(rec).split("\t")[2::3]) for rec in leases)
         return {
             "problems": problems,
@@ -582,6 +576,7 @@ class RedisStore(RedisClient):
             "leases": lease_lists,
             "queue": await self._undelivered(),
             "evidence": {text(pid): tuple(int(x) for x in text(v).split()) for pid, v in sorted(evidence.items())},
+            "unseen_fit": (fit.visits, fit.priority_sum),
         }
 
     async def _undelivered(self) -> list[bytes]:
@@ -592,3 +587,8 @@ class RedisStore(RedisClient):
         last = next(text(g["last-delivered-id"]) for g in groups if text(g["name"]) == CONSUMER_GROUP)
         entries = await self._do(self._r.xrange(k, min="(" + last, max="+"))
         return [bytes(fields[b"p"]) for _, fields in entries]
+
+
+def _unseen_fit(counters: dict[str, str]) -> UnseenFit:
+    """The first-visit sums of the prior for unseen problems, from the ``counters`` hash (report.lua)."""
+    return UnseenFit(int(counters.get("first_visits", 0)), float(counters.get("first_visit_priority_sum", 0.0)))

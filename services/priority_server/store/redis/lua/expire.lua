@@ -9,7 +9,8 @@
 -- KEYS[8]  tomb:reported zset  lease id -> time reported
 -- KEYS[9]  tomb:expired zset    lease id -> time expired
 -- KEYS[10] owners       hash   lease id -> JSON [worker id, request id] (dropped with the lease)
--- ARGV[1]  now          unix seconds from the store's clock
+-- ARGV[1]  now          '' (Redis TIME: the lease clock, lib.lua clock_now), or a test's injected
+--                       clock reading, unix seconds
 -- ARGV[2]  limit        leases expired at most, oldest deadline first
 -- (tombstones are trimmed by sample.lua only, as in the memory store)
 -- Returns the number of leases expired.
@@ -17,4 +18,5 @@ local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
             owners = KEYS[10] }
 local sets = { k.heap, k.solved, k.unsolved }
-return expire_due(k, sets, ARGV[1], tonumber(ARGV[2]))
+local now_s = clock_now(ARGV[1])
+return expire_due(k, sets, now_s, tonumber(ARGV[2]))

@@ -5,7 +5,8 @@
 -- ('%.17g', which round-trips exactly), never through Lua's default '%.14g' conversion.
 -- Statistics value (hash `stats`, field = problem id): "n s1 s2 pool score"
 --   pool: 1 heap, 2 solved, 3 unsolved, 4 leased, 5 quarantined (rules.Pool, prioreplay/rules.py);
---   score: heap priority (with run.heap_age_decay < 1 its fresh_key); solved/unsolved: last tested step (policy version with retest_versions > 0);
+--   score: heap priority (with run.heap_age_decay < 1 its fresh_key; -1 for an unseen problem while the prior for
+--   unseen problems is on: the unseen band); solved/unsolved: last tested step (policy version with retest_versions > 0);
 --   leased or quarantined: the score it returns with.
 -- Lease record (hash `leases`, field = lease id): "step\tdeadline" then one
 --   "\tmember\tsource\tscore" per problem (ids hold no control characters).
@@ -22,6 +23,18 @@ end
 
 local function fmt(x)
   return string.format('%.17g', x)
+end
+
+-- The lease clock: Redis's own (TIME), so that every server replica and process reads one clock
+-- for a data set, whatever its host's clock says (store/base.py docstring, "Clarifications: Clock").
+-- `arg` is the script's ARGV `now`: '' (production), or a test's injected clock reading
+-- (RedisStore(clock=...), the differential tests' fake clock). Redis 7 replicates scripts by
+-- their effects, so TIME may precede writes. Returns the reading as a %.17g string and a number.
+local function clock_now(arg)
+  if arg ~= '' then return arg, tonumber(arg) end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  return fmt(now), now
 end
 
 -- Python twin: samplers.XorShift32 (services/priority_server/samplers/base.py), Marsaglia 13, 17, 5,
@@ -74,8 +87,22 @@ local function fresh_key(prio, prior, version, gh)
   return -mag
 end
 
+-- a > b for two sorted-set members, byte by byte (Redis's own order of equal scores, and Python's str
+-- order of the memory store; Lua's `>` would use the C library's collation).
+local function member_after(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return #a > #b
+end
+
 -- "n s1 s2 pool score" -> the five raw strings.
+-- A problem without statistics (its `stats` field, or the hash, gone: evicted or deleted) is a namespace
+-- that lost keys, not a type error: the store reads the namespace again and answers NamespaceLost.
 local function split_stats(s)
+  if not s then error({ err = 'NAMESPACE_CHANGED a problem has no statistics (key stats)' }) end
   return string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
 end
 
@@ -121,7 +148,7 @@ local function expire_due(k, sets, now_s, limit)
   return #due
 end
 
--- Drop tombstones older than ttl seconds (by the injected clock).
+-- Drop tombstones older than ttl seconds (by the lease clock, clock_now).
 local function trim_tombstones(k, now, ttl)
   local cutoff = fmt(now - ttl)
   redis.call('ZREMRANGEBYSCORE', k.tomb_reported, '-inf', '(' .. cutoff)

@@ -7,7 +7,8 @@
 -- KEYS[6]  quarantine   hash   id -> the pool (1..3) a quarantined problem returns to
 -- KEYS[7]  counters     hash   StoreStats counters: problems_seen counts a new warm problem with n > 0
 -- ARGV[1]  initial      "n s1 s2 pool score" of a new problem: "0 0 0 1 <priority>"
--- ARGV[2]  priority     rules.priority(Stats()) as a %.17g string (the heap score)
+-- ARGV[2]  priority     a new problem's heap score as a %.17g string (Store.registered_score: rules.priority(Stats()),
+--                       or -1, the unseen band, while the prior for unseen problems is on)
 -- ARGV[3]  chunk        one line per problem, "id\tmember\tJSON" joined by "\n" (ids hold no
 --                       control characters and compact JSON escapes them, so the split is
 --                       exact; one argument keeps the client's packing cheap). Ids are unique.

@@ -12,10 +12,11 @@
 -- KEYS[11] requests     hash   request id -> "lease id\t..." (the lease a sample with that id made)
 -- KEYS[12] requests:due zset   score = that lease's deadline, member = request id
 -- KEYS[13] parts        set    members of this lease reported by earlier parts (report.lua)
--- ARGV[1]  now          unix seconds from the store's clock
+-- ARGV[1]  now          '' (Redis TIME: the lease clock, lib.lua clock_now), or a test's injected
+--                       clock reading, unix seconds
 -- ARGV[2]  lease_id
 -- ARGV[3]  worker_id    "" or the renewing worker; must equal the lease's holder
--- ARGV[4]  deadline     now + lease timeout, unix seconds
+-- ARGV[4]  lease_s      the new lease timeout, seconds: the deadline becomes now + lease_s
 -- Returns {0, reason} when the lease is not live (a due lease is expired: problems returned,
 -- lease_expiries += 1); {-1, holder} when another worker holds it (nothing changed);
 -- {1, deadline, problems still held} when renewed.
@@ -23,8 +24,9 @@ local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
             owners = KEYS[10], requests = KEYS[11], requests_due = KEYS[12], parts = KEYS[13] }
 local sets = { k.heap, k.solved, k.unsolved }
-local now_s, lease_id, worker, deadline = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local now = tonumber(now_s)
+local lease_id, worker = ARGV[2], ARGV[3]
+local now_s, now = clock_now(ARGV[1])
+local deadline = fmt(now + tonumber(ARGV[4]))
 
 local record = redis.call('HGET', k.leases, lease_id)
 if not record then

@@ -5,8 +5,9 @@
 -- KEYS[4]  unsolved     zset   score = last tested step (policy version with run.retest_versions > 0)
 -- KEYS[5]  leases       hash   lease id -> lease record
 -- KEYS[6]  deadlines    zset   lease id by deadline
--- KEYS[7]  counters     hash   StoreStats counters
--- KEYS[8]  tomb:reported zset  lease id -> time reported (unix s, injected clock)
+-- KEYS[7]  counters     hash   StoreStats counters; first_visits / first_visit_priority_sum: the first visits
+--                              the prior for unseen problems is fitted to (prioreplay/unseen_prior.py)
+-- KEYS[8]  tomb:reported zset  lease id -> time reported (unix s, lease clock)
 -- KEYS[9]  tomb:expired zset    lease id -> time expired
 -- KEYS[10] stream       stream trajectory groups (field "p" = payload)
 -- KEYS[11] parts        set    members of this lease reported by earlier parts (expires a day
@@ -16,7 +17,8 @@
 -- KEYS[14] policy       hash   version, uri (the pools' clock with run.retest_versions > 0)
 -- KEYS[15] owners       hash   lease id -> JSON [worker id, request id] (dropped when the lease ends)
 -- KEYS[16] evidence     hash   id -> "streak_pool streak version" (rules.confirm_pool, the version of the latest report)
--- ARGV[1]  now          unix seconds from the store's clock
+-- ARGV[1]  now          '' (Redis TIME: the lease clock, lib.lua clock_now), or a test's injected
+--                       clock reading, unix seconds
 -- ARGV[2]  lease_id
 -- ARGV[3]  more_parts   '1': a part; the lease stays live for the problems not yet reported, each
 --                       problem is applied at most once over all parts; '0': the last (or only) part
@@ -50,8 +52,8 @@ local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4
             owners = KEYS[15], evidence = KEYS[16] }
 local more = ARGV[3] == '1'
 local sets = { k.heap, k.solved, k.unsolved }
-local now_s, lease_id = ARGV[1], ARGV[2]
-local now = tonumber(now_s)
+local lease_id = ARGV[2]
+local now_s, now = clock_now(ARGV[1])
 refuse_when_out_of_memory(k.counters)
 
 local record = redis.call('HGET', k.leases, lease_id)
@@ -104,6 +106,7 @@ local completions = 0
 local kinds = { mixed = 0, all_correct = 0, all_wrong = 0, constant = 0 }
 local forgetting, breakthroughs = 0, 0
 local first_seen = 0
+local fit_k, fit_sum = 0, nil  -- first visits of this report (the prior for unseen problems) and the running sum
 local stream_ready = false
 for j = 0, n_out - 1 do
   if not skip[j] then  -- (Lua 5.1: no continue)
@@ -114,7 +117,8 @@ for j = 0, n_out - 1 do
   leased[member] = nil
   local id = member_id(member)
   local n, s1, s2 = split_stats(redis.call('HGET', k.stats, id))
-  if tonumber(n) == 0 then first_seen = first_seen + 1 end
+  local first = tonumber(n) == 0
+  if first then first_seen = first_seen + 1 end
   local streak_pool, streak, last_version = 0, 0, version
   local ev = redis.call('HGET', k.evidence, id)
   if ev then
@@ -131,6 +135,11 @@ for j = 0, n_out - 1 do
   n = lam_s * tonumber(n) + G
   s1 = lam_s * tonumber(s1) + sr
   s2 = lam_s * tonumber(s2) + sq
+  -- Python twin: unseen_prior.observe: a first visit of G >= 2 adds the priority its statistics give now
+  if first and G >= 2 then
+    fit_sum = (fit_sum or tonumber(redis.call('HGET', k.counters, 'first_visit_priority_sum') or '0')) + priority(n, s1, s2, pa, pb)
+    fit_k = fit_k + 1
+  end
   -- Python twin: rules.pass_rate: p = sum r / G (one IEEE division)
   local rate = sr / G
   -- Python twin: rules.destination: all-correct or p >= solved_at (< 1) -> solved, all-wrong or
@@ -176,7 +185,7 @@ for j = 0, n_out - 1 do
   -- Python twins: rules.is_forgetting / rules.is_breakthrough (flags computed in Python)
   if source == '2' and o[6] == '1' then forgetting = forgetting + 1 end
   if source == '3' and o[7] == '1' then breakthroughs = breakthroughs + 1 end
-  -- Python twin: MemoryStore._queues: mixed groups, or every group with run.queue_zero_variance
+  -- Python twin: contract.queues_group: mixed groups, or every group with run.queue_zero_variance
   local to_learner = kind == 'mixed' or run.queue_zero_variance
   if to_learner and ARGV[8 + 2 * j] == '' then
     -- an empty payload: a rewards-only client, nothing to queue for the learner
@@ -231,6 +240,10 @@ if completions > 0 then
   redis.call('HSET', k.counters, 'reward_sum', fmt(total))
 end
 if first_seen > 0 then redis.call('HINCRBY', k.counters, 'problems_seen', first_seen) end
+if fit_k > 0 then
+  redis.call('HINCRBY', k.counters, 'first_visits', fit_k)
+  redis.call('HSET', k.counters, 'first_visit_priority_sum', fmt(fit_sum))
+end
 if forgetting > 0 then redis.call('HINCRBY', k.counters, 'forgetting_events', forgetting) end
 if breakthroughs > 0 then redis.call('HINCRBY', k.counters, 'breakthroughs', breakthroughs) end
 if #rest > 0 then  -- a part: the lease stays live for the rest

@@ -8,7 +8,7 @@
 -- KEYS[5]  leases       hash   lease id -> lease record
 -- KEYS[6]  deadlines    zset   score = lease deadline (unix s), member = lease id
 -- KEYS[7]  counters     hash   step and the StoreStats counters
--- KEYS[8]  tomb:reported zset  lease id -> time reported (unix s, injected clock)
+-- KEYS[8]  tomb:reported zset  lease id -> time reported (unix s, lease clock)
 -- KEYS[9]  tomb:expired zset    lease id -> time expired
 -- KEYS[10] problems     hash   id -> JSON [prompt, answer, verifier, metadata]
 -- KEYS[11] policy       hash   version, uri
@@ -19,9 +19,11 @@
 --                              completion tokens, written by report.lua)
 -- KEYS[15] owners       hash   lease id -> JSON [worker id, request id] (renew.lua checks the holder;
 --                              written only when either is set)
--- ARGV[1]  now          unix seconds from the store's clock (a %.17g / repr string)
+-- KEYS[16] stream       stream trajectory groups, consumer group run.group (read only: the pace bound)
+-- ARGV[1]  now          '' (Redis TIME: the lease clock, lib.lua clock_now), or a test's injected
+--                       clock reading, unix seconds (a %.17g / repr string)
 -- ARGV[2]  batch_size   B >= 1
--- ARGV[3]  deadline     now + lease timeout, unix seconds
+-- ARGV[3]  lease_s      the lease timeout, seconds: the deadline is now + lease_s
 -- ARGV[4]  lease_id     random 128-bit hex id
 -- ARGV[5]  expected_step  the step the caller computed ARGV[6] for; -1: no RNG needed
 -- ARGV[6]  seed32       samplers.step_seed(seed, expected_step + 1)
@@ -34,23 +36,31 @@
 --                       beta0 of the statistics), retest_versions (0: the pools' scores are steps,
 --                       the paper; k >= 1: policy versions, rules.pool_score: the pools' clock is the
 --                       current version and a problem is due k versions after its last test;
---                       interval unused)
+--                       interval unused), unseen (the prior for unseen problems, scripts.sample_run:
+--                       on, fit, value, base, k0; on: the heap's unseen band, score -1, is read at
+--                       omega_unseen, prioreplay/unseen_prior.py); the pace bound (step 1b): pace_batches
+--                       (K, 0: off), pace_batch_groups (the learner's batch until one is declared), group
+--                       (the stream's consumer group), retest_fraction (f; the quota of a cut batch B')
 -- ARGV[10] sampler      JSON of the sampler (samplers.SamplerSpec.lua_args): name (its branch, a
 --                       file lua/samplers/<name>.lua) and its parameters (docs/SAMPLERS.md), read
 --                       as S.<parameter>; probe_unseen / probe_retests (screened samplers) are
 --                       applied below, after the branch
--- Returns {'SAME', lease step, version, uri, earliest deadline, n, then per problem: member, source,
---  stats, problem JSON, group_size, then lease id, deadline} when request_id names a live lease (nothing
--- changed); {'STEP', step} when expected_step is stale (nothing changed); otherwise
--- {'OK', step, version, uri, earliest_other_deadline or '', n_taken, then per problem:
---  member, source, stats, problem JSON, group_size (0: the worker's own G)}.
+-- Returns {'PACE', step, version, uri, earliest deadline or '', now} when the pace bound leaves no room
+-- (nothing changed but step 1's expiries); {'SAME', lease step, version, uri, earliest deadline, n,
+--  omega_unseen, then per problem: member, source, stats, problem JSON, group_size, then lease id,
+--  deadline, now} when request_id names a live lease (nothing changed); {'STEP', step} when
+--  expected_step is stale (nothing changed); otherwise {'OK', step, version, uri,
+--  earliest_other_deadline or '', n_taken, omega_unseen, then per problem: member, source, stats,
+--  problem JSON, group_size (0: the worker's own G), then deadline, now}. omega_unseen (%.17g): the
+--  priority of a problem from the heap's unseen band now; deadline and now as %.17g strings (a short
+--  batch's retry hint is earliest deadline - now).
 local k = { stats = KEYS[1], heap = KEYS[2], solved = KEYS[3], unsolved = KEYS[4], leases = KEYS[5],
             deadlines = KEYS[6], counters = KEYS[7], tomb_reported = KEYS[8], tomb_expired = KEYS[9],
             problems = KEYS[10], policy = KEYS[11], requests = KEYS[12], requests_due = KEYS[13],
-            tokens = KEYS[14], owners = KEYS[15] }
+            tokens = KEYS[14], owners = KEYS[15], stream = KEYS[16] }
 local sets = { k.heap, k.solved, k.unsolved }
-local now_s = ARGV[1]
-local now = tonumber(now_s)
+local now_s, now = clock_now(ARGV[1])
+local deadline_s = fmt(now + tonumber(ARGV[3]))
 local B = tonumber(ARGV[2])
 local expected = tonumber(ARGV[5])
 local request_id = ARGV[7]
@@ -61,6 +71,16 @@ local interval = run.interval
 local pa, pb = run.prior_alpha, run.prior_beta
 local retest_versions = run.retest_versions
 local n_retests = 0  -- the first n_retests of `taken` are the retests R
+
+-- Python twin: unseen_prior.unseen_priority: omega_unseen, the priority of every problem of the heap's
+-- unseen band; fitted: (K0 * omega0 + sum) / (K0 + K) over the first visits report.lua counts
+local function unseen_priority()
+  local U = run.unseen
+  if not U.fit then return U.value end
+  local c = redis.call('HMGET', k.counters, 'first_visits', 'first_visit_priority_sum')
+  return (U.k0 * U.base + tonumber(c[2] or '0')) / (U.k0 + tonumber(c[1] or '0'))
+end
+local omega = unseen_priority()
 
 -- 0. a retried request whose lease is live gets that lease again (read only)
 if request_id ~= '' then
@@ -77,14 +97,14 @@ if request_id ~= '' then
     if tonumber(f[2]) > now then
       local earliest = redis.call('ZRANGE', k.deadlines, 0, 0, 'WITHSCORES')
       local pol = redis.call('HMGET', k.policy, 'version', 'uri')
-      local out = { 'SAME', f[1], pol[1] or '0', pol[2] or '', earliest[2] or '', (#f - 2) / 3 }
+      local out = { 'SAME', f[1], pol[1] or '0', pol[2] or '', earliest[2] or '', (#f - 2) / 3, fmt(omega) }
       for i = 3, #f, 3 do
         local id = member_id(f[i])
         out[#out + 1] = f[i]; out[#out + 1] = f[i + 1]
         out[#out + 1] = redis.call('HGET', k.stats, id); out[#out + 1] = redis.call('HGET', k.problems, id)
         out[#out + 1] = sizes[f[i]] or '0'
       end
-      out[#out + 1] = lid; out[#out + 1] = f[2]
+      out[#out + 1] = lid; out[#out + 1] = f[2]; out[#out + 1] = now_s
       return out
     end
   end
@@ -148,7 +168,7 @@ end
 
 -- R of `posterior`: window = the 4*quota oldest due pooled problems (merged order); its first is
 -- always taken, then the quota - 1 highest posterior_variance (ties: window order)
--- (samplers.PosteriorRetests.retests)
+-- (samplers.PosteriorSampler.retests)
 local function take_retests_posterior()
   if quota <= 0 then return end
   local thr = pool_now - interval
@@ -200,10 +220,27 @@ local function retests_then_heap(take_heap, retests)
   take_fill()
 end
 
--- H of `heap`: the top of the heap (samplers.HeapSampler)
+-- H of `heap`: the top of the heap (samplers.HeapSampler). With the prior for unseen problems on, the
+-- heap order with the unseen band (score -1) at omega: slot by slot the seen top when (score, member) >
+-- (omega, the band's top member), else the band's (Python twin: MemorySamplerView._merged)
 local function heap_top(want)
-  local top = redis.call('ZREVRANGE', k.heap, 0, want - 1, 'WITHSCORES')
-  for i = 1, #top, 2 do take(top[i], 1, top[i + 1]) end
+  if not run.unseen.on then
+    local top = redis.call('ZREVRANGE', k.heap, 0, want - 1, 'WITHSCORES')
+    for i = 1, #top, 2 do take(top[i], 1, top[i + 1]) end
+    return
+  end
+  local seen = redis.call('ZREVRANGEBYSCORE', k.heap, '+inf', '(-1', 'WITHSCORES', 'LIMIT', 0, want)
+  local band = redis.call('ZREVRANGEBYSCORE', k.heap, '-1', '-1', 'LIMIT', 0, want)
+  local i, j = 1, 1
+  while want > 0 and (i <= #seen or j <= #band) do
+    local s = seen[i + 1] and tonumber(seen[i + 1])
+    if i <= #seen and (j > #band or s > omega or (s == omega and member_after(seen[i], band[j]))) then
+      take(seen[i], 1, seen[i + 1]); i = i + 2
+    else
+      take(band[j], 1, '-1'); j = j + 1
+    end
+    want = want - 1
+  end
 end
 
 -- the running mean of completion tokens per completion of a member, or nil (MemoryStore view twin)
@@ -251,6 +288,29 @@ if request_id ~= '' then  -- forget request ids whose lease deadline passed
   end
 end
 
+-- 1b. the pace bound: at most K learner batches ahead of the learner (store/pace.py, pace_room)
+if run.pace_batches > 0 then
+  local ahead = 0
+  if redis.call('EXISTS', k.stream) == 1 then  -- undelivered = entries - pending (acknowledged ones are deleted)
+    ahead = redis.call('XLEN', k.stream) - redis.call('XPENDING', k.stream, run.group)[1]
+  end
+  for _, rec in ipairs(redis.call('HVALS', k.leases)) do ahead = ahead + (#split_tabs(rec) - 2) / 3 end
+  local lb = tonumber(redis.call('HGET', k.policy, 'learner_batch') or '0')
+  if lb == 0 then lb = run.pace_batch_groups end
+  if lb == 0 then lb = B end
+  local room = run.pace_batches * lb - ahead
+  if room < 1 then
+    local first = redis.call('ZRANGE', k.deadlines, 0, 0, 'WITHSCORES')
+    local pol = redis.call('HMGET', k.policy, 'version', 'uri')
+    return { 'PACE', step, pol[1] or '0', pol[2] or '', first[2] or '', now_s }
+  end
+  if room < B then  -- B' = room, and its retest quota (samplers.retest_quota, the same doubles)
+    B = room
+    retest_rate = B * run.retest_fraction
+    quota = math.floor(retest_rate * step2) - math.floor(retest_rate * (step2 - 1))
+  end
+end
+
 -- 2.-3. the sampler takes the batch (R, H, F or a uniform draw)
 branch()
 
@@ -259,13 +319,13 @@ local earliest_s = earliest[2] or ''
 local pol = redis.call('HMGET', k.policy, 'version', 'uri')
 local version, uri = pol[1] or '0', pol[2] or ''
 if #taken == 0 then
-  return { 'OK', step, version, uri, earliest_s, 0 }
+  return { 'OK', step, version, uri, earliest_s, 0, fmt(omega), deadline_s, now_s }
 end
 
 -- 4. record the lease
 redis.call('HSET', k.counters, 'step', step2)
-local out = { 'OK', step2, version, uri, earliest_s, #taken }
-local rec = { tostring(step2), ARGV[3] }
+local out = { 'OK', step2, version, uri, earliest_s, #taken, fmt(omega) }
+local rec = { tostring(step2), deadline_s }
 local sizes = {}
 for x, t in ipairs(taken) do
   local member, source, score = t[1], t[2], t[3]
@@ -285,12 +345,13 @@ for x, t in ipairs(taken) do
   sizes[#sizes + 1] = member; sizes[#sizes + 1] = tostring(gs)
 end
 redis.call('HSET', k.leases, ARGV[4], table.concat(rec, '\t'))
-redis.call('ZADD', k.deadlines, ARGV[3], ARGV[4])
+redis.call('ZADD', k.deadlines, deadline_s, ARGV[4])
 if request_id ~= '' then
   redis.call('HSET', k.requests, request_id, ARGV[4] .. '\t' .. table.concat(sizes, '\t'))
-  redis.call('ZADD', k.requests_due, ARGV[3], request_id)
+  redis.call('ZADD', k.requests_due, deadline_s, request_id)
 end
 if ARGV[8] ~= '' or request_id ~= '' then
   redis.call('HSET', k.owners, ARGV[4], cjson.encode({ ARGV[8], request_id }))
 end
+out[#out + 1] = deadline_s; out[#out + 1] = now_s
 return out
