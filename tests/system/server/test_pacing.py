@@ -107,6 +107,23 @@ def test_a_lease_waits_for_the_learners_pull_and_is_woken_by_it_not_polled(kind,
         assert "prioreplay_pace_bound_groups 2.0" in text
 
 
+def test_the_redis_wake_up_outlasts_the_command_reply_timeout(redis_url, namespace, monkeypatch):
+    """The listener's XREAD BLOCK runs on the blocking client: on the command client its block would
+    outlast the reply time-out, fail, and wake every held call to sample again (a poll)."""
+    from prioreplay.priority_server.store.redis import connection
+
+    monkeypatch.setattr(connection, "SOCKET_TIMEOUT_S", 0.3)  # the command client's reply time-out
+    with _server("redis", redis_url, namespace, _config()) as srv, _client(srv) as c:
+        c.register(_problems(10))
+        _report(c, c.sample(2))  # 2 queued fill the bound
+        calls = _count_samples(srv)
+        held = Held(c, 2)
+        time.sleep(1.5)  # five reply time-outs
+        assert held.result is None and calls[0] == 2  # sampled, took a mark, sampled again: then waited
+        assert len(c.pull(2, consumer="L", batch_groups=2).groups) == 2
+        assert len(held.join().problems) == 2 and calls[0] == 3
+
+
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_a_held_call_answers_paced_after_its_wait_and_the_worker_asks_again_at_once(kind, redis_url, namespace):
     with _server(kind, redis_url, namespace, _config(pace_wait_s=1.0)) as srv, _client(srv) as c:

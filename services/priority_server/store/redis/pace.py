@@ -104,8 +104,12 @@ class RedisPace(LocalPace):
             pass
 
     async def _listen(self, mark: str, woken: asyncio.Event) -> None:
+        # on the blocking client: the command client's reply time-out (SOCKET_TIMEOUT_S) is shorter
+        # than the block, and a timed-out read would wake every held call to sample again
+        connection = self._store._connection
+        block_ms = int(min(LISTEN_S, connection.max_block_s) * 1000)
         try:
-            await self._store._do(self._store._r.xread({self._key: mark}, count=1, block=int(LISTEN_S * 1000)))
+            await self._store._do(connection.blocking.xread({self._key: mark}, count=1, block=block_ms))
         except Exception as e:  # noqa: BLE001 -- the waiting calls sample again and meet it there
             log.debug("pace wake-up: XREAD failed (%s); waking the waiting leases", e)
         finally:
