@@ -24,6 +24,8 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -300,6 +302,25 @@ class Stack:
         else:
             if down.returncode != 0:
                 print(f"teardown failed: {down.stderr[-2000:]}")
+
+
+@contextmanager
+def smoke_run(profile: Profile, data_dir: Path) -> Iterator[Stack]:
+    """A :class:`Stack` of ``profile`` for one smoke test: torn down on the way out (also on failure),
+    then checked for untagged images the run left behind and for its time budget.
+
+    Raises:
+        AssertionError: the run left an untagged image, or went over ``profile.bound_s``.
+    """
+    stack = Stack(profile, data_dir)
+    dangling_before = dangling_images(stack.project)
+    try:
+        yield stack
+    finally:
+        stack.tear_down()
+    left_behind = dangling_images(stack.project) - dangling_before
+    assert not left_behind, f"the run left {len(left_behind)} untagged image(s): {sorted(left_behind)}"
+    assert stack.left() > 0, f"over the {stack.budget_s} s budget: {stack.timings}"
 
 
 # -- the checks both smoke tests make -------------------------------------------------------------------

@@ -207,15 +207,18 @@ async def _scenario(config: StoreConfig, operations, redis_url: str, namespace: 
         await red.close()
 
 
-# No shrink phase: on this small machine a failing example is reported as drawn, at once.
-@settings(
-    max_examples=25,
+#: Hypothesis settings of the differential tests (this file's and the prior's), each with its own
+#: ``max_examples``. No shrink phase: on this small machine a failing example is reported as drawn, at once.
+DIFFERENTIAL = settings(
     derandomize=True,
     deadline=None,
     database=None,
     phases=[Phase.explicit, Phase.generate],
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+@settings(DIFFERENTIAL, max_examples=25)
 @given(config=configs, operations=st.lists(ops, min_size=5, max_size=30))
 def test_memory_and_redis_stores_agree(config, operations, redis_url, namespace):
     asyncio.run(_scenario(config, operations, redis_url, f"{namespace}-{uuid.uuid4().hex[:6]}"))

@@ -12,7 +12,7 @@ import asyncio
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prioreplay import rules
@@ -21,6 +21,7 @@ from prioreplay.priority_server.store.contract import UNSEEN_SCORE
 from prioreplay.priority_server.store.records import GroupOutcome
 from prioreplay.problems import ProblemRecord
 from tests.system.store.test_store_differential import (
+    DIFFERENTIAL,
     _assert_dumps_equal,
     _lease_view,
     _scenario,
@@ -50,14 +51,7 @@ configs = st.builds(
 )
 
 
-@settings(
-    max_examples=20,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(DIFFERENTIAL, max_examples=20)
 @given(config=configs, operations=st.lists(ops, min_size=5, max_size=30))
 def test_memory_and_redis_stores_agree_with_the_prior_on(config, operations, redis_url, namespace):
     asyncio.run(_scenario(config, operations, redis_url, f"{namespace}-{uuid.uuid4().hex[:6]}"))

