@@ -13,8 +13,9 @@ regime); r = 0.5, the fleet is.
 
 Per (r, K), over ``seconds`` of wall time:
 
-* ``worker_wait_share``: Σ ``pace_wait_s`` the server reported to the workers / (W × seconds): the
-  share of GPU time a paced fleet spends idle (the cost);
+* ``worker_wait_share``: the wall time of the lease calls the bound held (answered with
+  ``pace_wait_s`` > 0), clipped to the window, / (W × seconds): the share of GPU time a paced fleet
+  spends idle (the cost);
 * ``stale_share``: stale groups / groups the learner pulled (what an unpaced fleet wastes);
 * ``trained_share``: groups trained / groups generated (generation that reached the policy);
 * ``staleness_mean``: versions between a trained group's generation and its step.
@@ -24,8 +25,11 @@ K = 0 is the server without a bound. Sequential workers (one lease at a time); a
 keep in flight. The figures say when to loosen the bound (docs/USAGE.md, "Pacing"): with
 K·B below the fleet's in-flight problems, workers wait even when the learner keeps up.
 
+Each figure is the mean of ``--rounds`` repeats of its run, with a 95% t-interval (the runs are
+timed, not seeded: repeats measure the timing noise).
+
 Usage: ``python -m benchmarks.pacing [--seconds 5] [--workers 8] [--worker-batch 4]
-[--learner-batch 8] [--out benchmarks/results.json] [--plot docs/bench_pacing.png]``.
+[--learner-batch 8] [--rounds 5] [--out benchmarks/results.json] [--plot docs/bench_pacing.png]``.
 """
 
 from __future__ import annotations
@@ -203,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     from benchmarks.results import Results, log, merge_results
+    from prioreplay.intervals import mean_interval
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="wall time per (r, K) run")
@@ -210,20 +215,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker-batch", type=int, default=4, help="problems per lease b_w")
     ap.add_argument("--learner-batch", type=int, default=8, help="groups per learner step B")
     ap.add_argument("--gen-s", type=float, default=0.4, help="seconds a worker generates one lease")
+    ap.add_argument(
+        "--rounds", type=int, default=5, help="repeats of every (r, K) run: each figure is their mean, 95%% t-interval"
+    )
     ap.add_argument("--out", default=None, help="merge the figures into this results.json (default: print only)")
     ap.add_argument("--plot", default=None, help="write the figure here (e.g. docs/bench_pacing.png)")
     a = ap.parse_args(argv)
-    log(f"pacing: {len(RATIOS) * len(PACES)} runs of {a.seconds:g} s")
-    figs = measure(a.seconds, a.workers, a.worker_batch, a.learner_batch, a.gen_s)
-    print(json.dumps(figs, indent=1))
+    if a.rounds < 1:
+        ap.error(f"--rounds {a.rounds}: give at least 1")
+    log(f"pacing: {a.rounds} rounds of {len(RATIOS) * len(PACES)} runs of {a.seconds:g} s")
+    rounds = [measure(a.seconds, a.workers, a.worker_batch, a.learner_batch, a.gen_s) for _ in range(a.rounds)]
+    # each figure over the rounds: mean and 95% t-interval (the runs are timed, not seeded: rounds are repeats)
+    summary = {run: {key: mean_interval([r[run][key] for r in rounds]) for key in values} for run, values in rounds[0].items()}
+    figs = {run: {key: m for key, (m, _, _) in values.items()} for run, values in summary.items()}
+    print(json.dumps(summary, indent=1))
     command = (
         f"python -m benchmarks.pacing --seconds {a.seconds:g} --workers {a.workers} --worker-batch {a.worker_batch} "
-        f"--learner-batch {a.learner_batch} --gen-s {a.gen_s:g}"
+        f"--learner-batch {a.learner_batch} --gen-s {a.gen_s:g} --rounds {a.rounds}"
     )
     res = Results(command, note="simulated workers and learner (sleeps) on a real in-process server, memory store")
-    for run, values in figs.items():
-        for key, v in values.items():
-            res.add(f"pacing.{run}.{key}", round(v, 4), "versions" if key == "staleness_mean" else "fraction")
+    for run, values in summary.items():
+        for key, (m, lo, hi) in values.items():
+            unit = "versions" if key == "staleness_mean" else "fraction"
+            res.add(f"pacing.{run}.{key}", round(m, 4), unit, ci95=[round(lo, 4), round(hi, 4)], rounds=a.rounds)
     if a.plot:
         res.plot(a.plot, lambda path: plot(figs, path))
     if a.out:

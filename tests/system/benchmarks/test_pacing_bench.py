@@ -25,7 +25,7 @@ def test_the_command_records_every_figure_and_draws_the_plot(tmp_path, monkeypat
         pacing, "measure", lambda *a, **k: {f"r2.k{p}": pacing.run_one(p, 2.0, seconds=1.0, workers=2, worker_batch=2,
                                                                         learner_batch=2, gen_s=0.1) for p in (0, 1)}
     )  # fmt: skip
-    assert pacing.main(["--out", str(out), "--plot", str(png)]) == 0
+    assert pacing.main(["--rounds", "2", "--out", str(out), "--plot", str(png)]) == 0
     names = {r["name"] for r in json.loads(out.read_text())}
     assert {f"pacing.r2.k{p}.{k}" for p in (0, 1) for k in ("worker_wait_share", "stale_share", "trained_share")} <= names
     assert png.stat().st_size > 0
