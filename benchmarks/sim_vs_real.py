@@ -13,7 +13,7 @@ accuracy at R over its other seeds), so the prediction and the measurement are t
 The arms are compare's (:data:`ARMS`): ``grpo`` (every generated group trained once, zero-variance
 ones included), ``dapo`` (zero-variance groups filtered, a step per ``batch_groups`` mixed groups),
 ``heap``, ``heap-grpo`` (heap's selection, GRPO's training rule) and ``heap-prior`` (unseen problems
-at the population's fitted prior: needs the store's ``unseen_prior`` setting, skipped without it).
+at the population's fitted prior, the store's ``unseen_prior`` setting).
 
     python -m benchmarks.sim_vs_real --protocol decision --out benchmarks/results.json
     python -m benchmarks.sim_vs_real --measured runs/decision/compare.json --out benchmarks/results.json
@@ -196,20 +196,6 @@ def with_overrides(protocol: Protocol, items: list[str]) -> Protocol:
     return replace(protocol, **changes)
 
 
-def arms_available(arms: tuple[Method, ...] = ARMS) -> tuple[list[Method], list[str]]:
-    """The arms the store can run now, and one line per arm skipped (a store setting it lacks)."""
-    from prioreplay.priority_server.store import StoreConfig
-
-    ok, skipped = [], []
-    for m in arms:
-        missing = [k for k, _ in m.store if k not in StoreConfig.model_fields]
-        if missing:
-            skipped.append(f"{m.name}: skipped, the store has no setting {', '.join(missing)} yet (the prior's branch adds it)")
-        else:
-            ok.append(m)
-    return ok, skipped
-
-
 def eval_curve(run: RunResult, protocol: Protocol, rng: np.random.Generator, before: float) -> Curve:
     """The run's held-out curve as compare reads it: N + 2 marks in [0, 2R], each the policy when
     the rollouts first reach the mark, scored with the binomial noise of ``eval_size`` problems;
@@ -297,7 +283,7 @@ def prefix_of(label: str) -> str:
     return "method.sim_vs_real." + ("" if label == "decision" else f"{label}.")
 
 
-def predicted_items(out: dict[str, Any], command: str, note: str, skipped: list[str], label: str = "") -> list[dict[str, Any]]:
+def predicted_items(out: dict[str, Any], command: str, note: str, label: str = "") -> list[dict[str, Any]]:
     """results.json entries ``<prefix><arm>.predicted``: the value is the ratio against grpo (1 for
     grpo), the ratio against dapo beside it, each with the interval over the simulated seeds and
     the one a real comparison of the protocol's seeds would show; ``label`` names a variant of the
@@ -325,7 +311,6 @@ def predicted_items(out: dict[str, Any], command: str, note: str, skipped: list[
             heldout_at_2r=e["final"],
             seeds=out["seeds"],
             protocol=p,
-            skipped=skipped,
             how=f"simulator, the real learner's model ({p['dataset']}): rollouts to grpo's mean held-out accuracy at R over "
             "its other seeds, grpo's (and dapo's) over the arm's, geometric mean of per-seed ratios with a t-interval of the "
             f"log ratio over {len(out['seeds'])} simulated seeds (ci95); real_seeds_ci95: the interval {p['seeds']} real "
@@ -334,8 +319,8 @@ def predicted_items(out: dict[str, Any], command: str, note: str, skipped: list[
     return res.items
 
 
-def lines(out: dict[str, Any], skipped: list[str]) -> list[str]:
-    """One line per arm, then the arms skipped."""
+def lines(out: dict[str, Any]) -> list[str]:
+    """One line per arm."""
     n = out["protocol"]["seeds"]
     text = []
     for arm, e in out["arms"].items():
@@ -354,7 +339,7 @@ def lines(out: dict[str, Any], skipped: list[str]) -> list[str]:
         )
         parts.append(f"held-out at 2R {e['final']:.3f}")
         text.append("; ".join(parts))
-    return text + skipped
+    return text
 
 
 def measured_items(
@@ -446,13 +431,12 @@ def main(argv: list[str] | None = None) -> int:
             merge_results(a.out, items)
         return 0
     protocol = with_overrides(PROTOCOLS[a.protocol], [*a.set, *(["eval_noise=false"] if a.exact else [])])
-    arms, skipped = arms_available()
-    out = predict(protocol, list(range(a.seeds)), arms)
-    for line in lines(out, skipped):
+    out = predict(protocol, list(range(a.seeds)), list(ARMS))
+    for line in lines(out):
         print(line)
     print(f"wall {out['wall_s']:.0f} s", file=sys.stderr)
     if a.out:
-        merge_results(a.out, predicted_items(out, command, a.note, skipped, a.label))
+        merge_results(a.out, predicted_items(out, command, a.note, a.label))
     return 0
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from benchmarks import sim_vs_real, simulate
+from benchmarks import decision_runs, sim_vs_real, simulate
 from benchmarks.sim_learner import SystemModel
 
 TINY = simulate.SimParams(
@@ -63,15 +63,14 @@ def test_eval_curve_reads_the_policy_when_the_rollouts_reach_each_mark():
     assert c.accuracy == (0.1, 0.2, 0.3, 0.4, 0.5)  # mark 32 is reached at the report of 40, and so on
 
 
-def test_the_prediction_runs_every_available_arm_and_sets_the_measured_beside_it():
+def test_the_prediction_runs_every_arm_and_sets_the_measured_beside_it():
     proto = replace(sim_vs_real.PROTOCOLS["demo"], problems=32, rollouts=256, eval_size=32, eval_points=3)
-    arms, skipped = sim_vs_real.arms_available()
-    assert {"grpo", "dapo", "heap", "heap-grpo"} <= {m.name for m in arms}
-    assert all("unseen_prior" in line for line in skipped)  # heap-prior waits for the store's setting
+    arms = list(sim_vs_real.ARMS)
+    assert tuple(m.name for m in arms) == decision_runs.ARMS  # the decision plan's arms, in its order
     out = sim_vs_real.predict(proto, [0, 1, 2], arms[:3], progress=False)
     assert out["arms"]["grpo"]["vs_grpo"].ratio == pytest.approx(1.0)  # against itself
     assert 0 < out["arms"]["heap"]["trained_share"] <= 1
-    items = {i["name"]: i for i in sim_vs_real.predicted_items(out, "cmd", "", skipped)}
+    items = {i["name"]: i for i in sim_vs_real.predicted_items(out, "cmd", "")}
     heap = items["method.sim_vs_real.demo.heap.predicted"]
     assert heap["vs_dapo"]["ratio"] > 0 and len(heap["vs_grpo"]["real_seeds_ci95"]) == 2
     compare = {
