@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 #: The path that answers 200 once the process is ready, 503 before.
 READY_PATH = "/ready"
@@ -53,10 +53,6 @@ class Readiness:
             return self._ready, self._waiting_for
 
 
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # as prometheus_client's ThreadingWSGIServer: no thread list kept
-
-
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         """Log nothing (a scrape every few seconds would fill the log)."""
@@ -77,7 +73,9 @@ def metrics_app(registry: CollectorRegistry, readiness: Readiness) -> Callable[.
     return app
 
 
-def serve_metrics(registry: CollectorRegistry, readiness: Readiness, port: int, addr: str = "0.0.0.0") -> _Server | None:
+def serve_metrics(
+    registry: CollectorRegistry, readiness: Readiness, port: int, addr: str = "0.0.0.0"
+) -> ThreadingWSGIServer | None:
     """Serve ``/metrics`` and ``/ready`` on ``addr:port`` from a daemon thread.
 
     Returns:
@@ -89,6 +87,6 @@ def serve_metrics(registry: CollectorRegistry, readiness: Readiness, port: int, 
     """
     if port == 0:
         return None
-    httpd = make_server(addr, port, metrics_app(registry, readiness), _Server, handler_class=_QuietHandler)
+    httpd = make_server(addr, port, metrics_app(registry, readiness), ThreadingWSGIServer, handler_class=_QuietHandler)
     threading.Thread(target=httpd.serve_forever, name=f"metrics-{port}", daemon=True).start()
     return httpd
