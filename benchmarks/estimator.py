@@ -78,9 +78,13 @@ class NullDesign:
         if self.seeds < 2 or self.eval_size < 1:
             raise ValueError(f"seeds ({self.seeds}) must be >= 2 and eval_size ({self.eval_size}) >= 1")
 
+    def progress(self, x: Any) -> Any:
+        """Share of the gain reached at ``x`` rollouts (units of R; a float or an array): 0 at 0, 1 at 2R."""
+        return (1 - np.exp(-np.asarray(x, dtype=float) / self.tau)) / (1 - math.exp(-2 / self.tau))
+
     def mean_at(self, x: float) -> float:
         """The model's mean held-out accuracy at ``x`` rollouts (units of R)."""
-        return self.start + self.gain * (1 - math.exp(-x / self.tau)) / (1 - math.exp(-2 / self.tau))
+        return self.start + self.gain * float(self.progress(x))
 
 
 #: The first real comparison's design (docs/METHOD.md: 3 seeds, 64 held-out problems, 7 points).
@@ -90,7 +94,7 @@ DEMO_DESIGN = NullDesign(seeds=3, eval_size=64, points=7)
 def null_curves(design: NullDesign, rng: np.random.Generator) -> tuple[dict[int, Curve], dict[int, Curve]]:
     """One experiment's curves of two identical arms: ({seed: arm curve}, {seed: grpo curve})."""
     xs = np.linspace(0.0, 2.0, design.points)  # (P,)
-    shape = (1 - np.exp(-xs / design.tau)) / (1 - math.exp(-2 / design.tau))  # (P,)
+    shape = design.progress(xs)  # (P,)
     n = design.eval_size
     arm: dict[int, Curve] = {}
     grpo: dict[int, Curve] = {}

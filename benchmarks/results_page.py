@@ -261,7 +261,8 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "simulated learner (batches of 8, dropping groups more than 4 versions old) on threads, 5 s per run. "
         "`pacing.r<r>.k<K>.*`: r = fleet production / learner consumption (2: the learner slower, 0.5: faster). "
         "`worker_wait_share`: worker time held by the bound; `stale_share`: stale / pulled; `trained_share`: "
-        "trained / generated; `staleness_mean`: versions, trained groups. Each figure is the mean of `--rounds` repeats of its run with a 95% t-interval (the runs are timed, not seeded), on a 2-core machine.",
+        "trained / generated; `staleness_mean`: versions, trained groups. Each figure is the mean of `--rounds` "
+        "repeats of its run with a 95% t-interval (the runs are timed, not seeded), on a 2-core machine.",
     ),
     (
         "integration",
