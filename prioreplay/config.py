@@ -21,7 +21,9 @@ import logging
 import os
 import tomllib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -203,7 +205,7 @@ def renamed_flags(model: type, argv: list[str]) -> list[str]:
 class _FileSource(PydanticBaseSettingsSource):
     """Settings source for the command's section of the config file (lowest but defaults)."""
 
-    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]):
+    def __init__(self, settings_cls: type[BaseSettings], values: Mapping[str, Any]):
         super().__init__(settings_cls)
         self._values = values
 
@@ -227,6 +229,25 @@ class _RenamedEnvSource(PydanticBaseSettingsSource):
         return renamed_values(self.settings_cls, given)
 
 
+#: The config file's section values of the settings being built in this context (:func:`file_values`).
+_FILE_VALUES: ContextVar[Mapping[str, Any] | None] = ContextVar("prioreplay_file_values", default=None)
+
+
+@contextmanager
+def file_values(values: Mapping[str, Any]) -> Iterator[None]:
+    """Build settings inside this block with ``values`` (a config file's section) as their file source.
+
+    A context variable, not a class attribute: the values reach only the settings built in this
+    block, in this thread or task, so two parses in one process (tests, the demo's children) never
+    see each other's file.
+    """
+    token = _FILE_VALUES.set(values)
+    try:
+        yield
+    finally:
+        _FILE_VALUES.reset(token)
+
+
 class PrioreplaySettings(BaseSettings):
     """Base of every command's configuration (flags, ``PRIOREPLAY_*`` env, config file)."""
 
@@ -240,9 +261,6 @@ class PrioreplaySettings(BaseSettings):
         validate_default=True,
     )
 
-    #: Set by the CLI dispatcher before construction: the config file's section values.
-    _file_values: ClassVar[dict[str, Any]] = {}
-
     #: Settings renamed, old field name -> new. The old flag (:func:`renamed_flags`), environment
     #: variable and config-file key are still taken, under the new name, with a deprecation
     #: warning naming the new flag; given both ways, the new name wins.
@@ -250,7 +268,7 @@ class PrioreplaySettings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
-        return (init_settings, env_settings, _RenamedEnvSource(settings_cls), _FileSource(settings_cls, cls._file_values))
+        return (init_settings, env_settings, _RenamedEnvSource(settings_cls), _FileSource(settings_cls, _FILE_VALUES.get() or {}))
 
     @model_validator(mode="before")
     @classmethod

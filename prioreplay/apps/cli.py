@@ -135,16 +135,16 @@ def parse(name: str, argv: list[str]):
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
 
-    from prioreplay.config import read_config_file, renamed_flags
+    from prioreplay.config import file_values, read_config_file, renamed_flags
     from prioreplay.errors import InvalidArgument
 
     if name not in COMMANDS:
         raise InvalidArgument(f"unknown command {name!r}; choose one of: {', '.join(COMMANDS)}")
     cls = _load(COMMANDS[name].config)
     argv, cfg_path = _pop_config(renamed_flags(cls, argv))
-    cls._file_values = read_config_file(cfg_path, name) if cfg_path else {}
     try:
-        return cls(_cli_settings_source=_cli_source(cls, f"prioreplay {name}")(args=argv))
+        with file_values(read_config_file(cfg_path, name) if cfg_path else {}):
+            return cls(_cli_settings_source=_cli_source(cls, f"prioreplay {name}")(args=argv))
     except ValidationError as e:
         problems = "; ".join(_problem(err) for err in e.errors())
         raise InvalidArgument(f"invalid configuration for 'prioreplay {name}': {problems}") from None

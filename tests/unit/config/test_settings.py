@@ -389,3 +389,22 @@ def test_a_derived_model_is_built_from_its_source_and_agrees_with_its_defaults()
         made = [v for v in values if isinstance(v, model)]
         assert made, f"{source.__name__} has no property that builds a {model.__name__}"
         assert made == [model()] * len(made), f"{source.__name__}'s defaults build {made}, {model.__name__}() is {model()}"
+
+
+def test_a_config_files_values_reach_only_the_parse_that_named_it(tmp_path):
+    """The file's section is a context variable of the parse, not a class attribute: a later parse
+    or a settings model built in code in the same process never reads an earlier parse's file."""
+    from prioreplay.apps.cli import parse
+    from prioreplay.config import file_values
+    from prioreplay.priority_server.config import ServerConfig
+
+    (tmp_path / "c.yaml").write_text("server:\n  retest-interval: 7\n", encoding="utf-8")
+    assert parse("server", ["--config", str(tmp_path / "c.yaml")]).retest_interval == 7
+    default = ServerConfig.model_fields["retest_interval"].default
+    assert default != 7
+    assert ServerConfig().retest_interval == default  # built in code after that parse: no file
+    assert parse("server", []).retest_interval == default
+    with file_values({"retest_interval": 5}):
+        assert ServerConfig().retest_interval == 5
+        assert ServerConfig(retest_interval=6).retest_interval == 6  # the file is below every other source
+    assert ServerConfig().retest_interval == default
