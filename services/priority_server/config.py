@@ -4,19 +4,20 @@ Every field maps onto a ``--kebab-case`` flag, a ``PRIOREPLAY_<FIELD>`` environm
 the command's section of a ``--config`` file (see :mod:`prioreplay.config`). Bounds live on the
 fields, so a bad value fails at start-up with the field, the value and the allowed range.
 
-Shared settings are declared once and composed: :class:`StoreSettings` into :class:`ServerConfig`
-and :class:`StoreConfig` (what both stores take), :class:`prioreplay.config.ChannelSettings`
-into :class:`ServerConfig` and every client's settings.
+Shared settings are declared once and composed, one model per component: the sampler's
+(:class:`prioreplay.priority_server.sampler_settings.SamplerSettings`) into :class:`StoreSettings`, :class:`StoreSettings`
+into :class:`ServerConfig` and :class:`StoreConfig` (what both stores take), the replication's
+(:class:`ReplicationSettings`) into :class:`ServerConfig`, and
+:class:`prioreplay.config.ChannelSettings` into :class:`ServerConfig` and every client's settings.
 
 This module imports only pydantic, the standard library, :mod:`prioreplay.config`,
 :mod:`prioreplay.errors`, :mod:`prioreplay.rules`, :mod:`prioreplay.problems`,
-:mod:`prioreplay.unseen_prior` and the sampler registry (:mod:`.samplers`), so that
+:mod:`prioreplay.unseen_prior` and :mod:`.sampler_settings` (the sampler registry), so that
 ``prioreplay server --help`` stays fast.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -28,7 +29,6 @@ from pydantic import (
     Field,
     InstanceOf,
     ValidationError,
-    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -40,22 +40,19 @@ from prioreplay.problems import MAX_NAME_BYTES, VerifierName
 from prioreplay.rules import DEFAULT_DECAY, PoolBands, PriorityParams
 from prioreplay.unseen_prior import parse_setting
 
-from .samplers import (
-    DEFAULT_SAMPLER,
-    SAMPLER_HELP,
-    SAMPLERS,
-    SamplerName,
-    SamplerParams,
-)
-from .samplers.params import (
-    alpha_field,
-    gumbel_temperature_field,
-    max_group_size_field,
-    mean_group_size_field,
-    posterior_decay_field,
-    posterior_prior_field,
-    probe_size_field,
-)
+from .sampler_settings import RENAMED_STORE_SETTINGS, SAMPLER_FLAGS, SamplerSettings
+
+__all__ = [
+    "RENAMED_STORE_SETTINGS",
+    "SAMPLER_FLAGS",
+    "LoadConfig",
+    "ReplicationSettings",
+    "SamplerSettings",
+    "ServerConfig",
+    "StatsConfig",
+    "StoreConfig",
+    "StoreSettings",
+]
 
 #: Default backpressure bound, trajectory groups (docs/DEPLOY.md, "Bounded memory"): a group on
 #: the lean report path is G × T × (4 B token id + 4 B log-prob) + ~8 KiB of prompt, rewards and
@@ -72,7 +69,7 @@ NAMESPACE_RE = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_NAME_BYTES}}}$")
 UnseenPrior = Annotated[str, BeforeValidator(parse_setting)]
 
 
-class StoreSettings(BaseModel):
+class StoreSettings(SamplerSettings):
     """The settings a store runs by (sampler, retests, seed, leases, limits), declared once.
 
     Composed into :class:`ServerConfig` (flags, environment, config file) and :class:`StoreConfig`
@@ -84,22 +81,6 @@ class StoreSettings(BaseModel):
             (:class:`StoreConfig` turns it into :class:`prioreplay.errors.InvalidArgument`).
     """
 
-    # -- sampler -------------------------------------------------------------------------
-    sampler: SamplerName = Field(DEFAULT_SAMPLER, description=SAMPLER_HELP)
-    # each sampler's parameters, flat (``--alpha``, ...): the fields of its model (samplers.params:
-    # defaults, bounds and help defined there once); :attr:`sampler_params` is the chosen one's model
-    alpha: float = alpha_field()
-    gumbel_temperature: float = gumbel_temperature_field()
-    probe_size: int = probe_size_field()
-    posterior_decay: float = posterior_decay_field()
-    posterior_prior: float = posterior_prior_field()
-    mean_group_size: int = mean_group_size_field()
-    max_group_size: int = max_group_size_field()
-    sampler_args: str = Field(
-        "",
-        description="the sampler's parameters that have no flag of their own, as a JSON object (e.g. a sampler "
-        "added later; docs/SAMPLERS.md); checked against the sampler's parameter model",
-    )
     retest_fraction: float = Field(0.1, ge=0, le=1, description="share of each batch reserved for solved/unsolved pool retests")
     pool_evidence: int = Field(
         1,
@@ -212,60 +193,11 @@ class StoreSettings(BaseModel):
     )
     seed: Seed = Field(0, description="seed of the sampler RNG and the priority tie-break")
 
-    @field_validator("sampler", mode="wrap")
-    @classmethod
-    def _check_sampler(cls, v: object, handler: ValidatorFunctionWrapHandler) -> str:
-        # The registry at validation time, not the Literal frozen at import: a sampler registered
-        # later (a plugin, a test) is accepted; the annotation still lists the names for --help.
-        if isinstance(v, str) and v in SAMPLERS:
-            return v
-        raise ValueError(f"sampler ({v!r}) must be one of {', '.join(SAMPLERS)}")
-
-    @property
-    def sampler_params(self) -> SamplerParams:
-        """The chosen sampler's parameters: its model (:data:`.samplers.SamplerParamsUnion`, by
-        ``name``) filled from the flat fields of the same names (a parameter no flat field has keeps
-        the model's default), then ``sampler_args``.
-
-        Raises:
-            pydantic.ValidationError: a value out of the model's bounds, or a ``sampler_args`` key the
-                model does not have (checked at construction, :meth:`_check_sampler_args`).
-        """
-        model = SAMPLERS[self.sampler].params
-        values = {f: getattr(self, f) for f in model.model_fields if f != "name" and f in type(self).model_fields}
-        return model(**{**values, **json.loads(self.sampler_args or "{}"), "name": self.sampler})
-
-    @field_validator("sampler_args", mode="before")
-    @classmethod
-    def _json_object(cls, v: object) -> object:
-        # a dict (Python callers) is kept as its canonical JSON text: the settings stay hashable
-        if isinstance(v, dict):
-            return json.dumps(v, sort_keys=True)
-        if isinstance(v, str) and v.strip():
-            args = json.loads(v)
-            if not isinstance(args, dict):
-                raise ValueError(f"sampler_args ({v!r}) must be a JSON object such as '{{\"skip\": 2}}'")
-            flagged = sorted(set(args) & set(cls.model_fields))
-            if flagged:  # one place per value: the memory samplers read the flat fields
-                flag = flagged[0].replace("_", "-")
-                raise ValueError(f"sampler_args ({v!r}) sets {flagged}: use their own settings (--{flag})")
-        return v
-
-    @model_validator(mode="after")
-    def _check_sampler_args(self) -> StoreSettings:
-        self.sampler_params  # noqa: B018 - validates sampler_args against the sampler's model
-        return self
-
     @model_validator(mode="after")
     def _check_lease_timeouts(self) -> StoreSettings:
         if self.lease_timeout_s > self.max_lease_timeout_s:
             raise ValueError(
                 f"lease_timeout_s ({self.lease_timeout_s}) must be <= max_lease_timeout_s ({self.max_lease_timeout_s})"
-            )
-        if self.max_group_size < self.mean_group_size:
-            raise ValueError(
-                f"max_group_size ({self.max_group_size}) must be >= mean_group_size ({self.mean_group_size}); "
-                "raise --max-group-size or lower --mean-group-size"
             )
         if self.heap_age_decay < 1 and self.sampler != "heap":
             raise ValueError(
@@ -386,7 +318,7 @@ class ServerConfig(PrioreplaySettings, ChannelSettings, ReplicationSettings, Sto
     the replica acknowledgements from :class:`ReplicationSettings`.
     """
 
-    renamed: ClassVar[dict[str, str]] = {"temperature": "gumbel_temperature"}
+    renamed: ClassVar[dict[str, str]] = RENAMED_STORE_SETTINGS
 
     # -- store ---------------------------------------------------------------------------
     store: str = Field(

@@ -61,9 +61,7 @@ This package imports only the standard library, pydantic (the parameter models),
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, Literal
 
 from prioreplay.errors import InvalidArgument
 
@@ -110,7 +108,6 @@ __all__ = [
     "SampleRequest",
     "SamplerName",
     "SamplerParams",
-    "SamplerParamsUnion",
     "SamplerSpec",
     "SamplerView",
     "ScreenedPoolsSampler",
@@ -293,14 +290,6 @@ SAMPLERS: dict[str, SamplerSpec] = {
 #: The sampler every configuration starts from (chosen by the simulator, docs/METHOD.md, "How a default is chosen";
 #: ``heap``, the paper's rule, stays available by name and is the reference of every figure).
 DEFAULT_SAMPLER = "heap"
-
-#: Every registered sampler's parameters, one model each, discriminated by ``name``: what a
-#: configuration holds for its sampler (:attr:`prioreplay.priority_server.config.StoreSettings.sampler_params`).
-#: A static checker cannot read a Union built at run time from the registry, so it sees the base model.
-if TYPE_CHECKING:
-    SamplerParamsUnion = SamplerParams
-else:
-    SamplerParamsUnion = Annotated[Union[tuple(s.params for s in SAMPLERS.values())], Field(discriminator="name")]  # noqa: UP007
 
 #: The sampler names as a type, for typed settings.
 #: A static checker cannot read a Literal built at run time from the registry, so it sees ``str``.

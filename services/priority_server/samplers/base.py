@@ -11,7 +11,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
+from prioreplay.errors import InvalidArgument
 from prioreplay.rules import Pool, Stats
+
+from .params import ProbeParams, SamplerParams
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import StoreConfig
@@ -162,11 +165,19 @@ class MemorySampler:
     """A sampler's in-process implementation (the memory store runs it; the oracle for Lua).
 
     Args:
-        config: the store configuration (``alpha`` and any sampler parameter live there).
+        config: the store configuration: the settings every sampler shares (retests, the
+            statistics' prior ``config.params``, the seed).
+        params: this sampler's own parameters, validated: an instance of its registry row's model
+            (``SamplerSpec.params``; the stores pass ``config.sampler_params``). A sampler reads its
+            parameters here (``self.params.alpha``), never from flat configuration fields.
     """
 
-    def __init__(self, config: StoreConfig) -> None:
+    #: The model of this sampler's parameters; a subclass narrows it to its own (``params: WeightedParams``).
+    params: SamplerParams
+
+    def __init__(self, config: StoreConfig, params: SamplerParams) -> None:
         self.config = config
+        self.params = params
 
     def sample(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
         """Take up to ``request.batch_size`` problems from ``view``; return them in batch order."""
@@ -235,21 +246,34 @@ class RetestThenHeap(MemorySampler):
     turn on probes.
     """
 
-    #: Probe problems never tested (statistics n == 0) with ``config.probe_size`` completions.
+    #: Probe problems never tested (statistics n == 0) with ``self.params.probe_size`` completions.
     probe_unseen = False
-    #: Probe the retests R (not the fill F) with ``config.probe_size`` completions.
+    #: Probe the retests R (not the fill F) with ``self.params.probe_size`` completions.
     probe_retests = False
 
     def sample(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
         picks = self.retests(view, request)
         if self.probe_retests:
-            picks = [replace(p, group_size=self.config.probe_size) for p in picks]
+            picks = [replace(p, group_size=self.probe_size()) for p in picks]
         heap = self.take_from_heap(view, request, request.batch_size - len(picks))
         if self.probe_unseen:
-            heap = [replace(p, group_size=self.config.probe_size) if view.problem_stats(p.member).n == 0.0 else p for p in heap]
+            heap = [replace(p, group_size=self.probe_size()) if view.problem_stats(p.member).n == 0.0 else p for p in heap]
         picks += heap
         picks += take_from_pools(view, request.batch_size - len(picks), None)
         return picks
+
+    def probe_size(self) -> int:
+        """Completions of a probe group: ``self.params.probe_size``.
+
+        Raises:
+            InvalidArgument: the sampler probes but its parameter model is not a :class:`ProbeParams`.
+        """
+        if not isinstance(self.params, ProbeParams):
+            raise InvalidArgument(
+                f"sampler {type(self).__name__} probes, so its parameters ({type(self.params).__name__}) must "
+                "subclass samplers.params.ProbeParams (probe_size)"
+            )
+        return self.params.probe_size
 
     def retests(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
         """R: the due retests (score <= pool_now − retest_interval), least recently tested first."""

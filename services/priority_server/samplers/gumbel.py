@@ -15,13 +15,15 @@ class GumbelHeap(RetestThenHeap):
     problem at rank i gets key_i = log(max(priority_i, 1e-12)) / T − log(−log(u_i)) with
     u_i = max(rng.random(), 2⁻³²) drawn in rank order; the ``count`` largest keys are taken, in key
     order (ties: rank). This samples without replacement ∝ priority^(1/T) within the window, so a
-    mixed problem of lower priority is still served; T = ``config.gumbel_temperature``."""
+    mixed problem of lower priority is still served; T = ``self.params.gumbel_temperature``."""
+
+    params: GumbelParams
 
     def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
         size = min(4 * count, view.heap_size())
         if size <= 0 or count <= 0:
             return []
-        t, rng = self.config.gumbel_temperature, request.seeded_rng
+        t, rng = self.params.gumbel_temperature, request.seeded_rng
         keys = []
         for rank in range(size):
             u = max(rng.random(), 2.0**-32)

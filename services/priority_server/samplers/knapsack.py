@@ -89,14 +89,16 @@ def pick_costs(view: SamplerView, picks: list[Pick]) -> list[float]:
 class KnapsackSampler(RetestThenHeap):
     """``knapsack``: R, H, F as ``heap``; then each pick's group size by
     :func:`allocate_group_sizes` over p̂ (:func:`pass_rate_estimate`) and expected completion tokens
-    (:func:`pick_costs`), with Ḡ = ``config.mean_group_size`` and cap ``config.max_group_size``."""
+    (:func:`pick_costs`), with Ḡ = ``self.params.mean_group_size`` and cap ``self.params.max_group_size``."""
+
+    params: KnapsackParams
 
     def sample(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
         picks = super().sample(view, request)
         if not picks:
             return picks
-        c = self.config
-        rates = [pass_rate_estimate(view.problem_stats(p.member), c.params) for p in picks]
+        c = self.params
+        rates = [pass_rate_estimate(view.problem_stats(p.member), self.config.params) for p in picks]
         sizes = allocate_group_sizes(rates, pick_costs(view, picks), c.mean_group_size, c.max_group_size)
         return [replace(p, group_size=g) for p, g in zip(picks, sizes, strict=True)]
 

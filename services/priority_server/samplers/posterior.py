@@ -18,7 +18,7 @@ from .base import (
     SamplerView,
     due_window,
 )
-from .params import SamplerParams, posterior_decay_field, posterior_prior_field
+from .params import PosteriorRetestParams
 
 #: A window entry: (last tested step or policy version, pool, index in its pool, member).
 WindowEntry = tuple[float, Pool, int, str]
@@ -79,10 +79,12 @@ def posterior_retests(view: SamplerView, request: SampleRequest, score: Callable
 
 class PosteriorSampler(RetestThenHeap):
     """``posterior``: the heap's top; R by :func:`posterior_retests` scored with
-    :func:`posterior_variance` (``config.posterior_decay``, ``config.posterior_prior``)."""
+    :func:`posterior_variance` (``self.params.posterior_decay``, ``self.params.posterior_prior``)."""
+
+    params: PosteriorRetestParams
 
     def retests(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
-        c = self.config
+        c = self.params
 
         def score(entry: WindowEntry) -> float:
             age = request.pool_now - entry[0]  # steps, or versions with --retest-versions
@@ -91,9 +93,7 @@ class PosteriorSampler(RetestThenHeap):
         return posterior_retests(view, request, score)
 
 
-class PosteriorParams(SamplerParams):
+class PosteriorParams(PosteriorRetestParams):
     """Parameters of ``posterior``: ``posterior_decay``, ``posterior_prior``."""
 
     name: Literal["posterior"] = "posterior"
-    posterior_decay: float = posterior_decay_field()
-    posterior_prior: float = posterior_prior_field()

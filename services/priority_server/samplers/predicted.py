@@ -99,8 +99,8 @@ class PredictedPriority(RetestThenHeap):
     ``heap``. Draws no random numbers; memory store only.
     """
 
-    def __init__(self, config: StoreConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: StoreConfig, params: SamplerParams) -> None:
+        super().__init__(config, params)
         self._embeddings: dict[str, tuple[str, np.ndarray]] = {}  # member -> (prompt, (EMBED_DIM,))
 
     def _embed(self, view: SamplerView, members: list[str]) -> np.ndarray:

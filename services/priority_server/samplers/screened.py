@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Literal
 
 from .base import RetestThenHeap
-from .params import SamplerParams, probe_size_field
+from .params import ProbeParams
 
 
 class ScreenedSampler(RetestThenHeap):
@@ -21,8 +21,7 @@ class ScreenedSampler(RetestThenHeap):
     probe_unseen = True
 
 
-class ScreenedParams(SamplerParams):
+class ScreenedParams(ProbeParams):
     """Parameters of ``screened``: ``probe_size``."""
 
     name: Literal["screened"] = "screened"
-    probe_size: int = probe_size_field()

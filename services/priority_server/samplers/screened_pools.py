@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from .base import RetestThenHeap
-from .params import SamplerParams, probe_size_field
+from .params import ProbeParams
 
 
 class ScreenedPoolsSampler(RetestThenHeap):
@@ -16,8 +16,7 @@ class ScreenedPoolsSampler(RetestThenHeap):
     probe_retests = True
 
 
-class ScreenedPoolsParams(SamplerParams):
+class ScreenedPoolsParams(ProbeParams):
     """Parameters of ``screened-pools``: ``probe_size``."""
 
     name: Literal["screened-pools"] = "screened-pools"
-    probe_size: int = probe_size_field()

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .params import (
-    SamplerParams,
-    posterior_decay_field,
-    posterior_prior_field,
-    probe_size_field,
-)
+from .params import PosteriorRetestParams, ProbeParams
 from .posterior import PosteriorSampler
 
 
@@ -20,10 +15,7 @@ class ScreenedPosteriorSampler(PosteriorSampler):
     probe_unseen = True
 
 
-class ScreenedPosteriorParams(SamplerParams):
+class ScreenedPosteriorParams(ProbeParams, PosteriorRetestParams):
     """Parameters of ``screened-posterior``: ``probe_size``, ``posterior_decay``, ``posterior_prior``."""
 
     name: Literal["screened-posterior"] = "screened-posterior"
-    probe_size: int = probe_size_field()
-    posterior_decay: float = posterior_decay_field()
-    posterior_prior: float = posterior_prior_field()

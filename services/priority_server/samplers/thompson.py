@@ -9,7 +9,7 @@ import random
 from typing import Literal
 
 from .base import Pick, RetestThenHeap, SampleRequest, SamplerView
-from .params import SamplerParams, posterior_decay_field, posterior_prior_field
+from .params import PosteriorRetestParams
 from .posterior import WindowEntry, posterior_retests
 
 
@@ -19,11 +19,13 @@ class ThompsonSampler(RetestThenHeap):
     b = prior + w·(n − s1), w = decay^age). The Beta draws use ``random.Random`` seeded with one
     draw of this step's RNG (taken only when the quota is > 0)."""
 
+    params: PosteriorRetestParams
+
     def retests(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
         if request.quota <= 0:
             return []
         draw = random.Random(request.seeded_rng.next_u32())
-        c = self.config
+        c = self.params
 
         def score(entry: WindowEntry) -> float:
             st = view.problem_stats(entry[3])
@@ -34,9 +36,7 @@ class ThompsonSampler(RetestThenHeap):
         return posterior_retests(view, request, score)
 
 
-class ThompsonParams(SamplerParams):
+class ThompsonParams(PosteriorRetestParams):
     """Parameters of ``thompson``: ``posterior_decay``, ``posterior_prior``."""
 
     name: Literal["thompson"] = "thompson"
-    posterior_decay: float = posterior_decay_field()
-    posterior_prior: float = posterior_prior_field()

@@ -19,8 +19,10 @@ class WeightedSampler(RetestThenHeap):
     probability (priority / 0.25)^alpha, at most :data:`MAX_TRIES` tries, else the top (so
     ∝ priority^alpha by rejection). Two draws per try: u1 for the rank, u2 for the acceptance."""
 
+    params: WeightedParams
+
     def take_from_heap(self, view: SamplerView, request: SampleRequest, count: int) -> list[Pick]:
-        rng, alpha = request.seeded_rng, self.config.alpha
+        rng, alpha = request.seeded_rng, self.params.alpha
         picks: list[Pick] = []
         for _ in range(count):
             size = view.heap_size()

@@ -16,7 +16,7 @@ from prioreplay import rules
 from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound
 from prioreplay.problems import ProblemRecord
 
-from ..config import StoreConfig
+from ..config import RENAMED_STORE_SETTINGS, SAMPLER_FLAGS, StoreConfig
 
 #: Due leases one ``sample`` (or one reaper round) expires at most.
 EXPIRE_LIMIT = 64
@@ -55,13 +55,7 @@ def member_id(member: str) -> str:
 #: The settings a namespace's statistics and pools were made with (``claim_settings``).
 RUN_SETTINGS = (
     "sampler",
-    "alpha",
-    "gumbel_temperature",
-    "probe_size",
-    "posterior_decay",
-    "posterior_prior",
-    "mean_group_size",
-    "max_group_size",
+    *SAMPLER_FLAGS,
     "sampler_args",
     "retest_fraction",
     "retest_interval",
@@ -78,7 +72,7 @@ RUN_SETTINGS = (
     "seed",
 )
 #: Run settings stored under an earlier name, old -> new (a namespace or snapshot made before the rename).
-RENAMED_RUN_SETTINGS = {"temperature": "gumbel_temperature"}
+RENAMED_RUN_SETTINGS = RENAMED_STORE_SETTINGS
 #: Run settings no flag may change on an existing namespace (``unseen_prior``: between off and on,
 #: :func:`fixed_changes`).
 FIXED_SETTINGS = ("seed", "heap_age_decay", "unseen_prior")

@@ -97,7 +97,7 @@ class MemoryStore(MemoryTrajectoryQueue, Store):
         super().__init__(config, clock)
         self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
         self._sampler = SAMPLERS[config.sampler]
-        self._sample_impl = self._sampler.memory(config)
+        self._sample_impl = self._sampler.memory(config, config.sampler_params)
         self._bands = config.bands
         #: Set (and replaced) by a queued or released group while pulls wait on it (:attr:`_waiting`).
         self._queued = asyncio.Event()

@@ -36,8 +36,10 @@ class ToyTailParams(SamplerParams):
 class ToyTail(MemorySampler):
     """The heap's bottom after ``skip`` problems (heap order reversed), one at a time."""
 
+    params: ToyTailParams
+
     def sample(self, view: SamplerView, request: SampleRequest) -> list[Pick]:
-        skip = self.config.sampler_params.skip
+        skip = self.params.skip
         picks = []
         for _ in range(request.batch_size):
             if view.heap_size() <= skip:
@@ -86,7 +88,13 @@ async def _run(store) -> list[list[str]]:
 async def test_a_sampler_added_by_the_recipe_runs_alike_on_both_stores(
     toy_sampler, memory_store_factory, redis_store_factory, sampler_args
 ):
-    config = StoreConfig(sampler="toy-tail", seed=3, sampler_args=sampler_args)
+    """Configured as an operator would: ``prioreplay server --sampler toy-tail --sampler-args '{"skip": 4}'``."""
+    import json
+
+    from prioreplay.apps.cli import parse
+
+    argv = ["--sampler", "toy-tail", "--seed", "3"] + (["--sampler-args", json.dumps(sampler_args)] if sampler_args else [])
+    config = parse("server", argv).to_store_config()
     assert config.sampler_params == ToyTailParams(**sampler_args)
     memory = await _run(memory_store_factory(config))
     redis = await _run(redis_store_factory(config))

@@ -209,3 +209,67 @@ def test_xorshift32_random_is_in_unit_interval_and_zero_seed_is_usable():
 def test_new_sampler_parameters_are_validated(field, value):
     with pytest.raises(InvalidArgument, match=field):
         StoreConfig(**{field: value})
+
+
+def flat_parameter_reads(source: str, flags: tuple[str, ...]) -> list[str]:
+    """Reads of a flat sampler setting in ``source``: ``self.config.<flag>``, ``config.<flag>``, or
+    ``c.<flag>`` after ``c = self.config``."""
+    import ast
+
+    tree = ast.parse(source)
+    owners = {"self.config", "config"}
+    owners |= {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and ast.unparse(n.value) in owners
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    return [
+        f"{node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in flags and ast.unparse(node.value) in owners
+    ]
+
+
+def test_no_sampler_reads_a_flat_parameter_setting():
+    """A sampler reads its parameters from ``self.params`` (its own model), never from the flat
+    ``--alpha``-style settings of the store's configuration: copying any sampler as the template of
+    a new one must work for a new parameter too (docs/SAMPLERS.md)."""
+    from pathlib import Path
+
+    from prioreplay.priority_server.config import SAMPLER_FLAGS
+    from prioreplay.priority_server.samplers import base
+
+    assert {"alpha", "probe_size", "posterior_decay"} <= set(SAMPLER_FLAGS)
+    for path in sorted(Path(base.__file__).resolve().parent.glob("*.py")):
+        assert flat_parameter_reads(path.read_text(encoding="utf-8"), SAMPLER_FLAGS) == [], path.name
+    planted = "def f(self):\n    c = self.config\n    return c.posterior_decay + self.config.alpha + self.params.alpha\n"
+    assert flat_parameter_reads(planted, SAMPLER_FLAGS) == ["3: c.posterior_decay", "3: self.config.alpha"]
+
+
+def test_the_sampler_may_be_given_as_one_nested_setting(tmp_path, monkeypatch):
+    """``sampler={"name": ..., <parameter>: ...}``: a dict, a parameter model, a config file's
+    mapping or JSON in PRIOREPLAY_SAMPLER all give the same settings as the flat flags."""
+    from prioreplay.apps.cli import parse
+    from prioreplay.priority_server.samplers.weighted import WeightedParams
+
+    flat = StoreConfig(sampler="weighted", alpha=2.0)
+    assert StoreConfig(sampler={"name": "weighted", "alpha": 2.0}) == flat
+    assert StoreConfig(sampler=WeightedParams(alpha=2.0)) == flat
+    assert flat.sampler_params == WeightedParams(alpha=2.0)
+    (tmp_path / "c.yaml").write_text("server:\n  sampler: {name: weighted, alpha: 2.0}\n", encoding="utf-8")
+    assert parse("server", ["--config", str(tmp_path / "c.yaml")]).to_store_config() == flat
+    monkeypatch.setenv("PRIOREPLAY_SAMPLER", '{"name": "weighted", "alpha": 2.0}')
+    assert parse("server", []).to_store_config() == flat
+
+
+def test_a_nested_sampler_is_checked_like_the_flat_flags():
+    with pytest.raises(InvalidArgument, match="alpha is given twice"):
+        StoreConfig(sampler={"name": "weighted", "alpha": 2.0}, alpha=3.0)
+    with pytest.raises(InvalidArgument, match="needs its name"):
+        StoreConfig(sampler={"alpha": 2.0})
+    with pytest.raises(InvalidArgument, match="alpha"):
+        StoreConfig(sampler={"name": "weighted", "alpha": -1})
+    with pytest.raises(InvalidArgument, match="nope"):
+        StoreConfig(sampler={"name": "heap", "nope": 1})  # a parameter no model has: refused by sampler_args' check
