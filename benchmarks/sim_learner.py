@@ -11,9 +11,9 @@ Two models of the learn side, a setting of the simulation (``run_one(..., system
   learner takes ``batch_groups`` of them a step, drops those more than ``max_staleness`` policy
   versions old (counted, not replaced) and trains on the rest; a step lasts ``step_time`` (in
   the time one lease takes to generate), and with ``prefetch`` the next batch is pulled while a
-  step computes. Generation runs ahead of it unless paced: with ``pace`` K the worker leases
-  only while the groups queued or pulled and not yet trained stay under K learner batches
-  (:meth:`SystemModel.may_lease`). The optimizer is Adam-like (:class:`StepNorm`): the step is
+  step computes. Generation runs ahead of it unless paced: with ``pace`` K a lease is cut to
+  the room the groups queued and never pulled leave under K learner batches, as the store cuts
+  it (:meth:`SystemModel.lease_room`, the store's ``pace_room``). The optimizer is Adam-like (:class:`StepNorm`): the step is
   scaled by the running root mean square of the step sizes, so its size hardly depends on how
   many groups are mixed; updates along a shared skill still add up over a step's groups.
 
@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchmarks.sim_population import Population
+from prioreplay.priority_server.store import StoreConfig
+from prioreplay.priority_server.store.pace import pace_room
 
 
 def group_updates(
@@ -92,8 +94,9 @@ class SystemModel:
             comparison: about 16 groups per step of 4, so 2.0 with leases of 8).
         max_staleness: a group more than this many policy versions older than the learner's is
             dropped when its batch is filtered (the learner's ``--max-staleness``).
-        pace: K: a lease is granted only while the groups queued or pulled and not yet trained
-            number fewer than K · batch_groups; None: generation is not paced.
+        pace: K, the store's pace bound (``--pace-batches``; :meth:`lease_room`): a lease takes at
+            most K · batch_groups − (groups queued and never pulled) problems, none when that is
+            below 1; None: generation is not paced.
         prefetch: the next batch is pulled while a step computes (the learner's ``--prefetch``).
         adam: γ in [0, 1], how far a step's size is normalised (:class:`StepNorm`): 0 SGD, 1 Adam.
         beta2: the running mean's decay of the squared step sizes (AdamW's β₂).
@@ -121,9 +124,15 @@ class SystemModel:
         if not (0.0 <= self.adam <= 1.0 and 0.0 <= self.beta2 < 1.0):
             raise ValueError(f"adam ({self.adam}) must be in [0, 1] and beta2 ({self.beta2}) in [0, 1)")
 
-    def may_lease(self, backlog: int) -> bool:
-        """Whether the worker may lease with ``backlog`` groups queued or pulled and not yet trained."""
-        return self.pace is None or backlog < self.pace * self.batch_groups
+    def lease_room(self, undelivered: int) -> int:
+        """The problems the next lease may take with ``undelivered`` groups queued and never pulled:
+        the store's own rule (``store.pace.pace_room``: min(lease_size, K·b − ahead), ahead =
+        undelivered groups + problems in live leases, none here: the one simulated worker asks only
+        when its lease is reported); ``lease_size`` without a bound. Below 1: no lease now."""
+        if self.pace is None:
+            return self.lease_size
+        bound = StoreConfig(pace_batches=self.pace, pace_batch_groups=self.batch_groups)
+        return pace_room(bound, self.lease_size, lambda: undelivered, self.batch_groups)
 
 
 class StepNorm:

@@ -219,8 +219,9 @@ async def _system_loop(params, method, system, store, pop, rng, clock, trace) ->
     rollouts, leased, now = 0, 0, 0.0
     lease: tuple[Any, ...] | None = None  # (done at, lease, idx, sizes, groups, version)
     while rollouts < params.budget_rollouts:
-        if lease is None and leased < params.budget_rollouts and system.may_lease(learner.backlog):
-            drawn = await lease_and_draw(store, pop, rng, system.lease_size, G)
+        room = system.lease_room(len(learner.queue)) if lease is None else 0
+        if room >= 1 and leased < params.budget_rollouts:
+            drawn = await lease_and_draw(store, pop, rng, room, G)
             lease = (now + 1.0, *drawn, learner.version)
             leased += int(drawn[2].sum())
         learner.advance(now)

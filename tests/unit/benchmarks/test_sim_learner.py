@@ -53,10 +53,17 @@ def test_grpos_rule_queues_and_trains_zero_variance_groups_and_prefetch_pulls_th
     assert learner.trained == 4 and learner.counts()["left"] == 3  # the step in progress and one queued
 
 
-def test_pacing_counts_the_backlog_in_learner_batches():
-    assert SystemModel().may_lease(10_000)  # unpaced
-    paced = SystemModel(batch_groups=4, pace=2)
-    assert paced.may_lease(7) and not paced.may_lease(8)
+def test_pacing_cuts_a_lease_to_the_room_the_store_would_leave():
+    """The store's rule (store.pace.pace_room): room = K·b − undelivered groups, a lease cut to it."""
+    from prioreplay.priority_server.store import StoreConfig
+    from prioreplay.priority_server.store.pace import pace_room
+
+    assert SystemModel(lease_size=8).lease_room(10_000) == 8  # unpaced
+    paced = SystemModel(batch_groups=4, lease_size=8, pace=1)
+    assert [paced.lease_room(u) for u in (0, 1, 3, 4, 9)] == [4, 3, 1, 0, -5]  # cut to K·b − u, never the whole 8
+    assert SystemModel(batch_groups=4, lease_size=8, pace=2).lease_room(3) == 5
+    store_rule = StoreConfig(pace_batches=1, pace_batch_groups=4)
+    assert all(paced.lease_room(u) == pace_room(store_rule, 8, lambda u=u: u, 4) for u in range(10))
     with pytest.raises(ValueError, match="pace"):
         SystemModel(pace=0)
     with pytest.raises(ValueError, match="adam"):
