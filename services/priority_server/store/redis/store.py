@@ -5,7 +5,11 @@ equal to the in-process ``MemoryStore`` for the same seed, clock readings and op
 clock injected into both: see "Time").
 
 The key schema and the values' formats are in :mod:`.keys`; the error taxonomy in :mod:`.errors`;
-the scripts and their declared arguments in :mod:`.scripts`.
+the scripts and their declared arguments in :mod:`.scripts`; the records and replies they exchange
+in :mod:`.layouts`. The store is composed by concept: the script runner and connection
+(:class:`.client.RedisClient`), the learner's queue (:class:`.queue.RedisQueue`), the read-only
+views (:class:`.inspection.RedisInspection`), and here the problems' life: register, sample,
+report, renew, expire, publish.
 
 Every multi-key change is one Lua script call (``lua/<name>.lua``, with ``lua/lib.lua``
 prepended), registered once with redis-py ``register_script`` (EVALSHA, falling back to
@@ -29,70 +33,61 @@ between, the script changes nothing and returns the current step, and the call i
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
-import re
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from prioreplay import rules
-from prioreplay.errors import FailedPrecondition, InvalidArgument, NotFound, StoreUnavailable
+from prioreplay.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
 from prioreplay.problems import ProblemRecord
 from prioreplay.rules import Pool
-from prioreplay.unseen_prior import UnseenFit
 
 from ...config import ReplicationSettings, StoreConfig
 from ...samplers import SAMPLERS, step_seed
 from ..contract import (
-    UNSEEN_SCORE,
-    QueueWatch,
-    add_unseen,
     conflict_error,
-    histogram_edges,
     member_id,
     renew_refusal,
     same_text,
     tie_member,
 )
 from ..records import (
-    Delivery,
     GroupOutcome,
     Lease,
-    ProblemState,
     Renewal,
     ReportResult,
     SampledProblem,
-    StoreStats,
 )
-from ..snapshot import COUNTER_NAMES
-from .client import WAIT_REPLIES, RedisClient
+from .client import WAIT_REPLIES
+from .inspection import RedisInspection
 from .keys import decode_problem, encode_problem, float_arg, parse_stats, text, warm_arg
+from .layouts import (
+    OUTCOME,
+    PACE_REPLY,
+    REPORT_NOT_LIVE,
+    REPORT_OUTCOME_NOT_LEASED,
+    REPORT_REPLY,
+    REPORT_UNSERVABLE_NOT_LEASED,
+    SAME_REPLY,
+    SAMPLE_REPLY,
+)
 from .pace import RedisPace, pace_args
+from .queue import CONSUMER_GROUP
 from .scripts import SCRIPT_ARGS, report_run, sample_run
 
 REGISTER, SAMPLE, REPORT, RENEW = (SCRIPT_ARGS[n] for n in ("register", "sample", "report", "renew"))
 EXPIRE, PULL, ACK, PUBLISH, SEEN = (SCRIPT_ARGS[n] for n in ("expire", "pull", "ack", "publish", "seen"))
 #: Problems per register script call.
 REGISTER_CHUNK = 2000
-#: Consumer group of the trajectory stream.
-CONSUMER_GROUP = "learners"
-#: Waiting pulls that may hold a pooled connection in ``XREAD BLOCK`` at once, per store (process);
-#: more wait for a free one (each pull still ends by its ``wait_s``).
-MAX_BLOCKED_PULLS = 32
 #: Attempts of a weighted/uniform sample when other servers keep moving the step.
 STEP_RETRIES = 32
-
-#: The store's counters kept as integers (every one of the memory store's but the reward sum).
-_INT_COUNTERS = tuple(name for name in COUNTER_NAMES if name != "reward_sum")
 log = logging.getLogger(__name__)
-_STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
-class RedisStore(RedisClient):
+class RedisStore(RedisInspection):
     """The store on Redis: durable, shared by several server processes, one round trip per change.
 
     Args:
@@ -134,7 +129,6 @@ class RedisStore(RedisClient):
         self._bands = config.bands
         self._report_run = report_run(config)
         self._sampler_arg = json.dumps(self._sampler.lua_args(config.sampler_params))
-        self._blocked_pulls = asyncio.Semaphore(MAX_BLOCKED_PULLS)
         self.pace = RedisPace(self)
 
     # -- run settings ---------------------------------------------------------------------
@@ -224,28 +218,32 @@ class RedisStore(RedisClient):
                 ),
             )
             if res[0] == b"SAME":  # a retried request: its live lease again
-                lease_id = text(res[-3])
+                lease_id = text(SAME_REPLY.tail_of(res)["lease_id"])
                 break
             if res[0] == b"STEP":
                 self._step_hint = int(res[1])
                 continue
             if res[0] == b"PACE":  # no room under the pace bound (base.py, "sample" 1b)
-                wait_s = float(res[4]) - float(res[5]) if res[4] else math.inf
-                return self.pace_refusal(int(res[2]), text(res[3]), int(res[1]), wait_s)
+                at = PACE_REPLY.at
+                earliest = res[at("earliest")]
+                wait_s = float(earliest) - float(res[at("now")]) if earliest else math.inf
+                return self.pace_refusal(int(res[at("version")]), text(res[at("uri")]), int(res[at("step")]), wait_s)
             break
         else:
             raise StoreUnavailable(f"sample: the step kept moving under {STEP_RETRIES} attempts; retry")
-        return self._lease(res, batch_size, float(res[-1]), lease_id, float(res[-2]))
+        tail = SAMPLE_REPLY.tail_of(res)
+        return self._lease(res, batch_size, float(tail["now"]), lease_id, float(tail["deadline"]))
 
     def _lease(self, res: list, batch_size: int, now: float, lease_id: str, deadline: float) -> Lease:
         """The :class:`Lease` of a ``sample.lua`` answer ``res`` (``OK`` or ``SAME``) for a request of
         ``batch_size`` at ``now`` (the script's clock reading) with deadline ``deadline``; a short
         batch gets a retry hint, an empty one no lease id."""
-        step, version, uri = int(res[1]), int(res[2]), text(res[3])
+        at = SAMPLE_REPLY.at
+        step, version, uri = int(res[at("step")]), int(res[at("version")]), text(res[at("uri")])
         if res[0] != b"SAME":  # a replayed lease carries its own (older) step
             self._step_hint = step
-        earliest = [float(res[4])] if res[4] else []
-        problems = self._decode_picks(res, int(res[5]), version)
+        earliest = [float(res[at("earliest")])] if res[at("earliest")] else []
+        problems = self._decode_picks(res, int(res[at("n")]), version)
         if problems:
             earliest.append(deadline)
         retry = 0.0
@@ -262,16 +260,17 @@ class RedisStore(RedisClient):
         )
 
     def _decode_picks(self, res: list, n: int, version: int) -> list[SampledProblem]:
-        """The ``n`` leased problems of a ``sample.lua`` answer at policy ``version``: five slots each
-        from index 7 (member, source pool, statistics value, problem record, group size or 0);
-        index 6 holds ω_unseen (the priority of a problem from the heap's unseen band)."""
+        """The ``n`` leased problems of a ``sample.lua`` answer at policy ``version``
+        (:data:`.layouts.SAMPLE_REPLY`: per problem member, source pool, statistics value, problem
+        record, group size or 0; ``omega_unseen``, the priority of a problem from the heap's unseen band)."""
         problems: list[SampledProblem] = []
-        unseen = float(res[6])
-        for i in range(7, 7 + 5 * n, 5):
-            member, source, stats_value, record = text(res[i]), Pool(int(res[i + 1])), res[i + 2], res[i + 3]
-            stats, _, score = parse_stats(stats_value)
+        unseen = float(res[SAMPLE_REPLY.at("omega_unseen")])
+        for pick in SAMPLE_REPLY.items(res, n):
+            source = Pool(int(pick["source"]))
+            stats, _, score = parse_stats(pick["stats"])
             prio = self.leased_priority(source, score, stats, version, unseen)
-            problems.append(SampledProblem(decode_problem(member_id(member), record), prio, source, int(res[i + 4]) or None))
+            problem = decode_problem(member_id(text(pick["member"])), pick["problem"])
+            problems.append(SampledProblem(problem, prio, source, int(pick["group_size"]) or None))
         return problems
 
     async def _report(
@@ -288,12 +287,18 @@ class RedisStore(RedisClient):
             # solved / unsolved pool: send whether it would be one
             forgetting = rules.is_forgetting(Pool.SOLVED, rewards, self._bands)
             breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards, self._bands)
-            rest += [
-                f"{tie_member(o.problem_id, seed)}\t{kinds[-1].value}\t{len(rewards)}\t"
-                f"{float_arg(sr)}\t{float_arg(sq)}\t{int(forgetting)}\t{int(breakthrough)}\t{max(0, int(o.completion_tokens))}\t"
-                f"{rules.evidence_groups(len(rewards), self.config.pool_evidence)}",
-                bytes(o.payload),
-            ]
+            record = OUTCOME.pack(
+                member=tie_member(o.problem_id, seed),
+                kind=kinds[-1].value,
+                group_size=len(rewards),
+                sum_r=float_arg(sr),
+                sum_r2=float_arg(sq),
+                forgetting=int(forgetting),
+                breakthrough=int(breakthrough),
+                tokens=max(0, int(o.completion_tokens)),
+                evidence=rules.evidence_groups(len(rewards), self.config.pool_evidence),
+            )
+            rest += [record, bytes(o.payload)]
         rest += [len(unservable), *(tie_member(pid, seed) for pid in unservable)]
         args = REPORT.arg_list(
             rest,
@@ -306,26 +311,27 @@ class RedisStore(RedisClient):
         )
         res = await self._run("report", REPORT.key_list({**self._keys, "parts": self.key(f"parts:{lease_id}")}), args)
         status = int(res[0])
-        if status == 0:
+        if status == REPORT_NOT_LIVE:
             return ReportResult(accepted=False, reason=text(res[1]))
-        if status == -1:
+        if status == REPORT_OUTCOME_NOT_LEASED:
             j = int(res[1])
             raise InvalidArgument(
                 f"outcomes[{j}]: problem {outcomes[j].problem_id!r} is not in lease {lease_id}; "
                 "report only the problems that lease returned"
             )
-        if status == -2:
+        if status == REPORT_UNSERVABLE_NOT_LEASED:
             j = int(res[1])
             raise InvalidArgument(
                 f"unservable[{j}]: problem {unservable[j]!r} is not in lease {lease_id}; "
                 "report only the problems that lease returned"
             )
+        at = REPORT_REPLY.at
         return ReportResult(
             accepted=True,
-            groups_queued=int(res[1]),
-            groups_filtered=int(res[2]),
-            skipped=int(res[3]),
-            quarantined=int(res[4]),
+            groups_queued=int(res[at("queued")]),
+            groups_filtered=int(res[at("filtered")]),
+            skipped=int(res[at("skipped")]),
+            quarantined=int(res[at("quarantined")]),
             kinds=tuple(kinds),
         )
 
@@ -346,92 +352,6 @@ class RedisStore(RedisClient):
         args = EXPIRE.arg_list(now=self._now_arg(), limit=limit)
         return int(await self._run("expire", EXPIRE.key_list(self._keys), args))
 
-    # -- trajectory queue -----------------------------------------------------------------
-    async def _pull(self, consumer: str, max_groups: int, include_own_pending: bool) -> list[Delivery]:
-        return (await self._pull_script(consumer, max_groups, include_own_pending, watch=False))[0]
-
-    async def _pull_watched(self, consumer: str, max_groups: int, include_own_pending: bool) -> tuple[list[Delivery], QueueWatch]:
-        out, watch = await self._pull_script(consumer, max_groups, include_own_pending, watch=True)
-        assert watch is not None  # asked for
-        return out, watch
-
-    async def _pull_script(
-        self, consumer: str, max_groups: int, include_own_pending: bool, watch: bool
-    ) -> tuple[list[Delivery], QueueWatch | None]:
-        """pull.lua; with ``watch``, also the stream id and idle time a waiting pull blocks on."""
-        min_idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000)))
-        args = PULL.arg_list(
-            group=CONSUMER_GROUP,
-            consumer=consumer,
-            max=max_groups,
-            own=int(include_own_pending),
-            min_idle_ms=min_idle_ms,
-            watch=int(watch),
-        )
-        res = await self._run("pull", PULL.key_list(self._keys), args)
-        w = None
-        if watch:
-            idle_ms = int(res[-1])
-            w = QueueWatch(text(res[-2]), idle_ms / 1000.0 if idle_ms >= 0 else math.inf)
-            res = res[:-2]
-        out = [
-            Delivery(group_id=text(res[i]), payload=bytes(res[i + 1]), delivery_count=int(res[i + 2]))
-            for i in range(0, len(res), 3)
-        ]
-        return out, w
-
-    async def _wait_queued(self, watch: QueueWatch, timeout_s: float) -> None:
-        """``XREAD BLOCK`` from the consumer group's last-delivered id: Redis answers at the next
-        ``XADD`` of a report (any process, any replica's clients) or after ``timeout_s``. At most
-        :data:`MAX_BLOCKED_PULLS` pulls hold a pooled connection blocked at once, on the blocking
-        client, whose reply time-out exceeds the block (:mod:`.connection`): an empty queue is no error.
-
-        Raises:
-            StoreUnavailable: Redis cannot be reached (as every call, :meth:`_error`).
-        """
-        deadline = time.monotonic() + timeout_s
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._blocked_pulls.acquire()
-        except TimeoutError:
-            return
-        try:
-            block_ms = int(min(deadline - time.monotonic(), self._connection.max_block_s) * 1000)
-            if block_ms >= 1:  # BLOCK 0 would block for ever
-                blocking = self._connection.blocking
-                await self._do(blocking.xread({self._keys["stream"]: watch.mark}, count=1, block=block_ms))
-        finally:
-            self._blocked_pulls.release()
-
-    async def _release(self, consumer: str, deliveries: list[Delivery]) -> int:
-        idle_ms = max(1, int(round(self.config.redelivery_timeout_s * 1000))) + 1
-        ids = [d for d in deliveries if _STREAM_ID_RE.match(d.group_id)]
-        if not ids:
-            return 0
-
-        def fill(pipe):
-            for d in ids:
-                # XCLAIM ... IDLE: idle at once (XAUTOCLAIM of the next pull takes it first);
-                # RETRYCOUNT: the delivery count as before; JUSTID: not counted as a delivery
-                pipe.xclaim(
-                    self._keys["stream"],
-                    CONSUMER_GROUP,
-                    consumer,
-                    0,
-                    [d.group_id],
-                    idle=idle_ms,
-                    retrycount=max(0, d.delivery_count - 1),
-                    justid=True,
-                )
-
-        return sum(len(r) for r in await self._pipe(fill))
-
-    async def _ack(self, group_ids: list[str]) -> int:
-        ids = [g for g in group_ids if _STREAM_ID_RE.match(g)]
-        if not ids:
-            return 0
-        return int(await self._run("ack", ACK.key_list(self._keys), ACK.arg_list(ids, group=CONSUMER_GROUP)))
-
     # -- policy ---------------------------------------------------------------------------
     async def _publish(self, version: int, weights_uri: str) -> tuple[int, str]:
         res = await self._run("publish", PUBLISH.key_list(self._keys), PUBLISH.arg_list(version=version, uri=weights_uri))
@@ -451,144 +371,3 @@ class RedisStore(RedisClient):
         """The current (policy_version, weights_uri); (0, "") before the first publish."""
         v, uri = await self._do(self._r.hmget(self._keys["policy"], "version", "uri"))
         return int(v or 0), text(uri)
-
-    # -- inspection -----------------------------------------------------------------------
-    async def _queue_counts(self) -> tuple[int, int]:
-        """(undelivered, pending) groups of the stream, read in one MULTI/EXEC.
-
-        One snapshot: read in two round trips, a pull or an ack by another client (or another
-        server process) in between could make undelivered = length - pending negative.
-        """
-        k = self._keys["stream"]
-
-        async def go():
-            async with self._r.pipeline(transaction=True) as p:
-                p.xlen(k)
-                p.xpending(k, CONSUMER_GROUP)
-                return await p.execute(raise_on_error=False)
-
-        length, pending = await self._do(go())
-        if isinstance(pending, Exception):  # no stream (nothing reported yet), hence no group
-            if int(length):
-                raise pending
-            return 0, 0
-        n_pending = int(pending["pending"])
-        return int(length) - n_pending, n_pending
-
-    async def queue_depth(self) -> int:
-        return (await self._queue_counts())[0]
-
-    async def _stats(self, histogram_buckets: int) -> StoreStats:
-        k = self._keys
-        edges = histogram_edges(histogram_buckets)
-        now_v = 0 if self.config.heap_age_decay == 1 else int(await self._do(self._r.hget(k["policy"], "version")) or 0)
-        cut = [float_arg(self.heap_score(edge, now_v)) for edge in edges]  # the edges as heap scores now
-        low = "(" + float_arg(UNSEEN_SCORE) if self.unseen_band else "-inf"  # the unseen band is counted apart
-
-        def fill(p):
-            p.hlen(k["problems"])
-            p.zcard(k["heap"])
-            p.zcard(k["solved"])
-            p.zcard(k["unsolved"])
-            p.hlen(k["leases"])
-            p.hgetall(k["counters"])
-            p.hmget(k["policy"], "version", "uri")
-            p.hlen(k["quarantine"])
-            p.zcount(k["heap"], UNSEEN_SCORE, UNSEEN_SCORE)
-            for i in range(histogram_buckets):
-                p.zcount(k["heap"], cut[i] if i else low, cut[i + 1] if i == histogram_buckets - 1 else "(" + cut[i + 1])
-
-        res = await self._pipe(fill)
-        problems, heap, solved, unsolved, leases, counters, (ver, uri), quarantined, band = res[:9]
-        c = {text(a): text(b) for a, b in counters.items()}
-        unseen = self.unseen_priority(_unseen_fit(c))
-        hist = [int(x) for x in res[9:]]
-        if "problems_seen" not in c and int(problems):  # a namespace older than the counter: count once
-            c["problems_seen"] = await self._run("seen", SEEN.key_list(k), [])
-        queue_depth, pending = await self._queue_counts()
-        return StoreStats(
-            problems=int(problems),
-            heap_size=int(heap),
-            solved=int(solved),
-            unsolved=int(unsolved),
-            leased=int(problems) - int(heap) - int(solved) - int(unsolved) - int(quarantined),
-            active_leases=int(leases),
-            quarantined=int(quarantined),
-            step=int(c.get("step", 0)),
-            policy_version=int(ver or 0),
-            weights_uri=text(uri),
-            priority_histogram=add_unseen(hist, edges, int(band), unseen) if self.unseen_band else hist,
-            priority_bucket_edges=edges,
-            reward_sum=float(c.get("reward_sum", 0.0)),
-            queue_depth=queue_depth,
-            pending_groups=pending,
-            unseen=max(0, int(problems) - int(c.get("problems_seen", 0))),
-            unseen_priority=unseen,
-            **{name: int(c.get(name, 0)) for name in _INT_COUNTERS},
-        )
-
-    async def problem_state(self, problem_id: str) -> ProblemState:
-        """A problem's state (statistics, pool, score, priority).
-
-        Raises:
-            NotFound: no problem with this id is registered.
-        """
-        stats_value, record = await self._pipe(
-            lambda p: (p.hget(self._keys["stats"], problem_id), p.hget(self._keys["problems"], problem_id))
-        )
-        if stats_value is None or record is None:
-            raise NotFound(f"problem {problem_id!r} is not registered; register it first (RegisterProblems)")
-        stats, pool, score = parse_stats(stats_value)
-        return ProblemState(
-            problem=decode_problem(problem_id, record),
-            stats=stats,
-            pool=pool,
-            score=score,
-            priority=rules.priority(stats, self.config.params),
-        )
-
-    async def dump(self) -> dict:
-        """Canonical state (see :meth:`Store.dump`); reads everything, for tests and debugging."""
-        k = self._keys
-        stats, counters, step_policy, leases, evidence = await self._pipe(
-            lambda p: (
-                p.hgetall(k["stats"]),
-                p.hgetall(k["counters"]),
-                p.hmget(k["policy"], "version", "uri"),
-                p.hvals(k["leases"]),
-                p.hgetall(k["evidence"]),
-            )
-        )
-        problems = {}
-        for pid, value in stats.items():
-            st, pool, score = parse_stats(value)
-            problems[text(pid)] = (int(pool), st.n, st.s1, st.s2, score)
-        c = {text(a): text(b) for a, b in counters.items()}
-        out_counters: dict[str, float | int] = {name: int(c.get(name, 0)) for name in _INT_COUNTERS}
-        out_counters["reward_sum"] = float(c.get("reward_sum", 0.0))
-        fit = _unseen_fit(c)
-        lease_lists = sorted(sorted(member_id(f) for f in text(rec).split("\t")[2::3]) for rec in leases)
-        return {
-            "problems": problems,
-            "counters": out_counters,
-            "step": int(c.get("step", 0)),
-            "policy": (int(step_policy[0] or 0), text(step_policy[1])),
-            "leases": lease_lists,
-            "queue": await self._undelivered(),
-            "evidence": {text(pid): tuple(int(x) for x in text(v).split()) for pid, v in sorted(evidence.items())},
-            "unseen_fit": (fit.visits, fit.priority_sum),
-        }
-
-    async def _undelivered(self) -> list[bytes]:
-        k = self._keys["stream"]
-        if not await self._do(self._r.exists(k)):
-            return []
-        groups = await self._do(self._r.xinfo_groups(k))
-        last = next(text(g["last-delivered-id"]) for g in groups if text(g["name"]) == CONSUMER_GROUP)
-        entries = await self._do(self._r.xrange(k, min="(" + last, max="+"))
-        return [bytes(fields[b"p"]) for _, fields in entries]
-
-
-def _unseen_fit(counters: dict[str, str]) -> UnseenFit:
-    """The first-visit sums of the prior for unseen problems, from the ``counters`` hash (report.lua)."""
-    return UnseenFit(int(counters.get("first_visits", 0)), float(counters.get("first_visit_priority_sum", 0.0)))

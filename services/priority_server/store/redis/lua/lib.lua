@@ -106,6 +106,13 @@ local function split_stats(s)
   return string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
 end
 
+-- Record layouts, field -> 1-based position (their one declaration: store/redis/layouts.py; the
+-- unit test tests/unit/store/test_layouts.py checks these lines against it). A layout with repeated
+-- items names the first item's position (first), the item's width (stride) and each item field's
+-- offset in it (each_<field>).
+local OUTCOME = { member = 1, kind = 2, group_size = 3, sum_r = 4, sum_r2 = 5, forgetting = 6, breakthrough = 7, tokens = 8, evidence = 9 }
+local LEASE = { step = 1, deadline = 2, first = 3, stride = 3, each_member = 0, each_source = 1, each_score = 2 }
+
 local function split_tabs(s)
   local out = {}
   for tok in string.gmatch(s, '[^\t]+') do out[#out + 1] = tok end
@@ -129,8 +136,8 @@ end
 -- holder is forgotten (k.owners: hash `owners`, lease id -> JSON [worker id, request id]).
 local function expire_one(k, sets, lease_id, record, now_s)
   local f = split_tabs(record)
-  for i = 3, #f, 3 do
-    place(k.stats, sets, f[i], f[i + 1], f[i + 2])
+  for i = LEASE.first, #f, LEASE.stride do
+    place(k.stats, sets, f[i + LEASE.each_member], f[i + LEASE.each_source], f[i + LEASE.each_score])
   end
   redis.call('HDEL', k.leases, lease_id)
   redis.call('HDEL', k.owners, lease_id)

@@ -33,7 +33,8 @@
 --                       the current version, so the heap ages toward the prior's priority between reports)
 -- ARGV[6]  n_outcomes
 -- ARGV[7...] outcomes  2 slots per outcome, in request order (2 rather than 8 keeps the client's packing cheap):
---   ARGV[7 + 2j]  "member\tkind\tG\tsum r\tsum r^2\tforgetting\tbreakthrough\ttokens" with kind one of
+--   ARGV[7 + 2j]  one outcome record, layouts.OUTCOME (lib.lua's OUTCOME): "member\tkind\tG\tsum r\tsum r^2\t
+--                 forgetting\tbreakthrough\ttokens\tk" with kind one of
 --                 mixed|all_correct|all_wrong|constant (rules.classify), sums left to right from 0.0 (as %.17g /
 --                 repr strings), the two flags 0/1 (rules.is_forgetting / is_breakthrough from a pool, with the bands),
 --                 tokens = the group's completion tokens (0: none sent, the token sums stay), then k =
@@ -64,7 +65,7 @@ if not record then
   return { 0, 'unknown lease' }
 end
 local f = split_tabs(record)
-if tonumber(f[2]) <= now then
+if tonumber(f[LEASE.deadline]) <= now then
   expire_one(k, sets, lease_id, record, now_s)
   redis.call('HINCRBY', k.counters, 'late_reports', 1)
   return { 0, 'expired' }
@@ -72,13 +73,13 @@ end
 
 -- membership: member -> {source, score}
 local leased = {}
-for i = 3, #f, 3 do leased[f[i]] = { f[i + 1], f[i + 2] } end
+for i = LEASE.first, #f, LEASE.stride do leased[f[i + LEASE.each_member]] = { f[i + LEASE.each_source], f[i + LEASE.each_score] } end
 local n_out = tonumber(ARGV[6])
 local outs, skip, skipped = {}, {}, 0
 for j = 0, n_out - 1 do
   local o = split_tabs(ARGV[7 + 2 * j])
-  if not leased[o[1]] then
-    if redis.call('SISMEMBER', k.parts, o[1]) == 0 then return { -1, j } end
+  if not leased[o[OUTCOME.member]] then
+    if redis.call('SISMEMBER', k.parts, o[OUTCOME.member]) == 0 then return { -1, j } end
     skip[j] = true  -- reported by an earlier part: applied once only
     skipped = skipped + 1
   end
@@ -96,7 +97,7 @@ local solved_at, unsolved_at = run.solved_at, run.unsolved_at
 -- Python twin: rules.pool_score: the lease's step, or the current policy version
 local version_s = redis.call('HGET', k.policy, 'version') or '0'
 local version = tonumber(version_s)
-local pool_score = f[1]
+local pool_score = f[LEASE.step]
 if run.retest_versions > 0 then pool_score = version_s end
 local gamma = run.age_decay
 local gh = run.heap_age_decay or 1
@@ -111,8 +112,8 @@ local stream_ready = false
 for j = 0, n_out - 1 do
   if not skip[j] then  -- (Lua 5.1: no continue)
   local o = outs[j]
-  local member, kind, G = o[1], o[2], tonumber(o[3])
-  local sr, sq = tonumber(o[4]), tonumber(o[5])
+  local member, kind, G = o[OUTCOME.member], o[OUTCOME.kind], tonumber(o[OUTCOME.group_size])
+  local sr, sq = tonumber(o[OUTCOME.sum_r]), tonumber(o[OUTCOME.sum_r2])
   local source = leased[member][1]
   leased[member] = nil
   local id = member_id(member)
@@ -149,14 +150,14 @@ for j = 0, n_out - 1 do
   elseif kind == 'all_wrong' or (unsolved_at > 0 and rate <= unsolved_at) then verdict = 3
   else verdict = 1 end
   -- Python twin: rules.confirm_pool: a pool verdict extends a run toward the same pool (or starts
-  -- one of 1); the problem is pooled once the run reaches k (o[9]), else stays in the heap
+  -- one of 1); the problem is pooled once the run reaches k (o[OUTCOME.evidence]), else stays in the heap
   local dest, score = verdict, nil
   if verdict == 1 then
     streak_pool, streak = 0, 0
   else
     if streak_pool == verdict then streak = streak + 1 else streak = 1 end
     streak_pool = verdict
-    if streak < tonumber(o[9] or '1') then dest = 1 end
+    if streak < tonumber(o[OUTCOME.evidence] or '1') then dest = 1 end
   end
   if dest ~= 1 then score = pool_score
   else
@@ -169,7 +170,7 @@ for j = 0, n_out - 1 do
   redis.call('HSET', k.evidence, id, streak_pool .. ' ' .. streak .. ' ' .. version)
   redis.call('HSET', k.stats, id, fmt(n) .. ' ' .. fmt(s1) .. ' ' .. fmt(s2) .. ' ' .. dest .. ' ' .. score)
   -- Python twin: MemoryStore._apply_group: the token sums decay like the statistics
-  local tok = tonumber(o[8] or '0')
+  local tok = tonumber(o[OUTCOME.tokens] or '0')
   if tok > 0 then
     local tn, tt = 0.0, 0.0
     local cur = redis.call('HGET', k.tokens, id)
@@ -183,8 +184,8 @@ for j = 0, n_out - 1 do
   kinds[kind] = kinds[kind] + 1
   completions = completions + G
   -- Python twins: rules.is_forgetting / rules.is_breakthrough (flags computed in Python)
-  if source == '2' and o[6] == '1' then forgetting = forgetting + 1 end
-  if source == '3' and o[7] == '1' then breakthroughs = breakthroughs + 1 end
+  if source == '2' and o[OUTCOME.forgetting] == '1' then forgetting = forgetting + 1 end
+  if source == '3' and o[OUTCOME.breakthrough] == '1' then breakthroughs = breakthroughs + 1 end
   -- Python twin: contract.queues_group: mixed groups, or every group with run.queue_zero_variance
   local to_learner = kind == 'mixed' or run.queue_zero_variance
   if to_learner and ARGV[8 + 2 * j] == '' then
@@ -215,13 +216,13 @@ for j = 1, n_q do
 end
 local rest = {}
 if more then
-  for i = 3, #f, 3 do
+  for i = LEASE.first, #f, LEASE.stride do
     if leased[f[i]] then rest[#rest + 1] = f[i] .. '\t' .. f[i + 1] .. '\t' .. f[i + 2] end
   end
   for j = 0, n_out - 1 do
-    if not skip[j] then redis.call('SADD', k.parts, outs[j][1]) end
+    if not skip[j] then redis.call('SADD', k.parts, outs[j][OUTCOME.member]) end
   end
-  redis.call('EXPIRE', k.parts, math.max(1, math.ceil(tonumber(f[2]) - now)) + 86400)
+  redis.call('EXPIRE', k.parts, math.max(1, math.ceil(tonumber(f[LEASE.deadline]) - now)) + 86400)
 else
   -- problems of the lease left out of the report return unchanged
   for member, t in pairs(leased) do place(k.stats, sets, member, t[1], t[2]) end
@@ -235,7 +236,7 @@ if completions > 0 then
   -- rules order: the counter adds each group's sum in request order, in doubles
   local total = tonumber(redis.call('HGET', k.counters, 'reward_sum') or '0')
   for j = 0, n_out - 1 do
-    if not skip[j] then total = total + tonumber(outs[j][4]) end
+    if not skip[j] then total = total + tonumber(outs[j][OUTCOME.sum_r]) end
   end
   redis.call('HSET', k.counters, 'reward_sum', fmt(total))
 end
@@ -247,7 +248,7 @@ end
 if forgetting > 0 then redis.call('HINCRBY', k.counters, 'forgetting_events', forgetting) end
 if breakthroughs > 0 then redis.call('HINCRBY', k.counters, 'breakthroughs', breakthroughs) end
 if #rest > 0 then  -- a part: the lease stays live for the rest
-  redis.call('HSET', k.leases, lease_id, f[1] .. '\t' .. f[2] .. '\t' .. table.concat(rest, '\t'))
+  redis.call('HSET', k.leases, lease_id, f[LEASE.step] .. '\t' .. f[LEASE.deadline] .. '\t' .. table.concat(rest, '\t'))
   return { 1, queued, filtered, skipped, n_q }
 end
 redis.call('HDEL', k.leases, lease_id)

@@ -94,17 +94,17 @@ if request_id ~= '' then
   local record = lid and redis.call('HGET', k.leases, lid)
   if record then
     local f = split_tabs(record)
-    if tonumber(f[2]) > now then
+    if tonumber(f[LEASE.deadline]) > now then
       local earliest = redis.call('ZRANGE', k.deadlines, 0, 0, 'WITHSCORES')
       local pol = redis.call('HMGET', k.policy, 'version', 'uri')
-      local out = { 'SAME', f[1], pol[1] or '0', pol[2] or '', earliest[2] or '', (#f - 2) / 3, fmt(omega) }
-      for i = 3, #f, 3 do
+      local out = { 'SAME', f[LEASE.step], pol[1] or '0', pol[2] or '', earliest[2] or '', (#f - LEASE.first + 1) / LEASE.stride, fmt(omega) }
+      for i = LEASE.first, #f, LEASE.stride do
         local id = member_id(f[i])
         out[#out + 1] = f[i]; out[#out + 1] = f[i + 1]
         out[#out + 1] = redis.call('HGET', k.stats, id); out[#out + 1] = redis.call('HGET', k.problems, id)
         out[#out + 1] = sizes[f[i]] or '0'
       end
-      out[#out + 1] = lid; out[#out + 1] = f[2]; out[#out + 1] = now_s
+      out[#out + 1] = lid; out[#out + 1] = f[LEASE.deadline]; out[#out + 1] = now_s
       return out
     end
   end
@@ -294,7 +294,7 @@ if run.pace_batches > 0 then
   if redis.call('EXISTS', k.stream) == 1 then  -- undelivered = entries - pending (acknowledged ones are deleted)
     ahead = redis.call('XLEN', k.stream) - redis.call('XPENDING', k.stream, run.group)[1]
   end
-  for _, rec in ipairs(redis.call('HVALS', k.leases)) do ahead = ahead + (#split_tabs(rec) - 2) / 3 end
+  for _, rec in ipairs(redis.call('HVALS', k.leases)) do ahead = ahead + (#split_tabs(rec) - LEASE.first + 1) / LEASE.stride end
   local lb = tonumber(redis.call('HGET', k.policy, 'learner_batch') or '0')
   if lb == 0 then lb = run.pace_batch_groups end
   if lb == 0 then lb = B end
