@@ -385,6 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--redis-url", default=None, help="Redis of part 1 (default PRIOREPLAY_BENCH_REDIS_URL or local)")
     ap.add_argument("--server", choices=("subprocess", "inprocess"), default=None, help="how part 1 runs the server")
     ap.add_argument("--duration-s", type=float, default=None, help="measured seconds per part-1 configuration")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="part 1: interleaved rounds (each C's gRPC rows then its in-process row, repeated): every figure is the "
+        "rounds' mean with a 95%% t-interval (default 3)",
+    )
     ap.add_argument("--no-big-register", action="store_true", help="skip the 10^6-problem Redis test")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per method in part 2 (default 20; quick 2)")
     ap.add_argument("--sim-variants", default="default,hard", help="part-2 populations: default, hard")

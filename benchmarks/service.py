@@ -8,7 +8,9 @@ problems sampled per second, outcomes reported per second, p50/p99 latency of ea
 The ceiling is the same loop issued to the store in-process (no gRPC, no servicer): the
 ``MemoryStore`` called directly, and the ``RedisStore`` called directly (its Lua scripts over
 redis-py's asyncio connection pool). ``our / ceiling`` is the end-to-end rate divided by the
-ceiling rate, both measured in the same run, side by side.
+ceiling rate, both measured in the same run, interleaved: ``--rounds`` times, each C's gRPC row and
+then its ceiling row, so each round gives one paired ratio and a busy machine moves both sides
+alike; the figures are the rounds' means with 95% t-intervals, and the load average is noted.
 
 Also measured on Redis: memory per problem (``INFO memory`` before/after registering 10^6
 problems, and the exact ``MEMORY USAGE`` of this run's keys, prompts separated) and the time to
@@ -23,9 +25,11 @@ the end (also on errors).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -49,6 +53,7 @@ from benchmarks.service_servers import (
     register_grpc,
     serve,
 )
+from prioreplay.intervals import mean_interval
 from prioreplay.v1 import priority_service_pb2 as pb
 from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
@@ -98,10 +103,12 @@ def run_report_path(params: ServiceParams, reports: int = 20, rounds: int = 7, s
     }
 
 
-async def _throughput_grpc(
+@contextlib.asynccontextmanager
+async def _grpc_target(
     kind: str, n_proc: int, params: ServiceParams, redis_url: str, out: dict[str, Any], say: Callable[[str], None]
-) -> None:
-    """End to end: register over gRPC, then one row per C of gRPC clients against ``n_proc`` servers."""
+) -> AsyncIterator[Callable[[int], Awaitable[dict[str, Any]]]]:
+    """End to end: ``n_proc`` servers with the problems registered over gRPC; yields ``measure(C)``,
+    one row of C gRPC clients (the servers' CPU from their process trees)."""
     ns = f"bench-{uuid.uuid4().hex[:12]}"
     pids: list[int] = []
     try:
@@ -112,22 +119,14 @@ async def _throughput_grpc(
                 assert resp.total == params.problems, resp
                 out["register_s"].setdefault(kind, secs)
                 say(f"service: {kind} x{n_proc}: registered {params.problems} problems over gRPC in {secs:.1f}s")
-                for c in params.concurrency:
+
+                async def measure(c: int) -> dict[str, Any]:
                     fns = [grpc_fns(ch, params, seed=c * 100 + i) for i, ch in enumerate(chans[: min(c, 16)])]
                     with CpuMeter(pids) as cpu:
                         res = await load(c, fns, params.duration_s, params.warmup_s)
-                    out["rows"].append(
-                        {
-                            "store": kind,
-                            "path": "grpc",
-                            "processes": n_proc,
-                            "clients": c,
-                            **res.summary(),
-                            "client_cores": cpu.client_cores,
-                            "server_cores": cpu.server_cores,
-                        }
-                    )
-                    say(f"service: {kind} grpc x{n_proc} C={c}: {out['rows'][-1]}")
+                    return _row(kind, "grpc", n_proc, c, res.summary(), cpu)
+
+                yield measure
             finally:
                 for ch in chans:
                     await ch.close()
@@ -136,34 +135,45 @@ async def _throughput_grpc(
             await delete_namespace(redis_url, ns)
 
 
-async def _throughput_inprocess(
-    kind: str, params: ServiceParams, redis_url: str, out: dict[str, Any], say: Callable[[str], None]
-) -> None:
-    """Ceiling: the same operations on the store in-process, one row per C."""
+@contextlib.asynccontextmanager
+async def _inprocess_target(
+    kind: str, params: ServiceParams, redis_url: str
+) -> AsyncIterator[Callable[[int], Awaitable[dict[str, Any]]]]:
+    """Ceiling: the store in this process with the problems registered; yields ``measure(C)``, one
+    row of the same operations issued to the store directly."""
     ns = f"bench-{uuid.uuid4().hex[:12]}"
     store = make_store(kind, redis_url, ns)
     try:
         await store.register([make_problem(i) for i in range(params.problems)])
-        for c in params.concurrency:
+
+        async def measure(c: int) -> dict[str, Any]:
             s, r = store_fns(store, params, seed=c)
             with CpuMeter([]) as cpu:
                 res = await load(c, [(s, r)], params.duration_s, params.warmup_s)
-            out["rows"].append(
-                {
-                    "store": kind,
-                    "path": "inprocess",
-                    "processes": 0,
-                    "clients": c,
-                    **res.summary(),
-                    "client_cores": cpu.client_cores,
-                    "server_cores": None,
-                }
-            )
-            say(f"service: {kind} in-process C={c}: {out['rows'][-1]}")
+            return _row(kind, "inprocess", 0, c, res.summary(), cpu)
+
+        yield measure
     finally:
         await store.close()
         if kind == "redis":
             await delete_namespace(redis_url, ns)
+
+
+def _row(kind: str, path: str, n_proc: int, c: int, summary: dict[str, Any], cpu: CpuMeter) -> dict[str, Any]:
+    """One measured row: rates and latencies, the cores used, and the CPU µs per sampled problem
+    (the server process tree's end to end, this process's for the in-process ceiling)."""
+    cores = cpu.server_cores if path == "grpc" else cpu.client_cores
+    rate = summary["sampled_per_s"]
+    return {
+        "store": kind,
+        "path": path,
+        "processes": n_proc,
+        "clients": c,
+        **summary,
+        "client_cores": cpu.client_cores,
+        "server_cores": cpu.server_cores,
+        "cpu_us_per_problem": cores / rate * 1e6 if cores is not None and rate else float("nan"),
+    }
 
 
 def _cpu_ratio(e2e: dict[str, Any], ceil: dict[str, Any]) -> float:
@@ -177,23 +187,53 @@ def _cpu_ratio(e2e: dict[str, Any], ceil: dict[str, Any]) -> float:
     return (ceil["client_cores"] / ceil["sampled_per_s"]) / (e2e["server_cores"] / e2e["sampled_per_s"])
 
 
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
 def _throughput_ratios(rows: list[dict[str, Any]], kind: str, concurrency: tuple[int, ...]) -> list[dict[str, Any]]:
-    """End-to-end rate over the in-process ceiling, per (processes, C) of store ``kind``."""
+    """End-to-end over the in-process ceiling per (processes, C) of store ``kind``: each round's
+    gRPC row over the same round's ceiling row (measured one after the other, so a busy machine
+    moves both alike), then the mean over rounds with a 95% t-interval (``*_ci95``)."""
     ratios = []
     for c in concurrency:
-        ceil = next(x for x in rows if x["store"] == kind and x["path"] == "inprocess" and x["clients"] == c)
-        for e2e in (x for x in rows if x["store"] == kind and x["path"] == "grpc" and x["clients"] == c):
-            ratios.append(
-                {
-                    "store": kind,
-                    "processes": e2e["processes"],
-                    "clients": c,
-                    "sampled_ratio": e2e["sampled_per_s"] / ceil["sampled_per_s"] if ceil["sampled_per_s"] else float("nan"),
-                    "reported_ratio": e2e["reported_per_s"] / ceil["reported_per_s"] if ceil["reported_per_s"] else float("nan"),
-                    "cpu_ratio": _cpu_ratio(e2e, ceil),
-                }
-            )
+        ceil = {x["round"]: x for x in rows if x["store"] == kind and x["path"] == "inprocess" and x["clients"] == c}
+        grpc = [x for x in rows if x["store"] == kind and x["path"] == "grpc" and x["clients"] == c]
+        for n_proc in sorted({x["processes"] for x in grpc}):
+            pairs = [(x, ceil[x["round"]]) for x in grpc if x["processes"] == n_proc and x["round"] in ceil]
+            per_round = {
+                "sampled_ratio": [_ratio(e["sampled_per_s"], i["sampled_per_s"]) for e, i in pairs],
+                "reported_ratio": [_ratio(e["reported_per_s"], i["reported_per_s"]) for e, i in pairs],
+                "cpu_ratio": [_cpu_ratio(e, i) for e, i in pairs],
+            }
+            entry: dict[str, Any] = {"store": kind, "processes": n_proc, "clients": c, "rounds": len(pairs)}
+            for key, values in per_round.items():
+                m, lo, hi = mean_interval(values)
+                entry[key], entry[f"{key}_ci95"] = m, [lo, hi]
+            ratios.append(entry)
     return ratios
+
+
+def mean_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (store, path, processes, C): each numeric field's mean over the rounds, with the
+    rounds counted and the 95% t-interval of the rate and of the CPU per problem (``*_ci95``)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["store"], r["path"], r["processes"], r["clients"]), []).append(r)
+    out = []
+    for group in groups.values():
+        row = dict(group[0])
+        for key, value in group[0].items():
+            if isinstance(value, float | int) and not isinstance(value, bool) and key not in ("processes", "clients", "round"):
+                values = [g[key] for g in group if g[key] is not None]
+                row[key] = sum(values) / len(values) if values else None
+        for key in ("sampled_per_s", "cpu_us_per_problem"):
+            _, lo, hi = mean_interval([g[key] for g in group])
+            row[f"{key}_ci95"] = [lo, hi]
+        row["rounds"] = len(group)
+        row.pop("round", None)
+        out.append(row)
+    return out
 
 
 # -- the benchmark ----------------------------------------------------------------------------
@@ -202,27 +242,48 @@ async def run_throughput(
     redis_url: str = DEFAULT_REDIS_URL,
     progress: Callable[[str], None] | None = None,
     processes: tuple[int, ...] = (1,),
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """End-to-end (gRPC) and ceiling (in-process) loops for each store and C, side by side.
+    """End-to-end (gRPC) and ceiling (in-process) loops for each store and C, interleaved.
 
-    ``processes``: server process counts to measure end to end (values > 1 on Redis only). The
-    clients use ``min(C, 16)`` connections, so SO_REUSEPORT can spread them over the processes.
-    Each row also has the CPU cores used by the benchmark client and by the server processes.
+    Per store, the servers (``processes``: server process counts measured end to end, values > 1
+    on Redis only) and the in-process store are started once; then ``rounds`` times, for each C,
+    every gRPC configuration and then the ceiling are measured one after the other (A B A B), so a
+    load that comes and goes moves both sides of a ratio alike. The clients use ``min(C, 16)``
+    connections, so SO_REUSEPORT can spread them over the processes. The 1-minute load average is
+    read before and after (``load``).
+
+    Raises:
+        ValueError: ``rounds`` < 1.
 
     Returns:
-        {"params", "register_s": {store: s}, "rows": [{store, path, processes, clients,
-        sampled_per_s, ..., client_cores, server_cores}], "ratios": [{store, processes, clients,
-        sampled_ratio, reported_ratio, cpu_ratio}]} (``cpu_ratio``: :func:`_cpu_ratio`).
+        {"register_s": {store: s}, "rows": [{store, path, processes, clients, round, sampled_per_s,
+        ..., client_cores, server_cores, cpu_us_per_problem}] (one per round), "mean_rows" (the
+        rounds' means, :func:`mean_rows`), "ratios": [{store, processes, clients, rounds,
+        sampled_ratio, reported_ratio, cpu_ratio and their ``*_ci95``}], "load": [before, after]}
+        (``cpu_ratio``: :func:`_cpu_ratio`, per round).
     """
-    out: dict[str, Any] = {"register_s": {}, "rows": [], "ratios": []}
+    if rounds < 1:
+        raise ValueError(f"rounds ({rounds}) must be >= 1")
+    out: dict[str, Any] = {"register_s": {}, "rows": [], "ratios": [], "rounds": rounds, "load": [os.getloadavg()[0]]}
     say = progress or (lambda s: None)
     for kind in params.stores:
-        for n_proc in processes:
-            if n_proc > 1 and kind != "redis":
-                continue
-            await _throughput_grpc(kind, n_proc, params, redis_url, out, say)
-        await _throughput_inprocess(kind, params, redis_url, out, say)
+        async with contextlib.AsyncExitStack() as stack:
+            targets = [
+                await stack.enter_async_context(_grpc_target(kind, n, params, redis_url, out, say))
+                for n in processes
+                if n == 1 or kind == "redis"
+            ]
+            targets.append(await stack.enter_async_context(_inprocess_target(kind, params, redis_url)))
+            for r in range(rounds):
+                for c in params.concurrency:
+                    for measure in targets:
+                        row = {**await measure(c), "round": r}
+                        out["rows"].append(row)
+                        say(f"service: round {r} {kind} {row['path']} x{row['processes']} C={c}: {row}")
         out["ratios"].extend(_throughput_ratios(out["rows"], kind, params.concurrency))
+    out["mean_rows"] = mean_rows(out["rows"])
+    out["load"].append(os.getloadavg()[0])
     return out
 
 
@@ -291,7 +352,7 @@ def plot_service(result: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
-    rows = result["rows"]
+    rows = result.get("mean_rows", result["rows"])
     for kind in dict.fromkeys(x["store"] for x in rows):
         for path_, style in (("grpc", "-o"), ("inprocess", "--s")):
             sel = sorted((x for x in rows if x["store"] == kind and x["path"] == path_), key=lambda x: x["clients"])

@@ -28,7 +28,7 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     if args.no_big_register:
         params = replace(params, big_register=0)
     procs = tuple(int(x) for x in args.processes.split(","))
-    out = asyncio.run(service.run_throughput(params, args.redis_url, progress=_log, processes=procs))
+    out = asyncio.run(service.run_throughput(params, args.redis_url, progress=_log, processes=procs, rounds=args.rounds))
     _service_figures(res, params, out)
     if "redis" in params.stores and params.big_register:
         out["redis_memory"] = _redis_memory_figures(
@@ -40,30 +40,58 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
 
 
 def _service_figures(res: Results, params: Any, out: dict[str, Any]) -> None:
-    """Part 1's figures: registration time, rates and latencies per row, ratios, processes scaling."""
+    """Part 1's figures: registration time, rates and latencies per row (the rounds' means), CPU µs
+    per problem, ratios with their 95% intervals over rounds, processes scaling; each with the
+    rounds and the load average before and after the run."""
+    run = {"rounds": out.get("rounds", 1), "load_1m": out.get("load")}
     for kind, secs in out["register_s"].items():
         res.add(f"service.{kind}.register_{params.problems}_s", secs, "s", problems=params.problems)
-    for row in out["rows"]:
+    rows = out.get("mean_rows", out["rows"])
+    for row in rows:
         x = f".x{row['processes']}" if row["processes"] > 1 else ""
         pre = f"service.{row['store']}.{row['path']}{x}.c{row['clients']}"
-        res.add(f"{pre}.sampled_per_s", row["sampled_per_s"], "problems/s")
-        res.add(f"{pre}.reported_per_s", row["reported_per_s"], "outcomes/s")
+        res.add(f"{pre}.sampled_per_s", row["sampled_per_s"], "problems/s", ci95=row.get("sampled_per_s_ci95"), **run)
+        res.add(f"{pre}.reported_per_s", row["reported_per_s"], "outcomes/s", **run)
         for k in ("sample_p50_ms", "sample_p99_ms", "report_p50_ms", "report_p99_ms"):
-            res.add(f"{pre}.{k}", row[k], "ms", rpcs=row["rpcs"])
-        res.add(f"{pre}.client_cores", row["client_cores"], "cores", how="benchmark process CPU s / wall s")
+            res.add(f"{pre}.{k}", row[k], "ms", rpcs=row["rpcs"], **run)
+        res.add(f"{pre}.client_cores", row["client_cores"], "cores", how="benchmark process CPU s / wall s", **run)
         if row["server_cores"] is not None:
-            res.add(f"{pre}.server_cores", row["server_cores"], "cores", how="server process tree CPU s / wall s")
+            res.add(f"{pre}.server_cores", row["server_cores"], "cores", how="server process tree CPU s / wall s", **run)
+        if row["path"] == "grpc":
+            res.add(
+                f"service.{row['store']}{x}.c{row['clients']}.server_cpu_us_per_problem",
+                row["cpu_us_per_problem"],
+                "µs",
+                ci95=row.get("cpu_us_per_problem_ci95"),
+                how="server process tree CPU s / problems sampled, end to end over gRPC",
+                **run,
+            )
+        else:
+            res.add(
+                f"service.{row['store']}.c{row['clients']}.ceiling_cpu_us_per_problem",
+                row["cpu_us_per_problem"],
+                "µs",
+                ci95=row.get("cpu_us_per_problem_ci95"),
+                how="in-process loop's CPU s / problems sampled (the store called directly)",
+                **run,
+            )
     for r in out["ratios"]:
         x = f".x{r['processes']}" if r["processes"] > 1 else ""
-        res.add(f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_sampled", r["sampled_ratio"], "ratio")
-        res.add(f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_reported", r["reported_ratio"], "ratio")
+        pre = f"service.{r['store']}{x}.c{r['clients']}"
+        how = "per round: the gRPC row over the same round's in-process row, measured one after the other"
+        res.add(f"{pre}.e2e_over_ceiling_sampled", r["sampled_ratio"], "ratio", ci95=r.get("sampled_ratio_ci95"), how=how, **run)
         res.add(
-            f"service.{r['store']}{x}.c{r['clients']}.e2e_over_ceiling_cpu",
+            f"{pre}.e2e_over_ceiling_reported", r["reported_ratio"], "ratio", ci95=r.get("reported_ratio_ci95"), how=how, **run
+        )
+        res.add(
+            f"{pre}.e2e_over_ceiling_cpu",
             r["cpu_ratio"],
             "ratio",
-            how="ceiling CPU s per problem / server process tree CPU s per problem",
+            ci95=r.get("cpu_ratio_ci95"),
+            how="ceiling CPU s per problem / server process tree CPU s per problem, " + how,
+            **run,
         )
-    grpc_rows = [x for x in out["rows"] if x["path"] == "grpc"]
+    grpc_rows = [x for x in rows if x["path"] == "grpc"]
     for row in grpc_rows:
         one = next(
             (x for x in grpc_rows if x["store"] == row["store"] and x["processes"] == 1 and x["clients"] == row["clients"]),
@@ -74,6 +102,7 @@ def _service_figures(res: Results, params: Any, out: dict[str, Any]) -> None:
                 f"service.{row['store']}.x{row['processes']}_over_x1.c{row['clients']}.sampled",
                 row["sampled_per_s"] / one["sampled_per_s"],
                 "ratio",
+                **run,
             )
 
 

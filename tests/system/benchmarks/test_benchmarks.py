@@ -145,6 +145,28 @@ async def test_service_loop_both_stores_and_ceiling(redis_url):
     assert set(out["register_s"]) == {"memory", "redis"}
 
 
+async def test_service_rounds_interleave_the_two_sides_of_each_ratio():
+    """With rounds, each C's gRPC row is followed by its in-process row, round after round (A B A B),
+    each ratio pairs one round's two rows, and the figures carry their intervals and the rounds."""
+    from dataclasses import replace
+
+    params = replace(TINY_SERVICE, stores=("memory",), concurrency=(1,))
+    out = await service.run_throughput(params, rounds=2)
+    assert [(r["path"], r["round"]) for r in out["rows"]] == [("grpc", 0), ("inprocess", 0), ("grpc", 1), ("inprocess", 1)]
+    (ratio,) = out["ratios"]
+    rows = out["rows"]
+    paired = [rows[i]["sampled_per_s"] / rows[i + 1]["sampled_per_s"] for i in (0, 2)]
+    assert ratio["rounds"] == 2 and ratio["sampled_ratio"] == pytest.approx(sum(paired) / 2)
+    lo, hi = ratio["sampled_ratio_ci95"]
+    assert lo <= ratio["sampled_ratio"] <= hi and lo < hi
+    ceiling = next(r for r in out["mean_rows"] if r["path"] == "inprocess")  # (TINY's server runs in this process)
+    assert ceiling["rounds"] == 2
+    assert ceiling["cpu_us_per_problem"] == pytest.approx(sum(r["cpu_us_per_problem"] for r in rows[1::2]) / 2)
+    assert len(out["load"]) == 2
+    with pytest.raises(ValueError, match="rounds"):
+        await service.run_throughput(params, rounds=0)
+
+
 @pytest.mark.redis
 async def test_redis_memory_counts_keys_and_cleans_up(redis_url, namespace):
     import redis
