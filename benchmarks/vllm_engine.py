@@ -12,7 +12,9 @@ Figures, appended to benchmarks/results.json (names ``vllm.*``):
   generate, verify, report against an in-process memory-store server) in generated tokens per
   second of its ``run`` wall time ÷ raw ``llm.generate`` replaying the very calls the worker made
   (same prompts, same per-prompt SamplingParams and seeds, prefix cache reset first), on the same
-  engine in the same run (:func:`worker_vs_raw`). Where the worker loses time:
+  engine in the same run (:func:`worker_vs_raw`), ``--rounds`` times back to back (worker, raw,
+  worker, raw: :func:`rounds_of_worker_vs_raw`), the mean of the per-round ratios with its 95%
+  t-interval (``ci95``). Where the worker loses time (the rounds' means):
   ``vllm.worker_engine_share`` (share of worker wall time inside ``llm.generate``),
   ``vllm.worker_backend_share`` (inside ``VLLMBackend.generate`` but outside ``llm.generate``:
   SamplingParams, reading log-probs) and ``vllm.worker_outside_generate_share`` (the rest: the
@@ -33,6 +35,9 @@ import os
 import resource
 import time
 from pathlib import Path
+from typing import Any
+
+from prioreplay.intervals import mean_interval
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
 PROMPTS = ["What is 2+3?", "Name a colour.", "Compute 17 * 4.", "Say hello.", "What is 9-4?", "Count to three."]
@@ -104,6 +109,27 @@ def worker_vs_raw(backend, batches: int, batch_size: int, group_size: int, max_n
     }
 
 
+def rounds_of_worker_vs_raw(backend, rounds: int, **kw: int) -> dict[str, Any]:
+    """:func:`worker_vs_raw` ``rounds`` times: each round runs the worker and then replays its calls
+    raw, so the two sides of each round's ratio are measured back to back (A B A B) and a load that
+    comes and goes moves both alike.
+
+    Raises:
+        ValueError: ``rounds`` < 1.
+
+    Returns:
+        The rounds' means of :func:`worker_vs_raw`'s figures, ``ratio_ci95`` (95% t-interval of the
+        per-round ratios), ``ratios`` (each round's) and ``rounds``.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds ({rounds}) must be >= 1")
+    runs = [worker_vs_raw(backend, **kw) for _ in range(rounds)]
+    out: dict[str, Any] = {k: sum(r[k] for r in runs) / rounds for k in runs[0]}
+    m, lo, hi = mean_interval([r["ratio"] for r in runs])
+    out.update(ratio=m, ratio_ci95=[lo, hi], ratios=[r["ratio"] for r in runs], rounds=rounds)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure and append the figures; prints them."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.vllm_engine", description=__doc__.split("\n\n")[0])
@@ -114,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker-batches", type=int, default=6, help="leases the worker runs for vllm.worker_vs_raw_tokens_ratio")
     p.add_argument("--worker-batch-size", type=int, default=6)
     p.add_argument("--worker-only", action="store_true", help="only the worker-vs-raw figures")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="rounds of worker-then-raw for vllm.worker_vs_raw_tokens_ratio (default 3)"
+    )
     args = p.parse_args(argv)
     import shutil
     import tempfile
@@ -143,10 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     raw = backend.llm.generate([backend._TokensPrompt(prompt_token_ids=q) for q in prompts], sp, use_tqdm=False)
     raw_tps = sum(len(c.token_ids) for o in raw for c in o.outputs) / (time.perf_counter() - t0)
-    w = worker_vs_raw(backend, args.worker_batches, args.worker_batch_size, args.group_size, args.max_new_tokens)
+    w = rounds_of_worker_vs_raw(
+        backend,
+        args.rounds,
+        batches=args.worker_batches,
+        batch_size=args.worker_batch_size,
+        group_size=args.group_size,
+        max_new_tokens=args.max_new_tokens,
+    )
     print(json.dumps(w))
-    worker_figures = [
-        ("vllm.worker_vs_raw_tokens_ratio", w["ratio"], "ratio"),
+    worker_figures: list[tuple] = [
+        ("vllm.worker_vs_raw_tokens_ratio", w["ratio"], "ratio", {"ci95": w["ratio_ci95"], "rounds": w["rounds"]}),
         ("vllm.worker_engine_share", w["engine_share"], "share"),
         ("vllm.worker_backend_share", w["backend_share"], "share"),
         ("vllm.worker_outside_generate_share", w["outside_share"], "share"),
@@ -189,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _write(args, figures: list[tuple[str, float, str]], extra: str) -> None:
-    """Print ``figures`` (name, value, unit) and append them to results.json unless ``--no-write``."""
+def _write(args, figures: list[tuple], extra: str) -> None:
+    """Print ``figures`` (name, value, unit[, extra fields]) and append them to results.json unless ``--no-write``."""
     load = os.getloadavg()[0]
     note = f"{args.note} uptime load {load:.2f} at the end; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}".strip()
     how = f"SmolLM2-135M float32, {len(PROMPTS)} prompts x G={args.group_size}, max_new_tokens {args.max_new_tokens}"
@@ -206,8 +242,10 @@ def _write(args, figures: list[tuple[str, float, str]], extra: str) -> None:
             "machine_cores": os.cpu_count(),
             "note": note,
             "how": how,
+            **(f[3] if len(f) > 3 else {}),
         }
-        for n, v, u in figures
+        for f in figures
+        for n, v, u in [f[:3]]
     ]
     for r in records:
         print(f"{r['name']:<36} {r['value']:10.3f} {r['unit']}")

@@ -50,3 +50,16 @@ def test_figures_are_the_rounds_means_with_intervals_and_the_load():
     ratio = figures["service.memory.c8.e2e_over_ceiling_cpu"]
     assert ratio["value"] == (30.0 / 60.0 + 25.0 / 50.0) / 2  # per round, paired, then the mean
     assert figures["service.memory.grpc.c8.sampled_per_s"]["value"] == 1500.0
+
+
+def test_worker_vs_raw_rounds_pair_each_round_and_give_an_interval(monkeypatch):
+    """vllm_engine's rounds: each round's ratio is one worker run over its own raw replay; the
+    figure is their mean with a t-interval (the engine itself is not needed to check the pairing)."""
+    from benchmarks import vllm_engine
+
+    runs = iter([{"ratio": 0.8, "worker_tps": 80.0, "raw_tps": 100.0}, {"ratio": 0.9, "worker_tps": 90.0, "raw_tps": 100.0}])
+    monkeypatch.setattr(vllm_engine, "worker_vs_raw", lambda backend, **kw: next(runs))
+    out = vllm_engine.rounds_of_worker_vs_raw(None, 2, batches=1)
+    assert out["ratios"] == [0.8, 0.9] and out["rounds"] == 2
+    assert abs(out["ratio"] - 0.85) < 1e-12 and out["ratio_ci95"][0] < 0.8 and out["ratio_ci95"][1] > 0.9
+    assert out["worker_tps"] == 85.0
