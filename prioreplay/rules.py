@@ -206,9 +206,13 @@ def update_stats(stats: Stats, rewards: Sequence[float], params: PriorityParams)
         rewards: the group's G rewards, each in [0, 1] (validated by the caller).
         params: λ and the prior.
     """
-    lam = params.decay
-    sr, sq = reward_sums(rewards)
-    return Stats(n=lam * stats.n + len(rewards), s1=lam * stats.s1 + sr, s2=lam * stats.s2 + sq)
+    return fold_sums(stats, params.decay, len(rewards), *reward_sums(rewards))
+
+
+def fold_sums(stats: Stats, decay: float, group_size: int, sum_r: float, sum_r2: float) -> Stats:
+    """:func:`update_stats` from a group's sums (:func:`reward_sums`) already taken: n ← λ·n + G,
+    s1 ← λ·s1 + Σr, s2 ← λ·s2 + Σr², the same operations in the same order (bit for bit)."""
+    return Stats(n=decay * stats.n + group_size, s1=decay * stats.s1 + sum_r, s2=decay * stats.s2 + sum_r2)
 
 
 def priority(stats: Stats, params: PriorityParams) -> float:
@@ -285,6 +289,17 @@ def destination(kind: GroupKind, rate: float | None = None, bands: PoolBands = P
 
 def _lands_in(rewards: Sequence[float], bands: PoolBands) -> Pool:
     return destination(classify(rewards), pass_rate(rewards), bands)
+
+
+def retest_event(source: Pool, verdict: Pool) -> str | None:
+    """What a group whose verdict (:func:`destination`) is ``verdict`` means for a problem leased
+    from ``source``: ``"forgetting"`` (:func:`is_forgetting`), ``"breakthrough"``
+    (:func:`is_breakthrough`) or None, from the verdict already computed."""
+    if source is Pool.SOLVED and verdict is not Pool.SOLVED:
+        return "forgetting"
+    if source is Pool.UNSOLVED and verdict is not Pool.UNSOLVED:
+        return "breakthrough"
+    return None
 
 
 def is_forgetting(source: Pool, rewards: Sequence[float], bands: PoolBands = PAPER_BANDS) -> bool:

@@ -20,6 +20,7 @@ and ``stats`` are in :mod:`.admin`.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import weakref
@@ -60,6 +61,7 @@ async def create_server(
     *,
     metrics: ServerMetrics | None = None,
     reuse_port: bool = False,
+    freeze_gc: bool = False,
 ) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start the priority server.
 
@@ -70,6 +72,11 @@ async def create_server(
         metrics: the metrics to update (default: a fresh registry; reach it via :func:`runtime_of`).
         reuse_port: share the port with other processes (SO_REUSEPORT; the kernel spreads incoming
             connections over them). Off by default, so a second server on a port in use fails.
+        freeze_gc: a process of its own (``prioreplay server``): the store's long-lived state (a
+            restored snapshot at start, the problems after each RegisterProblems) is moved out of
+            the cyclic collector's scans (``gc.freeze``), which otherwise rescan every problem's
+            objects at each full collection the report path's allocations trigger. Off for a server
+            that shares its process (tests, the demo's in-process server).
 
     Returns:
         (the started server, the bound port). With TLS only a secure port is opened, so
@@ -97,6 +104,8 @@ async def create_server(
     server = grpc.aio.server(interceptors=interceptors, options=options)
     pacing = Pacing(store, config.max_queue_depth, config.backpressure_retry_s, config.pace_wait_s, metrics)
     servicer = PriorityServicer(store, metrics, config.max_message_mb, pacing)
+    if freeze_gc:
+        servicer.on_registered = gc.freeze
     await check_run_settings(store, config, servicer)
     handlers = method_handlers(servicer)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
@@ -395,8 +404,9 @@ async def serve(
     metrics = ServerMetrics()
     try:
         server, port = await create_server(
-            _grpc_address(config.host, config.port), store, config, metrics=metrics, reuse_port=reuse_port
+            _grpc_address(config.host, config.port), store, config, metrics=metrics, reuse_port=reuse_port, freeze_gc=True
         )
+        gc.freeze()  # the state a snapshot restored: long-lived, out of the collector's scans
     except BaseException:
         await store.close()
         raise

@@ -123,6 +123,9 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
         #: Called (no arguments) when an RPC meets a store outage; the server factory sets it to
         #: turn the health status NOT_SERVING at once (the periodic refresh turns it back).
         self.on_store_unavailable: Callable[[], None] | None = None
+        #: Called (no arguments) after a RegisterProblems stream is stored; a server process sets
+        #: it to ``gc.freeze`` (:func:`.server.create_server`, ``freeze_gc``).
+        self.on_registered: Callable[[], None] | None = None
         #: Awaited before every RPC while set: the server factory's deferred check of the run
         #: settings (it raises FailedPrecondition on a mismatch, StoreUnavailable while the store is down).
         self.pending_check: Callable[[], Awaitable[None]] | None = None
@@ -175,6 +178,8 @@ class PriorityServicer(pb_grpc.PriorityServiceServicer):
             updated += u
         if total is None:  # an empty stream: report the count
             _, _, total = await self.store.register([])
+        if self.on_registered is not None:
+            self.on_registered()
         return pb.RegisterProblemsResponse(created=created, updated=updated, total=total)
 
     @rpc

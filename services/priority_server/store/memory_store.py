@@ -38,7 +38,6 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
 from pathlib import Path
 
 from sortedcontainers import SortedDict, SortedList
@@ -77,6 +76,9 @@ from .records import (
     StoreStats,
 )
 from .snapshot import COUNTER_NAMES, Entry, LeaseRecord, MemoryState
+
+#: The counter each group kind increments (report.lua: 'groups_' .. kind).
+_KIND_COUNTER = {kind: f"groups_{kind.value}" for kind in GroupKind}
 
 
 class MemoryStore(MemoryTrajectoryQueue, Store):
@@ -377,35 +379,41 @@ class MemoryStore(MemoryTrajectoryQueue, Store):
 
     def _apply_group(self, o: GroupOutcome, lease_step: int, now: float) -> GroupKind:
         """One reported group: statistics, place, counters, and the queue (:func:`.contract.queues_group`) when it
-        has a payload (an empty payload: a rewards-only client, nothing to learn from). Returns its kind."""
-        cfg, bands, c, e = self.config, self._bands, self._s.counters, self._s.problems[o.problem_id]
+        has a payload (an empty payload: a rewards-only client, nothing to learn from). Returns its kind.
+
+        The group's sums, kind and verdict are computed once and shared by every rule below (the
+        hot path of ReportOutcomes; ``rules.update_stats`` / ``is_forgetting`` / ``is_breakthrough``
+        give the same values from the rewards)."""
+        cfg, c, e = self.config, self._s.counters, self._s.problems[o.problem_id]
         params = cfg.params
+        rewards = o.rewards
+        g = len(rewards)
+        sr, sq = rules.reward_sums(rewards)
         source = e.home
-        kind = rules.classify(o.rewards)
+        kind = rules.classify(rewards)
         first = e.stats.n == 0
         self._seen += first
         run = self._s.evidence.get(o.problem_id, (0, 0, version := self._s.policy[0]))  # (streak pool, streak, last version)
         lam = rules.aged_decay(params.decay, cfg.age_decay, max(0, version - run[2]))
-        e.stats = rules.update_stats(e.stats, o.rewards, replace(params, decay=lam))
+        e.stats = rules.fold_sums(e.stats, lam, g, sr, sq)
         if first:  # a first visit: the prior for unseen problems is fitted to these (prioreplay/unseen_prior.py)
-            self._s.unseen_fit = unseen_prior.observe(self._s.unseen_fit, len(o.rewards), rules.priority(e.stats, params))
+            self._s.unseen_fit = unseen_prior.observe(self._s.unseen_fit, g, rules.priority(e.stats, params))
         if o.completion_tokens > 0:  # the token mean decays like the statistics, by λ per report (lua/report.lua)
             tn, tt = self._s.tokens.get(o.problem_id, (0.0, 0.0))
-            self._s.tokens[o.problem_id] = (params.decay * tn + len(o.rewards), params.decay * tt + o.completion_tokens)
-        k = rules.evidence_groups(len(o.rewards), cfg.pool_evidence)
-        verdict = rules.destination(kind, rules.pass_rate(o.rewards), bands)
+            self._s.tokens[o.problem_id] = (params.decay * tn + g, params.decay * tt + o.completion_tokens)
+        k = rules.evidence_groups(g, cfg.pool_evidence)
+        verdict = rules.destination(kind, sr / g, self._bands)
         dest, heap_score, streak_pool, streak = rules.place_group(verdict, run[0], run[1], k, e.stats, params)
         self._s.evidence[o.problem_id] = (streak_pool, streak, version)
         pool_at = rules.pool_score(lease_step, version, cfg.retest_versions)
         self._place(e, dest, pool_at if heap_score is None else self.heap_score(heap_score, version))
-        c[f"groups_{kind.value}"] += 1  # report.lua: 'groups_' .. kind
-        c["completions_reported"] += len(o.rewards)
-        c["reward_sum"] = c["reward_sum"] + rules.reward_sums(o.rewards)[0]
-        if rules.is_forgetting(source, o.rewards, bands):
-            c["forgetting_events"] += 1
-        if rules.is_breakthrough(source, o.rewards, bands):
-            c["breakthroughs"] += 1
-        if queues_group(kind, cfg.queue_zero_variance) and o.payload:
+        c[_KIND_COUNTER[kind]] += 1  # report.lua: 'groups_' .. kind
+        c["completions_reported"] += g
+        c["reward_sum"] = c["reward_sum"] + sr
+        event = rules.retest_event(source, verdict)
+        if event is not None:
+            c["forgetting_events" if event == "forgetting" else "breakthroughs"] += 1
+        if o.payload and queues_group(kind, cfg.queue_zero_variance):
             self._enqueue(o.payload, now)
         return kind
 

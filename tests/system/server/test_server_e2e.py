@@ -26,6 +26,7 @@ from prioreplay.priority_server.background_server import BackgroundServer
 from prioreplay.priority_server.config import ServerConfig
 from prioreplay.priority_server.open_store import create_store
 from prioreplay.v1 import priority_service_pb2 as pb
+from prioreplay.v1 import priority_service_pb2_grpc as pb_grpc
 
 G = 4  # group size: small, still gives mixed / all-correct / all-wrong groups
 BATCH = 256
@@ -250,3 +251,30 @@ async def test_a_second_server_on_a_port_in_use_fails_instead_of_sharing_it():
         await stop_server(first, 1.0)
         await first_store.close()
         await second_store.close()
+
+
+@pytest.mark.parametrize("freeze_gc", [False, True])
+async def test_a_server_process_freezes_the_registered_problems_out_of_the_collector(freeze_gc):
+    """``freeze_gc`` (what ``prioreplay server`` sets): after RegisterProblems the store's objects
+    are frozen (gc.get_freeze_count grows); a server sharing its process never freezes."""
+    import gc
+
+    from prioreplay.priority_server.server import create_server, stop_server
+    from prioreplay.priority_server.store import StoreConfig
+
+    store = create_store("memory", StoreConfig())
+    server, port = await create_server(
+        "127.0.0.1:0", store, ServerConfig(_cli_parse_args=["--metrics-port", "0"]), freeze_gc=freeze_gc
+    )
+    gc.unfreeze()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.PriorityServiceStub(ch)
+            problems = [problem_to_proto(p) for p in iter_problems("arithmetic:50:0")]
+            resp = await stub.RegisterProblems(iter([pb.RegisterProblemsRequest(problems=problems)]))
+        assert resp.total == 50
+        assert (gc.get_freeze_count() > 0) is freeze_gc
+    finally:
+        gc.unfreeze()
+        await stop_server(server, 1.0)
+        await store.close()

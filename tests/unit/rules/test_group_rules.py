@@ -169,6 +169,18 @@ def test_classify_treats_rewards_equal_within_one_tolerance_in_float32_and_float
 def test_forgetting_and_breakthrough_need_a_pool_source(source, rewards, forgetting, breakthrough):
     assert rules.is_forgetting(source, rewards) is forgetting
     assert rules.is_breakthrough(source, rewards) is breakthrough
+    # the stores' one-pass form, from the verdict they compute anyway, says the same
+    verdict = rules.destination(rules.classify(rewards), rules.pass_rate(rewards))
+    event = rules.retest_event(source, verdict)
+    assert (event == "forgetting", event == "breakthrough") == (forgetting, breakthrough)
+
+
+@pytest.mark.parametrize("decay", [1.0, 0.9, 0.5])
+@pytest.mark.parametrize("rewards", [[1, 0, 1], [0.1, 0.1], [0.3, 0.7, 0.2]])
+def test_fold_sums_is_update_stats_bit_for_bit(decay, rewards):
+    before = rules.Stats(n=3.0, s1=1.1, s2=0.7)
+    folded = rules.fold_sums(before, decay, len(rewards), *rules.reward_sums(rewards))
+    assert folded == rules.update_stats(before, rewards, rules.PriorityParams(decay=decay))
 
 
 # --------------------------------------------------------------------------- zero variance is exactly 0 (issue 13)

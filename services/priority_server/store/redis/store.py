@@ -284,9 +284,10 @@ class RedisStore(RedisInspection):
             kinds.append(rules.classify(rewards))
             sr, sq = rules.reward_sums(rewards)
             # the script counts a forgetting event / breakthrough when the problem came from the
-            # solved / unsolved pool: send whether it would be one
-            forgetting = rules.is_forgetting(Pool.SOLVED, rewards, self._bands)
-            breakthrough = rules.is_breakthrough(Pool.UNSOLVED, rewards, self._bands)
+            # solved / unsolved pool: send whether it would be one (rules.retest_event)
+            verdict = rules.destination(kinds[-1], sr / len(rewards), self._bands)
+            forgetting = rules.retest_event(Pool.SOLVED, verdict) == "forgetting"
+            breakthrough = rules.retest_event(Pool.UNSOLVED, verdict) == "breakthrough"
             record = OUTCOME.pack(
                 member=tie_member(o.problem_id, seed),
                 kind=kinds[-1].value,
