@@ -194,7 +194,10 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         "100,000 problems registered; C concurrent clients each loop SampleProblems(B = 256) -> ReportOutcomes with "
         "G = 8 completions of 16 tokens (random rewards, about 2/3 of the groups mixed) against a `prioreplay server` "
         "subprocess (heap, memory store or Redis 7 on localhost); 2 s warm-up, 10 s measured. The ceiling (`inprocess`) is "
-        "the same loop issued directly to the store, without gRPC. `service.pull_latency.*`: a learner waiting in "
+        "the same loop issued directly to the store, without gRPC; `--rounds` times, each C's gRPC row and then its ceiling "
+        "row (interleaved), so each ratio (`e2e_over_ceiling_*`) is a mean of per-round pairs with a 95% interval and "
+        "the load average noted; `server_cpu_us_per_problem`: the server process tree's CPU per problem sampled. "
+        "`service.pull_latency.*`: a learner waiting in "
         "PullTrajectories while a worker reports one mixed group; from the store accepting the report to the pull "
         "answering, `woken` (the server now) against `polled` (the former sleep loop).",
     ),
