@@ -47,3 +47,20 @@ def test_collect_keeps_finished_runs_and_leaves_out_the_rest(tmp_path):
     assert json.loads(copies[0].read_text())["config"]["seed"] == 3
     with pytest.raises(FileNotFoundError, match="no such run directory"):
         dr.collect(tmp_path / "absent", kept)
+
+
+def test_the_kept_reports_are_not_ignored_by_git():
+    """The kept reports are committed: a .gitignore pattern that swallows benchmarks/runs/ would
+    lose every finished run at the next checkout (a bare ``runs/`` did)."""
+    import shutil
+    import subprocess
+
+    from benchmarks import decision_runs
+
+    git = shutil.which("git")
+    root = decision_runs.KEPT.parents[2]
+    if git is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    probe = decision_runs.KEPT / "grpo-seed0" / "report.json"
+    ignored = subprocess.run([git, "-C", str(root), "check-ignore", "-q", str(probe)], check=False)
+    assert ignored.returncode == 1, f"{probe.relative_to(root)} is ignored by git; fix .gitignore"
