@@ -39,6 +39,13 @@ def part_service(args: argparse.Namespace, res: Results) -> dict[str, Any]:
     return out
 
 
+#: Per path: the name of its CPU-per-problem figure and how it is measured.
+_CPU_FIGURES = {
+    "grpc": ("server", "server process tree CPU s / problems sampled, end to end over gRPC"),
+    "inprocess": ("ceiling", "in-process loop's CPU s / problems sampled (the store called directly)"),
+}
+
+
 def _service_figures(res: Results, params: Any, out: dict[str, Any]) -> None:
     """Part 1's figures: registration time, rates and latencies per row (the rounds' means), CPU µs
     per problem, ratios with their 95% intervals over rounds, processes scaling; each with the
@@ -57,24 +64,15 @@ def _service_figures(res: Results, params: Any, out: dict[str, Any]) -> None:
         res.add(f"{pre}.client_cores", row["client_cores"], "cores", how="benchmark process CPU s / wall s", **run)
         if row["server_cores"] is not None:
             res.add(f"{pre}.server_cores", row["server_cores"], "cores", how="server process tree CPU s / wall s", **run)
-        if row["path"] == "grpc":
-            res.add(
-                f"service.{row['store']}{x}.c{row['clients']}.server_cpu_us_per_problem",
-                row["cpu_us_per_problem"],
-                "µs",
-                ci95=row.get("cpu_us_per_problem_ci95"),
-                how="server process tree CPU s / problems sampled, end to end over gRPC",
-                **run,
-            )
-        else:
-            res.add(
-                f"service.{row['store']}.c{row['clients']}.ceiling_cpu_us_per_problem",
-                row["cpu_us_per_problem"],
-                "µs",
-                ci95=row.get("cpu_us_per_problem_ci95"),
-                how="in-process loop's CPU s / problems sampled (the store called directly)",
-                **run,
-            )
+        side, how = _CPU_FIGURES[row["path"]]
+        res.add(
+            f"service.{row['store']}{x}.c{row['clients']}.{side}_cpu_us_per_problem",
+            row["cpu_us_per_problem"],
+            "µs",
+            ci95=row.get("cpu_us_per_problem_ci95"),
+            how=how,
+            **run,
+        )
     for r in out["ratios"]:
         x = f".x{r['processes']}" if r["processes"] > 1 else ""
         pre = f"service.{r['store']}{x}.c{r['clients']}"

@@ -199,7 +199,7 @@ def test_the_outside_path_pattern_catches_what_it_should():
     workdirs = [line for line in (REPO / "deploy" / "Dockerfile").read_text().splitlines() if line.startswith("WORKDIR ")]
     assert workdirs, "deploy/Dockerfile sets no WORKDIR"
     scratch = str(Path(tempfile.gettempdir()) / "x")
-    for good in (*workdirs, scratch, "runs/work/x", "docs/METHOD.md", "shared volume"):
+    for good in (*workdirs, scratch, "runs/job/x", "docs/METHOD.md", "shared volume"):
         assert not OUTSIDE.search(good), good
 
 
